@@ -1,0 +1,138 @@
+//! The guest-visible hypercall ABI: function identifiers and result codes.
+//!
+//! Calls use `HVC #0` with the SMC Calling Convention (Arm DEN0028, SMCCC 1.1):
+//! function id in `w0`, arguments in `x1..x6`, results in `x0..x3`.
+//! Keel's own services sit in the Vendor Specific Hypervisor Service range
+//! (owning entity 6, SMCCC table 6-4), as 64-bit fast calls `0xC600_xxxx`.
+
+/// SMCCC bit 31: fast call.
+pub const SMCCC_FAST_CALL: u32 = 1 << 31;
+/// SMCCC bit 30: SMC64/HVC64 calling convention.
+pub const SMCCC_64BIT: u32 = 1 << 30;
+/// SMCCC owning entity number for the Vendor Specific Hypervisor Service.
+pub const OWNER_VENDOR_HYP: u32 = 6;
+
+/// Builds a 64-bit fast-call id of the vendor hypervisor service range.
+pub const fn keel_call(function: u16) -> u32 {
+    SMCCC_FAST_CALL | SMCCC_64BIT | (OWNER_VENDOR_HYP << 24) | function as u32
+}
+
+/// Returns Keel's version in x0 (`major << 16 | minor`): the cheapest call, used as the null hypercall.
+pub const KEEL_VERSION: u32 = keel_call(0x00);
+/// Returns the caller's VM id in x0 and its vCPU index in x1.
+pub const KEEL_VM_ID: u32 = keel_call(0x01);
+/// Gives up the rest of the caller's time slice; returns 0.
+pub const KEEL_YIELD: u32 = keel_call(0x02);
+/// The guest reports a fatal exception it cannot handle (x1 = ESR_EL1, x2 = ELR_EL1, x3 = FAR_EL1);
+/// Keel stops the VM with a diagnostic. Does not return.
+pub const KEEL_CRASH: u32 = keel_call(0x03);
+
+/// Keel's version as returned by [`KEEL_VERSION`].
+pub const KEEL_VERSION_VALUE: u64 = 0x0001_0000;
+
+/// SMCCC_VERSION (SMCCC 1.1 section 7.2).
+pub const SMCCC_VERSION: u32 = 0x8000_0000;
+/// SMCCC_ARCH_FEATURES (SMCCC 1.1 section 7.3).
+pub const SMCCC_ARCH_FEATURES: u32 = 0x8000_0001;
+/// Version 1.1 as SMCCC_VERSION reports it.
+pub const SMCCC_VERSION_1_1: u64 = 0x0001_0001;
+
+/// PSCI function ids (Arm DEN0022, PSCI 1.1, table 5-x).
+pub mod psci {
+    /// PSCI_VERSION.
+    pub const VERSION: u32 = 0x8400_0000;
+    /// CPU_SUSPEND (SMC32 / SMC64).
+    pub const CPU_SUSPEND_32: u32 = 0x8400_0001;
+    /// CPU_SUSPEND, SMC64 convention.
+    pub const CPU_SUSPEND_64: u32 = 0xC400_0001;
+    /// CPU_OFF.
+    pub const CPU_OFF: u32 = 0x8400_0002;
+    /// CPU_ON, SMC32 convention.
+    pub const CPU_ON_32: u32 = 0x8400_0003;
+    /// CPU_ON, SMC64 convention.
+    pub const CPU_ON_64: u32 = 0xC400_0003;
+    /// AFFINITY_INFO, SMC32 convention.
+    pub const AFFINITY_INFO_32: u32 = 0x8400_0004;
+    /// AFFINITY_INFO, SMC64 convention.
+    pub const AFFINITY_INFO_64: u32 = 0xC400_0004;
+    /// MIGRATE_INFO_TYPE.
+    pub const MIGRATE_INFO_TYPE: u32 = 0x8400_0006;
+    /// SYSTEM_OFF.
+    pub const SYSTEM_OFF: u32 = 0x8400_0008;
+    /// SYSTEM_RESET.
+    pub const SYSTEM_RESET: u32 = 0x8400_0009;
+    /// PSCI_FEATURES.
+    pub const FEATURES: u32 = 0x8400_000A;
+
+    /// PSCI 1.1 as PSCI_VERSION reports it.
+    pub const VERSION_1_1: u64 = 0x0001_0001;
+    /// MIGRATE_INFO_TYPE answer: no Trusted OS, migration not required.
+    pub const TOS_NOT_PRESENT_MP: u64 = 2;
+}
+
+/// Result codes, as the negative values SMCCC and PSCI define (returned sign-extended in x0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(i64)]
+pub enum CallError {
+    /// The function is not implemented (SMCCC and PSCI: -1).
+    NotSupported = -1,
+    /// An argument is invalid (PSCI INVALID_PARAMETERS: -2).
+    InvalidParameters = -2,
+    /// The caller may not do this (PSCI DENIED: -3).
+    Denied = -3,
+    /// The target vCPU is already on (PSCI ALREADY_ON: -4).
+    AlreadyOn = -4,
+    /// The address given is not in the caller's memory (PSCI INVALID_ADDRESS: -9).
+    InvalidAddress = -9,
+}
+
+impl CallError {
+    /// The value written to x0.
+    pub const fn to_x0(self) -> u64 {
+        self as i64 as u64
+    }
+}
+
+/// Guest physical layout of the emulated platform (the addresses of QEMU `virt`, which Linux expects).
+pub mod layout {
+    /// Emulated GICv3 distributor.
+    pub const GICD_BASE: u64 = 0x0800_0000;
+    /// Size of the distributor frame.
+    pub const GICD_SIZE: u64 = 0x1_0000;
+    /// First emulated GICv3 redistributor (RD + SGI frames, 128 KiB per vCPU).
+    pub const GICR_BASE: u64 = 0x080A_0000;
+    /// Size of one redistributor.
+    pub const GICR_STRIDE: u64 = 0x2_0000;
+    /// Emulated PL011 console.
+    pub const UART_BASE: u64 = 0x0900_0000;
+    /// Size of the PL011 frame.
+    pub const UART_SIZE: u64 = 0x1000;
+    /// The console's interrupt: SPI 1.
+    pub const UART_INTID: u32 = 33;
+    /// EL1 virtual timer PPI.
+    pub const VTIMER_INTID: u32 = 27;
+    /// EL1 physical timer PPI (shown in the DTB, not delivered).
+    pub const PTIMER_INTID: u32 = 30;
+    /// Maintenance interrupt PPI of the GIC virtual interface.
+    pub const MAINTENANCE_INTID: u32 = 25;
+    /// EL2 physical timer PPI (Keel's own).
+    pub const HYP_TIMER_INTID: u32 = 26;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vendor_hyp_ids_are_fast_64bit_owner_6() {
+        assert_eq!(KEEL_VERSION, 0xC600_0000);
+        assert_eq!(KEEL_VM_ID, 0xC600_0001);
+        assert_eq!(KEEL_CRASH >> 24 & 0x3f, OWNER_VENDOR_HYP);
+    }
+
+    #[test]
+    fn errors_are_sign_extended() {
+        assert_eq!(CallError::NotSupported.to_x0(), u64::MAX);
+        assert_eq!(CallError::InvalidAddress.to_x0(), (-9i64) as u64);
+    }
+}

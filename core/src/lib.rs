@@ -1,0 +1,16 @@
+//! Keel's portable core: everything that does not touch hardware, tested on the host.
+#![cfg_attr(not(feature = "std"), no_std)]
+#![forbid(unsafe_code)]
+
+pub mod abi;
+pub mod addr;
+pub mod console;
+pub mod devices;
+pub mod esr;
+pub mod fdt;
+pub mod hypercall;
+pub mod stage2;
+pub mod system;
+
+#[cfg(feature = "std")]
+pub mod config;
