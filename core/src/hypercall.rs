@@ -1,1 +1,210 @@
-//! placeholder
+//! Decoding of guest HVC/SMC calls (SMCCC 1.1, PSCI 1.1) into typed requests.
+//!
+//! The decoder is pure: it turns the guest's x0..x3 into a [`Call`]; the hypervisor
+//! carries it out and turns the outcome into x0 at the hypercall edge.
+
+use crate::abi::{self, psci};
+
+/// A decoded guest call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Call {
+    /// [`abi::KEEL_VERSION`].
+    KeelVersion,
+    /// [`abi::KEEL_VM_ID`].
+    KeelVmId,
+    /// [`abi::KEEL_YIELD`].
+    KeelYield,
+    /// [`abi::KEEL_CRASH`]: the guest reports a fatal exception.
+    KeelCrash {
+        /// The guest's ESR_EL1.
+        esr: u64,
+        /// The guest's ELR_EL1.
+        elr: u64,
+        /// The guest's FAR_EL1.
+        far: u64,
+    },
+    /// SMCCC_VERSION.
+    SmcccVersion,
+    /// SMCCC_ARCH_FEATURES for the given function id.
+    SmcccArchFeatures(u32),
+    /// PSCI_VERSION.
+    PsciVersion,
+    /// PSCI_FEATURES for the given function id.
+    PsciFeatures(u32),
+    /// CPU_ON.
+    PsciCpuOn {
+        /// MPIDR of the target vCPU.
+        target: u64,
+        /// Guest-physical entry point.
+        entry: u64,
+        /// Value for the target's x0.
+        context: u64,
+    },
+    /// CPU_OFF.
+    PsciCpuOff,
+    /// CPU_SUSPEND (treated as a standby: the caller resumes at once).
+    PsciCpuSuspend,
+    /// AFFINITY_INFO.
+    PsciAffinityInfo {
+        /// MPIDR of the vCPU asked about.
+        target: u64,
+        /// Affinity level (only 0 is supported).
+        level: u64,
+    },
+    /// MIGRATE_INFO_TYPE.
+    PsciMigrateInfoType,
+    /// SYSTEM_OFF: powers off the calling VM only.
+    PsciSystemOff,
+    /// SYSTEM_RESET: restarts the calling VM only.
+    PsciSystemReset,
+    /// Anything else: answered NOT_SUPPORTED.
+    Unknown(u32),
+}
+
+/// Arguments of SMC32/HVC32 calls are 32-bit: the upper halves are ignored (SMCCC 1.1 §3.1).
+fn arg(function: u32, value: u64) -> u64 {
+    if function & abi::SMCCC_64BIT == 0 {
+        value & 0xffff_ffff
+    } else {
+        value
+    }
+}
+
+/// Decodes a call from the guest's registers x0..x3.
+pub fn decode(regs: [u64; 4]) -> Call {
+    let function = regs[0] as u32;
+    let a = |i: usize| arg(function, regs[i]);
+    match function {
+        abi::KEEL_VERSION => Call::KeelVersion,
+        abi::KEEL_VM_ID => Call::KeelVmId,
+        abi::KEEL_YIELD => Call::KeelYield,
+        abi::KEEL_CRASH => Call::KeelCrash {
+            esr: a(1),
+            elr: a(2),
+            far: a(3),
+        },
+        abi::SMCCC_VERSION => Call::SmcccVersion,
+        abi::SMCCC_ARCH_FEATURES => Call::SmcccArchFeatures(a(1) as u32),
+        psci::VERSION => Call::PsciVersion,
+        psci::FEATURES => Call::PsciFeatures(a(1) as u32),
+        psci::CPU_ON_32 | psci::CPU_ON_64 => Call::PsciCpuOn {
+            target: a(1),
+            entry: a(2),
+            context: a(3),
+        },
+        psci::CPU_OFF => Call::PsciCpuOff,
+        psci::CPU_SUSPEND_32 | psci::CPU_SUSPEND_64 => Call::PsciCpuSuspend,
+        psci::AFFINITY_INFO_32 | psci::AFFINITY_INFO_64 => Call::PsciAffinityInfo {
+            target: a(1),
+            level: a(2),
+        },
+        psci::MIGRATE_INFO_TYPE => Call::PsciMigrateInfoType,
+        psci::SYSTEM_OFF => Call::PsciSystemOff,
+        psci::SYSTEM_RESET => Call::PsciSystemReset,
+        other => Call::Unknown(other),
+    }
+}
+
+/// PSCI_FEATURES answer (PSCI 1.1 §5.1.14): 0 for an implemented function, NOT_SUPPORTED otherwise.
+pub fn psci_features(function: u32) -> u64 {
+    match decode([function as u64, 0, 0, 0]) {
+        Call::PsciVersion
+        | Call::PsciFeatures(_)
+        | Call::PsciCpuOn { .. }
+        | Call::PsciCpuOff
+        | Call::PsciCpuSuspend
+        | Call::PsciAffinityInfo { .. }
+        | Call::PsciMigrateInfoType
+        | Call::PsciSystemOff
+        | Call::PsciSystemReset => 0,
+        Call::SmcccVersion => 0,
+        _ => abi::CallError::NotSupported.to_x0(),
+    }
+}
+
+/// SMCCC_ARCH_FEATURES answer (SMCCC 1.1 §7.3). Keel implements SMCCC_ARCH_FEATURES itself and
+/// no ARCH_WORKAROUND_*: QEMU's CPUs need none, and advertising one would make Linux issue a
+/// hypercall on every kernel entry.
+pub fn smccc_arch_features(function: u32) -> u64 {
+    match function {
+        abi::SMCCC_VERSION | abi::SMCCC_ARCH_FEATURES => 0,
+        _ => abi::CallError::NotSupported.to_x0(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_keel_services() {
+        assert_eq!(decode([0xC600_0000, 0, 0, 0]), Call::KeelVersion);
+        assert_eq!(decode([0xC600_0001, 0, 0, 0]), Call::KeelVmId);
+        assert_eq!(decode([0xC600_0002, 0, 0, 0]), Call::KeelYield);
+        assert_eq!(
+            decode([0xC600_0003, 1, 2, 3]),
+            Call::KeelCrash {
+                esr: 1,
+                elr: 2,
+                far: 3
+            }
+        );
+    }
+
+    #[test]
+    fn function_id_is_w0_only() {
+        assert_eq!(decode([0xdead_beef_C600_0000, 0, 0, 0]), Call::KeelVersion);
+    }
+
+    #[test]
+    fn decodes_psci() {
+        assert_eq!(decode([0x8400_0000, 0, 0, 0]), Call::PsciVersion);
+        assert_eq!(decode([0x8400_0008, 0, 0, 0]), Call::PsciSystemOff);
+        assert_eq!(decode([0x8400_0009, 0, 0, 0]), Call::PsciSystemReset);
+        assert_eq!(
+            decode([0x8400_000A, 0x8400_0008, 0, 0]),
+            Call::PsciFeatures(0x8400_0008)
+        );
+        assert_eq!(
+            decode([0xC400_0003, 1, 0x4020_0000, 7]),
+            Call::PsciCpuOn {
+                target: 1,
+                entry: 0x4020_0000,
+                context: 7
+            }
+        );
+    }
+
+    #[test]
+    fn smc32_arguments_are_truncated() {
+        assert_eq!(
+            decode([0x8400_0003, 0xffff_ffff_0000_0001, 0x1_4020_0000, 0]),
+            Call::PsciCpuOn {
+                target: 1,
+                entry: 0x4020_0000,
+                context: 0
+            }
+        );
+    }
+
+    #[test]
+    fn unknown_calls_are_reported_as_such() {
+        assert_eq!(decode([0xC600_00ff, 0, 0, 0]), Call::Unknown(0xC600_00ff));
+        assert_eq!(decode([0x8400_0012, 0, 0, 0]), Call::Unknown(0x8400_0012));
+    }
+
+    #[test]
+    fn psci_features_answers() {
+        assert_eq!(psci_features(psci::SYSTEM_OFF), 0);
+        assert_eq!(psci_features(psci::CPU_ON_64), 0);
+        assert_eq!(psci_features(0x8400_0012), u64::MAX);
+        assert_eq!(psci_features(abi::KEEL_VERSION), u64::MAX);
+    }
+
+    #[test]
+    fn no_spectre_workarounds_advertised() {
+        assert_eq!(smccc_arch_features(0x8000_8000), u64::MAX);
+        assert_eq!(smccc_arch_features(0x8000_7fff), u64::MAX);
+        assert_eq!(smccc_arch_features(abi::SMCCC_ARCH_FEATURES), 0);
+    }
+}

@@ -1,5 +1,5 @@
 //! Keel's portable core: everything that does not touch hardware, tested on the host.
-#![cfg_attr(not(feature = "std"), no_std)]
+#![cfg_attr(not(any(feature = "std", test)), no_std)]
 #![forbid(unsafe_code)]
 
 pub mod abi;

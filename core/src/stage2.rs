@@ -1,1 +1,306 @@
-//! placeholder
+//! Stage-2 translation tables (Arm ARM D8, VMSAv8-64, 4 KiB granule) built as plain data.
+//!
+//! The layout matches `VTCR_EL2.T0SZ = 25` (39-bit IPA space) with `SL0 = 1`: translation
+//! starts at a single level-1 table. Blocks of 1 GiB (level 1) and 2 MiB (level 2) are used
+//! where address and size are aligned, 4 KiB pages (level 3) elsewhere. The builder only
+//! fills arrays; the arch layer installs the root in `VTTBR_EL2`.
+
+/// Entries per table (4 KiB granule).
+pub const ENTRIES: usize = 512;
+/// A translation table.
+pub type Table = [u64; ENTRIES];
+/// Size of the IPA space covered (39 bits).
+pub const IPA_LIMIT: u64 = 1 << 39;
+
+const PAGE: u64 = 1 << 12;
+const VALID: u64 = 1 << 0;
+/// Bit 1: table (levels 1-2) or page (level 3) descriptor; clear for a block.
+const TABLE_OR_PAGE: u64 = 1 << 1;
+const ADDRESS_MASK: u64 = 0x0000_ffff_ffff_f000;
+/// Stage-2 MemAttr[3:0] (D8.6.5): Normal, outer and inner write-back cacheable.
+const MEMATTR_NORMAL_WB: u64 = 0b1111 << 2;
+/// Stage-2 MemAttr[3:0]: Device-nGnRE.
+const MEMATTR_DEVICE: u64 = 0b0001 << 2;
+/// S2AP[1:0] = 0b11: read/write.
+const S2AP_RW: u64 = 0b11 << 6;
+/// SH[1:0] = 0b11: inner shareable.
+const SH_INNER: u64 = 0b11 << 8;
+/// Access flag.
+const AF: u64 = 1 << 10;
+/// XN[1:0] = 0b10: not executable at EL1 or EL0.
+const XN: u64 = 0b10 << 53;
+
+/// What kind of memory a mapping is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryKind {
+    /// Guest RAM: normal write-back, read/write/execute.
+    Normal,
+    /// Passthrough device registers: Device-nGnRE, read/write, never executable.
+    Device,
+}
+
+impl MemoryKind {
+    fn attributes(self) -> u64 {
+        match self {
+            MemoryKind::Normal => MEMATTR_NORMAL_WB | S2AP_RW | SH_INNER | AF,
+            MemoryKind::Device => MEMATTR_DEVICE | S2AP_RW | AF | XN,
+        }
+    }
+}
+
+/// Why a mapping could not be made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage2Error {
+    /// Address or size is not 4 KiB aligned.
+    Unaligned,
+    /// The range leaves the 39-bit IPA space.
+    OutOfRange,
+    /// The table pool is exhausted.
+    OutOfTables,
+    /// Part of the range is already mapped.
+    AlreadyMapped,
+}
+
+impl core::fmt::Display for Stage2Error {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            Stage2Error::Unaligned => "address or size is not 4 KiB aligned",
+            Stage2Error::OutOfRange => "range leaves the 39-bit guest-physical space",
+            Stage2Error::OutOfTables => "stage-2 table pool exhausted",
+            Stage2Error::AlreadyMapped => "range is already mapped",
+        })
+    }
+}
+
+/// A VM's stage-2 tables, allocated from a pool of tables that lives at `pool_phys`.
+pub struct Stage2<'a> {
+    tables: &'a mut [Table],
+    pool_phys: u64,
+    used: usize,
+}
+
+impl<'a> Stage2<'a> {
+    /// Starts an empty translation (everything faults) in `tables`, whose first table is at
+    /// physical address `pool_phys` and the rest follow contiguously.
+    pub fn new(tables: &'a mut [Table], pool_phys: u64) -> Result<Self, Stage2Error> {
+        let root = tables.first_mut().ok_or(Stage2Error::OutOfTables)?;
+        *root = [0; ENTRIES];
+        Ok(Self {
+            tables,
+            pool_phys,
+            used: 1,
+        })
+    }
+
+    /// Physical address of the level-1 root table, for `VTTBR_EL2.BADDR`.
+    pub fn root_phys(&self) -> u64 {
+        self.pool_phys
+    }
+
+    /// Number of tables used so far.
+    pub fn tables_used(&self) -> usize {
+        self.used
+    }
+
+    /// Maps `[ipa, ipa + size)` to `[phys, phys + size)`.
+    pub fn map(
+        &mut self,
+        ipa: u64,
+        phys: u64,
+        size: u64,
+        kind: MemoryKind,
+    ) -> Result<(), Stage2Error> {
+        if ipa % PAGE != 0 || phys % PAGE != 0 || size % PAGE != 0 {
+            return Err(Stage2Error::Unaligned);
+        }
+        let end = ipa.checked_add(size).ok_or(Stage2Error::OutOfRange)?;
+        if end > IPA_LIMIT
+            || phys
+                .checked_add(size)
+                .is_none_or(|e| e > ADDRESS_MASK + PAGE)
+        {
+            return Err(Stage2Error::OutOfRange);
+        }
+        let (mut ipa, mut phys, mut left) = (ipa, phys, size);
+        while left > 0 {
+            let level = [1usize, 2, 3]
+                .into_iter()
+                .find(|&level| {
+                    let block = level_size(level);
+                    ipa % block == 0 && phys % block == 0 && left >= block
+                })
+                .unwrap_or(3);
+            self.map_one(ipa, phys, level, kind)?;
+            let step = level_size(level);
+            ipa += step;
+            phys += step;
+            left -= step;
+        }
+        Ok(())
+    }
+
+    fn map_one(
+        &mut self,
+        ipa: u64,
+        phys: u64,
+        level: usize,
+        kind: MemoryKind,
+    ) -> Result<(), Stage2Error> {
+        let mut table = 0;
+        for walk_level in 1..level {
+            let index = table_index(ipa, walk_level);
+            let entry = self.tables[table][index];
+            table = if entry & VALID == 0 {
+                let next = self.allocate()?;
+                self.tables[table][index] = self.table_phys(next) | TABLE_OR_PAGE | VALID;
+                next
+            } else if entry & TABLE_OR_PAGE != 0 {
+                self.table_of(entry)?
+            } else {
+                return Err(Stage2Error::AlreadyMapped);
+            };
+        }
+        let index = table_index(ipa, level);
+        if self.tables[table][index] & VALID != 0 {
+            return Err(Stage2Error::AlreadyMapped);
+        }
+        let kind_bit = if level == 3 { TABLE_OR_PAGE } else { 0 };
+        self.tables[table][index] = (phys & ADDRESS_MASK) | kind.attributes() | kind_bit | VALID;
+        Ok(())
+    }
+
+    /// Walks the tables like the MMU would: the physical address `ipa` maps to, if any.
+    pub fn translate(&self, ipa: u64) -> Option<u64> {
+        let mut table = 0;
+        for level in 1..=3 {
+            let entry = self.tables[table][table_index(ipa, level)];
+            if entry & VALID == 0 {
+                return None;
+            }
+            if level == 3 || entry & TABLE_OR_PAGE == 0 {
+                let offset = ipa & (level_size(level) - 1);
+                return Some((entry & ADDRESS_MASK & !(level_size(level) - 1)) + offset);
+            }
+            table = self.table_of(entry).ok()?;
+        }
+        None
+    }
+
+    fn allocate(&mut self) -> Result<usize, Stage2Error> {
+        let index = self.used;
+        let table = self.tables.get_mut(index).ok_or(Stage2Error::OutOfTables)?;
+        *table = [0; ENTRIES];
+        self.used += 1;
+        Ok(index)
+    }
+
+    fn table_phys(&self, index: usize) -> u64 {
+        self.pool_phys + index as u64 * PAGE
+    }
+
+    fn table_of(&self, entry: u64) -> Result<usize, Stage2Error> {
+        let index = ((entry & ADDRESS_MASK) - self.pool_phys) / PAGE;
+        if (index as usize) < self.used {
+            Ok(index as usize)
+        } else {
+            Err(Stage2Error::OutOfRange)
+        }
+    }
+}
+
+/// Bytes covered by one entry at `level` (1: 1 GiB, 2: 2 MiB, 3: 4 KiB).
+const fn level_size(level: usize) -> u64 {
+    1 << (12 + 9 * (3 - level))
+}
+
+fn table_index(ipa: u64, level: usize) -> usize {
+    ((ipa >> (12 + 9 * (3 - level))) & 0x1ff) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(n: usize) -> Vec<Table> {
+        vec![[0; ENTRIES]; n]
+    }
+
+    #[test]
+    fn two_mib_aligned_memory_uses_blocks() {
+        let mut tables = pool(4);
+        let mut s2 = Stage2::new(&mut tables, 0x4100_0000).unwrap();
+        s2.map(0x4000_0000, 0x5000_0000, 16 << 20, MemoryKind::Normal)
+            .unwrap();
+        assert_eq!(s2.tables_used(), 2, "root + one level-2 table");
+        assert_eq!(s2.translate(0x4000_0000), Some(0x5000_0000));
+        assert_eq!(s2.translate(0x40ff_ffff), Some(0x50ff_ffff));
+        assert_eq!(s2.translate(0x4100_0000), None);
+        assert_eq!(s2.translate(0x3fff_ffff), None);
+    }
+
+    #[test]
+    fn unaligned_edges_use_pages() {
+        let mut tables = pool(8);
+        let mut s2 = Stage2::new(&mut tables, 0x4100_0000).unwrap();
+        s2.map(0x4000_1000, 0x5000_1000, 0x20_2000, MemoryKind::Normal)
+            .unwrap();
+        assert_eq!(s2.translate(0x4000_0fff), None);
+        assert_eq!(s2.translate(0x4000_1000), Some(0x5000_1000));
+        assert_eq!(s2.translate(0x4020_2fff), Some(0x5020_2fff));
+        assert_eq!(s2.translate(0x4020_3000), None);
+    }
+
+    #[test]
+    fn one_gib_block() {
+        let mut tables = pool(2);
+        let mut s2 = Stage2::new(&mut tables, 0x1000).unwrap();
+        s2.map(0x4000_0000, 0x8000_0000, 1 << 30, MemoryKind::Normal)
+            .unwrap();
+        assert_eq!(s2.tables_used(), 1);
+        assert_eq!(s2.translate(0x7fff_fff0), Some(0xbfff_fff0));
+    }
+
+    #[test]
+    fn descriptors_carry_normal_and_device_attributes() {
+        let mut tables = pool(4);
+        let mut s2 = Stage2::new(&mut tables, 0x1000).unwrap();
+        s2.map(0x4000_0000, 0x4000_0000, 2 << 20, MemoryKind::Normal)
+            .unwrap();
+        s2.map(0x0900_0000, 0x0900_0000, 0x1000, MemoryKind::Device)
+            .unwrap();
+        drop(s2);
+        let l2 = tables[1];
+        let normal = l2[0];
+        assert_eq!(normal & 0b11, 0b01, "level-2 block");
+        assert_eq!(normal & (0xf << 2), 0xf << 2);
+        assert_ne!(normal & AF, 0);
+        let device_l3 = tables[3][0];
+        assert_eq!(device_l3 & 0b11, 0b11, "level-3 page");
+        assert_eq!(device_l3 & (0xf << 2), 0b0001 << 2);
+        assert_ne!(device_l3 & XN, 0);
+    }
+
+    #[test]
+    fn errors() {
+        let mut tables = pool(2);
+        let mut s2 = Stage2::new(&mut tables, 0x1000).unwrap();
+        assert_eq!(
+            s2.map(0x10, 0, 0x1000, MemoryKind::Normal),
+            Err(Stage2Error::Unaligned)
+        );
+        assert_eq!(
+            s2.map(IPA_LIMIT - 0x1000, 0, 0x2000, MemoryKind::Normal),
+            Err(Stage2Error::OutOfRange)
+        );
+        s2.map(0x4000_0000, 0x4000_0000, 2 << 20, MemoryKind::Normal)
+            .unwrap();
+        assert_eq!(
+            s2.map(0x4000_0000, 0x4000_0000, 0x1000, MemoryKind::Normal),
+            Err(Stage2Error::AlreadyMapped)
+        );
+        assert_eq!(
+            s2.map(0x8000_0000, 0x4000_0000, 0x1000, MemoryKind::Normal),
+            Err(Stage2Error::OutOfTables)
+        );
+    }
+}

@@ -1,0 +1,427 @@
+//! Why a configuration was rejected: one variant per rule, each with its exact message.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// A rejected configuration. Displays as `<config path>: <message>`, or as
+/// `<config path>:<line>:<column>: <message>` when the TOML itself is at fault.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    path: PathBuf,
+    kind: ConfigErrorKind,
+}
+
+impl ConfigError {
+    /// Wraps `kind` with the path of the configuration file it came from.
+    pub fn new(path: &Path, kind: ConfigErrorKind) -> Self {
+        Self {
+            path: path.to_path_buf(),
+            kind,
+        }
+    }
+
+    /// The configuration file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// What is wrong with it.
+    pub fn kind(&self) -> &ConfigErrorKind {
+        &self.kind
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            ConfigErrorKind::Toml {
+                position: Some((line, column)),
+                message,
+            } => write!(f, "{}:{line}:{column}: {message}", self.path.display()),
+            kind => write!(f, "{}: {kind}", self.path.display()),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// What is wrong with a configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigErrorKind {
+    /// `cannot read: <error>`: the configuration file itself could not be read.
+    Read(String),
+    /// `<message>` from the TOML parser, at `position` (1-based line and column) when known:
+    /// a syntax error, an unknown field, a missing field or a value of the wrong type.
+    Toml {
+        /// 1-based line and column of the offending text.
+        position: Option<(usize, usize)>,
+        /// The parser's message.
+        message: String,
+    },
+    /// `no [[vm]] table: a system needs at least one VM`.
+    NoVms,
+    /// `<count> [[vm]] tables exceed the maximum of <max> VMs (one VMID each)`.
+    TooManyVms {
+        /// Number of `[[vm]]` tables.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// `<subject>: <field>: <problem>`: a value breaks a rule.
+    Invalid {
+        /// The table the value is in.
+        subject: Subject,
+        /// The field, as spelled in the TOML.
+        field: &'static str,
+        /// The broken rule.
+        problem: Problem,
+    },
+}
+
+impl fmt::Display for ConfigErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Read(error) => write!(f, "cannot read: {error}"),
+            Self::Toml { message, .. } => f.write_str(message),
+            Self::NoVms => f.write_str("no [[vm]] table: a system needs at least one VM"),
+            Self::TooManyVms { count, max } => write!(
+                f,
+                "{count} [[vm]] tables exceed the maximum of {max} VMs (one VMID each)"
+            ),
+            Self::Invalid {
+                subject,
+                field,
+                problem,
+            } => write!(f, "{subject}: {field}: {problem}"),
+        }
+    }
+}
+
+/// The table a rule applies to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Subject {
+    /// `system`: the `[system]` table.
+    System,
+    /// `vm '<name>'`: a `[[vm]]` table.
+    Vm(String),
+    /// `vm #<index>`: a `[[vm]]` table without a usable name (0-based index in the file).
+    UnnamedVm(usize),
+}
+
+impl fmt::Display for Subject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::System => f.write_str("system"),
+            Self::Vm(name) => write!(f, "vm '{name}'"),
+            Self::UnnamedVm(index) => write!(f, "vm #{index}"),
+        }
+    }
+}
+
+/// A half-open address range, displayed as `0x50000000..0x51000000`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AddressRange {
+    /// First address.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+}
+
+impl AddressRange {
+    /// `[base, base + size)`; `None` if it wraps past the end of the 64-bit space.
+    pub fn new(base: u64, size: u64) -> Option<Self> {
+        Some(Self {
+            start: base,
+            end: base.checked_add(size)?,
+        })
+    }
+
+    /// Size in bytes.
+    pub fn size(&self) -> u64 {
+        self.end - self.start
+    }
+
+    /// Whether the two ranges share at least one address.
+    pub fn overlaps(&self, other: &AddressRange) -> bool {
+        self.start < other.end && other.start < self.end
+    }
+
+    /// Whether `other` lies wholly inside `self`.
+    pub fn contains(&self, other: &AddressRange) -> bool {
+        self.start <= other.start && other.end <= self.end
+    }
+}
+
+impl fmt::Display for AddressRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#x}..{:#x}", self.start, self.end)
+    }
+}
+
+/// A broken rule; the doc comment of each variant is its message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Problem {
+    /// `must not be empty`.
+    EmptyName,
+    /// `used by two VMs (#<first> and #<second>)`.
+    DuplicateName {
+        /// Index of the first VM with the name.
+        first: usize,
+        /// Index of the second.
+        second: usize,
+    },
+    /// `size is zero`.
+    SizeZero,
+    /// `<what> <value> is not 4 KiB aligned`.
+    Unaligned {
+        /// `base`, `size` or `address`.
+        what: &'static str,
+        /// The offending value.
+        value: u64,
+    },
+    /// `<base> + <size> wraps past the end of the 64-bit address space`.
+    Wraps {
+        /// First address.
+        base: u64,
+        /// Size in bytes.
+        size: u64,
+    },
+    /// `size <size> is below the minimum of <minimum> (4 MiB)`.
+    MemoryTooSmall {
+        /// The VM's memory size.
+        size: u64,
+        /// The minimum.
+        minimum: u64,
+    },
+    /// `<range> is outside RAM <ram>`.
+    OutsideRam {
+        /// The offending range.
+        range: AddressRange,
+        /// The board's RAM.
+        ram: AddressRange,
+    },
+    /// `<range> overlaps the hypervisor region <hypervisor>`.
+    OverlapsHypervisor {
+        /// The VM's memory.
+        range: AddressRange,
+        /// Keel's region.
+        hypervisor: AddressRange,
+    },
+    /// `<range> overlaps vm '<other>' memory <other_range>`.
+    OverlapsVm {
+        /// This VM's memory.
+        range: AddressRange,
+        /// The VM declared earlier.
+        other: String,
+        /// Its memory.
+        other_range: AddressRange,
+    },
+    /// `size <size> leaves no room for Keel's image, which loads at base + <offset>`.
+    HypervisorTooSmall {
+        /// The hypervisor region's size.
+        size: u64,
+        /// Offset of Keel's image in the region.
+        offset: u64,
+    },
+    /// `must be at least 1`.
+    NoPcpus,
+    /// `is empty: a VM needs at least one vCPU`.
+    NoVcpus,
+    /// `<count> vCPUs exceed the maximum of <max> (their GIC redistributors must fit below the PL011)`.
+    TooManyVcpus {
+        /// Length of the VM's pcpus list.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// `pCPU <pcpu> does not exist (system.pcpus = <count>)`.
+    PcpuOutOfRange {
+        /// The pCPU id.
+        pcpu: u32,
+        /// `system.pcpus`.
+        count: u32,
+    },
+    /// `pCPU <pcpu> is listed twice`.
+    PcpuListedTwice {
+        /// The pCPU id.
+        pcpu: u32,
+    },
+    /// `pCPU <pcpu> is already claimed by vm '<other>'`.
+    PcpuClaimed {
+        /// The pCPU id.
+        pcpu: u32,
+        /// The VM declared earlier that has it.
+        other: String,
+    },
+    /// `give exactly one of 'guest' or 'file', not both`.
+    ImageBothSources,
+    /// `give exactly one of 'guest' or 'file'`.
+    ImageNoSource,
+    /// `no workspace guest named '<guest>'`.
+    UnknownGuest {
+        /// The name given.
+        guest: String,
+    },
+    /// `guest '<guest>' has no built image at '<path>' (build it first)`.
+    GuestImageNotBuilt {
+        /// The guest's name.
+        guest: String,
+        /// Where its image should be.
+        path: PathBuf,
+    },
+    /// `file '<path>' not found`.
+    FileNotFound {
+        /// The path, resolved against the configuration file's directory.
+        path: PathBuf,
+    },
+    /// `cannot read '<path>': <error>`.
+    ImageUnreadable {
+        /// The image.
+        path: PathBuf,
+        /// The I/O error.
+        error: String,
+    },
+    /// `'<path>' is empty`.
+    ImageEmpty {
+        /// The image.
+        path: PathBuf,
+    },
+    /// `a Linux Image must be loaded text_offset above a 2 MiB aligned base, so ipa <ipa> must be 2 MiB aligned`.
+    LinuxImageMisaligned {
+        /// The VM's ipa.
+        ipa: u64,
+    },
+    /// `image <image> (<size> bytes) does not fit below the device tree at <dtb_ipa>`.
+    ImageDoesNotFit {
+        /// Where the image would be loaded (guest-physical).
+        image: AddressRange,
+        /// Where the device tree goes.
+        dtb_ipa: u64,
+    },
+    /// `guest memory <range> overlaps the emulated device window <window> (GIC and PL011)`.
+    OverlapsDeviceWindow {
+        /// The VM's guest-physical memory.
+        range: AddressRange,
+        /// The emulated devices' window.
+        window: AddressRange,
+    },
+    /// `guest memory <range> extends past the <bits>-bit guest-physical address space`.
+    BeyondIpaSpace {
+        /// The VM's guest-physical memory.
+        range: AddressRange,
+        /// Width of the stage-2 input address.
+        bits: u32,
+    },
+    /// `unknown device '<device>' (known devices: 'console')`.
+    UnknownDevice {
+        /// The name given.
+        device: String,
+        /// The names Keel knows.
+        known: &'static [&'static str],
+    },
+    /// `'<device>' is listed twice`.
+    DuplicateDevice {
+        /// The name given.
+        device: String,
+    },
+    /// `unknown policy '<value>' (expected 'native' or 'trap')`.
+    UnknownWfiPolicy {
+        /// The value given.
+        value: String,
+    },
+    /// `contains a NUL character`.
+    NulInCmdline,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::EmptyName => f.write_str("must not be empty"),
+            Self::DuplicateName { first, second } => {
+                write!(f, "used by two VMs (#{first} and #{second})")
+            }
+            Self::SizeZero => f.write_str("size is zero"),
+            Self::Unaligned { what, value } => write!(f, "{what} {value:#x} is not 4 KiB aligned"),
+            Self::Wraps { base, size } => write!(
+                f,
+                "{base:#x} + {size:#x} wraps past the end of the 64-bit address space"
+            ),
+            Self::MemoryTooSmall { size, minimum } => write!(
+                f,
+                "size {size:#x} is below the minimum of {minimum:#x} ({} MiB)",
+                minimum >> 20
+            ),
+            Self::OutsideRam { range, ram } => write!(f, "{range} is outside RAM {ram}"),
+            Self::OverlapsHypervisor { range, hypervisor } => {
+                write!(f, "{range} overlaps the hypervisor region {hypervisor}")
+            }
+            Self::OverlapsVm {
+                range,
+                other,
+                other_range,
+            } => write!(f, "{range} overlaps vm '{other}' memory {other_range}"),
+            Self::HypervisorTooSmall { size, offset } => write!(
+                f,
+                "size {size:#x} leaves no room for Keel's image, which loads at base + {offset:#x}"
+            ),
+            Self::NoPcpus => f.write_str("must be at least 1"),
+            Self::NoVcpus => f.write_str("is empty: a VM needs at least one vCPU"),
+            Self::TooManyVcpus { count, max } => write!(
+                f,
+                "{count} vCPUs exceed the maximum of {max} \
+                 (their GIC redistributors must fit below the PL011)"
+            ),
+            Self::PcpuOutOfRange { pcpu, count } => {
+                write!(f, "pCPU {pcpu} does not exist (system.pcpus = {count})")
+            }
+            Self::PcpuListedTwice { pcpu } => write!(f, "pCPU {pcpu} is listed twice"),
+            Self::PcpuClaimed { pcpu, other } => {
+                write!(f, "pCPU {pcpu} is already claimed by vm '{other}'")
+            }
+            Self::ImageBothSources => f.write_str("give exactly one of 'guest' or 'file', not both"),
+            Self::ImageNoSource => f.write_str("give exactly one of 'guest' or 'file'"),
+            Self::UnknownGuest { guest } => write!(f, "no workspace guest named '{guest}'"),
+            Self::GuestImageNotBuilt { guest, path } => write!(
+                f,
+                "guest '{guest}' has no built image at '{}' (build it first)",
+                path.display()
+            ),
+            Self::FileNotFound { path } => write!(f, "file '{}' not found", path.display()),
+            Self::ImageUnreadable { path, error } => {
+                write!(f, "cannot read '{}': {error}", path.display())
+            }
+            Self::ImageEmpty { path } => write!(f, "'{}' is empty", path.display()),
+            Self::LinuxImageMisaligned { ipa } => write!(
+                f,
+                "a Linux Image must be loaded text_offset above a 2 MiB aligned base, \
+                 so ipa {ipa:#x} must be 2 MiB aligned"
+            ),
+            Self::ImageDoesNotFit { image, dtb_ipa } => write!(
+                f,
+                "image {image} ({:#x} bytes) does not fit below the device tree at {dtb_ipa:#x}",
+                image.size()
+            ),
+            Self::OverlapsDeviceWindow { range, window } => write!(
+                f,
+                "guest memory {range} overlaps the emulated device window {window} (GIC and PL011)"
+            ),
+            Self::BeyondIpaSpace { range, bits } => write!(
+                f,
+                "guest memory {range} extends past the {bits}-bit guest-physical address space"
+            ),
+            Self::UnknownDevice { device, known } => {
+                let known: Vec<String> = known.iter().map(|name| format!("'{name}'")).collect();
+                write!(
+                    f,
+                    "unknown device '{device}' (known devices: {})",
+                    known.join(", ")
+                )
+            }
+            Self::DuplicateDevice { device } => write!(f, "'{device}' is listed twice"),
+            Self::UnknownWfiPolicy { value } => {
+                write!(f, "unknown policy '{value}' (expected 'native' or 'trap')")
+            }
+            Self::NulInCmdline => f.write_str("contains a NUL character"),
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! The validated system: what the configuration compiler hands to code generation and DTB generation.
+
+use std::path::PathBuf;
+
+use crate::abi::layout;
+use crate::addr::{GuestPhysAddr, MemoryRegion, PhysAddr};
+use crate::system::WfiPolicy;
+
+/// Guest-physical base of a VM's memory when `ipa` is not given: QEMU `virt`'s RAM base.
+pub const DEFAULT_IPA: u64 = 0x4000_0000;
+/// Granule every base and size must be aligned to (stage-2 pages).
+pub const PAGE_SIZE: u64 = 4 << 10;
+/// Smallest memory a VM may have.
+pub const MIN_VM_MEMORY: u64 = 4 << 20;
+/// Space reserved for the device tree at the top of each VM's memory (the Linux arm64 boot
+/// protocol caps a DTB at 2 MiB).
+pub const DTB_REGION_SIZE: u64 = 2 << 20;
+/// Offset of Keel's own image in the hypervisor region.
+pub const HYPERVISOR_IMAGE_OFFSET: u64 = 2 << 20;
+/// Alignment of the base a Linux Image is loaded above (Linux `Documentation/arch/arm64/booting.rst`).
+pub const LINUX_IMAGE_BASE_ALIGN: u64 = 2 << 20;
+/// First guest-physical address of the emulated device window (GIC distributor).
+pub const DEVICE_WINDOW_START: u64 = layout::GICD_BASE;
+/// End of the emulated device window (exclusive): GIC and PL011 lie below.
+pub const DEVICE_WINDOW_END: u64 = 0x0A00_0000;
+/// Width of guest-physical addresses Keel's stage 2 translates (a 40-bit IPA space).
+pub const IPA_BITS: u32 = 40;
+/// Most VMs a system may have: one 8-bit VMID each.
+pub const MAX_VMS: usize = 256;
+/// Most vCPUs a VM may have: their redistributors must fit between GICR_BASE and the PL011.
+pub const MAX_VCPUS: usize = ((layout::UART_BASE - layout::GICR_BASE) / layout::GICR_STRIDE) as usize;
+/// Device names a `[[vm]]` may list.
+pub const KNOWN_DEVICES: &[&str] = &["console"];
+
+/// A whole validated system.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct System {
+    /// Name of the configuration.
+    pub name: String,
+    /// First physical address of the board's RAM.
+    pub ram_base: u64,
+    /// Size of the board's RAM.
+    pub ram_size: u64,
+    /// First physical address reserved for Keel.
+    pub hypervisor_base: u64,
+    /// Size of Keel's region.
+    pub hypervisor_size: u64,
+    /// Number of pCPUs (ids `0..pcpus`).
+    pub pcpus: u32,
+    /// The VMs; `vms[i].id == i`.
+    pub vms: Vec<Vm>,
+}
+
+/// Where a VM's kernel image comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImageSource {
+    /// A guest of this workspace, built by xtask.
+    Guest(String),
+    /// A file, as written in the configuration (relative to its directory).
+    File(PathBuf),
+}
+
+/// One validated VM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Vm {
+    /// Index in [`System::vms`]; also the VMID.
+    pub id: u16,
+    /// Name from the configuration.
+    pub name: String,
+    /// First physical address of the VM's memory.
+    pub phys: u64,
+    /// Guest-physical address the memory appears at.
+    pub ipa: u64,
+    /// Memory size in bytes.
+    pub size: u64,
+    /// vCPU `i` is pinned on pCPU `pcpus[i]`.
+    pub pcpus: Vec<u32>,
+    /// Where the image came from.
+    pub image: ImageSource,
+    /// The image file: absolute, and it exists.
+    pub image_path: PathBuf,
+    /// Guest-physical load address and entry point of the image.
+    pub image_ipa: u64,
+    /// Guest-physical address of the device tree (the last [`DTB_REGION_SIZE`] of memory).
+    pub dtb_ipa: u64,
+    /// Whether the VM has the emulated PL011 console.
+    pub console: bool,
+    /// What the guest's WFI does.
+    pub wfi: WfiPolicy,
+    /// Kernel command line, for `/chosen/bootargs`.
+    pub cmdline: String,
+}
+
+impl Vm {
+    /// The VM's memory as the runtime tables describe it.
+    pub fn memory_region(&self) -> MemoryRegion {
+        MemoryRegion {
+            ipa: GuestPhysAddr(self.ipa),
+            phys: PhysAddr(self.phys),
+            size: self.size,
+        }
+    }
+
+    /// Number of vCPUs.
+    pub fn vcpu_count(&self) -> usize {
+        self.pcpus.len()
+    }
+}

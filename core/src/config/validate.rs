@@ -1,0 +1,325 @@
+//! The rejection rules: turns the TOML as written into a [`System`], or names the first broken rule.
+//!
+//! Rules are checked in file order — `[system]` first, then each `[[vm]]` against itself and
+//! against the VMs before it — so the same file always yields the same error.
+
+use std::path::{Path, PathBuf};
+
+use super::error::{AddressRange, ConfigErrorKind, Problem, Subject};
+use super::image;
+use super::model::{
+    System, Vm, DEFAULT_IPA, DEVICE_WINDOW_END, DEVICE_WINDOW_START, DTB_REGION_SIZE,
+    HYPERVISOR_IMAGE_OFFSET, IPA_BITS, KNOWN_DEVICES, LINUX_IMAGE_BASE_ALIGN, MAX_VCPUS, MAX_VMS,
+    MIN_VM_MEMORY, PAGE_SIZE,
+};
+use super::schema::{ConfigFile, RegionTable, SystemTable, VmTable};
+use crate::system::WfiPolicy;
+
+/// Builds the error for `subject`'s `field` breaking `problem`.
+fn invalid(subject: &Subject, field: &'static str, problem: Problem) -> ConfigErrorKind {
+    ConfigErrorKind::Invalid {
+        subject: subject.clone(),
+        field,
+        problem,
+    }
+}
+
+/// Checks `value` is 4 KiB aligned.
+fn check_aligned(value: u64, what: &'static str) -> Result<(), Problem> {
+    if value % PAGE_SIZE == 0 {
+        Ok(())
+    } else {
+        Err(Problem::Unaligned { what, value })
+    }
+}
+
+/// The shape rules every `{ base, size }` obeys: non-empty, page aligned, no wrap-around.
+fn check_region(region: &RegionTable) -> Result<AddressRange, Problem> {
+    let (base, size) = (region.base, region.size.0);
+    if size == 0 {
+        return Err(Problem::SizeZero);
+    }
+    check_aligned(base, "base")?;
+    check_aligned(size, "size")?;
+    AddressRange::new(base, size).ok_or(Problem::Wraps { base, size })
+}
+
+/// The `[system]` rules; returns RAM and the hypervisor region.
+fn check_system(system: &SystemTable) -> Result<(AddressRange, AddressRange), ConfigErrorKind> {
+    let subject = Subject::System;
+    if system.name.is_empty() {
+        return Err(invalid(&subject, "name", Problem::EmptyName));
+    }
+    if system.pcpus == 0 {
+        return Err(invalid(&subject, "pcpus", Problem::NoPcpus));
+    }
+    let ram = check_region(&system.ram).map_err(|problem| invalid(&subject, "ram", problem))?;
+    let hypervisor = check_region(&system.hypervisor)
+        .map_err(|problem| invalid(&subject, "hypervisor", problem))?;
+    if !ram.contains(&hypervisor) {
+        return Err(invalid(
+            &subject,
+            "hypervisor",
+            Problem::OutsideRam {
+                range: hypervisor,
+                ram,
+            },
+        ));
+    }
+    if hypervisor.size() <= HYPERVISOR_IMAGE_OFFSET {
+        return Err(invalid(
+            &subject,
+            "hypervisor",
+            Problem::HypervisorTooSmall {
+                size: hypervisor.size(),
+                offset: HYPERVISOR_IMAGE_OFFSET,
+            },
+        ));
+    }
+    Ok((ram, hypervisor))
+}
+
+/// Everything a VM is checked against: the system and the VMs declared before it.
+struct Context<'a> {
+    config_dir: &'a Path,
+    guest_image: &'a dyn Fn(&str) -> Option<PathBuf>,
+    pcpu_count: u32,
+    ram: AddressRange,
+    hypervisor: AddressRange,
+    earlier: &'a [Vm],
+}
+
+/// Name rules: non-empty, unique. Returns the subject to report the VM's other errors under.
+fn check_name(table: &VmTable, index: usize, earlier: &[Vm]) -> Result<Subject, ConfigErrorKind> {
+    if table.name.is_empty() {
+        return Err(invalid(
+            &Subject::UnnamedVm(index),
+            "name",
+            Problem::EmptyName,
+        ));
+    }
+    let subject = Subject::Vm(table.name.clone());
+    if let Some(first) = earlier.iter().find(|vm| vm.name == table.name) {
+        return Err(invalid(
+            &subject,
+            "name",
+            Problem::DuplicateName {
+                first: usize::from(first.id),
+                second: index,
+            },
+        ));
+    }
+    Ok(subject)
+}
+
+/// Physical memory rules: shape, minimum size, inside RAM, clear of Keel and of earlier VMs.
+fn check_memory(table: &VmTable, context: &Context) -> Result<AddressRange, Problem> {
+    let range = check_region(&table.memory)?;
+    if range.size() < MIN_VM_MEMORY {
+        return Err(Problem::MemoryTooSmall {
+            size: range.size(),
+            minimum: MIN_VM_MEMORY,
+        });
+    }
+    if !context.ram.contains(&range) {
+        return Err(Problem::OutsideRam {
+            range,
+            ram: context.ram,
+        });
+    }
+    if range.overlaps(&context.hypervisor) {
+        return Err(Problem::OverlapsHypervisor {
+            range,
+            hypervisor: context.hypervisor,
+        });
+    }
+    for other in context.earlier {
+        let other_range = AddressRange {
+            start: other.phys,
+            end: other.phys + other.size,
+        };
+        if range.overlaps(&other_range) {
+            return Err(Problem::OverlapsVm {
+                range,
+                other: other.name.clone(),
+                other_range,
+            });
+        }
+    }
+    Ok(range)
+}
+
+/// Guest-physical rules: page aligned, inside the IPA space, clear of the emulated devices.
+fn check_ipa(ipa: u64, size: u64) -> Result<AddressRange, Problem> {
+    check_aligned(ipa, "address")?;
+    let range = AddressRange::new(ipa, size).ok_or(Problem::Wraps { base: ipa, size })?;
+    if range.end > 1 << IPA_BITS {
+        return Err(Problem::BeyondIpaSpace {
+            range,
+            bits: IPA_BITS,
+        });
+    }
+    let window = AddressRange {
+        start: DEVICE_WINDOW_START,
+        end: DEVICE_WINDOW_END,
+    };
+    if range.overlaps(&window) {
+        return Err(Problem::OverlapsDeviceWindow { range, window });
+    }
+    Ok(range)
+}
+
+/// pCPU rules: at least one, not too many, each existing and claimed once in the system.
+fn check_pcpus(pcpus: &[u32], context: &Context) -> Result<(), Problem> {
+    if pcpus.is_empty() {
+        return Err(Problem::NoVcpus);
+    }
+    if pcpus.len() > MAX_VCPUS {
+        return Err(Problem::TooManyVcpus {
+            count: pcpus.len(),
+            max: MAX_VCPUS,
+        });
+    }
+    for (position, &pcpu) in pcpus.iter().enumerate() {
+        if pcpu >= context.pcpu_count {
+            return Err(Problem::PcpuOutOfRange {
+                pcpu,
+                count: context.pcpu_count,
+            });
+        }
+        if pcpus[..position].contains(&pcpu) {
+            return Err(Problem::PcpuListedTwice { pcpu });
+        }
+        if let Some(other) = context.earlier.iter().find(|vm| vm.pcpus.contains(&pcpu)) {
+            return Err(Problem::PcpuClaimed {
+                pcpu,
+                other: other.name.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Device rules: known names, each once. Returns whether the console is present.
+fn check_devices(devices: &[String]) -> Result<bool, Problem> {
+    for (position, device) in devices.iter().enumerate() {
+        if !KNOWN_DEVICES.contains(&device.as_str()) {
+            return Err(Problem::UnknownDevice {
+                device: device.clone(),
+                known: KNOWN_DEVICES,
+            });
+        }
+        if devices[..position].contains(device) {
+            return Err(Problem::DuplicateDevice {
+                device: device.clone(),
+            });
+        }
+    }
+    Ok(devices.iter().any(|device| device == "console"))
+}
+
+/// WFI policy: `native` (the default) or `trap`.
+fn check_wfi(wfi: Option<&str>) -> Result<WfiPolicy, Problem> {
+    match wfi {
+        None | Some("native") => Ok(WfiPolicy::Native),
+        Some("trap") => Ok(WfiPolicy::Trap),
+        Some(value) => Err(Problem::UnknownWfiPolicy {
+            value: value.to_string(),
+        }),
+    }
+}
+
+/// All rules of one `[[vm]]`, in the order its fields are documented.
+fn check_vm(table: &VmTable, index: usize, context: &Context) -> Result<Vm, ConfigErrorKind> {
+    let subject = check_name(table, index, context.earlier)?;
+    let at = |field: &'static str, problem: Problem| invalid(&subject, field, problem);
+
+    let memory = check_memory(table, context).map_err(|problem| at("memory", problem))?;
+    let ipa = table.ipa.unwrap_or(DEFAULT_IPA);
+    let guest_memory = check_ipa(ipa, memory.size()).map_err(|problem| at("ipa", problem))?;
+    check_pcpus(&table.pcpus, context).map_err(|problem| at("pcpus", problem))?;
+    let console = check_devices(&table.devices).map_err(|problem| at("devices", problem))?;
+    let wfi = check_wfi(table.wfi.as_deref()).map_err(|problem| at("wfi", problem))?;
+    if table.cmdline.contains('\0') {
+        return Err(at("cmdline", Problem::NulInCmdline));
+    }
+
+    let (source, path) = image::resolve(&table.image, context.config_dir, context.guest_image)
+        .map_err(|problem| at("image", problem))?;
+    let (layout, image_path) = image::load(&path).map_err(|problem| at("image", problem))?;
+    if layout.is_linux && ipa % LINUX_IMAGE_BASE_ALIGN != 0 {
+        return Err(at("image", Problem::LinuxImageMisaligned { ipa }));
+    }
+    // DTB_REGION_SIZE < MIN_VM_MEMORY, so this cannot underflow.
+    let dtb_ipa = guest_memory.end - DTB_REGION_SIZE;
+    let image_ipa = ipa.saturating_add(layout.load_offset);
+    let image_range = AddressRange {
+        start: image_ipa,
+        end: image_ipa.saturating_add(layout.footprint),
+    };
+    if image_range.end > dtb_ipa {
+        return Err(at(
+            "image",
+            Problem::ImageDoesNotFit {
+                image: image_range,
+                dtb_ipa,
+            },
+        ));
+    }
+
+    Ok(Vm {
+        id: u16::try_from(index).expect("MAX_VMS fits a u16"),
+        name: table.name.clone(),
+        phys: memory.start,
+        ipa,
+        size: memory.size(),
+        pcpus: table.pcpus.clone(),
+        image: source,
+        image_path,
+        image_ipa,
+        dtb_ipa,
+        console,
+        wfi,
+        cmdline: table.cmdline.clone(),
+    })
+}
+
+/// Checks every rule; `config_dir` is the directory image files are relative to.
+pub fn validate(
+    file: &ConfigFile,
+    config_dir: &Path,
+    guest_image: &dyn Fn(&str) -> Option<PathBuf>,
+) -> Result<System, ConfigErrorKind> {
+    let (ram, hypervisor) = check_system(&file.system)?;
+    if file.vm.is_empty() {
+        return Err(ConfigErrorKind::NoVms);
+    }
+    if file.vm.len() > MAX_VMS {
+        return Err(ConfigErrorKind::TooManyVms {
+            count: file.vm.len(),
+            max: MAX_VMS,
+        });
+    }
+    let mut vms: Vec<Vm> = Vec::with_capacity(file.vm.len());
+    for (index, table) in file.vm.iter().enumerate() {
+        let context = Context {
+            config_dir,
+            guest_image,
+            pcpu_count: file.system.pcpus,
+            ram,
+            hypervisor,
+            earlier: &vms,
+        };
+        let vm = check_vm(table, index, &context)?;
+        vms.push(vm);
+    }
+    Ok(System {
+        name: file.system.name.clone(),
+        ram_base: ram.start,
+        ram_size: ram.size(),
+        hypervisor_base: hypervisor.start,
+        hypervisor_size: hypervisor.size(),
+        pcpus: file.system.pcpus,
+        vms,
+    })
+}
