@@ -1,2 +1,222 @@
+//! Keel: a static-partitioning, real-time hypervisor for 64-bit Arm, entered at EL2.
 #![no_std]
 #![no_main]
+
+mod arch;
+mod console;
+mod irq;
+mod platform;
+mod trap;
+mod vcpu;
+mod vm;
+
+/// The system configuration, compiled on the host by `cargo xtask build`.
+mod config {
+    include!(concat!(env!("OUT_DIR"), "/system.rs"));
+}
+
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use arch::{boot, cpu, gic, mmu, psci, uart::Uart, vectors};
+use keel_core::abi::layout;
+use keel_core::fdt;
+
+use config::SYSTEM;
+use platform::Platform;
+
+/// Most vCPUs per VM.
+pub const MAX_VCPUS: usize = keel_core::devices::vgic::MAX_VCPUS;
+
+/// QEMU virt's PL011, used to report a device tree too broken to name the console.
+const FALLBACK_UART: u64 = 0x0900_0000;
+
+static PLATFORM: spin::Once<Platform> = spin::Once::new();
+static UART_INTID: AtomicU32 = AtomicU32::new(u32::MAX);
+
+/// The physical UART's interrupt id.
+pub fn uart_intid() -> u32 {
+    UART_INTID.load(Ordering::Relaxed)
+}
+
+fn platform() -> &'static Platform {
+    PLATFORM.get().expect("platform is read before any other pCPU starts")
+}
+
+/// Reads the device tree at `address` into a slice, checking its header first.
+fn device_tree(address: u64) -> Result<&'static [u8], platform::BootError> {
+    if address == 0 {
+        return Err(platform::BootError::NoDeviceTree);
+    }
+    // SAFETY: the loader passed a device tree at `address` (in RAM, identity-mapped as normal
+    // memory); only its 40-byte header is read before its own size is known.
+    let header = unsafe { core::slice::from_raw_parts(address as *const u8, 40) };
+    let size = fdt::total_size(header)?;
+    // SAFETY: as above, for the size the header declares; nothing writes the blob while Keel
+    // reads it (VM images are loaded only after the platform has been read).
+    Ok(unsafe { core::slice::from_raw_parts(address as *const u8, size) })
+}
+
+fn boot_failure(uart: Uart, args: core::fmt::Arguments<'_>) -> ! {
+    console::init_early(uart);
+    keel_println!("boot error: {}", args);
+    psci::system_off()
+}
+
+/// Entry of the boot pCPU from `_start`, with the device tree address.
+#[unsafe(no_mangle)]
+extern "C" fn keel_primary_main(dtb: u64) -> ! {
+    cpu::set_index(0);
+    mmu::build();
+    mmu::enable();
+    vectors::install();
+
+    // SAFETY: QEMU virt's UART address, used only to report a device tree Keel cannot read.
+    let fallback = unsafe { Uart::new(FALLBACK_UART) };
+    let platform = match device_tree(dtb).and_then(Platform::from_dtb) {
+        Ok(platform) => PLATFORM.call_once(|| platform),
+        Err(error) => boot_failure(fallback, format_args!("{error}")),
+    };
+    // SAFETY: the device tree names this PL011 as the board's UART; Keel is its only user.
+    let uart = unsafe { Uart::new(platform.uart) };
+    console::init_early(uart);
+    UART_INTID.store(platform.uart_intid, Ordering::Relaxed);
+    check_configuration(platform).unwrap_or_else(|()| boot_failure(uart, format_args!("configuration does not fit this board")));
+
+    keel_println!(
+        "Keel {} on '{}': {} pCPUs, RAM {:#x}+{:#x}, configuration '{}' with {} VMs",
+        env!("CARGO_PKG_VERSION"),
+        platform.model,
+        platform.cpu_count,
+        platform.ram_base,
+        platform.ram_size,
+        SYSTEM.name,
+        SYSTEM.vms.len()
+    );
+
+    // SAFETY: the distributor address comes from the device tree.
+    let distributor = unsafe { gic::Distributor::new(platform.gicd) };
+    distributor.init();
+    distributor.enable_spi(platform.uart_intid, platform.cpus[0]);
+
+    vm::assign_pcpus();
+    let mut names = [""; vm::MAX_VMS];
+    let mut consoles = [false; vm::MAX_VMS];
+    for (index, desc) in SYSTEM.vms.iter().enumerate() {
+        names[index] = desc.name;
+        consoles[index] = desc.console;
+        if let Err(error) = vm::build(index) {
+            boot_failure(uart, format_args!("vm '{}': cannot build its stage-2 map: {error:?}", desc.name));
+        }
+        keel_println!(
+            "vm '{}' (id {}): {} MiB at IPA {:#x} (PA {:#x}), pCPUs {:?}, image {} bytes at {:#x}",
+            desc.name,
+            index,
+            desc.memory.size >> 20,
+            desc.memory.ipa.0,
+            desc.memory.phys.0,
+            desc.pcpus,
+            desc.image.len(),
+            desc.image_ipa.0
+        );
+    }
+    console::init(uart, &names[..SYSTEM.vms.len()], &consoles[..SYSTEM.vms.len()]);
+    if SYSTEM.vms.is_empty() {
+        keel_println!("no VM configured: powering off");
+        psci::system_off();
+    }
+
+    for index in 1..SYSTEM.pcpus as usize {
+        if let Err(error) = boot::start_secondary(index, platform.cpus[index]) {
+            keel_println!("pCPU {index} (MPIDR {:#x}) did not start: PSCI error {error}", platform.cpus[index]);
+        }
+    }
+    cpu_main(0)
+}
+
+/// Entry of a secondary pCPU started with PSCI CPU_ON.
+#[unsafe(no_mangle)]
+extern "C" fn keel_secondary_main(index: usize) -> ! {
+    cpu::set_index(index);
+    mmu::enable();
+    vectors::install();
+    cpu_main(index)
+}
+
+fn check_configuration(platform: &Platform) -> Result<(), ()> {
+    let mut fits = true;
+    if SYSTEM.pcpus as usize > platform.cpu_count {
+        keel_println!(
+            "configuration '{}' needs {} pCPUs, the board has {}",
+            SYSTEM.name,
+            SYSTEM.pcpus,
+            platform.cpu_count
+        );
+        fits = false;
+    }
+    let ram_end = platform.ram_base + platform.ram_size;
+    for desc in SYSTEM.vms {
+        let (start, end) = (desc.memory.phys.0, desc.memory.phys.0 + desc.memory.size);
+        if start < platform.ram_base || end > ram_end {
+            keel_println!(
+                "vm '{}': memory {start:#x}..{end:#x} is outside the board's RAM {:#x}..{ram_end:#x}",
+                desc.name,
+                platform.ram_base
+            );
+            fits = false;
+        }
+    }
+    if fits {
+        Ok(())
+    } else {
+        Err(())
+    }
+}
+
+/// Common per-pCPU bring-up, then run this pCPU's vCPU (or idle).
+fn cpu_main(index: usize) -> ! {
+    let platform = platform();
+    let this = vm::percpu(index);
+    this.mpidr.store(cpu::mpidr(), Ordering::Relaxed);
+    // SAFETY: the redistributor region comes from the device tree.
+    let redistributor = unsafe { gic::Redistributor::find(platform.gicr, platform.gicr_size, cpu::mpidr()) };
+    let Some(redistributor) = redistributor else {
+        keel_println!("pCPU {index}: no GIC redistributor for MPIDR {:#x}", cpu::mpidr());
+        cpu::halt()
+    };
+    redistributor.init();
+    for intid in [irq::KICK_SGI, layout::MAINTENANCE_INTID, layout::HYP_TIMER_INTID] {
+        redistributor.enable_private(intid);
+    }
+    this.redistributor.call_once(|| redistributor);
+    gic::init_cpu_interface();
+    vcpu::run_this_cpu()
+}
+
+/// Rust panics in Keel: report and stop this pCPU (the other pCPUs' VMs keep running).
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
+    console::emergency_line(format_args!(
+        "PANIC on pCPU {}: {} (ELR_EL2 {:#x}, ESR_EL2 {:#x}, FAR_EL2 {:#x})",
+        cpu::index(),
+        info,
+        arch::regs::read_sysreg!("elr_el2"),
+        arch::regs::read_sysreg!("esr_el2"),
+        arch::regs::read_sysreg!("far_el2"),
+    ));
+    cpu::halt()
+}
+
+/// An exception taken by Keel itself: a bug. Report where it happened and stop this pCPU.
+#[unsafe(no_mangle)]
+extern "C" fn keel_hyp_fault() -> ! {
+    let esr = arch::regs::read_sysreg!("esr_el2");
+    console::emergency_line(format_args!(
+        "FATAL exception in Keel on pCPU {}: ESR_EL2 {:#010x} ({}), ELR_EL2 {:#x}, FAR_EL2 {:#x}",
+        cpu::index(),
+        esr,
+        keel_core::esr::Esr(esr),
+        arch::regs::read_sysreg!("elr_el2"),
+        arch::regs::read_sysreg!("far_el2"),
+    ));
+    cpu::halt()
+}

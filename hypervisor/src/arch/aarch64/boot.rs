@@ -1,0 +1,97 @@
+//! Boot: the arm64 Image header, the entry points of the primary and secondary pCPUs,
+//! and the per-pCPU stacks.
+//!
+//! The header (Linux `Documentation/arch/arm64/booting.rst`) makes QEMU `-kernel` and U-Boot
+//! `booti` load Keel at RAM base + 2 MiB and pass the DTB address in x0, as for Xen.
+
+use super::psci;
+
+/// Most pCPUs Keel drives.
+pub const MAX_CPUS: usize = 8;
+/// Stack size of each pCPU.
+pub const STACK_SIZE: usize = 32 * 1024;
+
+core::arch::global_asm!(
+    r#"
+    .section .text.head, "ax"
+    .global _start
+_start:
+    b       keel_primary_entry      // code0
+    .long   0                       // code1
+    .quad   0x200000                // text_offset
+    .quad   __image_size            // image_size, BSS included
+    .quad   0x2                     // flags: little-endian, 4 KiB pages, 2 MiB-aligned base
+    .quad   0                       // res2
+    .quad   0                       // res3
+    .quad   0                       // res4
+    .ascii  "ARM\x64"               // magic
+    .long   0                       // res5
+
+keel_primary_entry:
+    mov     x19, x0                 // DTB address
+    msr     daifset, #0xf
+    mrs     x1, CurrentEL
+    cmp     x1, #(2 << 2)
+    b.ne    keel_not_el2
+    adrp    x1, __bss_start
+    add     x1, x1, :lo12:__bss_start
+    adrp    x2, __bss_end
+    add     x2, x2, :lo12:__bss_end
+1:  cmp     x1, x2
+    b.hs    2f
+    stp     xzr, xzr, [x1], #16
+    b       1b
+2:  mov     x0, #0
+    bl      keel_set_stack
+    mov     x0, x19
+    bl      keel_primary_main
+    b       keel_not_el2
+
+    .global keel_secondary_entry
+keel_secondary_entry:
+    msr     daifset, #0xf
+    mov     x19, x0                 // pCPU index (PSCI context id)
+    bl      keel_set_stack
+    mov     x0, x19
+    bl      keel_secondary_main
+    b       keel_not_el2
+
+// x0 = pCPU index: SP = top of that pCPU's stack. Clobbers x1, x2.
+keel_set_stack:
+    adrp    x1, keel_stacks
+    add     x1, x1, :lo12:keel_stacks
+    add     x2, x0, #1
+    mov     x0, #{stack_size}
+    madd    x1, x2, x0, x1
+    mov     sp, x1
+    ret
+
+keel_not_el2:
+    wfe
+    b       keel_not_el2
+
+    .section .bss.stacks, "aw", %nobits
+    .balign 4096
+    .global keel_stacks
+keel_stacks:
+    .space  {stacks_size}
+"#,
+    stack_size = const STACK_SIZE,
+    stacks_size = const STACK_SIZE * MAX_CPUS,
+);
+
+unsafe extern "C" {
+    static keel_stacks: u8;
+    fn keel_secondary_entry();
+}
+
+/// The top of pCPU `index`'s stack.
+pub fn stack_top(index: usize) -> u64 {
+    let base = core::ptr::addr_of!(keel_stacks) as u64;
+    base + ((index + 1) * STACK_SIZE) as u64
+}
+
+/// Starts the secondary pCPU `index` (affinity `mpidr`) at Keel's secondary entry.
+pub fn start_secondary(index: usize, mpidr: u64) -> Result<(), i64> {
+    psci::cpu_on(mpidr, keel_secondary_entry as usize as u64, index as u64)
+}

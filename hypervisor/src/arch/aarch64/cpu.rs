@@ -1,0 +1,73 @@
+//! CPU-level operations: identity, barriers, waiting, cache maintenance.
+
+use super::regs::read_sysreg;
+
+/// This pCPU's MPIDR affinity fields (Aff3..Aff0).
+pub fn mpidr() -> u64 {
+    read_sysreg!("mpidr_el1") & 0xff_00ff_ffff
+}
+
+/// The pCPU index Keel gave this CPU at boot (kept in TPIDR_EL2).
+pub fn index() -> usize {
+    read_sysreg!("tpidr_el2") as usize
+}
+
+/// Records this CPU's index.
+pub fn set_index(index: usize) {
+    // SAFETY: TPIDR_EL2 is a scratch register reserved for Keel's pCPU index.
+    unsafe { super::regs::write_sysreg!("tpidr_el2", index) };
+}
+
+/// Waits for an interrupt (or any other wake-up event).
+pub fn wait_for_interrupt() {
+    // SAFETY: WFI only suspends execution until a wake-up event.
+    unsafe { core::arch::asm!("wfi", options(nomem, nostack, preserves_flags)) };
+}
+
+/// Allows IRQs at EL2 (used while a pCPU idles).
+pub fn enable_irqs() {
+    // SAFETY: Keel's EL2 IRQ vector is installed before any CPU unmasks IRQs.
+    unsafe { core::arch::asm!("msr daifclr, #2", options(nomem, nostack)) };
+}
+
+/// Masks IRQs at EL2.
+pub fn disable_irqs() {
+    // SAFETY: masking interrupts has no memory effects.
+    unsafe { core::arch::asm!("msr daifset, #2", options(nomem, nostack)) };
+}
+
+/// Instruction synchronization barrier.
+pub fn isb() {
+    // SAFETY: a barrier has no effect but ordering.
+    unsafe { core::arch::asm!("isb", options(nostack, preserves_flags)) };
+}
+
+/// Data synchronization barrier, full system.
+pub fn dsb_sy() {
+    // SAFETY: a barrier has no effect but ordering.
+    unsafe { core::arch::asm!("dsb sy", options(nostack, preserves_flags)) };
+}
+
+/// Cleans `[start, start + len)` from the data cache to the point of coherency and
+/// invalidates the instruction cache, so a guest starting with its MMU and caches off
+/// sees what Keel copied.
+pub fn clean_to_poc(start: usize, len: usize) {
+    let line = 4usize << ((read_sysreg!("ctr_el0") >> 16) & 0xf);
+    let mut address = start & !(line - 1);
+    while address < start + len {
+        // SAFETY: DC CVAC on an address Keel maps only cleans a cache line; memory is unchanged.
+        unsafe { core::arch::asm!("dc cvac, {}", in(reg) address, options(nostack, preserves_flags)) };
+        address += line;
+    }
+    dsb_sy();
+    // SAFETY: invalidating the instruction cache has no architectural effect on data.
+    unsafe { core::arch::asm!("ic iallu", "dsb sy", "isb", options(nostack, preserves_flags)) };
+}
+
+/// Parks this CPU for good.
+pub fn halt() -> ! {
+    disable_irqs();
+    loop {
+        wait_for_interrupt();
+    }
+}

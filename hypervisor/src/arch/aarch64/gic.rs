@@ -1,0 +1,261 @@
+//! The physical GICv3 (IHI 0069H): distributor, this pCPU's redistributor and CPU interface,
+//! and the virtual CPU interface control registers (ICH_*, chapter 12.4) used for guests.
+//!
+//! Keel runs the CPU interface with `ICC_CTLR_EL1.EOImode = 1`: writing EOIR only drops the
+//! priority, and the interrupt stays active until deactivated, by Keel (ICC_DIR_EL1) or,
+//! for interrupts forwarded with a hardware-linked list register, by the guest's own EOI.
+
+use super::mmio::Mmio;
+use super::regs::{read_sysreg, write_sysreg};
+
+const GICD_CTLR: usize = 0x0000;
+const GICD_IGROUPR: usize = 0x0080;
+const GICD_ISENABLER: usize = 0x0100;
+const GICD_IPRIORITYR: usize = 0x0400;
+const GICD_IROUTER: usize = 0x6000;
+const CTLR_ENABLE_GRP1: u32 = 1 << 1;
+const CTLR_ARE: u32 = 1 << 4;
+const CTLR_RWP: u32 = 1 << 31;
+
+const GICR_TYPER: usize = 0x0008;
+const GICR_WAKER: usize = 0x0014;
+const GICR_STRIDE: usize = 0x2_0000;
+const SGI_FRAME: usize = 0x1_0000;
+const WAKER_PROCESSOR_SLEEP: u32 = 1 << 1;
+const WAKER_CHILDREN_ASLEEP: u32 = 1 << 2;
+const TYPER_LAST: u64 = 1 << 4;
+
+/// Priority Keel gives every interrupt it uses.
+const PRIORITY: u8 = 0x80;
+/// First id that is not a real interrupt (1020-1023 are special).
+pub const SPECIAL_INTID: u32 = 1020;
+
+/// The physical distributor.
+#[derive(Clone, Copy, Debug)]
+pub struct Distributor {
+    regs: Mmio,
+}
+
+impl Distributor {
+    /// The distributor at `base` (from the DTB).
+    ///
+    /// # Safety
+    /// `base` must be the GICv3 distributor, mapped as device memory.
+    pub const unsafe fn new(base: u64) -> Self {
+        // SAFETY: forwarded from this function's contract.
+        Self { regs: unsafe { Mmio::new(base) } }
+    }
+
+    fn wait_rwp(&self) {
+        while self.regs.read32(GICD_CTLR) & CTLR_RWP != 0 {}
+    }
+
+    /// Enables affinity routing and group 1.
+    pub fn init(&self) {
+        self.regs.write32(GICD_CTLR, 0);
+        self.wait_rwp();
+        self.regs.write32(GICD_CTLR, CTLR_ARE | CTLR_ENABLE_GRP1);
+        self.wait_rwp();
+    }
+
+    /// Routes SPI `intid` to the pCPU with affinity `mpidr`, group 1, and enables it.
+    pub fn enable_spi(&self, intid: u32, mpidr: u64) {
+        let (word, bit) = ((intid / 32) as usize * 4, 1 << (intid % 32));
+        self.regs.write32(GICD_IGROUPR + word, self.regs.read32(GICD_IGROUPR + word) | bit);
+        let priority_word = GICD_IPRIORITYR + (intid as usize & !3);
+        let shift = 8 * (intid % 4);
+        let priorities = self.regs.read32(priority_word) & !(0xff << shift);
+        self.regs.write32(priority_word, priorities | (u32::from(PRIORITY) << shift));
+        self.regs.write64(GICD_IROUTER + 8 * intid as usize, mpidr);
+        self.regs.write32(GICD_ISENABLER + word, bit);
+    }
+}
+
+/// This pCPU's redistributor.
+#[derive(Clone, Copy, Debug)]
+pub struct Redistributor {
+    regs: Mmio,
+    sgi: Mmio,
+}
+
+impl Redistributor {
+    /// Finds the redistributor whose GICR_TYPER affinity matches `mpidr`, scanning the
+    /// region at `base` of `size` bytes.
+    ///
+    /// # Safety
+    /// `base..base + size` must be the GICv3 redistributor region, mapped as device memory.
+    pub unsafe fn find(base: u64, size: u64, mpidr: u64) -> Option<Self> {
+        let affinity = ((mpidr >> 8) & 0xff00_0000) | (mpidr & 0x00ff_ffff);
+        let mut offset = 0;
+        while offset + GICR_STRIDE as u64 <= size {
+            // SAFETY: inside the region per this function's contract.
+            let regs = unsafe { Mmio::new(base + offset) };
+            let typer = regs.read64(GICR_TYPER);
+            if typer >> 32 == affinity {
+                // SAFETY: the SGI frame follows the RD frame of the same redistributor.
+                let sgi = unsafe { Mmio::new(base + offset + SGI_FRAME as u64) };
+                return Some(Self { regs, sgi });
+            }
+            if typer & TYPER_LAST != 0 {
+                break;
+            }
+            offset += GICR_STRIDE as u64;
+        }
+        None
+    }
+
+    /// Wakes the redistributor and puts all SGIs and PPIs in group 1, disabled.
+    pub fn init(&self) {
+        let waker = self.regs.read32(GICR_WAKER) & !WAKER_PROCESSOR_SLEEP;
+        self.regs.write32(GICR_WAKER, waker);
+        while self.regs.read32(GICR_WAKER) & WAKER_CHILDREN_ASLEEP != 0 {}
+        self.sgi.write32(GICD_IGROUPR, 0xffff_ffff);
+        self.sgi.write32(GICD_ISENABLER + 0x80, 0xffff_ffff);
+    }
+
+    /// Enables SGI or PPI `intid` on this pCPU.
+    pub fn enable_private(&self, intid: u32) {
+        let priority_word = GICD_IPRIORITYR + (intid as usize & !3);
+        let shift = 8 * (intid % 4);
+        let priorities = self.sgi.read32(priority_word) & !(0xff << shift);
+        self.sgi.write32(priority_word, priorities | (u32::from(PRIORITY) << shift));
+        self.sgi.write32(GICD_ISENABLER, 1 << intid);
+    }
+
+    /// Disables SGI or PPI `intid` on this pCPU.
+    pub fn disable_private(&self, intid: u32) {
+        self.sgi.write32(GICD_ISENABLER + 0x80, 1 << intid);
+    }
+}
+
+/// Sets up this pCPU's system-register CPU interface and the virtual interface.
+pub fn init_cpu_interface() {
+    // SAFETY: configures this pCPU's own GIC CPU interface; Keel is its only user at EL2.
+    unsafe {
+        // ICC_SRE_EL2: SRE and Enable (lets EL1 use the system-register interface).
+        write_sysreg!("icc_sre_el2", 0b1001u64);
+        core::arch::asm!("isb", options(nostack));
+        write_sysreg!("icc_pmr_el1", 0xffu64);
+        write_sysreg!("icc_bpr1_el1", 0u64);
+        write_sysreg!("icc_ctlr_el1", 1u64 << 1);
+        write_sysreg!("icc_igrpen1_el1", 1u64);
+        write_sysreg!("ich_vmcr_el2", 0u64);
+        write_sysreg!("ich_hcr_el2", 1u64);
+        core::arch::asm!("isb", options(nostack));
+    }
+    for lr in 0..list_registers() {
+        write_lr(lr, 0);
+    }
+}
+
+/// Acknowledges the highest-priority pending group-1 interrupt.
+pub fn acknowledge() -> u32 {
+    let intid: u64;
+    // SAFETY: reading ICC_IAR1_EL1 acknowledges an interrupt; Keel handles what it returns.
+    unsafe { core::arch::asm!("mrs {}, icc_iar1_el1", out(reg) intid, options(nomem, nostack)) };
+    intid as u32
+}
+
+/// Drops the running priority of `intid` (EOImode 1: it stays active).
+pub fn end_of_interrupt(intid: u32) {
+    // SAFETY: `intid` was acknowledged by this pCPU.
+    unsafe { write_sysreg!("icc_eoir1_el1", intid) };
+}
+
+/// Deactivates `intid`.
+pub fn deactivate(intid: u32) {
+    // SAFETY: `intid` was acknowledged and priority-dropped by this pCPU.
+    unsafe { write_sysreg!("icc_dir_el1", intid) };
+}
+
+/// Sends SGI `intid` to the pCPU with affinity `mpidr` (ICC_SGI1R_EL1, 12.2.22).
+pub fn send_sgi(intid: u32, mpidr: u64) {
+    let aff0 = mpidr & 0xff;
+    let value = (1u64 << (aff0 % 16))
+        | (((mpidr >> 8) & 0xff) << 16)
+        | (u64::from(intid & 0xf) << 24)
+        | (((mpidr >> 16) & 0xff) << 32)
+        | ((aff0 / 16) << 44)
+        | (((mpidr >> 32) & 0xff) << 48);
+    // SAFETY: sends a software-generated interrupt; no memory is touched.
+    unsafe {
+        core::arch::asm!("dsb ishst", options(nostack));
+        write_sysreg!("icc_sgi1r_el1", value);
+        core::arch::asm!("isb", options(nostack));
+    }
+}
+
+/// Number of list registers (ICH_VTR_EL2.ListRegs + 1).
+pub fn list_registers() -> usize {
+    ((read_sysreg!("ich_vtr_el2") & 0x1f) + 1) as usize
+}
+
+/// ICH_ELRSR_EL2: bit n set when list register n holds no interrupt.
+pub fn empty_list_registers() -> u64 {
+    read_sysreg!("ich_elrsr_el2")
+}
+
+/// Sets or clears ICH_HCR_EL2.UIE (maintenance interrupt when at most one list register is in use).
+pub fn set_underflow_interrupt(enabled: bool) {
+    let hcr = read_sysreg!("ich_hcr_el2");
+    let hcr = if enabled { hcr | 0b10 } else { hcr & !0b10 };
+    // SAFETY: only the underflow-enable bit of the virtual interface control changes.
+    unsafe { write_sysreg!("ich_hcr_el2", hcr) };
+}
+
+/// Clears the guest's view of the virtual CPU interface (VM reset).
+pub fn reset_virtual_interface() {
+    // SAFETY: resets the virtual interface that belongs to this pCPU's only vCPU.
+    unsafe { write_sysreg!("ich_vmcr_el2", 0u64) };
+    for lr in 0..list_registers() {
+        write_lr(lr, 0);
+    }
+}
+
+macro_rules! list_register_access {
+    ($($n:literal),*) => {
+        /// Reads list register `n` (ICH_LR<n>_EL2).
+        pub fn read_lr(n: usize) -> u64 {
+            match n {
+                $($n => {
+                    let value: u64;
+                    // SAFETY: reading a list register has no side effects.
+                    unsafe {
+                        core::arch::asm!(concat!("mrs {}, ich_lr", $n, "_el2"), out(reg) value, options(nomem, nostack, preserves_flags));
+                    }
+                    value
+                })*
+                _ => 0,
+            }
+        }
+
+        /// Writes list register `n`.
+        pub fn write_lr(n: usize, value: u64) {
+            match n {
+                // SAFETY: list registers only describe virtual interrupts for the running vCPU.
+                $($n => unsafe {
+                    core::arch::asm!(concat!("msr ich_lr", $n, "_el2, {}"), in(reg) value, options(nostack, preserves_flags));
+                },)*
+                _ => {}
+            }
+        }
+    };
+}
+
+list_register_access!(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+
+/// Builds a list register value (ICH_LR<n>_EL2, 12.4.6): pending, group 1 or 0, with the
+/// given priority; `physical` links it to a physical interrupt the guest's EOI deactivates;
+/// `eoi_maintenance` asks for a maintenance interrupt when the guest EOIs it.
+pub fn list_register_value(intid: u32, priority: u8, group1: bool, physical: Option<u32>, eoi_maintenance: bool) -> u64 {
+    let mut value = u64::from(intid) | (u64::from(priority) << 48) | (1 << 62);
+    if group1 {
+        value |= 1 << 60;
+    }
+    match physical {
+        Some(pintid) => value |= (1 << 61) | (u64::from(pintid) << 32),
+        None if eoi_maintenance => value |= 1 << 41,
+        None => {}
+    }
+    value
+}

@@ -1,0 +1,56 @@
+//! Per-pCPU EL2 configuration for running a guest vCPU: traps, stage 2, identity, timers,
+//! and the guest's EL1 state at power-on.
+
+use super::regs::{cnthctl, hcr, mdcr, read_sysreg, write_sysreg, SCTLR_EL1_RESET};
+
+/// Sets EL2 up to run vCPU `vcpu` of the VM with VMID `vmid` on this pCPU, with its EL1
+/// state as at power-on.
+pub fn prepare(vmid: u16, stage2_root: u64, vcpu: usize, trap_wfi: bool) {
+    let mut hcr_value = hcr::VM
+        | hcr::SWIO
+        | hcr::FMO
+        | hcr::IMO
+        | hcr::AMO
+        | hcr::FB
+        | hcr::BSU_INNER
+        | hcr::TSC
+        | hcr::TIDCP
+        | hcr::TACR
+        | hcr::TSW
+        | hcr::RW;
+    if trap_wfi {
+        hcr_value |= hcr::TWI;
+    }
+    // Pointer authentication runs natively where the CPU has it (ID_AA64ISAR1_EL1.APA/API).
+    if read_sysreg!("id_aa64isar1_el1") & 0xff0 != 0 {
+        hcr_value |= hcr::APK | hcr::API;
+    }
+    // Guests may use the PMU counters (HPMN = all); debug registers trap and are refused.
+    let counters = (read_sysreg!("pmcr_el0") >> 11) & 0x1f;
+    let mdcr_value = mdcr::TDA | mdcr::TDOSA | mdcr::TDRA | counters;
+    // CPTR_EL2 (E2H = 0): RES1 bits 13, 12, 9, 7:0; TZ (bit 8) stays set unless SVE exists,
+    // so SVE and FP/SIMD run untrapped where present (Keel itself never uses them).
+    let has_sve = (read_sysreg!("id_aa64pfr0_el1") >> 32) & 0xf != 0;
+    let cptr_value: u64 = 0x32ff | if has_sve { 0 } else { 1 << 8 };
+    let midr = read_sysreg!("midr_el1");
+    // SAFETY: these registers configure how this pCPU runs its (only) guest vCPU; the stage-2
+    // root is a complete table for the VM, and the EL1 state written is its reset state.
+    unsafe {
+        write_sysreg!("hcr_el2", hcr_value);
+        write_sysreg!("mdcr_el2", mdcr_value);
+        write_sysreg!("cptr_el2", cptr_value);
+        write_sysreg!("cnthctl_el2", cnthctl::EL1PCTEN);
+        write_sysreg!("cntvoff_el2", 0u64);
+        write_sysreg!("vpidr_el2", midr);
+        write_sysreg!("vmpidr_el2", (1u64 << 31) | vcpu as u64);
+        write_sysreg!("sctlr_el1", SCTLR_EL1_RESET);
+        write_sysreg!("vbar_el1", 0u64);
+        write_sysreg!("cntv_ctl_el0", 0u64);
+        write_sysreg!("cntkctl_el1", 0u64);
+        write_sysreg!("tcr_el1", 0u64);
+        write_sysreg!("mdscr_el1", 0u64);
+        core::arch::asm!("isb", options(nostack));
+    }
+    super::stage2::install(vmid, stage2_root);
+    super::gic::reset_virtual_interface();
+}

@@ -1,0 +1,59 @@
+//! Keel's own EL2 stage-1 translation: an identity map with 1 GiB blocks (Arm ARM D8).
+//!
+//! The first GiB of the physical space (the QEMU virt device window: GIC, UART) is
+//! Device-nGnRnE and never executable; the next `RAM_GIBS` GiB are normal write-back memory.
+
+use core::cell::UnsafeCell;
+
+use super::regs::write_sysreg;
+
+/// GiB of normal memory mapped from 1 GiB up (QEMU virt RAM starts at 1 GiB).
+pub const RAM_GIBS: usize = 15;
+
+#[repr(C, align(4096))]
+struct Level1Table(UnsafeCell<[u64; 512]>);
+
+// SAFETY: the table is written only by the primary pCPU in `build`, before any other pCPU runs
+// and before the MMU reads it; afterwards it is only read (by the MMU).
+unsafe impl Sync for Level1Table {}
+
+static EL2_TABLE: Level1Table = Level1Table(UnsafeCell::new([0; 512]));
+
+const VALID_BLOCK: u64 = 0b01;
+const ATTR_DEVICE: u64 = 0 << 2;
+const ATTR_NORMAL: u64 = 1 << 2;
+const INNER_SHAREABLE: u64 = 0b11 << 8;
+const ACCESS_FLAG: u64 = 1 << 10;
+const EXECUTE_NEVER: u64 = 1 << 54;
+/// MAIR_EL2: attribute 0 Device-nGnRnE, attribute 1 Normal write-back read/write-allocate.
+const MAIR: u64 = 0xff << 8;
+/// TCR_EL2: T0SZ = 25 (39-bit VA), inner/outer write-back, inner shareable, 4 KiB granule,
+/// PS = 40 bits, RES1 bits 23 and 31.
+const TCR: u64 = 25 | (1 << 8) | (1 << 10) | (3 << 12) | (2 << 16) | (1 << 23) | (1 << 31);
+/// SCTLR_EL2: MMU, data cache, alignment checks of SP, instruction cache, on top of RES1 bits.
+const SCTLR: u64 = 0x30c5_0830 | (1 << 0) | (1 << 2) | (1 << 3) | (1 << 12);
+
+/// Fills the identity map. Runs once, on the primary pCPU, with the MMU off.
+pub fn build() {
+    // SAFETY: per the Sync justification, nothing else accesses the table now.
+    let table = unsafe { &mut *EL2_TABLE.0.get() };
+    table[0] = VALID_BLOCK | ATTR_DEVICE | ACCESS_FLAG | EXECUTE_NEVER;
+    for (gib, entry) in table.iter_mut().enumerate().skip(1).take(RAM_GIBS) {
+        *entry = ((gib as u64) << 30) | VALID_BLOCK | ATTR_NORMAL | INNER_SHAREABLE | ACCESS_FLAG;
+    }
+}
+
+/// Turns the EL2 MMU and caches on for this pCPU using the table from [`build`].
+pub fn enable() {
+    super::cpu::dsb_sy();
+    // SAFETY: the table identity-maps everything Keel touches with the attributes it expects,
+    // so execution continues at the same addresses after SCTLR_EL2.M is set.
+    unsafe {
+        write_sysreg!("mair_el2", MAIR);
+        write_sysreg!("tcr_el2", TCR);
+        write_sysreg!("ttbr0_el2", EL2_TABLE.0.get() as u64);
+        core::arch::asm!("isb", "tlbi alle2", "dsb nsh", "isb", options(nostack));
+        write_sysreg!("sctlr_el2", SCTLR);
+        core::arch::asm!("isb", options(nostack));
+    }
+}

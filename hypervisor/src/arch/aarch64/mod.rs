@@ -1,0 +1,14 @@
+//! AArch64 at EL2: boot, MMU, vectors, traps, GICv3, generic timer, PSCI.
+
+pub mod boot;
+pub mod cpu;
+pub mod gic;
+pub mod guest;
+pub mod mmio;
+pub mod mmu;
+pub mod psci;
+pub mod regs;
+pub mod stage2;
+pub mod timer;
+pub mod uart;
+pub mod vectors;

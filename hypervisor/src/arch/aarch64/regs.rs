@@ -1,0 +1,81 @@
+//! System register access and the register bits Keel programs (Arm ARM D23, "AArch64 System Registers").
+
+/// Reads a system register that has no side effects on read.
+macro_rules! read_sysreg {
+    ($name:literal) => {{
+        let value: u64;
+        // SAFETY: reading this system register has no side effects and touches no memory.
+        unsafe {
+            core::arch::asm!(concat!("mrs {}, ", $name), out(reg) value, options(nomem, nostack, preserves_flags));
+        }
+        value
+    }};
+}
+
+/// Writes a system register. Expands to an `asm!` that the caller wraps in `unsafe`,
+/// stating why the write is sound where it is made.
+macro_rules! write_sysreg {
+    ($name:literal, $value:expr) => {
+        core::arch::asm!(concat!("msr ", $name, ", {}"), in(reg) ($value) as u64, options(nostack, preserves_flags))
+    };
+}
+
+pub(crate) use read_sysreg;
+pub(crate) use write_sysreg;
+
+/// HCR_EL2 bits (D23.2.53).
+pub mod hcr {
+    /// Stage-2 translation on.
+    pub const VM: u64 = 1 << 0;
+    /// Set/way invalidation upgraded to clean and invalidate.
+    pub const SWIO: u64 = 1 << 1;
+    /// Physical FIQs to EL2.
+    pub const FMO: u64 = 1 << 3;
+    /// Physical IRQs to EL2; EL1 sees the virtual CPU interface.
+    pub const IMO: u64 = 1 << 4;
+    /// SErrors to EL2.
+    pub const AMO: u64 = 1 << 5;
+    /// Broadcast TLB and cache maintenance to the inner shareable domain.
+    pub const FB: u64 = 1 << 9;
+    /// Barrier shareability upgrade: inner shareable.
+    pub const BSU_INNER: u64 = 1 << 10;
+    /// Trap WFI.
+    pub const TWI: u64 = 1 << 13;
+    /// Trap WFE.
+    pub const TWE: u64 = 1 << 14;
+    /// Trap SMC.
+    pub const TSC: u64 = 1 << 19;
+    /// Trap implementation-defined system registers.
+    pub const TIDCP: u64 = 1 << 20;
+    /// Trap ACTLR_EL1.
+    pub const TACR: u64 = 1 << 21;
+    /// Trap data cache maintenance by set/way.
+    pub const TSW: u64 = 1 << 22;
+    /// EL1 is AArch64.
+    pub const RW: u64 = 1 << 31;
+    /// Pointer authentication key registers do not trap.
+    pub const APK: u64 = 1 << 40;
+    /// Pointer authentication instructions do not trap.
+    pub const API: u64 = 1 << 41;
+}
+
+/// MDCR_EL2 bits (D23.2.109).
+pub mod mdcr {
+    /// Trap debug register accesses.
+    pub const TDA: u64 = 1 << 9;
+    /// Trap OS-lock and power-down debug registers.
+    pub const TDOSA: u64 = 1 << 10;
+    /// Trap debug ROM address registers.
+    pub const TDRA: u64 = 1 << 11;
+}
+
+/// CNTHCTL_EL2 bits with E2H = 0 (D23.8.2).
+pub mod cnthctl {
+    /// EL1 may read the physical counter.
+    pub const EL1PCTEN: u64 = 1 << 0;
+}
+
+/// SPSR value to enter EL1h with D, A, I, F masked (C5.2.19).
+pub const SPSR_EL1H_MASKED: u64 = 0x3c5;
+/// SCTLR_EL1 reset-like value: RES1 bits, MMU and caches off, little-endian.
+pub const SCTLR_EL1_RESET: u64 = 0x30d0_0800;

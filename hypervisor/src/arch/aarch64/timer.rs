@@ -1,0 +1,23 @@
+//! The EL2 physical timer (CNTHP_*), Keel's own, and the counter.
+
+use super::regs::{read_sysreg, write_sysreg};
+
+/// Counter frequency in Hz.
+pub fn frequency() -> u64 {
+    read_sysreg!("cntfrq_el0")
+}
+
+/// Arms the EL2 physical timer to fire `ticks` counter ticks from now.
+pub fn arm_hyp_timer(ticks: u64) {
+    // SAFETY: CNTHP_* is Keel's own timer; programming it only schedules an interrupt.
+    unsafe {
+        write_sysreg!("cnthp_tval_el2", ticks);
+        write_sysreg!("cnthp_ctl_el2", 1u64);
+    }
+}
+
+/// Disarms the EL2 physical timer.
+pub fn disarm_hyp_timer() {
+    // SAFETY: as in `arm_hyp_timer`.
+    unsafe { write_sysreg!("cnthp_ctl_el2", 0u64) };
+}

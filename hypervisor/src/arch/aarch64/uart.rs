@@ -1,0 +1,48 @@
+//! Driver for the physical PL011 UART (PrimeCell UART, DDI 0183G): Keel's console.
+
+use super::mmio::Mmio;
+
+const DR: usize = 0x00;
+const FR: usize = 0x18;
+const IMSC: usize = 0x38;
+const ICR: usize = 0x44;
+const FR_TXFF: u32 = 1 << 5;
+const FR_RXFE: u32 = 1 << 4;
+const INT_RX: u32 = 1 << 4;
+const INT_RT: u32 = 1 << 6;
+
+/// The physical UART.
+#[derive(Clone, Copy, Debug)]
+pub struct Uart {
+    regs: Mmio,
+}
+
+impl Uart {
+    /// The UART at `base` (from the DTB).
+    ///
+    /// # Safety
+    /// `base` must be a PL011 mapped as device memory, used by nothing else.
+    pub const unsafe fn new(base: u64) -> Self {
+        // SAFETY: forwarded from this function's contract.
+        Self { regs: unsafe { Mmio::new(base) } }
+    }
+
+    /// Writes bytes, waiting while the transmit FIFO is full.
+    pub fn write(&self, bytes: &[u8]) {
+        for &byte in bytes {
+            while self.regs.read32(FR) & FR_TXFF != 0 {}
+            self.regs.write32(DR, u32::from(byte));
+        }
+    }
+
+    /// Takes one received byte, if any.
+    pub fn read(&self) -> Option<u8> {
+        (self.regs.read32(FR) & FR_RXFE == 0).then(|| self.regs.read32(DR) as u8)
+    }
+
+    /// Enables the receive interrupts (the line is an SPI given by the DTB).
+    pub fn enable_rx_interrupt(&self) {
+        self.regs.write32(ICR, 0x7ff);
+        self.regs.write32(IMSC, INT_RX | INT_RT);
+    }
+}

@@ -1,0 +1,220 @@
+//! The EL2 exception vector table (Arm ARM D1.3.1) and guest entry/exit.
+//!
+//! A trap from a guest saves x0-x30 in a [`GuestRegs`] frame at the top of the pCPU's
+//! stack, calls the Rust handler with it, restores it and returns with `eret`. Since the
+//! stack is reset on every guest entry, the frame of a pCPU is always at the same place.
+
+use super::regs::{read_sysreg, write_sysreg};
+
+/// A vCPU's general-purpose registers as saved on a trap.
+#[repr(C)]
+#[derive(Clone, Debug, Default)]
+pub struct GuestRegs {
+    /// x0 to x30.
+    pub x: [u64; 31],
+    padding: u64,
+}
+
+const _: () = assert!(core::mem::size_of::<GuestRegs>() == 256, "the asm frame is 256 bytes");
+
+impl GuestRegs {
+    /// Reads register `n` as an instruction's Rt/Rn field names it (31 is xzr).
+    pub fn get(&self, n: u8) -> u64 {
+        self.x.get(n as usize).copied().unwrap_or(0)
+    }
+
+    /// Writes register `n` (writes to xzr are discarded).
+    pub fn set(&mut self, n: u8, value: u64) {
+        if let Some(slot) = self.x.get_mut(n as usize) {
+            *slot = value;
+        }
+    }
+}
+
+core::arch::global_asm!(
+    r#"
+.macro SAVE_GUEST
+    sub     sp, sp, #256
+    stp     x0, x1, [sp, #16 * 0]
+    stp     x2, x3, [sp, #16 * 1]
+    stp     x4, x5, [sp, #16 * 2]
+    stp     x6, x7, [sp, #16 * 3]
+    stp     x8, x9, [sp, #16 * 4]
+    stp     x10, x11, [sp, #16 * 5]
+    stp     x12, x13, [sp, #16 * 6]
+    stp     x14, x15, [sp, #16 * 7]
+    stp     x16, x17, [sp, #16 * 8]
+    stp     x18, x19, [sp, #16 * 9]
+    stp     x20, x21, [sp, #16 * 10]
+    stp     x22, x23, [sp, #16 * 11]
+    stp     x24, x25, [sp, #16 * 12]
+    stp     x26, x27, [sp, #16 * 13]
+    stp     x28, x29, [sp, #16 * 14]
+    str     x30, [sp, #16 * 15]
+.endm
+
+    .section .text.vectors, "ax"
+    .balign 2048
+    .global keel_vectors
+keel_vectors:
+    // Current EL with SP_EL0: never used by Keel.
+    .balign 0x80
+    b       keel_hyp_fault_entry
+    .balign 0x80
+    b       keel_hyp_fault_entry
+    .balign 0x80
+    b       keel_hyp_fault_entry
+    .balign 0x80
+    b       keel_hyp_fault_entry
+    // Current EL with SP_ELx: Keel itself.
+    .balign 0x80
+    b       keel_hyp_fault_entry
+    .balign 0x80
+    b       keel_hyp_irq_entry
+    .balign 0x80
+    b       keel_hyp_fault_entry
+    .balign 0x80
+    b       keel_hyp_fault_entry
+    // Lower EL, AArch64: the guests.
+    .balign 0x80
+    SAVE_GUEST
+    mov     x0, sp
+    bl      keel_guest_sync
+    b       keel_return_to_guest
+    .balign 0x80
+    SAVE_GUEST
+    mov     x0, sp
+    bl      keel_guest_irq
+    b       keel_return_to_guest
+    .balign 0x80
+    SAVE_GUEST
+    mov     x0, sp
+    bl      keel_guest_irq
+    b       keel_return_to_guest
+    .balign 0x80
+    SAVE_GUEST
+    mov     x0, sp
+    bl      keel_guest_serror
+    b       keel_return_to_guest
+    // Lower EL, AArch32: Keel runs no AArch32 guest (HCR_EL2.RW = 1).
+    .balign 0x80
+    b       keel_hyp_fault_entry
+    .balign 0x80
+    b       keel_hyp_fault_entry
+    .balign 0x80
+    b       keel_hyp_fault_entry
+    .balign 0x80
+    b       keel_hyp_fault_entry
+
+    .balign 0x80
+    .global keel_return_to_guest
+keel_return_to_guest:
+    ldp     x0, x1, [sp, #16 * 0]
+    ldp     x2, x3, [sp, #16 * 1]
+    ldp     x4, x5, [sp, #16 * 2]
+    ldp     x6, x7, [sp, #16 * 3]
+    ldp     x8, x9, [sp, #16 * 4]
+    ldp     x10, x11, [sp, #16 * 5]
+    ldp     x12, x13, [sp, #16 * 6]
+    ldp     x14, x15, [sp, #16 * 7]
+    ldp     x16, x17, [sp, #16 * 8]
+    ldp     x18, x19, [sp, #16 * 9]
+    ldp     x20, x21, [sp, #16 * 10]
+    ldp     x22, x23, [sp, #16 * 11]
+    ldp     x24, x25, [sp, #16 * 12]
+    ldp     x26, x27, [sp, #16 * 13]
+    ldp     x28, x29, [sp, #16 * 14]
+    ldr     x30, [sp, #16 * 15]
+    add     sp, sp, #256
+    eret
+
+// An interrupt while Keel itself runs (an idle pCPU waiting in WFI).
+keel_hyp_irq_entry:
+    sub     sp, sp, #192
+    stp     x0, x1, [sp, #16 * 0]
+    stp     x2, x3, [sp, #16 * 1]
+    stp     x4, x5, [sp, #16 * 2]
+    stp     x6, x7, [sp, #16 * 3]
+    stp     x8, x9, [sp, #16 * 4]
+    stp     x10, x11, [sp, #16 * 5]
+    stp     x12, x13, [sp, #16 * 6]
+    stp     x14, x15, [sp, #16 * 7]
+    stp     x16, x17, [sp, #16 * 8]
+    stp     x18, x29, [sp, #16 * 9]
+    mrs     x0, elr_el2
+    mrs     x1, spsr_el2
+    stp     x0, x1, [sp, #16 * 10]
+    str     x30, [sp, #16 * 11]
+    bl      keel_hyp_irq
+    ldp     x0, x1, [sp, #16 * 10]
+    msr     elr_el2, x0
+    msr     spsr_el2, x1
+    ldp     x0, x1, [sp, #16 * 0]
+    ldp     x2, x3, [sp, #16 * 1]
+    ldp     x4, x5, [sp, #16 * 2]
+    ldp     x6, x7, [sp, #16 * 3]
+    ldp     x8, x9, [sp, #16 * 4]
+    ldp     x10, x11, [sp, #16 * 5]
+    ldp     x12, x13, [sp, #16 * 6]
+    ldp     x14, x15, [sp, #16 * 7]
+    ldp     x16, x17, [sp, #16 * 8]
+    ldp     x18, x29, [sp, #16 * 9]
+    ldr     x30, [sp, #16 * 11]
+    add     sp, sp, #192
+    eret
+
+keel_hyp_fault_entry:
+    bl      keel_hyp_fault
+    b       .
+
+// x0 = registers to load, x1 = top of this pCPU's stack. Does not return.
+    .global keel_enter_guest
+keel_enter_guest:
+    mov     sp, x1
+    sub     sp, sp, #256
+    mov     x2, #0
+1:  ldr     x3, [x0, x2]
+    str     x3, [sp, x2]
+    add     x2, x2, #8
+    cmp     x2, #256
+    b.ne    1b
+    b       keel_return_to_guest
+"#
+);
+
+unsafe extern "C" {
+    static keel_vectors: u8;
+    fn keel_enter_guest(regs: *const GuestRegs, stack_top: u64) -> !;
+}
+
+/// Installs Keel's vector table on this pCPU.
+pub fn install() {
+    // SAFETY: `keel_vectors` is the 2 KiB-aligned table above; its handlers are Keel's own.
+    unsafe {
+        write_sysreg!("vbar_el2", core::ptr::addr_of!(keel_vectors) as u64);
+    }
+    super::cpu::isb();
+}
+
+/// Enters the guest at `pc` (EL1h, interrupts masked) with the given registers, on a fresh
+/// stack. The stage-2 tables, HCR_EL2 and the guest's EL1 state must be set up.
+pub fn enter_guest(regs: &GuestRegs, pc: u64, stack_top: u64) -> ! {
+    // SAFETY: ELR/SPSR describe an EL1h entry into the current VM, whose memory and traps are
+    // set up; keel_enter_guest copies `regs` before discarding this stack.
+    unsafe {
+        write_sysreg!("elr_el2", pc);
+        write_sysreg!("spsr_el2", super::regs::SPSR_EL1H_MASKED);
+        keel_enter_guest(regs, stack_top)
+    }
+}
+
+/// The guest's return address (ELR_EL2).
+pub fn guest_pc() -> u64 {
+    read_sysreg!("elr_el2")
+}
+
+/// Moves the guest past the trapped instruction (all trapped AArch64 instructions are 4 bytes).
+pub fn skip_instruction() {
+    // SAFETY: advances the guest's own return address within its address space.
+    unsafe { write_sysreg!("elr_el2", guest_pc() + 4) };
+}

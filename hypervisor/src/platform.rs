@@ -1,0 +1,147 @@
+//! Platform facts read from the device tree the loader passes in x0 (QEMU `virt` first).
+//!
+//! Every node and property Keel needs is checked; a missing or malformed one is a
+//! [`BootError`] naming it, printed on the early console before Keel powers off.
+
+use keel_core::fdt::{Fdt, FdtError, Node};
+
+use crate::arch::boot::MAX_CPUS;
+
+/// The hardware Keel runs on.
+#[derive(Clone, Debug)]
+pub struct Platform {
+    /// `model` of the root node.
+    pub model: &'static str,
+    /// First RAM bank.
+    pub ram_base: u64,
+    /// Its size.
+    pub ram_size: u64,
+    /// MPIDR affinity of each CPU, in DTB order; index = Keel's pCPU index.
+    pub cpus: [u64; MAX_CPUS],
+    /// How many entries of `cpus` are valid.
+    pub cpu_count: usize,
+    /// GICv3 distributor.
+    pub gicd: u64,
+    /// GICv3 redistributor region.
+    pub gicr: u64,
+    /// Its size.
+    pub gicr_size: u64,
+    /// Physical PL011 console.
+    pub uart: u64,
+    /// Its interrupt id.
+    pub uart_intid: u32,
+}
+
+/// Why Keel cannot boot on this device tree.
+#[derive(Clone, Copy, Debug)]
+pub enum BootError {
+    /// x0 did not hold a device tree address.
+    NoDeviceTree,
+    /// The blob itself is malformed.
+    Malformed(FdtError),
+    /// A node Keel needs is absent.
+    MissingNode(&'static str),
+    /// A node lacks a property Keel needs, or it has the wrong form.
+    BadProperty {
+        /// The node.
+        node: &'static str,
+        /// The property.
+        property: &'static str,
+    },
+    /// PSCI is not reachable by SMC.
+    PsciNotSmc,
+}
+
+impl core::fmt::Display for BootError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            BootError::NoDeviceTree => write!(f, "no device tree: x0 was 0 at entry (load Keel as an arm64 Image)"),
+            BootError::Malformed(error) => write!(f, "malformed device tree: {error}"),
+            BootError::MissingNode(node) => write!(f, "device tree has no {node} node"),
+            BootError::BadProperty { node, property } => {
+                write!(f, "device tree node {node}: property '{property}' is missing or malformed")
+            }
+            BootError::PsciNotSmc => write!(f, "device tree /psci: method is not \"smc\" (Keel calls PSCI from EL2)"),
+        }
+    }
+}
+
+impl From<FdtError> for BootError {
+    fn from(error: FdtError) -> Self {
+        BootError::Malformed(error)
+    }
+}
+
+fn required<'a>(node: Option<Node<'a>>, name: &'static str) -> Result<Node<'a>, BootError> {
+    node.ok_or(BootError::MissingNode(name))
+}
+
+fn first_reg(node: &Node<'_>, name: &'static str, index: usize) -> Result<(u64, u64), BootError> {
+    node.reg()?
+        .and_then(|mut reg| reg.nth(index))
+        .ok_or(BootError::BadProperty { node: name, property: "reg" })
+}
+
+impl Platform {
+    /// Reads the platform from the blob at `dtb`.
+    ///
+    /// `blob` must be the whole device tree (see [`keel_core::fdt::total_size`]).
+    pub fn from_dtb(blob: &'static [u8]) -> Result<Self, BootError> {
+        let fdt = Fdt::new(blob)?;
+        let root = fdt.root();
+        let model = root.property_str("model")?.unwrap_or("unknown board");
+
+        let memory = required(fdt.find_node("/memory")?, "/memory")?;
+        let (ram_base, ram_size) = first_reg(&memory, "/memory", 0)?;
+
+        let cpus_node = required(fdt.find_node("/cpus")?, "/cpus")?;
+        let mut cpus = [0; MAX_CPUS];
+        let mut cpu_count = 0;
+        for child in cpus_node.children() {
+            let child = child?;
+            if child.property_str("device_type")? != Some("cpu") {
+                continue;
+            }
+            let (mpidr, _) = first_reg(&child, "/cpus/cpu", 0)?;
+            if cpu_count < MAX_CPUS {
+                cpus[cpu_count] = mpidr;
+                cpu_count += 1;
+            }
+        }
+        if cpu_count == 0 {
+            return Err(BootError::MissingNode("/cpus/cpu@*"));
+        }
+
+        let psci = required(fdt.find_node("/psci")?, "/psci")?;
+        if psci.property_str("method")? != Some("smc") {
+            return Err(BootError::PsciNotSmc);
+        }
+
+        let gic = required(fdt.find_compatible("arm,gic-v3")?, "arm,gic-v3 interrupt controller")?;
+        let (gicd, _) = first_reg(&gic, "arm,gic-v3", 0)?;
+        let (gicr, gicr_size) = first_reg(&gic, "arm,gic-v3", 1)?;
+
+        let uart = required(fdt.find_compatible("arm,pl011")?, "arm,pl011 UART")?;
+        let (uart_base, _) = first_reg(&uart, "arm,pl011", 0)?;
+        let bad_interrupts = BootError::BadProperty { node: "arm,pl011", property: "interrupts" };
+        let mut interrupts = uart.interrupts()?.ok_or(bad_interrupts)?;
+        let (kind, number) = (interrupts.next(), interrupts.next());
+        let uart_intid = match (kind, number) {
+            (Some(0), Some(spi)) => spi + 32,
+            _ => return Err(bad_interrupts),
+        };
+
+        Ok(Self {
+            model,
+            ram_base,
+            ram_size,
+            cpus,
+            cpu_count,
+            gicd,
+            gicr,
+            gicr_size,
+            uart: uart_base,
+            uart_intid,
+        })
+    }
+}

@@ -1,0 +1,333 @@
+//! Traps from guests: the Rust side of the EL2 vectors. A synchronous exception is decoded
+//! from ESR_EL2 and either emulated (the guest continues) or ends the VM with a diagnostic.
+
+use core::fmt;
+
+use keel_core::abi::{self, layout, psci, CallError};
+use keel_core::devices::DeviceError;
+use keel_core::esr::{sysregs, DataAbort, Esr, ExceptionClass, SysRegAccess};
+use keel_core::hypercall::{self, Call};
+
+use crate::arch::regs::read_sysreg;
+use crate::arch::vectors::{self, GuestRegs};
+use crate::vm::{self, VcpuPower};
+use crate::{console, irq, keel_println, vcpu};
+
+/// Why a VM is stopped.
+enum Fault {
+    /// A guest-physical access no memory or device answers.
+    Stage2 { ipa: u64, write: bool, size: u8 },
+    /// A data abort without a valid instruction syndrome (e.g. a load pair to a device).
+    NoSyndrome { ipa: u64 },
+    /// An instruction fetch outside the VM's memory.
+    Fetch { ipa: u64 },
+    /// A device model refused the access.
+    Device { device: &'static str, ipa: u64, error: DeviceError },
+    /// A system register Keel does not give guests.
+    SysReg(SysRegAccess),
+    /// The guest reported an exception it cannot handle.
+    GuestCrash { esr: u64, elr: u64, far: u64 },
+    /// An exception class Keel does not expect from a guest.
+    Unexpected,
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Fault::Stage2 { ipa, write, size } => {
+                let access = if *write { "write" } else { "read" };
+                write!(f, "stage-2 fault: {size}-byte {access} at IPA {ipa:#x}, outside its memory and devices")
+            }
+            Fault::NoSyndrome { ipa } => write!(f, "stage-2 fault at IPA {ipa:#x} with no instruction syndrome"),
+            Fault::Fetch { ipa } => write!(f, "stage-2 fault: instruction fetch at IPA {ipa:#x}, outside its memory"),
+            Fault::Device { device, ipa, error } => write!(f, "{device} at IPA {ipa:#x}: {error}"),
+            Fault::SysReg(access) => {
+                let direction = if access.read { "read of" } else { "write to" };
+                write!(f, "illegal system register access: {direction} {}", access.reg)
+            }
+            Fault::GuestCrash { esr, elr, far } => write!(
+                f,
+                "guest reported a fatal exception: ESR_EL1 {esr:#010x} ({}) at ELR_EL1 {elr:#x}, FAR_EL1 {far:#x}",
+                Esr(*esr).class().description()
+            ),
+            Fault::Unexpected => write!(f, "unexpected exception"),
+        }
+    }
+}
+
+/// What to do after a trap.
+enum Next {
+    /// Back to the guest.
+    Resume,
+    /// Back to the guest after re-evaluating virtual interrupts.
+    ResumeWithInterrupts,
+    /// The VM is stopped.
+    Stop(Fault),
+    /// The VM powered itself off.
+    PowerOff,
+    /// The VM asked for a reset.
+    Reset,
+    /// This vCPU turned itself off.
+    VcpuOff,
+}
+
+/// A synchronous exception from a guest.
+#[unsafe(no_mangle)]
+extern "C" fn keel_guest_sync(regs: &mut GuestRegs) {
+    let Some((id, vcpu)) = vm::current() else { vcpu::park() };
+    let esr = Esr(read_sysreg!("esr_el2"));
+    let next = match esr.class() {
+        ExceptionClass::Hvc64 => hypercall(id, vcpu, regs),
+        ExceptionClass::Smc64 => {
+            keel_println!(
+                "vm '{}': SMC (function {:#010x}) not forwarded: answered NOT_SUPPORTED",
+                vm::desc(id).name,
+                regs.x[0] as u32
+            );
+            regs.x[0] = CallError::NotSupported.to_x0();
+            vectors::skip_instruction();
+            Next::Resume
+        }
+        ExceptionClass::SysReg64 => match esr.sysreg() {
+            Some(access) => system_register(id, vcpu, access, regs),
+            None => Next::Stop(Fault::Unexpected),
+        },
+        ExceptionClass::DataAbortLower => match esr.data_abort() {
+            Some(abort) => data_abort(id, abort, regs),
+            None => Next::Stop(Fault::Unexpected),
+        },
+        ExceptionClass::InstructionAbortLower => Next::Stop(Fault::Fetch { ipa: faulting_ipa() }),
+        ExceptionClass::WfiWfe => {
+            vectors::skip_instruction();
+            if esr.wfx() == Some(false) && crate::arch::gic::empty_list_registers() & 0xffff == 0xffff {
+                crate::arch::cpu::wait_for_interrupt();
+            }
+            Next::Resume
+        }
+        _ => Next::Stop(Fault::Unexpected),
+    };
+    finish(id, vcpu, esr, next);
+}
+
+fn finish(id: usize, vcpu: usize, esr: Esr, next: Next) {
+    match next {
+        Next::Resume => {}
+        Next::ResumeWithInterrupts => irq::sync_list_registers(),
+        Next::Stop(fault) => {
+            let pc = vectors::guest_pc();
+            vm::stop(id, format_args!("{fault} (ESR {:#010x}, PC {pc:#x})", esr.0));
+            vcpu::park();
+        }
+        Next::PowerOff => {
+            vm::power_off(id);
+            vcpu::park();
+        }
+        Next::Reset => {
+            vm::reset(id);
+            let desc = vm::desc(id);
+            vcpu::start(id, 0, desc.image_ipa.0, desc.dtb_ipa.0);
+        }
+        Next::VcpuOff => {
+            vm::vm(id).set_vcpu_power(vcpu, VcpuPower::Off);
+            vcpu::park();
+        }
+    }
+}
+
+/// IRQs (and FIQs) taken while a guest ran.
+#[unsafe(no_mangle)]
+extern "C" fn keel_guest_irq(_regs: &mut GuestRegs) {
+    irq::handle_pending();
+    if !vcpu::still_valid() {
+        vcpu::park();
+    }
+    irq::sync_list_registers();
+}
+
+/// An SError from a guest: contained to its VM.
+#[unsafe(no_mangle)]
+extern "C" fn keel_guest_serror(_regs: &mut GuestRegs) {
+    let Some((id, vcpu)) = vm::current() else { vcpu::park() };
+    finish(id, vcpu, Esr(read_sysreg!("esr_el2")), Next::Stop(Fault::Unexpected));
+}
+
+/// An interrupt while Keel itself ran (the idle loop).
+#[unsafe(no_mangle)]
+extern "C" fn keel_hyp_irq() {
+    irq::handle_pending();
+}
+
+/// The faulting guest-physical address of a stage-2 abort (HPFAR_EL2.FIPA and FAR_EL2's page offset).
+fn faulting_ipa() -> u64 {
+    ((read_sysreg!("hpfar_el2") & 0x0fff_ffff_fff0) << 8) | (read_sysreg!("far_el2") & 0xfff)
+}
+
+fn hypercall(id: usize, vcpu: usize, regs: &mut GuestRegs) -> Next {
+    let call = hypercall::decode([regs.x[0], regs.x[1], regs.x[2], regs.x[3]]);
+    let vm = vm::vm(id);
+    let vcpus = vm::desc(id).pcpus.len();
+    let result = match call {
+        Call::KeelVersion => abi::KEEL_VERSION_VALUE,
+        Call::KeelVmId => {
+            regs.x[1] = vcpu as u64;
+            u64::from(vm::vm_id(id).0)
+        }
+        Call::KeelYield | Call::PsciCpuSuspend => 0,
+        Call::KeelCrash { esr, elr, far } => return Next::Stop(Fault::GuestCrash { esr, elr, far }),
+        Call::SmcccVersion => abi::SMCCC_VERSION_1_1,
+        Call::SmcccArchFeatures(function) => hypercall::smccc_arch_features(function),
+        Call::PsciVersion => psci::VERSION_1_1,
+        Call::PsciFeatures(function) => hypercall::psci_features(function),
+        Call::PsciMigrateInfoType => psci::TOS_NOT_PRESENT_MP,
+        Call::PsciCpuOn { target, entry, context } => {
+            let target_vcpu = (target & 0xff) as usize;
+            let memory = vm::desc(id).memory;
+            if target & !0xff != 0 || target_vcpu >= vcpus {
+                CallError::InvalidParameters.to_x0()
+            } else if !memory.contains_range(keel_core::addr::GuestPhysAddr(entry), 4) {
+                CallError::InvalidAddress.to_x0()
+            } else {
+                match vm.request_start(target_vcpu, entry, context) {
+                    Ok(()) => {
+                        vm::kick_vcpu(id, target_vcpu);
+                        0
+                    }
+                    Err(VcpuPower::On) => CallError::AlreadyOn.to_x0(),
+                    Err(_) => (-5i64) as u64, // ON_PENDING
+                }
+            }
+        }
+        Call::PsciCpuOff => return Next::VcpuOff,
+        Call::PsciAffinityInfo { target, level } => {
+            let target_vcpu = (target & 0xff) as usize;
+            if level != 0 || target & !0xff != 0 || target_vcpu >= vcpus {
+                CallError::InvalidParameters.to_x0()
+            } else {
+                match vm.vcpu_power(target_vcpu) {
+                    VcpuPower::On => 0,
+                    VcpuPower::Off => 1,
+                    VcpuPower::Pending => 2,
+                }
+            }
+        }
+        Call::PsciSystemOff => return Next::PowerOff,
+        Call::PsciSystemReset => return Next::Reset,
+        Call::Unknown(_) => CallError::NotSupported.to_x0(),
+    };
+    regs.x[0] = result;
+    Next::Resume
+}
+
+fn system_register(id: usize, vcpu: usize, access: SysRegAccess, regs: &mut GuestRegs) -> Next {
+    if access.reg == sysregs::ICC_SGI1R_EL1 && !access.read {
+        send_virtual_sgi(id, vcpu, regs.get(access.register));
+        vectors::skip_instruction();
+        return Next::ResumeWithInterrupts;
+    }
+    Next::Stop(Fault::SysReg(access))
+}
+
+/// Emulates a write of ICC_SGI1R_EL1 (GICv3 12.2.22): vCPU `i` has affinity 0.0.0.i.
+fn send_virtual_sgi(id: usize, vcpu: usize, value: u64) {
+    let intid = ((value >> 24) & 0xf) as u32;
+    let broadcast = value & (1 << 40) != 0;
+    let upper_affinity = (value >> 16) & 0xff | ((value >> 32) & 0xff) << 8 | ((value >> 48) & 0xff) << 16;
+    let range_selector = ((value >> 44) & 0xf) as usize;
+    let vcpus = vm::desc(id).pcpus.len();
+    let mut targets = 0u64;
+    for target in 0..vcpus {
+        let selected = if broadcast {
+            target != vcpu
+        } else {
+            upper_affinity == 0 && target / 16 == range_selector && value & (1 << (target % 16)) != 0
+        };
+        if selected {
+            targets |= 1 << target;
+        }
+    }
+    if targets == 0 {
+        return;
+    }
+    if let Some(devices) = vm::vm(id).devices.lock().as_mut() {
+        for target in (0..vcpus).filter(|t| targets & (1 << t) != 0) {
+            devices.vgic.raise(target, intid);
+        }
+    }
+    for target in (0..vcpus).filter(|&t| targets & (1 << t) != 0 && t != vcpu) {
+        vm::kick_vcpu(id, target);
+    }
+}
+
+fn data_abort(id: usize, abort: DataAbort, regs: &mut GuestRegs) -> Next {
+    let ipa = faulting_ipa();
+    if !abort.isv {
+        return Next::Stop(Fault::NoSyndrome { ipa });
+    }
+    let desc = vm::desc(id);
+    let size = abort.access_size;
+    let mask = if size == 8 { u64::MAX } else { (1u64 << (8 * size)) - 1 };
+    let value = regs.get(abort.register) & mask;
+    let gicr_size = desc.pcpus.len() as u64 * layout::GICR_STRIDE;
+
+    let mut transmitted = None;
+    let result = {
+        let mut guard = vm::vm(id).devices.lock();
+        let Some(devices) = guard.as_mut() else { return Next::Stop(Fault::Unexpected) };
+        let (device, outcome) = if (layout::GICD_BASE..layout::GICD_BASE + layout::GICD_SIZE).contains(&ipa) {
+            let offset = ipa - layout::GICD_BASE;
+            let outcome = if abort.write {
+                devices.vgic.distributor_write(offset, size, value).map(|()| 0)
+            } else {
+                devices.vgic.distributor_read(offset, size)
+            };
+            ("GIC distributor", outcome)
+        } else if (layout::GICR_BASE..layout::GICR_BASE + gicr_size).contains(&ipa) {
+            let offset = ipa - layout::GICR_BASE;
+            let outcome = if abort.write {
+                devices.vgic.redistributor_write(offset, size, value).map(|()| 0)
+            } else {
+                devices.vgic.redistributor_read(offset, size)
+            };
+            ("GIC redistributor", outcome)
+        } else if desc.console && (layout::UART_BASE..layout::UART_BASE + layout::UART_SIZE).contains(&ipa) {
+            let offset = ipa - layout::UART_BASE;
+            let outcome = if abort.write {
+                devices.uart.write(offset, size, value as u32).map(|byte| {
+                    transmitted = byte;
+                    0
+                })
+            } else {
+                devices.uart.read(offset, size).map(u64::from)
+            };
+            devices.vgic.set_level(layout::UART_INTID, devices.uart.interrupt_level());
+            ("PL011 console", outcome)
+        } else {
+            return Next::Stop(Fault::Stage2 { ipa, write: abort.write, size });
+        };
+        outcome.map_err(|error| Fault::Device { device, ipa, error })
+    };
+    let loaded = match result {
+        Ok(loaded) => loaded,
+        Err(fault) => return Next::Stop(fault),
+    };
+    if let Some(byte) = transmitted {
+        console::vm_output(id, byte);
+    }
+    if !abort.write {
+        let mut loaded = loaded & mask;
+        if abort.sign_extend && size < 8 {
+            let shift = 64 - 8 * u32::from(size);
+            loaded = (((loaded << shift) as i64) >> shift) as u64;
+        }
+        if !abort.sixty_four {
+            loaded &= 0xffff_ffff;
+        }
+        regs.set(abort.register, loaded);
+    }
+    vectors::skip_instruction();
+    if abort.write {
+        Next::ResumeWithInterrupts
+    } else {
+        Next::Resume
+    }
+}

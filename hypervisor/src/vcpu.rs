@@ -1,0 +1,80 @@
+//! Running a pinned vCPU on this pCPU: starting it, and idling while it is off or its VM has ended.
+
+use core::sync::atomic::Ordering;
+
+use keel_core::abi::layout;
+use keel_core::system::WfiPolicy;
+
+use crate::arch::{boot, cpu, gic, guest, vectors};
+use crate::irq;
+use crate::vm::{self, VcpuPower, VmState};
+
+/// Enters vCPU `vcpu` of VM `id` at `entry` with `x0`, from its power-on state.
+pub fn start(id: usize, vcpu: usize, entry: u64, x0: u64) -> ! {
+    let desc = vm::desc(id);
+    let this = vm::this_cpu();
+    guest::prepare(desc.id.0 + 1, vm::vm(id).stage2_root(), vcpu, desc.wfi == WfiPolicy::Trap);
+    this.listed.store(0, Ordering::Relaxed);
+    this.generation.store(vm::vm(id).generation(), Ordering::Relaxed);
+    if let Some(redistributor) = this.redistributor.get() {
+        redistributor.enable_private(layout::VTIMER_INTID);
+    }
+    let mut regs = vectors::GuestRegs::default();
+    regs.x[0] = x0;
+    vectors::enter_guest(&regs, entry, boot::stack_top(cpu::index()))
+}
+
+/// Whether the vCPU on this pCPU may keep running: its VM runs and has not been reset under it.
+pub fn still_valid() -> bool {
+    match vm::current() {
+        Some((id, _)) => {
+            let vm = vm::vm(id);
+            vm.state() == VmState::Running && vm.generation() == vm::this_cpu().generation.load(Ordering::Relaxed)
+        }
+        None => false,
+    }
+}
+
+/// Stops running guest code on this pCPU: waits, serving interrupts, until the vCPU is
+/// started (again) by PSCI CPU_ON. Never returns.
+pub fn park() -> ! {
+    cpu::disable_irqs();
+    if let Some(redistributor) = vm::this_cpu().redistributor.get() {
+        redistributor.disable_private(layout::VTIMER_INTID);
+    }
+    gic::reset_virtual_interface();
+    vm::this_cpu().listed.store(0, Ordering::Relaxed);
+    if let Some((id, vcpu)) = vm::current() {
+        if vm::vm(id).vcpu_power(vcpu) == VcpuPower::On {
+            vm::vm(id).set_vcpu_power(vcpu, VcpuPower::Off);
+        }
+    }
+    idle()
+}
+
+/// The idle loop of a pCPU: serve interrupts; start the pinned vCPU when asked to.
+pub fn idle() -> ! {
+    loop {
+        if let Some((id, vcpu)) = vm::current() {
+            let vm = vm::vm(id);
+            if vm.state() == VmState::Running {
+                if let Some((entry, context)) = vm.take_start(vcpu) {
+                    start(id, vcpu, entry, context);
+                }
+            }
+        }
+        cpu::wait_for_interrupt();
+        irq::handle_pending();
+    }
+}
+
+/// First run of this pCPU's vCPU: vCPU 0 boots the VM's image; others wait for CPU_ON.
+pub fn run_this_cpu() -> ! {
+    match vm::current() {
+        Some((id, 0)) => {
+            let desc = vm::desc(id);
+            start(id, 0, desc.image_ipa.0, desc.dtb_ipa.0)
+        }
+        _ => idle(),
+    }
+}

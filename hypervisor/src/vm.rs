@@ -1,0 +1,317 @@
+//! VMs at run time: their state, their device models, loading their images, and which
+//! pCPU runs which vCPU.
+//!
+//! Ownership: a VM's device models (vGIC, PL011) sit behind one lock per VM, taken by the
+//! pCPU running its vCPU (traps) and by pCPU 0 (console input). Lock order: a VM's device
+//! lock, then nothing (the console lock is never taken while holding it).
+
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+
+use keel_core::abi::layout;
+use keel_core::addr::{GuestPhysAddr, VmId};
+use keel_core::devices::{pl011::Pl011, vgic::Vgic};
+use keel_core::stage2::MemoryKind;
+use keel_core::system::VmDesc;
+use spin::{Mutex, Once};
+
+use crate::arch::{boot::MAX_CPUS, cpu, gic, stage2};
+use crate::config::SYSTEM;
+use crate::keel_println;
+
+/// Most VMs (as many as VMIDs Keel hands out from its stage-2 pool).
+pub const MAX_VMS: usize = stage2::MAX_VMS;
+
+/// A VM's life cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum VmState {
+    /// Its vCPUs run.
+    Running = 0,
+    /// It powered itself off (PSCI SYSTEM_OFF).
+    Off = 1,
+    /// Keel stopped it after a fault.
+    Stopped = 2,
+}
+
+/// The emulated devices of one VM.
+pub struct Devices {
+    /// Distributor and redistributors.
+    pub vgic: Vgic,
+    /// The console UART.
+    pub uart: Pl011,
+}
+
+/// A vCPU's power state as PSCI sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum VcpuPower {
+    /// Not running; CPU_ON may start it.
+    Off = 0,
+    /// Running.
+    On = 1,
+    /// CPU_ON accepted; the pCPU will start it.
+    Pending = 2,
+}
+
+/// Per-vCPU start request and power state.
+pub struct Vcpu {
+    power: AtomicU8,
+    entry: AtomicU64,
+    context: AtomicU64,
+}
+
+/// A VM's run-time state.
+pub struct Vm {
+    state: AtomicU8,
+    /// Bumped on each reset: a vCPU started in an older generation stops.
+    generation: AtomicU32,
+    /// The devices, created at boot.
+    pub devices: Mutex<Option<Devices>>,
+    stage2_root: AtomicU64,
+    vcpus: [Vcpu; crate::MAX_VCPUS],
+}
+
+impl Vm {
+    const fn new() -> Self {
+        Self {
+            state: AtomicU8::new(VmState::Running as u8),
+            generation: AtomicU32::new(0),
+            devices: Mutex::new(None),
+            stage2_root: AtomicU64::new(0),
+            vcpus: [const { Vcpu { power: AtomicU8::new(0), entry: AtomicU64::new(0), context: AtomicU64::new(0) } };
+                crate::MAX_VCPUS],
+        }
+    }
+
+    /// The VM's state.
+    pub fn state(&self) -> VmState {
+        match self.state.load(Ordering::Acquire) {
+            0 => VmState::Running,
+            1 => VmState::Off,
+            _ => VmState::Stopped,
+        }
+    }
+
+    /// Current reset generation.
+    pub fn generation(&self) -> u32 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Root of the VM's stage-2 tables.
+    pub fn stage2_root(&self) -> u64 {
+        self.stage2_root.load(Ordering::Relaxed)
+    }
+
+    /// A vCPU's PSCI power state.
+    pub fn vcpu_power(&self, vcpu: usize) -> VcpuPower {
+        match self.vcpus[vcpu].power.load(Ordering::Acquire) {
+            1 => VcpuPower::On,
+            2 => VcpuPower::Pending,
+            _ => VcpuPower::Off,
+        }
+    }
+
+    /// Marks a vCPU on or off.
+    pub fn set_vcpu_power(&self, vcpu: usize, power: VcpuPower) {
+        self.vcpus[vcpu].power.store(power as u8, Ordering::Release);
+    }
+
+    /// Asks for `vcpu` to start at `entry` with `context` in x0 (PSCI CPU_ON).
+    /// Fails if it is not off.
+    pub fn request_start(&self, vcpu: usize, entry: u64, context: u64) -> Result<(), VcpuPower> {
+        let slot = &self.vcpus[vcpu];
+        slot.entry.store(entry, Ordering::Relaxed);
+        slot.context.store(context, Ordering::Relaxed);
+        slot.power
+            .compare_exchange(VcpuPower::Off as u8, VcpuPower::Pending as u8, Ordering::AcqRel, Ordering::Acquire)
+            .map(|_| ())
+            .map_err(|now| if now == VcpuPower::On as u8 { VcpuPower::On } else { VcpuPower::Pending })
+    }
+
+    /// Takes a pending start request: `(entry, context)`.
+    pub fn take_start(&self, vcpu: usize) -> Option<(u64, u64)> {
+        let slot = &self.vcpus[vcpu];
+        slot.power
+            .compare_exchange(VcpuPower::Pending as u8, VcpuPower::On as u8, Ordering::AcqRel, Ordering::Acquire)
+            .ok()
+            .map(|_| (slot.entry.load(Ordering::Relaxed), slot.context.load(Ordering::Relaxed)))
+    }
+}
+
+static VMS: [Vm; MAX_VMS] = [const { Vm::new() }; MAX_VMS];
+
+/// The run-time state of VM `id`.
+pub fn vm(id: usize) -> &'static Vm {
+    &VMS[id]
+}
+
+/// The configuration of VM `id`.
+pub fn desc(id: usize) -> &'static VmDesc {
+    &SYSTEM.vms[id]
+}
+
+/// What runs on one pCPU.
+pub struct PerCpu {
+    /// MPIDR affinity.
+    pub mpidr: AtomicU64,
+    /// VM of the vCPU pinned here, or `usize::MAX`.
+    pub vm: AtomicUsize,
+    /// Index of that vCPU in its VM.
+    pub vcpu: AtomicUsize,
+    /// List registers holding an interrupt Keel put there (bit n = ICH_LR<n>_EL2).
+    pub listed: AtomicU64,
+    /// This pCPU's redistributor.
+    pub redistributor: Once<gic::Redistributor>,
+    /// The VM generation the vCPU here was started in.
+    pub generation: AtomicU32,
+}
+
+static CPUS: [PerCpu; MAX_CPUS] = [const {
+    PerCpu {
+        mpidr: AtomicU64::new(0),
+        vm: AtomicUsize::new(usize::MAX),
+        vcpu: AtomicUsize::new(0),
+        listed: AtomicU64::new(0),
+        redistributor: Once::new(),
+        generation: AtomicU32::new(0),
+    }
+}; MAX_CPUS];
+
+/// State of pCPU `index`.
+pub fn percpu(index: usize) -> &'static PerCpu {
+    &CPUS[index]
+}
+
+/// State of this pCPU.
+pub fn this_cpu() -> &'static PerCpu {
+    &CPUS[cpu::index()]
+}
+
+/// The vCPU pinned on this pCPU: `(vm, vcpu)`.
+pub fn current() -> Option<(usize, usize)> {
+    let cpu = this_cpu();
+    let vm = cpu.vm.load(Ordering::Relaxed);
+    (vm != usize::MAX).then(|| (vm, cpu.vcpu.load(Ordering::Relaxed)))
+}
+
+/// Records which vCPU runs where (from the configuration's pinning).
+pub fn assign_pcpus() {
+    for (vm_index, desc) in SYSTEM.vms.iter().enumerate() {
+        for (vcpu, &pcpu) in desc.pcpus.iter().enumerate() {
+            let cpu = &CPUS[pcpu as usize];
+            cpu.vm.store(vm_index, Ordering::Relaxed);
+            cpu.vcpu.store(vcpu, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Why a VM could not be built.
+#[derive(Clone, Copy, Debug)]
+pub enum LoadError {
+    /// Out of stage-2 table storage.
+    NoTables,
+    /// The stage-2 map was refused.
+    Map(keel_core::stage2::Stage2Error),
+}
+
+/// Builds VM `id`'s stage-2 tables, loads its image and device tree, creates its devices.
+pub fn build(id: usize) -> Result<(), LoadError> {
+    let desc = desc(id);
+    let mut tables = stage2::tables_for(id).ok_or(LoadError::NoTables)?;
+    let memory = desc.memory;
+    tables
+        .map(memory.ipa.0, memory.phys.0, memory.size, MemoryKind::Normal)
+        .map_err(LoadError::Map)?;
+    VMS[id].stage2_root.store(tables.root_phys(), Ordering::Relaxed);
+    load_images(desc);
+    reset_devices(id);
+    VMS[id].set_vcpu_power(0, VcpuPower::On);
+    Ok(())
+}
+
+fn reset_devices(id: usize) {
+    let desc = desc(id);
+    let owned: &[u32] = if desc.console { &[layout::UART_INTID] } else { &[] };
+    *VMS[id].devices.lock() = Some(Devices { vgic: Vgic::new(desc.pcpus.len(), owned), uart: Pl011::new() });
+}
+
+/// Copies `bytes` into the VM's memory at `ipa`. The configuration compiler checked the range.
+fn copy_into(desc: &VmDesc, ipa: GuestPhysAddr, bytes: &[u8]) {
+    let Some(phys) = desc.memory.translate(ipa) else { return };
+    if !desc.memory.contains_range(ipa, bytes.len() as u64) {
+        return;
+    }
+    // SAFETY: the destination lies inside the VM's own RAM (checked above), which Keel maps
+    // as normal memory and no vCPU of this VM runs while it is being (re)loaded.
+    let destination = unsafe { core::slice::from_raw_parts_mut(phys.0 as *mut u8, bytes.len()) };
+    destination.copy_from_slice(bytes);
+    cpu::clean_to_poc(phys.0 as usize, bytes.len());
+}
+
+fn load_images(desc: &VmDesc) {
+    copy_into(desc, desc.image_ipa, desc.image);
+    copy_into(desc, desc.dtb_ipa, desc.dtb);
+}
+
+/// Stops VM `id` after a fault, with Keel's diagnostic line.
+pub fn stop(id: usize, reason: core::fmt::Arguments<'_>) {
+    let desc = desc(id);
+    if VMS[id].state.swap(VmState::Stopped as u8, Ordering::AcqRel) == VmState::Running as u8 {
+        keel_println!("vm '{}' (id {}) stopped: {}", desc.name, id, reason);
+        after_vm_ended(id);
+    }
+}
+
+/// VM `id` powered itself off.
+pub fn power_off(id: usize) {
+    if VMS[id].state.swap(VmState::Off as u8, Ordering::AcqRel) == VmState::Running as u8 {
+        keel_println!("vm '{}' (id {}) powered off", desc(id).name, id);
+        after_vm_ended(id);
+    }
+}
+
+/// Restarts VM `id` from its pristine image (PSCI SYSTEM_RESET). Called on the pCPU of its vCPU 0.
+pub fn reset(id: usize) {
+    keel_println!("vm '{}' (id {}) resets", desc(id).name, id);
+    let vm = &VMS[id];
+    vm.generation.fetch_add(1, Ordering::AcqRel);
+    for vcpu in 1..desc(id).pcpus.len() {
+        vm.set_vcpu_power(vcpu, VcpuPower::Off);
+    }
+    kick_vm(id);
+    load_images(desc(id));
+    reset_devices(id);
+}
+
+fn after_vm_ended(id: usize) {
+    kick_vm(id);
+    let all_ended = (0..SYSTEM.vms.len()).all(|vm| VMS[vm].state() != VmState::Running);
+    if all_ended {
+        keel_println!("all VMs have ended: powering off");
+        crate::arch::psci::system_off();
+    }
+}
+
+/// Interrupts every pCPU running a vCPU of VM `id` other than this one, so it re-evaluates
+/// the VM's state and virtual interrupts.
+pub fn kick_vm(id: usize) {
+    let this = cpu::index();
+    for &pcpu in desc(id).pcpus {
+        if pcpu as usize != this {
+            gic::send_sgi(crate::irq::KICK_SGI, CPUS[pcpu as usize].mpidr.load(Ordering::Relaxed));
+        }
+    }
+}
+
+/// Interrupts the pCPU of vCPU `vcpu` of VM `id` (if it is not this one).
+pub fn kick_vcpu(id: usize, vcpu: usize) {
+    let Some(&pcpu) = desc(id).pcpus.get(vcpu) else { return };
+    if pcpu as usize != cpu::index() {
+        gic::send_sgi(crate::irq::KICK_SGI, CPUS[pcpu as usize].mpidr.load(Ordering::Relaxed));
+    }
+}
+
+/// The VM's identity as a hypercall answers it.
+pub fn vm_id(id: usize) -> VmId {
+    desc(id).id
+}
