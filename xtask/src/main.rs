@@ -1,1 +1,129 @@
-fn main() {}
+//! `cargo xtask`: Keel's host tools. `run` boots a configuration in QEMU, `test` runs every
+//! test, `bench` prints the micro-benchmarks, `build` compiles a configuration into an image.
+#![forbid(unsafe_code)]
+
+mod bench;
+mod dtb;
+mod image;
+mod qemu;
+mod scenarios;
+mod setup;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+/// Errors are messages for the user.
+pub type Result<T> = std::result::Result<T, String>;
+
+/// The workspace root.
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// Announces a step.
+pub fn step(what: &str) {
+    eprintln!("xtask: {what}");
+}
+
+const USAGE: &str = "usage: cargo xtask <command>
+  run [CONFIG]     build CONFIG (default configs/demo.toml) and boot it in QEMU, console on this terminal
+                   (Ctrl-A then 0-9 focus a VM, n next VM, x power off)
+  test             run every test: host unit tests, then QEMU scenarios
+  bench            print the micro-benchmarks (instructions, QEMU icount), Keel vs native
+  build CONFIG     compile CONFIG and build its image under target/keel/<name>/keel.bin";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("run") => run(args.get(1).map(PathBuf::from)),
+        Some("test") => return test(),
+        Some("bench") => setup::ensure_tools().and_then(|()| bench::run()),
+        Some("build") => match args.get(1) {
+            Some(config) => setup::ensure_tools().and_then(|()| build(Path::new(config))),
+            None => Err(USAGE.into()),
+        },
+        _ => Err(USAGE.into()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn build(config: &Path) -> Result<()> {
+    image::build_guests()?;
+    image::build_system(config).map(|_| ())
+}
+
+fn run(config: Option<PathBuf>) -> Result<()> {
+    setup::ensure_tools()?;
+    let config = config.unwrap_or_else(|| workspace().join("configs/demo.toml"));
+    image::build_guests()?;
+    let image = image::build_system(&config)?;
+    step("booting in QEMU: Ctrl-A then 0-9 focuses a VM's console, n the next one, x powers off");
+    qemu::Machine::keel(&image.path, image.system.pcpus).run_interactive()
+}
+
+/// Runs cargo's own tests, then the QEMU scenarios; ends with `N passed, N failed`.
+fn test() -> ExitCode {
+    let mut passed = 0;
+    let mut failed = 0;
+    if let Err(message) = setup::ensure_tools() {
+        eprintln!("error: {message}");
+        return ExitCode::FAILURE;
+    }
+    step("host tests: cargo test --workspace");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let output = Command::new(&cargo).args(["test", "--quiet"]).current_dir(workspace()).output();
+    let summary = regex::Regex::new(r"test result: \w+\. (\d+) passed; (\d+) failed").unwrap();
+    match output {
+        Ok(output) => {
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            print!("{stdout}");
+            eprint!("{}", String::from_utf8_lossy(&output.stderr));
+            for c in summary.captures_iter(&stdout) {
+                passed += c[1].parse::<u32>().unwrap();
+                failed += c[2].parse::<u32>().unwrap();
+            }
+            if !output.status.success() && failed == 0 {
+                failed += 1;
+                println!("cargo test failed to build or run");
+            }
+        }
+        Err(error) => {
+            failed += 1;
+            println!("cargo test could not start: {error}");
+        }
+    }
+    step("building the guests");
+    if let Err(message) = image::build_guests() {
+        println!("building the guests failed: {message}");
+        println!("{passed} passed, {} failed", failed + 1);
+        return ExitCode::FAILURE;
+    }
+    for scenario in scenarios::all() {
+        let started = Instant::now();
+        let outcome = (scenario.run)();
+        let seconds = started.elapsed().as_secs_f32();
+        match outcome {
+            Ok(()) => {
+                passed += 1;
+                println!("scenario {} ... ok ({seconds:.1} s)", scenario.name);
+            }
+            Err(message) => {
+                failed += 1;
+                println!("scenario {} ... FAILED ({seconds:.1} s)\n    {message}", scenario.name);
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

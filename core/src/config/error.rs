@@ -216,7 +216,7 @@ pub enum Problem {
         /// Its memory.
         other_range: AddressRange,
     },
-    /// `size <size> leaves no room for Keel's image, which loads at base + <offset>`.
+    /// `size <size> leaves no room for Keel's image, which loads at base + <offset in MiB> MiB`.
     HypervisorTooSmall {
         /// The hypervisor region's size.
         size: u64,
@@ -225,7 +225,7 @@ pub enum Problem {
     },
     /// `must be at least 1`.
     NoPcpus,
-    /// `is empty: a VM needs at least one vCPU`.
+    /// `must not be empty: a VM needs at least one vCPU`.
     NoVcpus,
     /// `<count> vCPUs exceed the maximum of <max> (their GIC redistributors must fit below the PL011)`.
     TooManyVcpus {
@@ -286,12 +286,12 @@ pub enum Problem {
         /// The image.
         path: PathBuf,
     },
-    /// `a Linux Image must be loaded text_offset above a 2 MiB aligned base, so ipa <ipa> must be 2 MiB aligned`.
+    /// `a Linux Image loads text_offset above a 2 MiB aligned base, but ipa <ipa> is not 2 MiB aligned`.
     LinuxImageMisaligned {
         /// The VM's ipa.
         ipa: u64,
     },
-    /// `image <image> (<size> bytes) does not fit below the device tree at <dtb_ipa>`.
+    /// `<size> bytes loaded at <image> do not fit below the device tree at <dtb_ipa>`.
     ImageDoesNotFit {
         /// Where the image would be loaded (guest-physical).
         image: AddressRange,
@@ -362,10 +362,11 @@ impl fmt::Display for Problem {
             } => write!(f, "{range} overlaps vm '{other}' memory {other_range}"),
             Self::HypervisorTooSmall { size, offset } => write!(
                 f,
-                "size {size:#x} leaves no room for Keel's image, which loads at base + {offset:#x}"
+                "size {size:#x} leaves no room for Keel's image, which loads at base + {} MiB",
+                offset >> 20
             ),
             Self::NoPcpus => f.write_str("must be at least 1"),
-            Self::NoVcpus => f.write_str("is empty: a VM needs at least one vCPU"),
+            Self::NoVcpus => f.write_str("must not be empty: a VM needs at least one vCPU"),
             Self::TooManyVcpus { count, max } => write!(
                 f,
                 "{count} vCPUs exceed the maximum of {max} \
@@ -378,7 +379,9 @@ impl fmt::Display for Problem {
             Self::PcpuClaimed { pcpu, other } => {
                 write!(f, "pCPU {pcpu} is already claimed by vm '{other}'")
             }
-            Self::ImageBothSources => f.write_str("give exactly one of 'guest' or 'file', not both"),
+            Self::ImageBothSources => {
+                f.write_str("give exactly one of 'guest' or 'file', not both")
+            }
             Self::ImageNoSource => f.write_str("give exactly one of 'guest' or 'file'"),
             Self::UnknownGuest { guest } => write!(f, "no workspace guest named '{guest}'"),
             Self::GuestImageNotBuilt { guest, path } => write!(
@@ -393,12 +396,12 @@ impl fmt::Display for Problem {
             Self::ImageEmpty { path } => write!(f, "'{}' is empty", path.display()),
             Self::LinuxImageMisaligned { ipa } => write!(
                 f,
-                "a Linux Image must be loaded text_offset above a 2 MiB aligned base, \
-                 so ipa {ipa:#x} must be 2 MiB aligned"
+                "a Linux Image loads text_offset above a 2 MiB aligned base, \
+                 but ipa {ipa:#x} is not 2 MiB aligned"
             ),
             Self::ImageDoesNotFit { image, dtb_ipa } => write!(
                 f,
-                "image {image} ({:#x} bytes) does not fit below the device tree at {dtb_ipa:#x}",
+                "{:#x} bytes loaded at {image} do not fit below the device tree at {dtb_ipa:#x}",
                 image.size()
             ),
             Self::OverlapsDeviceWindow { range, window } => write!(

@@ -37,7 +37,14 @@ fn toml_error(text: &str, error: &toml::de::Error) -> ConfigErrorKind {
     let position = error.span().map(|span| line_and_column(text, span.start));
     ConfigErrorKind::Toml {
         position,
-        message: error.message().trim_end().to_string(),
+        // The parser's message may span lines ("invalid table header\nexpected `.`, `]`").
+        message: error
+            .message()
+            .lines()
+            .map(str::trim)
+            .filter(|line| !line.is_empty())
+            .collect::<Vec<_>>()
+            .join(": "),
     }
 }
 

@@ -1,1 +1,25 @@
-//! placeholder
+//! The configuration compiler (host only): a system described in TOML, validated, emitted as Rust tables.
+//!
+//! [`load`] parses a file (`schema`) and checks every rejection rule in file order (`validate`;
+//! each rule's exact message is a [`Problem`] variant); [`emit_rust`] turns the result into the
+//! [`SystemDesc`](crate::system::SystemDesc) the hypervisor links in. EL2 never parses TOML.
+
+mod codegen;
+mod error;
+mod image;
+mod load;
+mod model;
+mod schema;
+mod size;
+mod validate;
+
+pub use codegen::emit_rust;
+pub use error::{AddressRange, ConfigError, ConfigErrorKind, Problem, Subject};
+pub use image::{inspect as inspect_image, ImageLayout};
+pub use load::{load, parse_str};
+pub use model::{
+    ImageSource, System, Vm, DEFAULT_IPA, DEVICE_WINDOW_END, DEVICE_WINDOW_START, DTB_REGION_SIZE,
+    HYPERVISOR_IMAGE_OFFSET, IPA_BITS, KNOWN_DEVICES, LINUX_IMAGE_BASE_ALIGN, MAX_VCPUS, MAX_VMS,
+    MIN_VM_MEMORY, PAGE_SIZE,
+};
+pub use size::{parse_size, ByteSize};

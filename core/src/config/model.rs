@@ -28,7 +28,8 @@ pub const IPA_BITS: u32 = 40;
 /// Most VMs a system may have: one 8-bit VMID each.
 pub const MAX_VMS: usize = 256;
 /// Most vCPUs a VM may have: their redistributors must fit between GICR_BASE and the PL011.
-pub const MAX_VCPUS: usize = ((layout::UART_BASE - layout::GICR_BASE) / layout::GICR_STRIDE) as usize;
+pub const MAX_VCPUS: usize =
+    ((layout::UART_BASE - layout::GICR_BASE) / layout::GICR_STRIDE) as usize;
 /// Device names a `[[vm]]` may list.
 pub const KNOWN_DEVICES: &[&str] = &["console"];
 

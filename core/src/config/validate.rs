@@ -26,7 +26,7 @@ fn invalid(subject: &Subject, field: &'static str, problem: Problem) -> ConfigEr
 
 /// Checks `value` is 4 KiB aligned.
 fn check_aligned(value: u64, what: &'static str) -> Result<(), Problem> {
-    if value % PAGE_SIZE == 0 {
+    if value.is_multiple_of(PAGE_SIZE) {
         Ok(())
     } else {
         Err(Problem::Unaligned { what, value })
@@ -247,7 +247,7 @@ fn check_vm(table: &VmTable, index: usize, context: &Context) -> Result<Vm, Conf
     let (source, path) = image::resolve(&table.image, context.config_dir, context.guest_image)
         .map_err(|problem| at("image", problem))?;
     let (layout, image_path) = image::load(&path).map_err(|problem| at("image", problem))?;
-    if layout.is_linux && ipa % LINUX_IMAGE_BASE_ALIGN != 0 {
+    if layout.is_linux && !ipa.is_multiple_of(LINUX_IMAGE_BASE_ALIGN) {
         return Err(at("image", Problem::LinuxImageMisaligned { ipa }));
     }
     // DTB_REGION_SIZE < MIN_VM_MEMORY, so this cannot underflow.

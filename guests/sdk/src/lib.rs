@@ -1,1 +1,29 @@
+//! Keel guest SDK: boot code, exception vectors, hypercalls and small drivers for bare-metal guests
+//!
+//! A guest links with the SDK's `link.ld` (see `build.rs`), names its entry point with
+//! [`entry!`], and runs at EL1 with the MMU off: all memory is then Device-nGnRnE, so the
+//! SDK uses only aligned plain loads and stores (no exclusives, no `compare_exchange`).
 #![no_std]
+
+pub mod boot;
+pub mod bootargs;
+pub mod console;
+pub mod cpu;
+pub mod devicetree;
+pub mod environment;
+pub mod exceptions;
+pub mod fatal;
+pub mod gicv3;
+pub mod keel;
+pub mod mmio;
+pub mod pl011;
+pub mod pmu;
+pub mod psci;
+pub mod smccc;
+pub mod timer;
+
+pub use keel_core::abi;
+
+pub use keel::{crash, keel_version, vm_id, yield_now};
+pub use psci::{psci_version, system_off, system_reset};
+pub use smccc::smccc_version;

@@ -1,2 +1,75 @@
+//! Keel's test guest: periodic ticks with console echo, hostile actions, and micro-benchmarks.
+//!
+//! The same image runs as a Keel VM and natively on bare QEMU (`keel.native`); see
+//! [`options`] for the boot arguments it understands.
 #![no_std]
 #![no_main]
+
+mod bench;
+mod hostile;
+mod interrupts;
+mod options;
+mod ticks;
+
+use keel_guest::bootargs::BootArgs;
+use keel_guest::devicetree::{boot_info, device_tree_at};
+use keel_guest::environment::{set_environment, Environment};
+use keel_guest::{keel_version, println, system_off, vm_id};
+
+use crate::options::{Mode, Options};
+
+keel_guest::entry!(main);
+
+fn main(device_tree_address: usize) -> ! {
+    // SAFETY: the address is x0 at entry, where the loader (QEMU or Keel) put the blob, which
+    // nothing ever writes.
+    let device_tree = unsafe { device_tree_at(device_tree_address) };
+    let info = match device_tree.and_then(|tree| boot_info(&tree)) {
+        Ok(info) => info,
+        Err(error) => {
+            println!("test-guest: unreadable device tree at {device_tree_address:#x}: {error}");
+            system_off();
+        }
+    };
+    let options = match Options::parse(BootArgs::new(info.bootargs)) {
+        Ok(options) => options,
+        Err(error) => {
+            println!("test-guest: {error}");
+            system_off();
+        }
+    };
+
+    let vcpu = if options.native {
+        set_environment(Environment::Native);
+        println!("test-guest: native mode {}", options.mode);
+        0
+    } else {
+        set_environment(Environment::Keel);
+        let (vm, vcpu) = vm_id();
+        match keel_version() {
+            Ok(version) => println!(
+                "test-guest: vm {vm} vcpu {vcpu} keel {version} mode {}",
+                options.mode
+            ),
+            Err(error) => println!(
+                "test-guest: vm {vm} vcpu {vcpu} keel {error:?} mode {}",
+                options.mode
+            ),
+        }
+        vcpu
+    };
+
+    let Some(redistributor) = interrupts::init(vcpu) else {
+        println!("test-guest: no redistributor for vcpu {vcpu}");
+        system_off();
+    };
+    match options.mode {
+        Mode::Ticks => ticks::run(&options, &info, &redistributor),
+        Mode::Bench => bench::run(options.native, &redistributor),
+    }
+}
+
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
+    keel_guest::fatal::fatal_panic(info)
+}

@@ -1,0 +1,570 @@
+//! The configuration compiler's rejection rules: one fixture and one exact-message test per rule.
+#![cfg(feature = "std")]
+
+use std::path::{Path, PathBuf};
+
+use keel_core::config::{load, parse_str, ImageSource, System};
+use keel_core::system::WfiPolicy;
+
+/// Cargo runs integration tests from the crate root, so relative paths keep messages exact.
+const FIXTURES: &str = "tests/fixtures";
+
+/// The workspace guests the fixtures may name: one built, one not.
+fn guest_image(name: &str) -> Option<PathBuf> {
+    match name {
+        "test-guest" => Some(PathBuf::from("tests/fixtures/images/test-guest.bin")),
+        "unbuilt-guest" => Some(PathBuf::from("tests/fixtures/images/not-built.bin")),
+        _ => None,
+    }
+}
+
+fn load_fixture(name: &str) -> System {
+    let path = Path::new(FIXTURES).join(name);
+    load(&path, &guest_image).unwrap_or_else(|error| panic!("{name} rejected: {error}"))
+}
+
+/// Asserts that fixture `name` is rejected with exactly `message` (after the `<path>: ` prefix,
+/// or the `<path>:` prefix for TOML errors that carry their own `line:column: `).
+fn assert_rejected(name: &str, message: &str) {
+    let path = Path::new(FIXTURES).join(name);
+    let error = match load(&path, &guest_image) {
+        Ok(_) => panic!("{name} was accepted"),
+        Err(error) => error,
+    };
+    let separator = if message.starts_with(|c: char| c.is_ascii_digit()) {
+        ":"
+    } else {
+        ": "
+    };
+    assert_eq!(
+        error.to_string(),
+        format!("{}{separator}{message}", path.display())
+    );
+}
+
+// ---- Accepted configurations -------------------------------------------------------------
+
+#[test]
+fn valid_system_resolves_every_field() {
+    let system = load_fixture("valid.toml");
+    assert_eq!(system.name, "fixture");
+    assert_eq!(
+        (system.ram_base, system.ram_size),
+        (0x4000_0000, 0x4000_0000)
+    );
+    assert_eq!(
+        (system.hypervisor_base, system.hypervisor_size),
+        (0x4000_0000, 0x200_0000)
+    );
+    assert_eq!(system.pcpus, 4);
+    assert_eq!(system.vms.len(), 2);
+
+    let rt_a = &system.vms[0];
+    assert_eq!(rt_a.id, 0);
+    assert_eq!(rt_a.name, "rt-a");
+    assert_eq!(
+        (rt_a.phys, rt_a.ipa, rt_a.size),
+        (0x5000_0000, 0x4000_0000, 0x100_0000)
+    );
+    assert_eq!(rt_a.pcpus, [1]);
+    assert_eq!(rt_a.image, ImageSource::Guest("test-guest".into()));
+    assert!(rt_a.image_path.is_absolute());
+    assert!(rt_a
+        .image_path
+        .ends_with("tests/fixtures/images/test-guest.bin"));
+    // A raw binary runs from the base of guest memory; the DTB takes the last 2 MiB.
+    assert_eq!(rt_a.image_ipa, 0x4000_0000);
+    assert_eq!(rt_a.dtb_ipa, 0x40e0_0000);
+    assert!(rt_a.console);
+    assert_eq!(rt_a.wfi, WfiPolicy::Native);
+    assert_eq!(rt_a.cmdline, "keel.mode=ticks");
+
+    let rt_b = &system.vms[1];
+    assert_eq!(
+        (rt_b.id, rt_b.phys, rt_b.pcpus.as_slice()),
+        (1, 0x5100_0000, &[2][..])
+    );
+    assert_eq!(rt_b.wfi, WfiPolicy::Trap);
+    assert_eq!(rt_b.cmdline, "");
+}
+
+#[test]
+fn linux_image_loads_at_text_offset() {
+    let system = load_fixture("valid-linux.toml");
+    let vm = &system.vms[0];
+    assert_eq!(vm.image, ImageSource::File("images/linux-image.bin".into()));
+    assert_eq!(vm.ipa, 0x8000_0000);
+    assert_eq!(vm.image_ipa, 0x8008_0000);
+    assert_eq!(vm.dtb_ipa, 0x80e0_0000);
+    assert_eq!(vm.pcpus, [1, 2]);
+}
+
+#[test]
+fn parse_str_matches_load() {
+    let path = Path::new(FIXTURES).join("valid.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(
+        parse_str(&text, &path, &guest_image).unwrap(),
+        load(&path, &guest_image).unwrap()
+    );
+}
+
+#[test]
+fn scenario_configs_are_valid() {
+    let mut paths = vec![PathBuf::from("../configs/demo.toml")];
+    for entry in std::fs::read_dir("../configs/tests").unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.ends_with(".toml") && !name.starts_with("bad-") {
+            paths.push(path);
+        }
+    }
+    assert!(paths.len() >= 8, "scenario configs missing: {paths:?}");
+    for path in paths {
+        let system = load(&path, &guest_image)
+            .unwrap_or_else(|error| panic!("{} rejected: {error}", path.display()));
+        assert_eq!(system.pcpus, 3, "{}", path.display());
+        assert_eq!(system.vms.len(), 2, "{}", path.display());
+        assert!(system.vms.iter().all(|vm| vm.console));
+    }
+}
+
+#[test]
+fn hostile_read_other_targets_the_victim() {
+    let system = load(
+        Path::new("../configs/tests/hostile-read-other.toml"),
+        &guest_image,
+    )
+    .unwrap();
+    let target = format!("keel.target={:#x}", system.vms[0].phys);
+    assert!(system.vms[1].cmdline.contains(&target));
+}
+
+#[test]
+fn bad_scenario_configs_fail() {
+    let cases = [
+        (
+            "bad-overlap.toml",
+            "vm 'rt-b': memory: 0x50800000..0x51800000 overlaps vm 'rt-a' memory 0x50000000..0x51000000",
+        ),
+        (
+            "bad-pcpu-twice.toml",
+            "vm 'rt-b': pcpus: pCPU 1 is already claimed by vm 'rt-a'",
+        ),
+        (
+            "bad-hypervisor-overlap.toml",
+            "vm 'rt-a': memory: 0x41000000..0x42000000 overlaps the hypervisor region 0x40000000..0x42000000",
+        ),
+    ];
+    for (name, message) in cases {
+        let path = Path::new("../configs/tests").join(name);
+        let error = load(&path, &guest_image).unwrap_err();
+        assert_eq!(error.to_string(), format!("{}: {message}", path.display()));
+    }
+    let path = Path::new("../configs/tests/bad-unknown-field.toml");
+    let error = load(path, &guest_image).unwrap_err().to_string();
+    assert!(error.contains("unknown field `pcpu`"), "{error}");
+}
+
+// ---- Rule 1: TOML syntax, unknown fields, wrong types ------------------------------------
+
+#[test]
+fn rule_1_toml_syntax_error_has_line_and_column() {
+    assert_rejected(
+        "toml-syntax.toml",
+        "2:8: invalid table header: expected `.`, `]`",
+    );
+}
+
+#[test]
+fn rule_1_unknown_field() {
+    assert_rejected(
+        "toml-unknown-field.toml",
+        "14:1: unknown field `memroy`, expected one of `name`, `image`, `memory`, `ipa`, `pcpus`, `devices`, `cmdline`, `wfi`",
+    );
+}
+
+#[test]
+fn rule_1_wrong_type() {
+    assert_rejected(
+        "toml-wrong-type.toml",
+        "12:9: invalid type: string \"1\", expected a sequence",
+    );
+}
+
+#[test]
+fn rule_1_bad_size_string() {
+    assert_rejected(
+        "toml-bad-size.toml",
+        "11:39: invalid size \"16Q\": expected an integer (decimal or 0x hexadecimal) with an optional K, M or G suffix",
+    );
+}
+
+#[test]
+fn rule_1_missing_field() {
+    assert_rejected("toml-missing-field.toml", "8:1: missing field `memory`");
+}
+
+#[test]
+fn rule_1_unreadable_file() {
+    let error = load(
+        Path::new("tests/fixtures/no-such-config.toml"),
+        &guest_image,
+    )
+    .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "tests/fixtures/no-such-config.toml: cannot read: No such file or directory (os error 2)"
+    );
+}
+
+// ---- Rule 2: VMs and names ---------------------------------------------------------------
+
+#[test]
+fn rule_2_no_vm() {
+    assert_rejected(
+        "no-vm.toml",
+        "no [[vm]] table: a system needs at least one VM",
+    );
+}
+
+#[test]
+fn rule_2_duplicate_name() {
+    assert_rejected(
+        "duplicate-name.toml",
+        "vm 'rt-a': name: used by two VMs (#0 and #1)",
+    );
+}
+
+#[test]
+fn rule_2_empty_name() {
+    assert_rejected("empty-name.toml", "vm #1: name: must not be empty");
+}
+
+#[test]
+fn rule_2_empty_system_name() {
+    assert_rejected("system-empty-name.toml", "system: name: must not be empty");
+}
+
+#[test]
+fn rule_2_too_many_vms() {
+    let mut text = String::from(
+        "[system]\nname = \"many\"\nram = { base = 0x4000_0000, size = \"1G\" }\n\
+         hypervisor = { base = 0x4000_0000, size = \"32M\" }\npcpus = 300\n",
+    );
+    for index in 0..257 {
+        text.push_str(&format!(
+            "[[vm]]\nname = \"vm{index}\"\nimage = {{ guest = \"test-guest\" }}\n\
+             memory = {{ base = 0x5000_0000, size = \"4M\" }}\npcpus = [{index}]\n"
+        ));
+    }
+    let error = parse_str(&text, Path::new("many.toml"), &guest_image).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "many.toml: 257 [[vm]] tables exceed the maximum of 256 VMs (one VMID each)"
+    );
+}
+
+// ---- Rule 3: memory shape ----------------------------------------------------------------
+
+#[test]
+fn rule_3_memory_base_unaligned() {
+    assert_rejected(
+        "memory-base-unaligned.toml",
+        "vm 'rt-b': memory: base 0x51000800 is not 4 KiB aligned",
+    );
+}
+
+#[test]
+fn rule_3_memory_size_unaligned() {
+    assert_rejected(
+        "memory-size-unaligned.toml",
+        "vm 'rt-b': memory: size 0x1000800 is not 4 KiB aligned",
+    );
+}
+
+#[test]
+fn rule_3_memory_size_zero() {
+    assert_rejected("memory-size-zero.toml", "vm 'rt-a': memory: size is zero");
+}
+
+#[test]
+fn rule_3_memory_too_small() {
+    assert_rejected(
+        "memory-too-small.toml",
+        "vm 'rt-a': memory: size 0x200000 is below the minimum of 0x400000 (4 MiB)",
+    );
+}
+
+#[test]
+fn rule_3_memory_wraps() {
+    assert_rejected(
+        "memory-wraps.toml",
+        "vm 'rt-a': memory: 0x50000000 + 0xfffffffff0000000 wraps past the end of the 64-bit address space",
+    );
+}
+
+#[test]
+fn rule_3_ram_unaligned() {
+    assert_rejected(
+        "ram-unaligned.toml",
+        "system: ram: size 0x3fffffff is not 4 KiB aligned",
+    );
+}
+
+// ---- Rule 4: memory inside RAM -----------------------------------------------------------
+
+#[test]
+fn rule_4_memory_outside_ram() {
+    assert_rejected(
+        "memory-outside-ram.toml",
+        "vm 'rt-b': memory: 0x7f800000..0x80800000 is outside RAM 0x40000000..0x80000000",
+    );
+}
+
+// ---- Rule 5: VMs' memory disjoint --------------------------------------------------------
+
+#[test]
+fn rule_5_memory_overlap() {
+    assert_rejected(
+        "memory-overlap.toml",
+        "vm 'rt-b': memory: 0x50800000..0x51800000 overlaps vm 'rt-a' memory 0x50000000..0x51000000",
+    );
+}
+
+// ---- Rule 6: the hypervisor's region -----------------------------------------------------
+
+#[test]
+fn rule_6_memory_overlaps_hypervisor() {
+    assert_rejected(
+        "memory-overlaps-hypervisor.toml",
+        "vm 'rt-a': memory: 0x41000000..0x42000000 overlaps the hypervisor region 0x40000000..0x42000000",
+    );
+}
+
+#[test]
+fn rule_6_hypervisor_outside_ram() {
+    assert_rejected(
+        "hypervisor-outside-ram.toml",
+        "system: hypervisor: 0x3f000000..0x41000000 is outside RAM 0x40000000..0x80000000",
+    );
+}
+
+#[test]
+fn rule_6_hypervisor_too_small() {
+    assert_rejected(
+        "hypervisor-too-small.toml",
+        "system: hypervisor: size 0x200000 leaves no room for Keel's image, which loads at base + 2 MiB",
+    );
+}
+
+// ---- Rule 7: pCPUs -----------------------------------------------------------------------
+
+#[test]
+fn rule_7_pcpu_claimed_by_two_vms() {
+    assert_rejected(
+        "pcpu-claimed-twice.toml",
+        "vm 'rt-b': pcpus: pCPU 1 is already claimed by vm 'rt-a'",
+    );
+}
+
+#[test]
+fn rule_7_pcpu_listed_twice() {
+    assert_rejected(
+        "pcpu-listed-twice.toml",
+        "vm 'rt-a': pcpus: pCPU 1 is listed twice",
+    );
+}
+
+#[test]
+fn rule_7_pcpu_out_of_range() {
+    assert_rejected(
+        "pcpu-out-of-range.toml",
+        "vm 'rt-a': pcpus: pCPU 4 does not exist (system.pcpus = 4)",
+    );
+}
+
+#[test]
+fn rule_7_pcpus_empty() {
+    assert_rejected(
+        "pcpus-empty.toml",
+        "vm 'rt-a': pcpus: must not be empty: a VM needs at least one vCPU",
+    );
+}
+
+#[test]
+fn rule_7_system_pcpus_zero() {
+    assert_rejected(
+        "system-pcpus-zero.toml",
+        "system: pcpus: must be at least 1",
+    );
+}
+
+#[test]
+fn rule_7_too_many_vcpus() {
+    let pcpus: Vec<String> = (0..124).map(|pcpu| pcpu.to_string()).collect();
+    let text = format!(
+        "[system]\nname = \"wide\"\nram = {{ base = 0x4000_0000, size = \"1G\" }}\n\
+         hypervisor = {{ base = 0x4000_0000, size = \"32M\" }}\npcpus = 200\n\
+         [[vm]]\nname = \"wide\"\nimage = {{ guest = \"test-guest\" }}\n\
+         memory = {{ base = 0x5000_0000, size = \"16M\" }}\npcpus = [{}]\n",
+        pcpus.join(", ")
+    );
+    let error = parse_str(&text, Path::new("wide.toml"), &guest_image).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "wide.toml: vm 'wide': pcpus: 124 vCPUs exceed the maximum of 123 \
+         (their GIC redistributors must fit below the PL011)"
+    );
+}
+
+// ---- Rule 8: images ----------------------------------------------------------------------
+
+#[test]
+fn rule_8_image_file_missing() {
+    assert_rejected(
+        "image-file-missing.toml",
+        "vm 'rt-a': image: file 'tests/fixtures/images/no-such-kernel.bin' not found",
+    );
+}
+
+#[test]
+fn rule_8_unknown_guest() {
+    assert_rejected(
+        "image-unknown-guest.toml",
+        "vm 'rt-a': image: no workspace guest named 'no-such-guest'",
+    );
+}
+
+#[test]
+fn rule_8_guest_not_built() {
+    assert_rejected(
+        "image-guest-not-built.toml",
+        "vm 'rt-a': image: guest 'unbuilt-guest' has no built image at \
+         'tests/fixtures/images/not-built.bin' (build it first)",
+    );
+}
+
+#[test]
+fn rule_8_both_guest_and_file() {
+    assert_rejected(
+        "image-both.toml",
+        "vm 'rt-a': image: give exactly one of 'guest' or 'file', not both",
+    );
+}
+
+#[test]
+fn rule_8_neither_guest_nor_file() {
+    assert_rejected(
+        "image-neither.toml",
+        "vm 'rt-a': image: give exactly one of 'guest' or 'file'",
+    );
+}
+
+#[test]
+fn rule_8_empty_image() {
+    assert_rejected(
+        "image-empty.toml",
+        "vm 'rt-a': image: 'tests/fixtures/images/empty.bin' is empty",
+    );
+}
+
+// ---- Rule 9: devices ---------------------------------------------------------------------
+
+#[test]
+fn rule_9_unknown_device() {
+    assert_rejected(
+        "device-unknown.toml",
+        "vm 'rt-a': devices: unknown device 'gpu' (known devices: 'console')",
+    );
+}
+
+#[test]
+fn rule_9_duplicate_device() {
+    assert_rejected(
+        "device-duplicate.toml",
+        "vm 'rt-a': devices: 'console' is listed twice",
+    );
+}
+
+// ---- Rule 10: image layout ---------------------------------------------------------------
+
+#[test]
+fn rule_10_image_does_not_fit_below_the_dtb() {
+    assert_rejected(
+        "image-does-not-fit.toml",
+        "vm 'rt-a': image: 0x300000 bytes loaded at 0x40080000..0x40380000 \
+         do not fit below the device tree at 0x40200000",
+    );
+}
+
+#[test]
+fn rule_10_linux_image_misaligned() {
+    assert_rejected(
+        "linux-image-misaligned.toml",
+        "vm 'rt-a': image: a Linux Image loads text_offset above a 2 MiB aligned base, \
+         but ipa 0x40100000 is not 2 MiB aligned",
+    );
+}
+
+// ---- Rule 11: guest-physical window ------------------------------------------------------
+
+#[test]
+fn rule_11_ipa_unaligned() {
+    assert_rejected(
+        "ipa-unaligned.toml",
+        "vm 'rt-a': ipa: address 0x40000800 is not 4 KiB aligned",
+    );
+}
+
+#[test]
+fn rule_11_ipa_overlaps_device_window() {
+    assert_rejected(
+        "ipa-overlaps-devices.toml",
+        "vm 'rt-a': ipa: guest memory 0x7800000..0x8800000 overlaps the emulated device window \
+         0x8000000..0xa000000 (GIC and PL011)",
+    );
+}
+
+#[test]
+fn rule_11_ipa_beyond_address_space() {
+    assert_rejected(
+        "ipa-beyond-space.toml",
+        "vm 'rt-a': ipa: guest memory 0xffff800000..0x10000800000 extends past the 40-bit \
+         guest-physical address space",
+    );
+}
+
+// ---- Rule 12: WFI policy -----------------------------------------------------------------
+
+#[test]
+fn rule_12_unknown_wfi_policy() {
+    assert_rejected(
+        "wfi-unknown.toml",
+        "vm 'rt-a': wfi: unknown policy 'sleep' (expected 'native' or 'trap')",
+    );
+}
+
+// ---- Command line ------------------------------------------------------------------------
+
+#[test]
+fn cmdline_with_nul() {
+    assert_rejected(
+        "cmdline-nul.toml",
+        "vm 'rt-a': cmdline: contains a NUL character",
+    );
+}
+
+#[test]
+fn every_fixture_is_tested() {
+    let source = include_str!("config_rules.rs");
+    for entry in std::fs::read_dir(FIXTURES).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if name.ends_with(".toml") {
+            assert!(
+                source.contains(&format!("\"{name}\"")),
+                "fixture {name} has no test"
+            );
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! The image header and first instructions: arm64 Image header, stack, BSS, vectors, then Rust.
+//!
+//! The header follows the Linux arm64 boot protocol (Documentation/arch/arm64/booting.rst,
+//! "Call the kernel image"): both QEMU's `-kernel` loader and Keel place the image at
+//! RAM base + `text_offset` and enter its first instruction at EL1 with the MMU off and
+//! x0 = the device tree's address.
+
+/// `text_offset` of the header: the image sits 2 MiB above the RAM base (see `link.ld`).
+pub const TEXT_OFFSET: u64 = 0x20_0000;
+/// Header flags (booting.rst): bit 0 = 0 little-endian, bits 1-2 = 1 for 4 KiB pages, bit 3 = 0
+/// "place the image as close as possible to the base of DRAM" (it is linked at a fixed address).
+pub const HEADER_FLAGS: u64 = 0b0010;
+/// The header magic, "ARM\x64" read little-endian.
+pub const HEADER_MAGIC: u32 = 0x644D_5241;
+/// SCTLR_EL1 at entry (Arm ARM D17.2.118): RES1 bits 29, 28, 23, 22, 20, 11, plus I (bit 12)
+/// and SA (bit 3); M (MMU), C (data cache) and A (alignment check) off.
+pub const SCTLR_EL1_AT_ENTRY: u64 = 0x30D0_1808;
+
+// The header is 64 bytes: code0 branches over it. `__keel_guest_main` is defined by the
+// guest's `entry!`, `__keel_guest_vectors` by `exceptions`; the other `__keel_*` symbols
+// come from `link.ld`.
+core::arch::global_asm!(
+    ".section .text.head, \"ax\"",
+    ".global _start",
+    "_start:",
+    "    b       2f",                 // code0: branch to the real entry
+    "    .long   0",                  // code1
+    "    .quad   {text_offset}",      // text_offset
+    "    .quad   __keel_image_size",  // image_size, BSS and stack included
+    "    .quad   {flags}",            // flags
+    "    .quad   0, 0, 0",            // res2..res4
+    "    .long   {magic}",            // magic
+    "    .long   0",                  // res5 (PE/COFF offset: none)
+    "2:  msr     daifset, #0xf",
+    "    mov     x19, x0",            // the device tree address survives in a callee-saved register
+    "    msr     spsel, #1",
+    "    movz    x1, #{sctlr_low}",
+    "    movk    x1, #{sctlr_high}, lsl #16",
+    "    msr     sctlr_el1, x1",
+    "    isb",
+    "    adrp    x1, __keel_stack_top",
+    "    add     x1, x1, :lo12:__keel_stack_top",
+    "    mov     sp, x1",
+    "    adrp    x1, __keel_bss_start",
+    "    add     x1, x1, :lo12:__keel_bss_start",
+    "    adrp    x2, __keel_bss_end",
+    "    add     x2, x2, :lo12:__keel_bss_end",
+    "3:  cmp     x1, x2",
+    "    b.hs    4f",
+    "    str     xzr, [x1], #8",
+    "    b       3b",
+    "4:  adrp    x1, __keel_guest_vectors",
+    "    add     x1, x1, :lo12:__keel_guest_vectors",
+    "    msr     vbar_el1, x1",
+    "    isb",
+    "    mov     x0, x19",
+    "    bl      __keel_guest_main",
+    "5:  wfe",
+    "    b       5b",
+    text_offset = const TEXT_OFFSET,
+    flags = const HEADER_FLAGS,
+    magic = const HEADER_MAGIC,
+    sctlr_low = const SCTLR_EL1_AT_ENTRY & 0xFFFF,
+    sctlr_high = const SCTLR_EL1_AT_ENTRY >> 16,
+);
+
+/// Names the guest's Rust entry point, `fn(device_tree_address: usize) -> !`.
+///
+/// The boot code calls it with IRQs masked, the stack set, BSS zeroed and the SDK's
+/// exception vectors installed.
+#[macro_export]
+macro_rules! entry {
+    ($main:path) => {
+        /// The guest's entry point as the SDK's boot code calls it.
+        #[unsafe(no_mangle)]
+        extern "C" fn __keel_guest_main(device_tree_address: usize) -> ! {
+            let main: fn(usize) -> ! = $main;
+            main(device_tree_address)
+        }
+    };
+}

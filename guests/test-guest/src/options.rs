@@ -1,0 +1,120 @@
+//! The test guest's boot arguments.
+//!
+//! | token | meaning |
+//! | --- | --- |
+//! | `keel.native` | running on bare QEMU: no Keel hypercalls |
+//! | `keel.mode=ticks\|bench` | what to run (default `ticks`) |
+//! | `keel.off=<seconds>` | ticks mode: SYSTEM_OFF after that many seconds |
+//! | `keel.hostile=<mode>` | ticks mode: misbehave (see [`crate::hostile`]) |
+//! | `keel.hostile-after=<seconds>` | when to misbehave (default 2) |
+//! | `keel.target=<hex ipa>` | the address `read-other` loads from |
+
+use core::fmt;
+
+use keel_guest::bootargs::BootArgs;
+
+/// What the guest runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// A 1 kHz timer tick, a report each second, console echo.
+    Ticks,
+    /// The micro-benchmarks, then SYSTEM_OFF.
+    Bench,
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mode::Ticks => "ticks",
+            Mode::Bench => "bench",
+        })
+    }
+}
+
+/// Seconds before the hostile action when `keel.hostile-after` is absent.
+const DEFAULT_HOSTILE_AFTER_SECONDS: u64 = 2;
+
+/// The parsed boot arguments.
+#[derive(Clone, Copy, Debug)]
+pub struct Options<'a> {
+    /// `keel.native`.
+    pub native: bool,
+    /// `keel.mode`.
+    pub mode: Mode,
+    /// `keel.off`, in seconds.
+    pub off_after_seconds: Option<u64>,
+    /// `keel.hostile`.
+    pub hostile: Option<&'a str>,
+    /// `keel.hostile-after`, in seconds.
+    pub hostile_after_seconds: u64,
+    /// `keel.target`.
+    pub target: Option<u64>,
+}
+
+/// A boot argument the guest cannot use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OptionError<'a> {
+    key: &'static str,
+    value: &'a str,
+    expected: &'static str,
+}
+
+impl fmt::Display for OptionError<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "bad boot argument {}={}: expected {}",
+            self.key, self.value, self.expected
+        )
+    }
+}
+
+impl<'a> Options<'a> {
+    /// Parses the `keel.*` tokens of `args`; other tokens are ignored.
+    pub fn parse(args: BootArgs<'a>) -> Result<Self, OptionError<'a>> {
+        let mode = match args.value("keel.mode") {
+            None | Some("ticks") => Mode::Ticks,
+            Some("bench") => Mode::Bench,
+            Some(value) => {
+                return Err(OptionError {
+                    key: "keel.mode",
+                    value,
+                    expected: "ticks or bench",
+                })
+            }
+        };
+        let seconds = |key: &'static str| -> Result<Option<u64>, OptionError<'a>> {
+            args.value(key)
+                .map(|value| {
+                    value.parse().map_err(|_| OptionError {
+                        key,
+                        value,
+                        expected: "whole seconds",
+                    })
+                })
+                .transpose()
+        };
+        let target = args
+            .value("keel.target")
+            .map(|value| {
+                let digits = value
+                    .strip_prefix("0x")
+                    .or_else(|| value.strip_prefix("0X"));
+                u64::from_str_radix(digits.unwrap_or(value), 16).map_err(|_| OptionError {
+                    key: "keel.target",
+                    value,
+                    expected: "a hexadecimal address",
+                })
+            })
+            .transpose()?;
+        Ok(Self {
+            native: args.has_flag("keel.native"),
+            mode,
+            off_after_seconds: seconds("keel.off")?,
+            hostile: args.value("keel.hostile"),
+            hostile_after_seconds: seconds("keel.hostile-after")?
+                .unwrap_or(DEFAULT_HOSTILE_AFTER_SECONDS),
+            target,
+        })
+    }
+}

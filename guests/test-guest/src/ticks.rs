@@ -1,0 +1,101 @@
+//! Ticks mode: a drift-free 1 kHz virtual-timer tick, a report each second, console echo,
+//! and the timed `keel.off` and `keel.hostile` actions.
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use keel_guest::abi::layout;
+use keel_guest::cpu::{affinity_for_irouter, enable_irqs, wait_for_interrupt, with_irqs_masked};
+use keel_guest::devicetree::BootInfo;
+use keel_guest::exceptions::set_irq_handler;
+use keel_guest::gicv3::{IntId, Redistributor, Trigger, DISTRIBUTOR};
+use keel_guest::{console, println, system_off, timer};
+
+use crate::hostile;
+use crate::interrupts::PRIORITY;
+use crate::options::Options;
+
+/// Tick rate.
+const TICKS_PER_SECOND: u64 = 1000;
+
+/// Ticks counted by the IRQ handler; written by it only.
+static TICKS: AtomicU64 = AtomicU64::new(0);
+/// The deadline of the next tick; written by the IRQ handler once the tick runs.
+static NEXT_DEADLINE: AtomicU64 = AtomicU64::new(0);
+/// Counter ticks per timer tick.
+static PERIOD: AtomicU64 = AtomicU64::new(0);
+
+fn handle_irq(intid: IntId) {
+    if intid == layout::VTIMER_INTID {
+        TICKS.store(TICKS.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        // Absolute deadlines: the next one follows the last one, never "now", so lateness in
+        // taking one interrupt is not carried into the following ones.
+        let next = NEXT_DEADLINE.load(Ordering::Relaxed) + PERIOD.load(Ordering::Relaxed);
+        NEXT_DEADLINE.store(next, Ordering::Relaxed);
+        timer::set_deadline(next);
+    } else if intid == layout::UART_INTID {
+        console::drain_receive_fifo();
+    }
+}
+
+/// Runs ticks mode until `keel.off` (or forever).
+pub fn run(options: &Options<'_>, info: &BootInfo<'_>, redistributor: &Redistributor) -> ! {
+    let frequency = timer::frequency();
+    let period = frequency / TICKS_PER_SECOND;
+    set_irq_handler(handle_irq);
+
+    let start = timer::counter();
+    PERIOD.store(period, Ordering::Relaxed);
+    NEXT_DEADLINE.store(start + period, Ordering::Relaxed);
+    timer::set_deadline(start + period);
+    timer::enable();
+    redistributor.enable_private(layout::VTIMER_INTID, PRIORITY);
+
+    console::enable_receive_interrupt();
+    DISTRIBUTOR.enable_spi(
+        layout::UART_INTID,
+        PRIORITY,
+        Trigger::Level,
+        affinity_for_irouter(),
+    );
+    enable_irqs();
+
+    let mut reported_seconds = 0;
+    let mut hostile_pending = options.hostile;
+    loop {
+        wait_for_interrupt();
+        while let Some(byte) = console::read_byte() {
+            echo(byte);
+        }
+        // Both samples with IRQs masked, so that no tick lands between them.
+        let (now, ticks) = with_irqs_masked(|| (timer::counter(), TICKS.load(Ordering::Relaxed)));
+        let elapsed = now - start;
+        let seconds = elapsed / frequency;
+        if seconds <= reported_seconds {
+            continue;
+        }
+        reported_seconds = seconds;
+        let expected =
+            (u128::from(elapsed) * u128::from(TICKS_PER_SECOND) / u128::from(frequency)) as u64;
+        println!("tick: s={seconds} ticks={ticks} expected={expected}");
+
+        if options.off_after_seconds.is_some_and(|off| seconds >= off) {
+            println!("off: system_off");
+            system_off();
+        }
+        if let Some(mode) = hostile_pending {
+            if seconds >= options.hostile_after_seconds {
+                hostile_pending = None;
+                hostile::run(mode, info, options.target);
+            }
+        }
+    }
+}
+
+/// Prints one received byte: itself if printable ASCII, else `\x..`.
+fn echo(byte: u8) {
+    if byte.is_ascii_graphic() || byte == b' ' {
+        println!("echo: {}", char::from(byte));
+    } else {
+        println!("echo: \\x{byte:02x}");
+    }
+}

@@ -1,0 +1,325 @@
+//! Guest device trees: the platform a VM sees, described as QEMU `virt` would describe it to Linux.
+//!
+//! Only what Keel presents is listed: the vCPUs (PSCI over HVC), the VM's memory, the emulated
+//! GICv3, the architected timer and, with the `console` device, the emulated PL011.
+//! Bindings: Linux `Documentation/devicetree/bindings/` (`arm/cpus.yaml`, `arm/psci.yaml`,
+//! `interrupt-controller/arm,gic-v3.yaml`, `timer/arm,arch_timer.yaml`, `serial/pl011.yaml`).
+
+use keel_core::abi::layout;
+use keel_core::config::{Vm, DTB_REGION_SIZE};
+use vm_fdt::FdtWriter;
+
+/// Phandle of the GIC, the interrupt parent of every device.
+const GIC_PHANDLE: u32 = 1;
+/// Phandle of the PL011's fixed clock.
+const APB_CLOCK_PHANDLE: u32 = 2;
+/// Frequency of the PL011's clock (QEMU `virt`'s `apb-pclk`).
+const APB_CLOCK_HZ: u32 = 24_000_000;
+
+/// First cell of a GICv3 interrupt specifier: shared peripheral interrupt.
+const GIC_SPI: u32 = 0;
+/// First cell of a GICv3 interrupt specifier: private peripheral interrupt.
+const GIC_PPI: u32 = 1;
+/// INTID of the first PPI (GICv3 spec, section 2.2): the specifier counts from it.
+const PPI_FIRST_INTID: u32 = 16;
+/// INTID of the first SPI.
+const SPI_FIRST_INTID: u32 = 32;
+/// Secure EL1 physical timer PPI (described for completeness, as QEMU does; never delivered).
+const SECURE_PHYS_TIMER_INTID: u32 = 29;
+/// Third cell: level-sensitive, active high.
+const IRQ_TYPE_LEVEL_HIGH: u32 = 4;
+
+/// Builds VM `vm`'s device tree blob; it must fit the [`DTB_REGION_SIZE`] reserved for it.
+pub fn guest_dtb(vm: &Vm) -> Result<Vec<u8>, String> {
+    let blob = write_tree(vm).map_err(|error| format!("vm '{}': device tree: {error}", vm.name))?;
+    if blob.len() as u64 > DTB_REGION_SIZE {
+        return Err(format!(
+            "vm '{}': device tree: {:#x} bytes exceed the {DTB_REGION_SIZE:#x} reserved for it",
+            vm.name,
+            blob.len()
+        ));
+    }
+    Ok(blob)
+}
+
+/// PPI flags for the timer: level-high, plus the GICv2-style CPU mask QEMU also emits
+/// (one bit per vCPU, at most 8; GICv3 ignores it).
+fn timer_flags(vcpu_count: usize) -> u32 {
+    let mask = (1u32 << vcpu_count.min(8)) - 1;
+    mask << 8 | IRQ_TYPE_LEVEL_HIGH
+}
+
+fn write_tree(vm: &Vm) -> Result<Vec<u8>, vm_fdt::Error> {
+    let mut fdt = FdtWriter::new()?;
+    let vcpu_count = vm.vcpu_count();
+    let uart_path = format!("/pl011@{:x}", layout::UART_BASE);
+
+    let root = fdt.begin_node("")?;
+    fdt.property_string("compatible", "linux,dummy-virt")?;
+    fdt.property_string("model", &format!("Keel VM {}", vm.name))?;
+    fdt.property_u32("#address-cells", 2)?;
+    fdt.property_u32("#size-cells", 2)?;
+    fdt.property_u32("interrupt-parent", GIC_PHANDLE)?;
+
+    // vCPU i has MPIDR_EL1.Aff0 = i (arm/cpus.yaml: reg is the MPIDR affinity).
+    let cpus = fdt.begin_node("cpus")?;
+    fdt.property_u32("#address-cells", 1)?;
+    fdt.property_u32("#size-cells", 0)?;
+    for vcpu in 0..vcpu_count {
+        let cpu = fdt.begin_node(&format!("cpu@{vcpu:x}"))?;
+        fdt.property_string("device_type", "cpu")?;
+        fdt.property_string("compatible", "arm,armv8")?;
+        fdt.property_u32("reg", vcpu as u32)?;
+        fdt.property_string("enable-method", "psci")?;
+        fdt.end_node(cpu)?;
+    }
+    fdt.end_node(cpus)?;
+
+    let psci = fdt.begin_node("psci")?;
+    fdt.property_string_list(
+        "compatible",
+        vec!["arm,psci-1.0".into(), "arm,psci-0.2".into()],
+    )?;
+    fdt.property_string("method", "hvc")?;
+    fdt.end_node(psci)?;
+
+    let memory = fdt.begin_node(&format!("memory@{:x}", vm.ipa))?;
+    fdt.property_string("device_type", "memory")?;
+    fdt.property_array_u64("reg", &[vm.ipa, vm.size])?;
+    fdt.end_node(memory)?;
+
+    let gic = fdt.begin_node(&format!("intc@{:x}", layout::GICD_BASE))?;
+    fdt.property_string("compatible", "arm,gic-v3")?;
+    fdt.property_null("interrupt-controller")?;
+    fdt.property_u32("#interrupt-cells", 3)?;
+    fdt.property_u32("#address-cells", 2)?;
+    fdt.property_u32("#size-cells", 2)?;
+    fdt.property_null("ranges")?;
+    fdt.property_array_u64(
+        "reg",
+        &[
+            layout::GICD_BASE,
+            layout::GICD_SIZE,
+            layout::GICR_BASE,
+            layout::GICR_STRIDE * vcpu_count as u64,
+        ],
+    )?;
+    fdt.property_u32("#redistributor-regions", 1)?;
+    fdt.property_array_u32(
+        "interrupts",
+        &[
+            GIC_PPI,
+            layout::MAINTENANCE_INTID - PPI_FIRST_INTID,
+            IRQ_TYPE_LEVEL_HIGH,
+        ],
+    )?;
+    fdt.property_phandle(GIC_PHANDLE)?;
+    fdt.end_node(gic)?;
+
+    // arm,arch_timer.yaml: secure physical, non-secure physical, virtual, hypervisor.
+    let flags = timer_flags(vcpu_count);
+    let timer = fdt.begin_node("timer")?;
+    fdt.property_string("compatible", "arm,armv8-timer")?;
+    let mut interrupts = Vec::new();
+    for intid in [
+        SECURE_PHYS_TIMER_INTID,
+        layout::PTIMER_INTID,
+        layout::VTIMER_INTID,
+        layout::HYP_TIMER_INTID,
+    ] {
+        interrupts.extend([GIC_PPI, intid - PPI_FIRST_INTID, flags]);
+    }
+    fdt.property_array_u32("interrupts", &interrupts)?;
+    fdt.property_null("always-on")?;
+    fdt.end_node(timer)?;
+
+    if vm.console {
+        let clock = fdt.begin_node("apb-pclk")?;
+        fdt.property_string("compatible", "fixed-clock")?;
+        fdt.property_u32("#clock-cells", 0)?;
+        fdt.property_u32("clock-frequency", APB_CLOCK_HZ)?;
+        fdt.property_string("clock-output-names", "clk24mhz")?;
+        fdt.property_phandle(APB_CLOCK_PHANDLE)?;
+        fdt.end_node(clock)?;
+
+        let uart = fdt.begin_node(&uart_path[1..])?;
+        fdt.property_string_list(
+            "compatible",
+            vec!["arm,pl011".into(), "arm,primecell".into()],
+        )?;
+        fdt.property_array_u64("reg", &[layout::UART_BASE, layout::UART_SIZE])?;
+        fdt.property_array_u32(
+            "interrupts",
+            &[
+                GIC_SPI,
+                layout::UART_INTID - SPI_FIRST_INTID,
+                IRQ_TYPE_LEVEL_HIGH,
+            ],
+        )?;
+        fdt.property_array_u32("clocks", &[APB_CLOCK_PHANDLE, APB_CLOCK_PHANDLE])?;
+        fdt.property_string_list("clock-names", vec!["uartclk".into(), "apb_pclk".into()])?;
+        fdt.end_node(uart)?;
+
+        let aliases = fdt.begin_node("aliases")?;
+        fdt.property_string("serial0", &uart_path)?;
+        fdt.end_node(aliases)?;
+    }
+
+    let chosen = fdt.begin_node("chosen")?;
+    fdt.property_string("bootargs", &vm.cmdline)?;
+    if vm.console {
+        fdt.property_string("stdout-path", &uart_path)?;
+    }
+    fdt.end_node(chosen)?;
+
+    fdt.end_node(root)?;
+    fdt.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_core::config::ImageSource;
+    use keel_core::system::WfiPolicy;
+    use std::path::PathBuf;
+    use std::process::Command;
+
+    fn vm(console: bool, pcpus: Vec<u32>) -> Vm {
+        Vm {
+            id: 0,
+            name: "rt-a".into(),
+            phys: 0x5000_0000,
+            ipa: 0x4000_0000,
+            size: 0x100_0000,
+            pcpus,
+            image: ImageSource::Guest("test-guest".into()),
+            image_path: PathBuf::from("/nonexistent/test-guest.bin"),
+            image_ipa: 0x4000_0000,
+            dtb_ipa: 0x40e0_0000,
+            console,
+            wfi: WfiPolicy::Native,
+            cmdline: "keel.mode=ticks keel.off=6".into(),
+        }
+    }
+
+    fn be32(blob: &[u8], offset: usize) -> u32 {
+        u32::from_be_bytes(blob[offset..offset + 4].try_into().unwrap())
+    }
+
+    /// Decompiles with `dtc` if it is installed (package device-tree-compiler).
+    fn decompile(blob: &[u8], name: &str) -> Option<String> {
+        let path = std::env::temp_dir().join(format!("keel-{}-{name}.dtb", std::process::id()));
+        std::fs::write(&path, blob).unwrap();
+        let output = Command::new("dtc")
+            .args(["-I", "dtb", "-O", "dts"])
+            .arg(&path)
+            .output();
+        std::fs::remove_file(&path).unwrap();
+        let output = output.ok()?;
+        assert!(
+            output.status.success(),
+            "dtc failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        Some(normalize_hex(&String::from_utf8(output.stdout).unwrap()))
+    }
+
+    /// Drops leading zeros of `0x` numbers: dtc 1.4 prints `<0x2>` where 1.6 prints `<0x02>`.
+    fn normalize_hex(text: &str) -> String {
+        let mut out = String::new();
+        let mut rest = text;
+        while let Some(at) = rest.find("0x") {
+            out.push_str(&rest[..at + 2]);
+            rest = &rest[at + 2..];
+            let zeros = rest.len() - rest.trim_start_matches('0').len();
+            let more_digits = rest[zeros..].starts_with(|c: char| c.is_ascii_hexdigit());
+            // An all-zero number keeps one zero.
+            rest = &rest[if more_digits {
+                zeros
+            } else {
+                zeros.saturating_sub(1)
+            }..];
+        }
+        out.push_str(rest);
+        out
+    }
+
+    #[test]
+    fn hex_normalization() {
+        assert_eq!(
+            normalize_hex("<0x00 0x0d 0x304 0x40000000>"),
+            "<0x0 0xd 0x304 0x40000000>"
+        );
+    }
+
+    #[test]
+    fn blob_header_is_valid() {
+        let blob = guest_dtb(&vm(true, vec![1, 2])).unwrap();
+        assert_eq!(be32(&blob, 0), 0xd00d_feed, "FDT magic");
+        assert_eq!(be32(&blob, 4) as usize, blob.len(), "totalsize");
+        assert_eq!(be32(&blob, 20), 17, "version");
+    }
+
+    #[test]
+    fn timer_cpu_mask_covers_the_vcpus() {
+        assert_eq!(timer_flags(1), 0x104);
+        assert_eq!(timer_flags(4), 0xf04);
+        assert_eq!(timer_flags(12), 0xff04);
+    }
+
+    #[test]
+    fn decompiled_tree_describes_the_platform() {
+        let blob = guest_dtb(&vm(true, vec![1, 2])).unwrap();
+        let Some(source) = decompile(&blob, "console") else {
+            eprintln!("dtc not installed: skipping the decompiled checks");
+            return;
+        };
+        let lines: Vec<&str> = source.lines().map(str::trim).collect();
+        let expected_lines = [
+            "compatible = \"linux,dummy-virt\";",
+            "#address-cells = <0x02>;",
+            "interrupt-parent = <0x01>;",
+            "cpu@0 {",
+            "cpu@1 {",
+            "enable-method = \"psci\";",
+            "compatible = \"arm,psci-1.0\\0arm,psci-0.2\";",
+            "method = \"hvc\";",
+            "memory@40000000 {",
+            "reg = <0x00 0x40000000 0x00 0x1000000>;",
+            "intc@8000000 {",
+            "compatible = \"arm,gic-v3\";",
+            "reg = <0x00 0x8000000 0x00 0x10000 0x00 0x80a0000 0x00 0x40000>;",
+            "interrupts = <0x01 0x09 0x04>;",
+            "#redistributor-regions = <0x01>;",
+            "interrupts = <0x01 0x0d 0x304 0x01 0x0e 0x304 0x01 0x0b 0x304 0x01 0x0a 0x304>;",
+            "always-on;",
+            "clock-frequency = <0x16e3600>;",
+            "pl011@9000000 {",
+            "compatible = \"arm,pl011\\0arm,primecell\";",
+            "interrupts = <0x00 0x01 0x04>;",
+            "clocks = <0x02 0x02>;",
+            "clock-names = \"uartclk\\0apb_pclk\";",
+            "serial0 = \"/pl011@9000000\";",
+            "stdout-path = \"/pl011@9000000\";",
+            "bootargs = \"keel.mode=ticks keel.off=6\";",
+        ];
+        for expected in expected_lines.map(normalize_hex) {
+            assert!(
+                lines.contains(&expected.as_str()),
+                "missing {expected:?} in:\n{source}"
+            );
+        }
+        assert!(!lines.contains(&"cpu@2 {"));
+    }
+
+    #[test]
+    fn no_console_means_no_uart() {
+        let blob = guest_dtb(&vm(false, vec![1])).unwrap();
+        let Some(source) = decompile(&blob, "headless") else {
+            return;
+        };
+        assert!(!source.contains("pl011"));
+        assert!(!source.contains("stdout-path"));
+        assert!(source.contains("bootargs = \"keel.mode=ticks keel.off=6\";"));
+    }
+}

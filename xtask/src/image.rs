@@ -1,0 +1,102 @@
+//! Building bootable images: the guests of this workspace, then one Keel image per configuration.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use keel_core::config;
+
+use crate::setup::{objcopy, TARGET};
+use crate::{step, workspace, Result};
+
+/// Guests of this workspace that configurations may name with `image = { guest = "..." }`.
+pub const GUESTS: &[&str] = &["test-guest"];
+
+/// Where build products go (under `target/`, ignored by git).
+pub fn output_dir() -> PathBuf {
+    workspace().join("target/keel")
+}
+
+/// The built image of workspace guest `name`.
+pub fn guest_image(name: &str) -> Option<PathBuf> {
+    GUESTS.contains(&name).then(|| output_dir().join("guests").join(format!("{name}.bin")))
+}
+
+fn cargo() -> Command {
+    let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    command.current_dir(workspace());
+    command
+}
+
+fn to_binary(elf: &Path, binary: &Path) -> Result<()> {
+    std::fs::create_dir_all(binary.parent().unwrap()).map_err(|e| e.to_string())?;
+    let status = Command::new(objcopy()?)
+        .args(["-O", "binary"])
+        .arg(elf)
+        .arg(binary)
+        .status()
+        .map_err(|e| format!("llvm-objcopy: {e}"))?;
+    if !status.success() {
+        return Err(format!("llvm-objcopy {} failed", elf.display()));
+    }
+    Ok(())
+}
+
+fn cargo_build(package: &str, env: &[(&str, &Path)]) -> Result<PathBuf> {
+    let mut command = cargo();
+    command.args(["build", "--quiet", "--release", "--target", TARGET, "-p", package]);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let status = command.status().map_err(|e| format!("cargo: {e}"))?;
+    if !status.success() {
+        return Err(format!("building {package} failed"));
+    }
+    Ok(workspace().join("target").join(TARGET).join("release").join(package))
+}
+
+/// Builds every workspace guest to a raw image.
+pub fn build_guests() -> Result<()> {
+    for guest in GUESTS {
+        let elf = cargo_build(guest, &[])?;
+        to_binary(&elf, &guest_image(guest).unwrap())?;
+    }
+    Ok(())
+}
+
+/// A Keel image built for one configuration.
+pub struct SystemImage {
+    /// The validated configuration.
+    pub system: config::System,
+    /// The bootable image (arm64 Image format).
+    pub path: PathBuf,
+}
+
+/// Compiles the configuration at `config_path` and builds Keel's image for it.
+/// Guests must be built first ([`build_guests`]).
+pub fn build_system(config_path: &Path) -> Result<SystemImage> {
+    let system = config::load(config_path, &guest_image).map_err(|e| e.to_string())?;
+    let dir = output_dir().join(&system.name);
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let mut dtbs = Vec::new();
+    for vm in &system.vms {
+        let blob = crate::dtb::guest_dtb(vm)?;
+        let path = dir.join(format!("{}.dtb", vm.name));
+        std::fs::write(&path, blob).map_err(|e| e.to_string())?;
+        dtbs.push(path);
+    }
+    let tables = dir.join("system.rs");
+    std::fs::write(&tables, config::emit_rust(&system, &dtbs)).map_err(|e| e.to_string())?;
+    let elf = cargo_build("keel", &[("KEEL_CONFIG_RS", &tables)])?;
+    let path = dir.join("keel.bin");
+    to_binary(&elf, &path)?;
+    let size = std::fs::metadata(&path).map_err(|e| e.to_string())?.len();
+    if size > system.hypervisor_size - config::HYPERVISOR_IMAGE_OFFSET {
+        return Err(format!(
+            "{}: system.hypervisor: Keel's image ({size} bytes with its guests) does not fit the {:#x}-byte region above base + 2 MiB",
+            config_path.display(),
+            system.hypervisor_size - config::HYPERVISOR_IMAGE_OFFSET
+        ));
+    }
+    step(&format!("built {} ({size} bytes) for configuration '{}'", path.display(), system.name));
+    Ok(SystemImage { system, path })
+}

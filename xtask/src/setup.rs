@@ -1,0 +1,76 @@
+//! Installs what building and running Keel needs on a Debian machine, saying what it does.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use crate::{step, Result};
+
+/// The target Keel and its guests are built for (no FP/SIMD instructions in the hypervisor).
+pub const TARGET: &str = "aarch64-unknown-none-softfloat";
+
+fn command_exists(name: &str) -> bool {
+    Command::new("sh").args(["-c", &format!("command -v {name} >/dev/null 2>&1")]).status().is_ok_and(|s| s.success())
+}
+
+fn run(command: &mut Command, what: &str) -> Result<()> {
+    let status = command.status().map_err(|e| format!("{what}: cannot start: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{what} failed ({status})"))
+    }
+}
+
+/// The sysroot's `llvm-objcopy` (rustup component `llvm-tools`).
+pub fn objcopy() -> Result<PathBuf> {
+    let output = Command::new("rustc").args(["--print", "sysroot"]).output().map_err(|e| format!("rustc: {e}"))?;
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
+    let rustlib = sysroot.join("lib/rustlib");
+    let entries = std::fs::read_dir(&rustlib).map_err(|e| format!("{}: {e}", rustlib.display()))?;
+    for entry in entries.flatten() {
+        let candidate = entry.path().join("bin/llvm-objcopy");
+        if candidate.exists() {
+            return Ok(candidate);
+        }
+    }
+    Err("llvm-objcopy not found in the Rust sysroot (rustup component add llvm-tools)".into())
+}
+
+/// Makes sure the Rust target, llvm-tools, QEMU and dtc are present, installing what is missing.
+pub fn ensure_tools() -> Result<()> {
+    let installed = Command::new("rustup").args(["target", "list", "--installed"]).output();
+    let has_target = installed.as_ref().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).lines().any(|l| l.trim() == TARGET));
+    if !has_target {
+        step(&format!("installing the Rust target {TARGET} (rustup target add)"));
+        run(Command::new("rustup").args(["target", "add", TARGET]), "rustup target add")?;
+    }
+    if objcopy().is_err() {
+        step("installing llvm-tools (rustup component add llvm-tools)");
+        run(Command::new("rustup").args(["component", "add", "llvm-tools"]), "rustup component add llvm-tools")?;
+        objcopy()?;
+    }
+    let mut packages = Vec::new();
+    if !command_exists("qemu-system-aarch64") {
+        packages.push("qemu-system-arm");
+    }
+    if !command_exists("dtc") {
+        packages.push("device-tree-compiler");
+    }
+    if !packages.is_empty() {
+        let root = Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+        if !root {
+            return Err(format!(
+                "missing Debian packages {}: run `sudo apt-get install {}` (or run this command as root)",
+                packages.join(", "),
+                packages.join(" ")
+            ));
+        }
+        step(&format!("installing Debian packages {} (apt-get)", packages.join(", ")));
+        run(Command::new("apt-get").args(["update", "-q"]), "apt-get update")?;
+        run(
+            Command::new("apt-get").args(["install", "-y", "-q", "--no-install-recommends"]).args(&packages).env("DEBIAN_FRONTEND", "noninteractive"),
+            "apt-get install",
+        )?;
+    }
+    Ok(())
+}
