@@ -30,7 +30,10 @@ pub fn handle_pending() {
         }
         match intid {
             layout::HYP_TIMER_INTID => console::flush_partial(),
-            KICK_SGI | layout::MAINTENANCE_INTID => {}
+            // The maintenance interrupt stays asserted until its cause (an EOI'd or underflowing
+            // list register) is dealt with: sync now, or it would fire again at once.
+            layout::MAINTENANCE_INTID => sync_list_registers(),
+            KICK_SGI => {}
             _ if intid == crate::uart_intid() => console_input(),
             _ => {}
         }
@@ -103,11 +106,15 @@ pub fn sync_list_registers() {
     let Some(devices) = guard.as_mut() else { return };
     let vgic = &mut devices.vgic;
     let mut listed = cpu.listed.load(Ordering::Relaxed);
-    let empty = gic::empty_list_registers();
+    // A list register is done with once its state is invalid. ICH_ELRSR_EL2 does not count one
+    // that still requests an EOI maintenance interrupt as empty, so read the state itself.
     for lr in 0..gic::list_registers() {
         let bit = 1u64 << lr;
-        if listed & bit != 0 && empty & bit != 0 {
-            let value = gic::read_lr(lr);
+        if listed & bit == 0 {
+            continue;
+        }
+        let value = gic::read_lr(lr);
+        if gic::list_register_is_invalid(value) {
             vgic.unlisted(vcpu, value as u32, false, false);
             gic::write_lr(lr, 0);
             listed &= !bit;

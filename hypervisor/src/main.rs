@@ -105,7 +105,7 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
         names[index] = desc.name;
         consoles[index] = desc.console;
         if let Err(error) = vm::build(index) {
-            boot_failure(uart, format_args!("vm '{}': cannot build its stage-2 map: {error:?}", desc.name));
+            boot_failure(uart, format_args!("vm '{}': cannot build its stage-2 map: {error}", desc.name));
         }
         keel_println!(
             "vm '{}' (id {}): {} MiB at IPA {:#x} (PA {:#x}), pCPUs {:?}, image {} bytes at {:#x}",

@@ -99,7 +99,7 @@ extern "C" fn keel_guest_sync(regs: &mut GuestRegs) {
         ExceptionClass::InstructionAbortLower => Next::Stop(Fault::Fetch { ipa: faulting_ipa() }),
         ExceptionClass::WfiWfe => {
             vectors::skip_instruction();
-            if esr.wfx() == Some(false) && crate::arch::gic::empty_list_registers() & 0xffff == 0xffff {
+            if esr.wfx() == Some(false) && !crate::arch::gic::any_interrupt_listed() {
                 crate::arch::cpu::wait_for_interrupt();
             }
             Next::Resume

@@ -214,6 +214,15 @@ pub enum LoadError {
     Map(keel_core::stage2::Stage2Error),
 }
 
+impl core::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            LoadError::NoTables => write!(f, "no stage-2 table storage left"),
+            LoadError::Map(error) => write!(f, "{error}"),
+        }
+    }
+}
+
 /// Builds VM `id`'s stage-2 tables, loads its image and device tree, creates its devices.
 pub fn build(id: usize) -> Result<(), LoadError> {
     let desc = desc(id);

@@ -141,17 +141,25 @@ fn console_focus() -> Result<()> {
     let image = build_system(&config("console"))?;
     let mut session = Machine::keel(&image.path, image.system.pcpus).spawn(&log_path("console"))?;
     let wait = Duration::from_secs(60);
-    session.wait_for(r"^\[rt-a\] test-guest: vm 0", wait)?;
-    session.wait_for(r"^\[rt-b\] test-guest: vm 1", wait)?;
-    session.send(b"q")?;
-    session.wait_for(r"^\[rt-a\] echo: q$", wait)?;
-    session.send(&[0x01, b'1'])?;
-    session.wait_for(r"^\[keel\] input focus: vm 'rt-b' \(id 1\)$", wait)?;
-    session.send(b"z")?;
-    session.wait_for(r"^\[rt-b\] echo: z$", wait)?;
-    session.send(&[0x01, b'0', b'k'])?;
-    session.wait_for(r"^\[rt-a\] echo: k$", wait)?;
+    let mut steps = || -> Result<()> {
+        session.wait_for(r"^\[rt-a\] test-guest: vm 0", wait)?;
+        session.wait_for(r"^\[rt-b\] test-guest: vm 1", wait)?;
+        session.send(b"q")?;
+        session.wait_for(r"^\[rt-a\] echo: q$", wait)?;
+        session.send(&[0x01, b'1'])?;
+        session.wait_for(r"^\[keel\] input focus: vm 'rt-b' \(id 1\)$", wait)?;
+        session.send(b"z")?;
+        session.wait_for(r"^\[rt-b\] echo: z$", wait)?;
+        session.send(&[0x01, b'0', b'k'])?;
+        session.wait_for(r"^\[rt-a\] echo: k$", wait)?;
+        Ok(())
+    };
+    let outcome = steps();
     let ended = session.kill();
+    if let Err(message) = outcome {
+        let tail = ended.lines.iter().rev().take(8).rev().cloned().collect::<Vec<_>>().join("\n      ");
+        return Err(format!("{message}; last console lines:\n      {tail}"));
+    }
     for (vm, stray) in [("rt-b", "q"), ("rt-a", "z"), ("rt-b", "k")] {
         if lines_of(&ended, vm).contains(&format!("echo: {stray}").as_str()) {
             return Err(format!("vm '{vm}' received '{stray}' typed while it did not have the focus"));

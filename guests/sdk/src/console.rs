@@ -92,10 +92,15 @@ pub fn enable_receive_interrupt() {
     CONSOLE.enable_receive_interrupt();
 }
 
-/// Moves every byte in the UART's receive FIFO to the receive queue and clears the receive
-/// interrupt. Call it from the IRQ handler of `layout::UART_INTID`, and only there.
+/// Clears the receive interrupt, then moves every byte in the UART's receive FIFO to the
+/// receive queue. Call it from the IRQ handler of `layout::UART_INTID`, and only there.
+///
+/// Clearing first is what makes it race-free: a byte arriving after the last FIFO check
+/// raises the interrupt again, where clearing after draining would drop that interrupt and
+/// leave the byte (and, with a full FIFO, all input after it) stranded.
 pub fn drain_receive_fifo() {
     let queue = &RECEIVE_QUEUE;
+    CONSOLE.clear_receive_interrupt();
     while let Some(byte) = CONSOLE.try_getc() {
         let tail = queue.tail.load(Ordering::Relaxed);
         if tail.wrapping_sub(queue.head.load(Ordering::Acquire)) == RECEIVE_QUEUE_CAPACITY {
@@ -108,7 +113,6 @@ pub fn drain_receive_fifo() {
         queue.bytes[tail % RECEIVE_QUEUE_CAPACITY].store(byte, Ordering::Relaxed);
         queue.tail.store(tail.wrapping_add(1), Ordering::Release);
     }
-    CONSOLE.clear_receive_interrupt();
 }
 
 /// Takes the oldest received byte, if any.

@@ -73,7 +73,8 @@ impl Pl011 {
         self.registers.write_u32(IMSC, mask | RECEIVE_INTERRUPT);
     }
 
-    /// Clears the receive and receive-timeout interrupts (ICR), after draining the FIFO.
+    /// Clears the receive and receive-timeout interrupts (ICR); bytes still in the FIFO raise
+    /// the receive interrupt again as new ones arrive, and reading them clears it.
     pub fn clear_receive_interrupt(&self) {
         self.registers
             .write_u32(ICR, RECEIVE_INTERRUPT | RECEIVE_TIMEOUT_INTERRUPT);

@@ -24,12 +24,6 @@ pub fn wait_for_interrupt() {
     unsafe { core::arch::asm!("wfi", options(nomem, nostack, preserves_flags)) };
 }
 
-/// Allows IRQs at EL2 (used while a pCPU idles).
-pub fn enable_irqs() {
-    // SAFETY: Keel's EL2 IRQ vector is installed before any CPU unmasks IRQs.
-    unsafe { core::arch::asm!("msr daifclr, #2", options(nomem, nostack)) };
-}
-
 /// Masks IRQs at EL2.
 pub fn disable_irqs() {
     // SAFETY: masking interrupts has no memory effects.

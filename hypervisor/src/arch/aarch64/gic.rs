@@ -190,9 +190,10 @@ pub fn list_registers() -> usize {
     ((read_sysreg!("ich_vtr_el2") & 0x1f) + 1) as usize
 }
 
-/// ICH_ELRSR_EL2: bit n set when list register n holds no interrupt.
-pub fn empty_list_registers() -> u64 {
-    read_sysreg!("ich_elrsr_el2")
+/// Whether any list register holds a virtual interrupt (ICH_ELRSR_EL2 has a clear bit).
+pub fn any_interrupt_listed() -> bool {
+    let implemented = (1u64 << list_registers()) - 1;
+    read_sysreg!("ich_elrsr_el2") & implemented != implemented
 }
 
 /// Sets or clears ICH_HCR_EL2.UIE (maintenance interrupt when at most one list register is in use).
@@ -205,8 +206,12 @@ pub fn set_underflow_interrupt(enabled: bool) {
 
 /// Clears the guest's view of the virtual CPU interface (VM reset).
 pub fn reset_virtual_interface() {
-    // SAFETY: resets the virtual interface that belongs to this pCPU's only vCPU.
-    unsafe { write_sysreg!("ich_vmcr_el2", 0u64) };
+    // SAFETY: resets the virtual interface that belongs to this pCPU's only vCPU: enabled,
+    // no maintenance interrupt requested, no virtual interrupt listed.
+    unsafe {
+        write_sysreg!("ich_vmcr_el2", 0u64);
+        write_sysreg!("ich_hcr_el2", 1u64);
+    }
     for lr in 0..list_registers() {
         write_lr(lr, 0);
     }
@@ -243,6 +248,11 @@ macro_rules! list_register_access {
 }
 
 list_register_access!(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+
+/// Whether a list register value has state invalid: the guest has finished with it.
+pub fn list_register_is_invalid(value: u64) -> bool {
+    value >> 62 == 0
+}
 
 /// Builds a list register value (ICH_LR<n>_EL2, 12.4.6): pending, group 1 or 0, with the
 /// given priority; `physical` links it to a physical interrupt the guest's EOI deactivates;

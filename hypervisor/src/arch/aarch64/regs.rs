@@ -41,8 +41,6 @@ pub mod hcr {
     pub const BSU_INNER: u64 = 1 << 10;
     /// Trap WFI.
     pub const TWI: u64 = 1 << 13;
-    /// Trap WFE.
-    pub const TWE: u64 = 1 << 14;
     /// Trap SMC.
     pub const TSC: u64 = 1 << 19;
     /// Trap implementation-defined system registers.
