@@ -136,13 +136,30 @@ const CLASSES: [(u8, ExceptionClass, &str); 38] = [
     (0x3c, ExceptionClass::Brk, "BRK"),
 ];
 
+/// [`CLASSES`] indexed by code, with [`ExceptionClass::Other`] for the reserved codes.
+const BY_CODE: [ExceptionClass; 64] = {
+    let mut table = [ExceptionClass::Other(0); 64];
+    let mut code = 0;
+    while code < 64 {
+        table[code] = ExceptionClass::Other(code as u8);
+        code += 1;
+    }
+    let mut entry = 0;
+    while entry < CLASSES.len() {
+        table[CLASSES[entry].0 as usize] = CLASSES[entry].1;
+        entry += 1;
+    }
+    table
+};
+
 impl ExceptionClass {
     /// The class of a 6-bit EC value (Arm ARM D17.2.37).
     pub fn from_code(ec: u8) -> Self {
-        CLASSES
-            .iter()
-            .find(|(code, _, _)| *code == ec)
-            .map_or(Self::Other(ec), |&(_, class, _)| class)
+        // A direct table: this runs on every trap, so no search.
+        match BY_CODE.get(usize::from(ec)) {
+            Some(&class) => class,
+            None => Self::Other(ec),
+        }
     }
 
     /// The EC value of this class.

@@ -220,15 +220,16 @@ fn hypercall(id: usize, vcpu: usize, regs: &mut GuestRegs) -> Next {
 
 fn system_register(id: usize, vcpu: usize, access: SysRegAccess, regs: &mut GuestRegs) -> Next {
     if access.reg == sysregs::ICC_SGI1R_EL1 && !access.read {
-        send_virtual_sgi(id, vcpu, regs.get(access.register));
+        let raised_here = send_virtual_sgi(id, vcpu, regs.get(access.register));
         vectors::skip_instruction();
-        return Next::ResumeWithInterrupts;
+        return if raised_here { Next::ResumeWithInterrupts } else { Next::Resume };
     }
     Next::Stop(Fault::SysReg(access))
 }
 
 /// Emulates a write of ICC_SGI1R_EL1 (GICv3 12.2.22): vCPU `i` has affinity 0.0.0.i.
-fn send_virtual_sgi(id: usize, vcpu: usize, value: u64) {
+/// Returns whether the SGI is pending for the calling vCPU itself.
+fn send_virtual_sgi(id: usize, vcpu: usize, value: u64) -> bool {
     let intid = ((value >> 24) & 0xf) as u32;
     let broadcast = value & (1 << 40) != 0;
     let upper_affinity = (value >> 16) & 0xff | ((value >> 32) & 0xff) << 8 | ((value >> 48) & 0xff) << 16;
@@ -246,7 +247,7 @@ fn send_virtual_sgi(id: usize, vcpu: usize, value: u64) {
         }
     }
     if targets == 0 {
-        return;
+        return false;
     }
     if let Some(devices) = vm::vm(id).devices.lock().as_mut() {
         for target in (0..vcpus).filter(|t| targets & (1 << t) != 0) {
@@ -256,6 +257,7 @@ fn send_virtual_sgi(id: usize, vcpu: usize, value: u64) {
     for target in (0..vcpus).filter(|&t| targets & (1 << t) != 0 && t != vcpu) {
         vm::kick_vcpu(id, target);
     }
+    targets & (1 << vcpu) != 0
 }
 
 fn data_abort(id: usize, abort: DataAbort, regs: &mut GuestRegs) -> Next {

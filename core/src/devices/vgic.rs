@@ -40,26 +40,25 @@ const SGI_FRAME: u64 = 0x1_0000;
 /// Size of one redistributor (RD + SGI frames).
 pub const REDISTRIBUTOR_SIZE: u64 = 0x2_0000;
 
+/// One bit per interrupt id for each piece of interrupt state. For a vCPU's SGIs and PPIs
+/// only bits 0-31 are used; for the VM's SPIs only bits 32 and up.
 #[derive(Clone, Copy, Debug, Default)]
-struct Irq {
-    enabled: bool,
+struct Bank {
+    enabled: u128,
     /// Latched pending state (edge, software, SGI).
-    pending: bool,
-    /// Line level of a level-sensitive device interrupt.
-    level: bool,
-    active: bool,
-    group1: bool,
-    edge: bool,
+    pending: u128,
+    /// Line level of level-sensitive device interrupts.
+    level: u128,
+    active: u128,
+    group1: u128,
+    edge: u128,
     /// Currently held in a list register.
-    listed: bool,
-    priority: u8,
-    /// GICD_IROUTER value (SPIs only).
-    route: u64,
+    listed: u128,
 }
 
-impl Irq {
-    fn is_pending(&self) -> bool {
-        self.pending || (self.level && !self.edge)
+impl Bank {
+    fn pending(&self) -> u128 {
+        self.pending | (self.level & !self.edge)
     }
 }
 
@@ -92,30 +91,28 @@ impl BitRegister {
     }
 
     fn sets_state(self) -> bool {
-        matches!(
-            self,
-            BitRegister::SetEnable | BitRegister::SetPending | BitRegister::SetActive
-        )
+        matches!(self, BitRegister::SetEnable | BitRegister::SetPending | BitRegister::SetActive)
     }
 
-    fn get(self, irq: &Irq) -> bool {
+    fn get(self, bank: &Bank) -> u128 {
         match self {
-            BitRegister::Group => irq.group1,
-            BitRegister::SetEnable | BitRegister::ClearEnable => irq.enabled,
-            BitRegister::SetPending | BitRegister::ClearPending => irq.is_pending(),
-            BitRegister::SetActive | BitRegister::ClearActive => irq.active,
+            BitRegister::Group => bank.group1,
+            BitRegister::SetEnable | BitRegister::ClearEnable => bank.enabled,
+            BitRegister::SetPending | BitRegister::ClearPending => bank.pending(),
+            BitRegister::SetActive | BitRegister::ClearActive => bank.active,
         }
     }
 
-    fn write_one(self, irq: &mut Irq) {
+    /// Applies a write of `bits` (only bits the VM owns).
+    fn apply(self, bank: &mut Bank, bits: u128, covered: u128) {
         match self {
-            BitRegister::Group => irq.group1 = true,
-            BitRegister::SetEnable => irq.enabled = true,
-            BitRegister::ClearEnable => irq.enabled = false,
-            BitRegister::SetPending => irq.pending = true,
-            BitRegister::ClearPending => irq.pending = false,
-            BitRegister::SetActive => irq.active = true,
-            BitRegister::ClearActive => irq.active = false,
+            BitRegister::Group => bank.group1 = (bank.group1 & !covered) | bits,
+            BitRegister::SetEnable => bank.enabled |= bits,
+            BitRegister::ClearEnable => bank.enabled &= !bits,
+            BitRegister::SetPending => bank.pending |= bits,
+            BitRegister::ClearPending => bank.pending &= !bits,
+            BitRegister::SetActive => bank.active |= bits,
+            BitRegister::ClearActive => bank.active &= !bits,
         }
     }
 }
@@ -125,38 +122,46 @@ impl BitRegister {
 pub struct Vgic {
     ctlr: u32,
     vcpus: usize,
-    spis: [Irq; NR_SPIS],
-    owned: [bool; NR_SPIS],
-    private: [[Irq; 32]; MAX_VCPUS],
+    spis: Bank,
+    private: [Bank; MAX_VCPUS],
+    /// Interrupts the VM owns: all SGIs and PPIs, and its configured SPIs.
+    owned: u128,
+    spi_priority: [u8; NR_IRQS],
+    private_priority: [[u8; 32]; MAX_VCPUS],
+    /// GICD_IROUTER of each SPI.
+    route: [u64; NR_IRQS],
     asleep: [bool; MAX_VCPUS],
+}
+
+const PRIVATE_MASK: u128 = 0xffff_ffff;
+/// SGIs are always edge-triggered; PPIs reset as level (GICR_ICFGR0/1).
+const SGI_MASK: u128 = 0xffff;
+
+fn bit(intid: u32) -> u128 {
+    1u128 << intid
 }
 
 impl Vgic {
     /// A GIC in its reset state for `vcpus` vCPUs, owning the SPIs listed in `owned_spis`.
     pub fn new(vcpus: usize, owned_spis: &[u32]) -> Self {
-        let mut vgic = Self {
+        let mut owned = PRIVATE_MASK;
+        for &intid in owned_spis {
+            if (32..NR_IRQS as u32).contains(&intid) {
+                owned |= bit(intid);
+            }
+        }
+        let private = Bank { edge: SGI_MASK, ..Bank::default() };
+        Self {
             ctlr: 0,
             vcpus: vcpus.clamp(1, MAX_VCPUS),
-            spis: [Irq::default(); NR_SPIS],
-            owned: [false; NR_SPIS],
-            private: [[Irq::default(); 32]; MAX_VCPUS],
+            spis: Bank::default(),
+            private: [private; MAX_VCPUS],
+            owned,
+            spi_priority: [0; NR_IRQS],
+            private_priority: [[0; 32]; MAX_VCPUS],
+            route: [0; NR_IRQS],
             asleep: [true; MAX_VCPUS],
-        };
-        for &intid in owned_spis {
-            if let Some(slot) = (intid as usize)
-                .checked_sub(32)
-                .and_then(|i| vgic.owned.get_mut(i))
-            {
-                *slot = true;
-            }
         }
-        for vcpu in vgic.private.iter_mut() {
-            for (intid, irq) in vcpu.iter_mut().enumerate() {
-                // SGIs are always edge-triggered; PPIs reset as level (GICR_ICFGR1).
-                irq.edge = intid < 16;
-            }
-        }
-        vgic
     }
 
     /// Number of vCPUs (redistributors).
@@ -164,112 +169,128 @@ impl Vgic {
         self.vcpus
     }
 
-    fn irq(&self, vcpu: usize, intid: u32) -> Option<&Irq> {
-        match intid as usize {
-            i @ 0..=31 => self.private.get(vcpu).map(|p| &p[i]),
-            i if i < NR_IRQS => Some(&self.spis[i - 32]),
+    /// The bank holding `intid` for `vcpu`, or None beyond the implemented lines.
+    fn bank(&self, vcpu: usize, intid: u32) -> Option<&Bank> {
+        match intid {
+            0..=31 => self.private.get(vcpu),
+            _ if (intid as usize) < NR_IRQS => Some(&self.spis),
             _ => None,
         }
     }
 
-    fn irq_mut(&mut self, vcpu: usize, intid: u32) -> Option<&mut Irq> {
-        match intid as usize {
-            i @ 0..=31 => self.private.get_mut(vcpu).map(|p| &mut p[i]),
-            i if i < NR_IRQS => Some(&mut self.spis[i - 32]),
+    fn bank_mut(&mut self, vcpu: usize, intid: u32) -> Option<&mut Bank> {
+        match intid {
+            0..=31 => self.private.get_mut(vcpu),
+            _ if (intid as usize) < NR_IRQS => Some(&mut self.spis),
             _ => None,
+        }
+    }
+
+    fn priority(&self, vcpu: usize, intid: u32) -> u8 {
+        if intid < 32 {
+            self.private_priority[vcpu][intid as usize]
+        } else {
+            self.spi_priority[intid as usize]
         }
     }
 
     fn owns(&self, intid: u32) -> bool {
-        intid < 32
-            || self
-                .owned
-                .get(intid as usize - 32)
-                .copied()
-                .unwrap_or(false)
+        (intid as usize) < NR_IRQS && self.owned & bit(intid) != 0
     }
 
     /// The vCPU an SPI is routed to (`GICD_IROUTER.Aff0`; vCPU `i` has MPIDR Aff0 = `i`).
     pub fn spi_target(&self, intid: u32) -> usize {
-        self.irq(0, intid)
-            .map(|irq| (irq.route & 0xff) as usize)
-            .filter(|&vcpu| vcpu < self.vcpus)
-            .unwrap_or(0)
+        let vcpu = self.route.get(intid as usize).map_or(0, |route| (route & 0xff) as usize);
+        if vcpu < self.vcpus {
+            vcpu
+        } else {
+            0
+        }
     }
 
     /// Sets the line level of a level-sensitive SPI (from a device model).
     pub fn set_level(&mut self, intid: u32, level: bool) {
-        if intid >= 32 {
-            if let Some(irq) = self.irq_mut(0, intid) {
-                irq.level = level;
+        if (32..NR_IRQS as u32).contains(&intid) {
+            if level {
+                self.spis.level |= bit(intid);
+            } else {
+                self.spis.level &= !bit(intid);
             }
         }
     }
 
     /// Makes an interrupt pending for `vcpu` (an SGI, a PPI, or an edge on an SPI).
     pub fn raise(&mut self, vcpu: usize, intid: u32) {
-        if let Some(irq) = self.irq_mut(vcpu, intid) {
-            irq.pending = true;
+        if let Some(bank) = self.bank_mut(vcpu, intid) {
+            bank.pending |= bit(intid);
         }
+    }
+
+    fn group_enabled_mask(&self, bank: &Bank) -> u128 {
+        let mut mask = 0;
+        if self.ctlr & CTLR_ENABLE_GRP1 != 0 {
+            mask |= bank.group1;
+        }
+        if self.ctlr & CTLR_ENABLE_GRP0 != 0 {
+            mask |= !bank.group1;
+        }
+        mask
     }
 
     /// Whether `intid` is enabled for `vcpu` (and the distributor forwards its group).
     pub fn is_enabled(&self, vcpu: usize, intid: u32) -> bool {
-        self.irq(vcpu, intid)
-            .is_some_and(|irq| irq.enabled && self.group_enabled(irq))
+        self.bank(vcpu, intid)
+            .is_some_and(|bank| bank.enabled & self.group_enabled_mask(bank) & bit(intid) != 0)
     }
 
-    fn group_enabled(&self, irq: &Irq) -> bool {
-        let bit = if irq.group1 {
-            CTLR_ENABLE_GRP1
-        } else {
-            CTLR_ENABLE_GRP0
-        };
-        self.ctlr & bit != 0
+    fn deliverable(&self, bank: &Bank) -> u128 {
+        bank.pending() & bank.enabled & !bank.listed & !bank.active & self.group_enabled_mask(bank)
     }
 
     /// The highest-priority interrupt that should be put in a list register for `vcpu`:
-    /// `(intid, priority, group1)`.
+    /// `(intid, priority, group1)`. Ties go to the lowest interrupt id.
     pub fn next_pending(&self, vcpu: usize) -> Option<(u32, u8, bool)> {
-        let private = self
-            .private
-            .get(vcpu)?
-            .iter()
-            .enumerate()
-            .map(|(i, irq)| (i as u32, irq));
-        let spis = self
-            .spis
-            .iter()
-            .enumerate()
-            .map(|(i, irq)| (i as u32 + 32, irq))
-            .filter(|&(intid, _)| self.owns(intid) && self.spi_target(intid) == vcpu);
-        private
-            .chain(spis)
-            .filter(|(_, irq)| {
-                irq.is_pending()
-                    && irq.enabled
-                    && !irq.listed
-                    && !irq.active
-                    && self.group_enabled(irq)
-            })
-            .min_by_key(|(_, irq)| irq.priority)
-            .map(|(intid, irq)| (intid, irq.priority, irq.group1))
+        let private = self.private.get(vcpu)?;
+        let mut candidates = (self.deliverable(private) & PRIVATE_MASK)
+            | (self.deliverable(&self.spis) & self.owned & !PRIVATE_MASK);
+        let mut best: Option<(u32, u8)> = None;
+        while candidates != 0 {
+            let intid = candidates.trailing_zeros();
+            candidates &= candidates - 1;
+            if intid >= 32 && self.spi_target(intid) != vcpu {
+                continue;
+            }
+            let priority = self.priority(vcpu, intid);
+            if best.is_none_or(|(_, best_priority)| priority < best_priority) {
+                best = Some((intid, priority));
+            }
+        }
+        let (intid, priority) = best?;
+        let group1 = self.bank(vcpu, intid)?.group1 & bit(intid) != 0;
+        Some((intid, priority, group1))
     }
 
     /// `intid` was written to a list register as pending: the list register now holds its state.
     pub fn mark_listed(&mut self, vcpu: usize, intid: u32) {
-        if let Some(irq) = self.irq_mut(vcpu, intid) {
-            irq.listed = true;
-            irq.pending = false;
+        if let Some(bank) = self.bank_mut(vcpu, intid) {
+            bank.listed |= bit(intid);
+            bank.pending &= !bit(intid);
         }
     }
 
     /// A list register gave `intid` back, in the state the guest left it.
     pub fn unlisted(&mut self, vcpu: usize, intid: u32, pending: bool, active: bool) {
-        if let Some(irq) = self.irq_mut(vcpu, intid) {
-            irq.listed = false;
-            irq.pending |= pending && irq.edge;
-            irq.active = active;
+        if let Some(bank) = self.bank_mut(vcpu, intid) {
+            let mask = bit(intid);
+            bank.listed &= !mask;
+            if pending && bank.edge & mask != 0 {
+                bank.pending |= mask;
+            }
+            if active {
+                bank.active |= mask;
+            } else {
+                bank.active &= !mask;
+            }
         }
     }
 
@@ -281,48 +302,32 @@ impl Vgic {
         }
     }
 
-    fn bit_read(&self, vcpu: usize, register: BitRegister, first: u32) -> Result<u64, DeviceError> {
-        let mut value = 0u64;
-        for bit in 0..32 {
-            let intid = first + bit;
-            let irq = self
-                .irq(vcpu, intid)
-                .ok_or(DeviceError::InterruptOutOfRange { intid })?;
-            if self.owns(intid) && register.get(irq) {
-                value |= 1 << bit;
-            }
+    /// The 32 interrupts from `first` as bits 0-31, or an error beyond the implemented lines.
+    fn window(first: u32) -> Result<u32, DeviceError> {
+        if first as usize >= NR_IRQS {
+            Err(DeviceError::InterruptOutOfRange { intid: first })
+        } else {
+            Ok(first)
         }
-        Ok(value)
     }
 
-    fn bit_write(
-        &mut self,
-        vcpu: usize,
-        register: BitRegister,
-        first: u32,
-        value: u64,
-    ) -> Result<(), DeviceError> {
-        if first as usize >= NR_IRQS {
-            return Err(DeviceError::InterruptOutOfRange { intid: first });
+    fn bit_read(&self, vcpu: usize, register: BitRegister, first: u32) -> Result<u64, DeviceError> {
+        let first = Self::window(first)?;
+        let bank = self.bank(vcpu, first).ok_or(DeviceError::InterruptOutOfRange { intid: first })?;
+        Ok(((register.get(bank) & self.owned) >> first) as u64 & 0xffff_ffff)
+    }
+
+    fn bit_write(&mut self, vcpu: usize, register: BitRegister, first: u32, value: u64) -> Result<(), DeviceError> {
+        let first = Self::window(first)?;
+        let written = u128::from(value as u32) << first;
+        let unowned = written & !self.owned;
+        if unowned != 0 && register.sets_state() {
+            return Err(DeviceError::UnownedInterrupt { intid: unowned.trailing_zeros() });
         }
-        for bit in 0..32 {
-            let intid = first + bit;
-            let set = value & (1 << bit) != 0;
-            if !self.owns(intid) {
-                if set && register.sets_state() {
-                    return Err(DeviceError::UnownedInterrupt { intid });
-                }
-                continue;
-            }
-            let irq = self
-                .irq_mut(vcpu, intid)
-                .ok_or(DeviceError::InterruptOutOfRange { intid })?;
-            match (register, set) {
-                (BitRegister::Group, _) => irq.group1 = set,
-                (_, true) => register.write_one(irq),
-                (_, false) => {}
-            }
-        }
+        let covered = (0xffff_ffffu128 << first) & self.owned;
+        let bits = written & self.owned;
+        let bank = self.bank_mut(vcpu, first).ok_or(DeviceError::InterruptOutOfRange { intid: first })?;
+        register.apply(bank, bits, covered);
         Ok(())
     }
 
@@ -330,44 +335,40 @@ impl Vgic {
         let mut value = 0;
         for byte in 0..u32::from(size) {
             let intid = first + byte;
-            let irq = self
-                .irq(vcpu, intid)
-                .ok_or(DeviceError::InterruptOutOfRange { intid })?;
+            if intid as usize >= NR_IRQS {
+                return Err(DeviceError::InterruptOutOfRange { intid });
+            }
             if self.owns(intid) {
-                value |= u64::from(irq.priority) << (8 * byte);
+                value |= u64::from(self.priority(vcpu, intid)) << (8 * byte);
             }
         }
         Ok(value)
     }
 
-    fn priority_write(
-        &mut self,
-        vcpu: usize,
-        first: u32,
-        size: u8,
-        value: u64,
-    ) -> Result<(), DeviceError> {
+    fn priority_write(&mut self, vcpu: usize, first: u32, size: u8, value: u64) -> Result<(), DeviceError> {
         for byte in 0..u32::from(size) {
             let intid = first + byte;
-            let owned = self.owns(intid);
-            let irq = self
-                .irq_mut(vcpu, intid)
-                .ok_or(DeviceError::InterruptOutOfRange { intid })?;
-            if owned {
-                irq.priority = (value >> (8 * byte)) as u8;
+            if intid as usize >= NR_IRQS {
+                return Err(DeviceError::InterruptOutOfRange { intid });
+            }
+            if self.owns(intid) {
+                let priority = (value >> (8 * byte)) as u8;
+                if intid < 32 {
+                    self.private_priority[vcpu][intid as usize] = priority;
+                } else {
+                    self.spi_priority[intid as usize] = priority;
+                }
             }
         }
         Ok(())
     }
 
     fn config_read(&self, vcpu: usize, first: u32) -> Result<u64, DeviceError> {
+        let bank = self.bank(vcpu, first).ok_or(DeviceError::InterruptOutOfRange { intid: first })?;
         let mut value = 0;
         for i in 0..16 {
             let intid = first + i;
-            let irq = self
-                .irq(vcpu, intid)
-                .ok_or(DeviceError::InterruptOutOfRange { intid })?;
-            if self.owns(intid) && irq.edge {
+            if self.owns(intid) && bank.edge & bit(intid) != 0 {
                 value |= 2 << (2 * i);
             }
         }
@@ -375,15 +376,17 @@ impl Vgic {
     }
 
     fn config_write(&mut self, vcpu: usize, first: u32, value: u64) -> Result<(), DeviceError> {
+        let owned = self.owned;
+        let bank = self.bank_mut(vcpu, first).ok_or(DeviceError::InterruptOutOfRange { intid: first })?;
         for i in 0..16 {
             let intid = first + i;
-            let owned = self.owns(intid);
-            let irq = self
-                .irq_mut(vcpu, intid)
-                .ok_or(DeviceError::InterruptOutOfRange { intid })?;
             // SGIs are fixed edge-triggered (ICFGR0 is read-only).
-            if owned && intid >= 16 {
-                irq.edge = value & (2 << (2 * i)) != 0;
+            if owned & bit(intid) != 0 && intid >= 16 {
+                if value & (2 << (2 * i)) != 0 {
+                    bank.edge |= bit(intid);
+                } else {
+                    bank.edge &= !bit(intid);
+                }
             }
         }
         Ok(())
@@ -395,10 +398,10 @@ impl Vgic {
             0x6100..=0x7fdf => {
                 Self::check_width(offset, size, &[4, 8])?;
                 let intid = ((offset & !7) - 0x6000) as u32 / 8;
-                let irq = self
-                    .irq(0, intid)
-                    .ok_or(DeviceError::InterruptOutOfRange { intid })?;
-                let route = if self.owns(intid) { irq.route } else { 0 };
+                if intid as usize >= NR_IRQS {
+                    return Err(DeviceError::InterruptOutOfRange { intid });
+                }
+                let route = if self.owns(intid) { self.route[intid as usize] } else { 0 };
                 Ok(if offset % 8 == 4 {
                     route >> 32
                 } else if size == 4 {
@@ -463,17 +466,17 @@ impl Vgic {
             0x6100..=0x7fdf => {
                 Self::check_width(offset, size, &[4, 8])?;
                 let intid = ((offset & !7) - 0x6000) as u32 / 8;
-                let owned = self.owns(intid);
-                let irq = self
-                    .irq_mut(0, intid)
-                    .ok_or(DeviceError::InterruptOutOfRange { intid })?;
-                if owned {
+                if intid as usize >= NR_IRQS {
+                    return Err(DeviceError::InterruptOutOfRange { intid });
+                }
+                if self.owns(intid) {
                     // Aff3 in [39:32], IRM in 31, Aff2..Aff0 in [23:0] (12.9.22).
                     const MASK: u64 = 0xff_80ff_ffff;
-                    irq.route = match (size, offset % 8) {
+                    let route = &mut self.route[intid as usize];
+                    *route = match (size, offset % 8) {
                         (8, _) => value & MASK,
-                        (_, 0) => (irq.route & !0xffff_ffff) | (value & 0xffff_ffff & MASK),
-                        _ => (irq.route & 0xffff_ffff) | ((value << 32) & MASK),
+                        (_, 0) => (*route & !0xffff_ffff) | (value & 0xffff_ffff & MASK),
+                        _ => (*route & 0xffff_ffff) | ((value << 32) & MASK),
                     };
                 }
                 Ok(())
