@@ -16,8 +16,10 @@ use crate::{console, keel_println};
 /// The SGI one pCPU sends another to make it look at its vCPU again.
 pub const KICK_SGI: u32 = 0;
 
-/// Handles every pending physical interrupt. Runs with IRQs masked at EL2.
-pub fn handle_pending() {
+/// Handles every pending physical interrupt. Runs with IRQs masked at EL2. Returns whether
+/// this pCPU's vCPU may have new virtual interrupts to list ([`sync_list_registers`]).
+pub fn handle_pending() -> bool {
+    let mut sync = false;
     loop {
         let intid = gic::acknowledge();
         if intid >= gic::SPECIAL_INTID {
@@ -25,9 +27,10 @@ pub fn handle_pending() {
         }
         gic::end_of_interrupt(intid);
         if intid == layout::VTIMER_INTID {
-            virtual_timer();
+            sync |= !virtual_timer();
             continue;
         }
+        sync = true;
         match intid {
             layout::HYP_TIMER_INTID => console::flush_partial(),
             // The maintenance interrupt stays asserted until its cause (an EOI'd or underflowing
@@ -39,17 +42,39 @@ pub fn handle_pending() {
         }
         gic::deactivate(intid);
     }
+    sync
 }
 
-/// The guest's virtual timer fired: mark it pending in its vGIC. The physical interrupt
-/// stays active until the guest's EOI deactivates it through the hardware-linked list register.
-fn virtual_timer() {
+/// The guest's virtual timer fired. The physical interrupt stays active until the guest's EOI
+/// deactivates it through the hardware-linked list register. In the common case (the timer
+/// enabled in the vGIC, a list register free) it is listed at once; returns false when a
+/// full [`sync_list_registers`] is needed instead.
+fn virtual_timer() -> bool {
     let running = vm::current().filter(|&(id, _)| vm::vm(id).state() == VmState::Running);
     match running {
         Some((id, vcpu)) => {
-            if let Some(devices) = vm::vm(id).devices.lock().as_mut() {
-                devices.vgic.raise(vcpu, layout::VTIMER_INTID);
-            }
+            let mut guard = vm::vm(id).devices.lock();
+            let Some(devices) = guard.as_mut() else { return true };
+            let vgic = &mut devices.vgic;
+            vgic.raise(vcpu, layout::VTIMER_INTID);
+            let cpu = vm::this_cpu();
+            let list_registers = gic::list_registers();
+            let listed = reclaim_finished(vgic, vcpu, cpu.listed.load(Ordering::Relaxed));
+            let free = !listed & ((1u64 << list_registers) - 1);
+            let delivered = match (free, vgic.take_if_deliverable(vcpu, layout::VTIMER_INTID)) {
+                (0, _) | (_, None) => {
+                    cpu.listed.store(listed, Ordering::Relaxed);
+                    return false;
+                }
+                (free, Some((priority, group1))) => {
+                    let lr = free.trailing_zeros() as usize;
+                    let physical = Some(layout::VTIMER_INTID);
+                    gic::write_lr(lr, gic::list_register_value(layout::VTIMER_INTID, priority, group1, physical, false));
+                    listed | (1 << lr)
+                }
+            };
+            cpu.listed.store(delivered, Ordering::Relaxed);
+            true
         }
         None => {
             // No guest to take it: silence the timer on this pCPU.
@@ -57,8 +82,28 @@ fn virtual_timer() {
                 redistributor.disable_private(layout::VTIMER_INTID);
             }
             gic::deactivate(layout::VTIMER_INTID);
+            true
         }
     }
+}
+
+/// Takes back the list registers in `listed` whose interrupt the guest has finished (state
+/// invalid) and returns the rest. ICH_ELRSR_EL2 does not count a register that still requests
+/// an EOI maintenance interrupt as empty, so the state is read from each register.
+fn reclaim_finished(vgic: &mut keel_core::devices::vgic::Vgic, vcpu: usize, listed: u64) -> u64 {
+    let mut remaining = listed;
+    let mut scan = listed;
+    while scan != 0 {
+        let lr = scan.trailing_zeros() as usize;
+        scan &= scan - 1;
+        let value = gic::read_lr(lr);
+        if gic::list_register_is_invalid(value) {
+            vgic.unlisted(vcpu, value as u32, false, false);
+            gic::write_lr(lr, 0);
+            remaining &= !(1 << lr);
+        }
+    }
+    remaining
 }
 
 fn console_input() {
@@ -105,34 +150,31 @@ pub fn sync_list_registers() {
     let mut guard = vm::vm(id).devices.lock();
     let Some(devices) = guard.as_mut() else { return };
     let vgic = &mut devices.vgic;
-    let mut listed = cpu.listed.load(Ordering::Relaxed);
-    // A list register is done with once its state is invalid. ICH_ELRSR_EL2 does not count one
-    // that still requests an EOI maintenance interrupt as empty, so read the state itself.
-    for lr in 0..gic::list_registers() {
-        let bit = 1u64 << lr;
-        if listed & bit == 0 {
-            continue;
-        }
-        let value = gic::read_lr(lr);
-        if gic::list_register_is_invalid(value) {
-            vgic.unlisted(vcpu, value as u32, false, false);
-            gic::write_lr(lr, 0);
-            listed &= !bit;
-        }
-    }
-    for lr in 0..gic::list_registers() {
+    let list_registers = gic::list_registers();
+    let mut listed = reclaim_finished(vgic, vcpu, cpu.listed.load(Ordering::Relaxed));
+    let mut more_pending = false;
+    for lr in 0..list_registers {
         let bit = 1u64 << lr;
         if listed & bit != 0 {
             continue;
         }
-        let Some((intid, priority, group1)) = vgic.next_pending(vcpu) else { break };
+        let Some((intid, priority, group1)) = vgic.next_pending(vcpu) else {
+            more_pending = false;
+            break;
+        };
         let physical = (intid == layout::VTIMER_INTID).then_some(layout::VTIMER_INTID);
         // Level-sensitive SPIs ask for a maintenance interrupt on EOI so the line is re-sampled.
         let eoi_maintenance = intid >= 32;
         gic::write_lr(lr, gic::list_register_value(intid, priority, group1, physical, eoi_maintenance));
         vgic.mark_listed(vcpu, intid);
         listed |= bit;
+        more_pending = true;
     }
-    gic::set_underflow_interrupt(vgic.next_pending(vcpu).is_some());
+    // The loop ends on "nothing pending" or on "no list register left"; only the latter
+    // needs another look, and an underflow interrupt if something still waits.
+    if more_pending {
+        more_pending = vgic.next_pending(vcpu).is_some();
+    }
+    gic::set_underflow_interrupt(more_pending);
     cpu.listed.store(listed, Ordering::Relaxed);
 }

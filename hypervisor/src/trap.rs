@@ -71,13 +71,25 @@ enum Next {
     VcpuOff,
 }
 
-/// A synchronous exception from a guest.
+/// A synchronous exception from a guest. Hypercalls take a short path; everything else
+/// goes through [`other_trap`].
 #[unsafe(no_mangle)]
 extern "C" fn keel_guest_sync(regs: &mut GuestRegs) {
-    let Some((id, vcpu)) = vm::current() else { vcpu::park() };
     let esr = Esr(read_sysreg!("esr_el2"));
+    let Some((id, vcpu)) = vm::current() else { vcpu::park() };
+    if esr.class() == ExceptionClass::Hvc64 {
+        match hypercall(id, vcpu, regs) {
+            Next::Resume => {}
+            next => finish(id, vcpu, esr, next),
+        }
+    } else {
+        other_trap(id, vcpu, esr, regs);
+    }
+}
+
+#[inline(never)]
+fn other_trap(id: usize, vcpu: usize, esr: Esr, regs: &mut GuestRegs) {
     let next = match esr.class() {
-        ExceptionClass::Hvc64 => hypercall(id, vcpu, regs),
         ExceptionClass::Smc64 => {
             keel_println!(
                 "vm '{}': SMC (function {:#010x}) not forwarded: answered NOT_SUPPORTED",
@@ -109,6 +121,7 @@ extern "C" fn keel_guest_sync(regs: &mut GuestRegs) {
     finish(id, vcpu, esr, next);
 }
 
+#[inline(never)]
 fn finish(id: usize, vcpu: usize, esr: Esr, next: Next) {
     match next {
         Next::Resume => {}
@@ -137,11 +150,13 @@ fn finish(id: usize, vcpu: usize, esr: Esr, next: Next) {
 /// IRQs (and FIQs) taken while a guest ran.
 #[unsafe(no_mangle)]
 extern "C" fn keel_guest_irq(_regs: &mut GuestRegs) {
-    irq::handle_pending();
+    let sync = irq::handle_pending();
     if !vcpu::still_valid() {
         vcpu::park();
     }
-    irq::sync_list_registers();
+    if sync {
+        irq::sync_list_registers();
+    }
 }
 
 /// An SError from a guest: contained to its VM.
@@ -154,7 +169,7 @@ extern "C" fn keel_guest_serror(_regs: &mut GuestRegs) {
 /// An interrupt while Keel itself ran (the idle loop).
 #[unsafe(no_mangle)]
 extern "C" fn keel_hyp_irq() {
-    irq::handle_pending();
+    let _ = irq::handle_pending();
 }
 
 /// The faulting guest-physical address of a stage-2 abort (HPFAR_EL2.FIPA and FAR_EL2's page offset).

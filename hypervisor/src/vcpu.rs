@@ -64,7 +64,7 @@ pub fn idle() -> ! {
             }
         }
         cpu::wait_for_interrupt();
-        irq::handle_pending();
+        let _ = irq::handle_pending();
     }
 }
 

@@ -244,7 +244,11 @@ impl Vgic {
     }
 
     fn deliverable(&self, bank: &Bank) -> u128 {
-        bank.pending() & bank.enabled & !bank.listed & !bank.active & self.group_enabled_mask(bank)
+        let pending = bank.pending() & bank.enabled & !bank.listed & !bank.active;
+        if pending == 0 {
+            return 0;
+        }
+        pending & self.group_enabled_mask(bank)
     }
 
     /// The highest-priority interrupt that should be put in a list register for `vcpu`:
@@ -268,6 +272,20 @@ impl Vgic {
         let (intid, priority) = best?;
         let group1 = self.bank(vcpu, intid)?.group1 & bit(intid) != 0;
         Some((intid, priority, group1))
+    }
+
+    /// If `intid` is deliverable to `vcpu` now, marks it listed and returns its
+    /// `(priority, group1)`: a shortcut of [`next_pending`](Self::next_pending) +
+    /// [`mark_listed`](Self::mark_listed) for one known interrupt (the virtual timer).
+    pub fn take_if_deliverable(&mut self, vcpu: usize, intid: u32) -> Option<(u8, bool)> {
+        let bank = self.bank(vcpu, intid)?;
+        if self.deliverable(bank) & self.owned & bit(intid) == 0 || (intid >= 32 && self.spi_target(intid) != vcpu) {
+            return None;
+        }
+        let group1 = bank.group1 & bit(intid) != 0;
+        let priority = self.priority(vcpu, intid);
+        self.mark_listed(vcpu, intid);
+        Some((priority, group1))
     }
 
     /// `intid` was written to a list register as pending: the list register now holds its state.
@@ -653,6 +671,48 @@ mod tests {
         );
         gic.set_level(UART, false);
         assert_eq!(gic.next_pending(1), None);
+    }
+
+    #[test]
+    fn take_if_deliverable_only_when_enabled_and_not_listed() {
+        let mut gic = enabled_gic();
+        gic.raise(0, 27);
+        assert_eq!(gic.take_if_deliverable(0, 27), None, "disabled");
+        gic.redistributor_write(SGI_FRAME + 0x080, 4, 1 << 27).unwrap();
+        gic.redistributor_write(SGI_FRAME + 0x100, 4, 1 << 27).unwrap();
+        assert_eq!(gic.take_if_deliverable(0, 27), Some((0, true)));
+        gic.raise(0, 27);
+        assert_eq!(gic.take_if_deliverable(0, 27), None, "already listed");
+        gic.unlisted(0, 27, false, false);
+        assert_eq!(gic.take_if_deliverable(0, 27), Some((0, true)));
+    }
+
+    #[test]
+    fn more_pending_than_list_registers_all_delivered_in_priority_order() {
+        let mut gic = enabled_gic();
+        gic.redistributor_write(SGI_FRAME + 0x080, 4, 0xffff).unwrap();
+        gic.redistributor_write(SGI_FRAME + 0x100, 4, 0xffff).unwrap();
+        for sgi in 0..16u32 {
+            gic.redistributor_write(SGI_FRAME + 0x400 + u64::from(sgi), 1, u64::from(0xf0 - sgi as u8 * 8)).unwrap();
+            gic.raise(0, sgi);
+        }
+        // Four list registers: deliver four, let the guest finish them, repeat.
+        let mut delivered = Vec::new();
+        while delivered.len() < 16 {
+            let mut batch = Vec::new();
+            for _ in 0..4 {
+                let Some((intid, _, _)) = gic.next_pending(0) else { break };
+                gic.mark_listed(0, intid);
+                batch.push(intid);
+            }
+            assert!(!batch.is_empty(), "pending interrupts were lost");
+            for &intid in &batch {
+                gic.unlisted(0, intid, false, false);
+            }
+            delivered.extend(batch);
+        }
+        assert_eq!(delivered, (0..16).rev().collect::<Vec<u32>>(), "highest priority (lowest value) first");
+        assert_eq!(gic.next_pending(0), None);
     }
 
     #[test]
