@@ -4,7 +4,10 @@ use std::{env, fs, path::PathBuf};
 
 fn main() {
     let dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
-    println!("cargo:rustc-link-arg-bins=-T{}", dir.join("link.ld").display());
+    println!(
+        "cargo:rustc-link-arg-bins=-T{}",
+        dir.join("link.ld").display()
+    );
     println!("cargo:rerun-if-changed=link.ld");
     println!("cargo:rerun-if-env-changed=KEEL_CONFIG_RS");
 
@@ -14,7 +17,8 @@ fn main() {
     let source = match env::var("KEEL_CONFIG_RS") {
         Ok(path) => {
             println!("cargo:rerun-if-changed={path}");
-            fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read KEEL_CONFIG_RS {path}: {e}"))
+            fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("cannot read KEEL_CONFIG_RS {path}: {e}"))
         }
         Err(_) => EMPTY_SYSTEM.to_string(),
     };

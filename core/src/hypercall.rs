@@ -153,7 +153,7 @@ mod tests {
 
     #[test]
     fn function_id_is_w0_only() {
-        assert_eq!(decode([0xdead_beef_C600_0000, 0, 0, 0]), Call::KeelVersion);
+        assert_eq!(decode([0xDEAD_BEEF_C600_0000, 0, 0, 0]), Call::KeelVersion);
     }
 
     #[test]
@@ -189,7 +189,7 @@ mod tests {
 
     #[test]
     fn unknown_calls_are_reported_as_such() {
-        assert_eq!(decode([0xC600_00ff, 0, 0, 0]), Call::Unknown(0xC600_00ff));
+        assert_eq!(decode([0xC600_00FF, 0, 0, 0]), Call::Unknown(0xC600_00FF));
         assert_eq!(decode([0x8400_0012, 0, 0, 0]), Call::Unknown(0x8400_0012));
     }
 

@@ -10,7 +10,7 @@ pub const ENTRIES: usize = 512;
 /// A translation table.
 pub type Table = [u64; ENTRIES];
 /// Size of the IPA space covered (39 bits).
-pub const IPA_LIMIT: u64 = 1 << 39;
+pub const IPA_LIMIT: u64 = 1 << crate::system::IPA_BITS;
 
 const PAGE: u64 = 1 << 12;
 const VALID: u64 = 1 << 0;
@@ -110,7 +110,7 @@ impl<'a> Stage2<'a> {
         size: u64,
         kind: MemoryKind,
     ) -> Result<(), Stage2Error> {
-        if ipa % PAGE != 0 || phys % PAGE != 0 || size % PAGE != 0 {
+        if !ipa.is_multiple_of(PAGE) || !phys.is_multiple_of(PAGE) || !size.is_multiple_of(PAGE) {
             return Err(Stage2Error::Unaligned);
         }
         let end = ipa.checked_add(size).ok_or(Stage2Error::OutOfRange)?;
@@ -263,12 +263,13 @@ mod tests {
     #[test]
     fn descriptors_carry_normal_and_device_attributes() {
         let mut tables = pool(4);
-        let mut s2 = Stage2::new(&mut tables, 0x1000).unwrap();
-        s2.map(0x4000_0000, 0x4000_0000, 2 << 20, MemoryKind::Normal)
-            .unwrap();
-        s2.map(0x0900_0000, 0x0900_0000, 0x1000, MemoryKind::Device)
-            .unwrap();
-        drop(s2);
+        {
+            let mut s2 = Stage2::new(&mut tables, 0x1000).unwrap();
+            s2.map(0x4000_0000, 0x4000_0000, 2 << 20, MemoryKind::Normal)
+                .unwrap();
+            s2.map(0x0900_0000, 0x0900_0000, 0x1000, MemoryKind::Device)
+                .unwrap();
+        }
         let l2 = tables[1];
         let normal = l2[0];
         assert_eq!(normal & 0b11, 0b01, "level-2 block");

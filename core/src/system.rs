@@ -3,6 +3,13 @@
 
 use crate::addr::{GuestPhysAddr, MemoryRegion, PhysAddr, VmId};
 
+/// Most VMs Keel runs (its stage-2 table pool and VMIDs are sized for this).
+pub const MAX_VMS: usize = 16;
+/// Most vCPUs one VM may have (emulated redistributors per VM).
+pub const MAX_VCPUS: usize = 8;
+/// Width of the guest-physical address space stage 2 translates (`VTCR_EL2.T0SZ = 25`).
+pub const IPA_BITS: u32 = 39;
+
 /// What a guest's WFI does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WfiPolicy {

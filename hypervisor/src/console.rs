@@ -37,7 +37,10 @@ pub fn init_early(uart: Uart) {
 /// Starts multiplexing: `names[i]` is VM `i`, `has_console[i]` whether it may take input.
 pub fn init(uart: Uart, names: &[&'static str], has_console: &[bool]) {
     uart.enable_rx_interrupt();
-    *CONSOLE.lock() = Some(Console { mux: ConsoleMux::new(names, has_console), uart });
+    *CONSOLE.lock() = Some(Console {
+        mux: ConsoleMux::new(names, has_console),
+        uart,
+    });
 }
 
 /// A fixed buffer that formats one line; longer text is cut.
@@ -58,7 +61,10 @@ impl Write for LineBuffer {
 
 /// Prints one line of Keel's own, prefixed `[keel]`.
 pub fn hypervisor_line(args: core::fmt::Arguments<'_>) {
-    let mut line = LineBuffer { bytes: [0; 240], len: 0 };
+    let mut line = LineBuffer {
+        bytes: [0; 240],
+        len: 0,
+    };
     let _ = line.write_fmt(args);
     let text = &line.bytes[..line.len];
     if let Some(console) = CONSOLE.lock().as_mut() {
@@ -73,9 +79,15 @@ pub fn hypervisor_line(args: core::fmt::Arguments<'_>) {
 
 /// Prints a line from the panic path without waiting for a lock that may never be released.
 pub fn emergency_line(args: core::fmt::Arguments<'_>) {
-    let mut line = LineBuffer { bytes: [0; 240], len: 0 };
+    let mut line = LineBuffer {
+        bytes: [0; 240],
+        len: 0,
+    };
     let _ = line.write_fmt(args);
-    let uart = CONSOLE.try_lock().and_then(|c| c.as_ref().map(|c| c.uart)).or_else(|| *EARLY_UART.try_lock()?);
+    let uart = CONSOLE
+        .try_lock()
+        .and_then(|c| c.as_ref().map(|c| c.uart))
+        .or_else(|| *EARLY_UART.try_lock()?);
     if let Some(uart) = uart {
         uart.write(b"\r\n[keel] ");
         uart.write(&line.bytes[..line.len]);
@@ -86,7 +98,9 @@ pub fn emergency_line(args: core::fmt::Arguments<'_>) {
 /// One byte a VM wrote to its console.
 pub fn vm_output(vm: usize, byte: u8) {
     let mut guard = CONSOLE.lock();
-    let Some(console) = guard.as_mut() else { return };
+    let Some(console) = guard.as_mut() else {
+        return;
+    };
     let mut sink = UartSink(console.uart);
     if console.mux.output(vm, byte, &mut sink) {
         timer::arm_hyp_timer(timer::frequency() * PARTIAL_LINE_DELAY_US / 1_000_000);
@@ -113,11 +127,18 @@ pub struct Received {
 
 /// Drains the physical UART's receive FIFO through the multiplexer.
 pub fn receive() -> Received {
-    let mut received = Received { inputs: [Input::Nothing; 32], count: 0 };
+    let mut received = Received {
+        inputs: [Input::Nothing; 32],
+        count: 0,
+    };
     let mut guard = CONSOLE.lock();
-    let Some(console) = guard.as_mut() else { return received };
+    let Some(console) = guard.as_mut() else {
+        return received;
+    };
     while received.count < received.inputs.len() {
-        let Some(byte) = console.uart.read() else { break };
+        let Some(byte) = console.uart.read() else {
+            break;
+        };
         received.inputs[received.count] = console.mux.input(byte);
         received.count += 1;
     }

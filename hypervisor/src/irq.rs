@@ -54,7 +54,9 @@ fn virtual_timer() -> bool {
     match running {
         Some((id, vcpu)) => {
             let mut guard = vm::vm(id).devices.lock();
-            let Some(devices) = guard.as_mut() else { return true };
+            let Some(devices) = guard.as_mut() else {
+                return true;
+            };
             let vgic = &mut devices.vgic;
             vgic.raise(vcpu, layout::VTIMER_INTID);
             let cpu = vm::this_cpu();
@@ -69,7 +71,16 @@ fn virtual_timer() -> bool {
                 (free, Some((priority, group1))) => {
                     let lr = free.trailing_zeros() as usize;
                     let physical = Some(layout::VTIMER_INTID);
-                    gic::write_lr(lr, gic::list_register_value(layout::VTIMER_INTID, priority, group1, physical, false));
+                    gic::write_lr(
+                        lr,
+                        gic::list_register_value(
+                            layout::VTIMER_INTID,
+                            priority,
+                            group1,
+                            physical,
+                            false,
+                        ),
+                    );
                     listed | (1 << lr)
                 }
             };
@@ -111,12 +122,16 @@ fn console_input() {
     for input in &received.inputs[..received.count] {
         match *input {
             Input::Deliver { vm: id, byte } => deliver_input(id, byte),
-            Input::Focus(id) => keel_println!("input focus: vm '{}' (id {})", console::focus_name(id), id),
+            Input::Focus(id) => {
+                keel_println!("input focus: vm '{}' (id {})", console::focus_name(id), id)
+            }
             Input::PowerOff => {
                 keel_println!("power off requested from the console");
                 crate::arch::psci::system_off();
             }
-            Input::Help => keel_println!("Ctrl-A then: 0-9 focus VM, n next VM, x power off, Ctrl-A a literal Ctrl-A"),
+            Input::Help => keel_println!(
+                "Ctrl-A then: 0-9 focus VM, n next VM, x power off, Ctrl-A a literal Ctrl-A"
+            ),
             Input::Nothing => {}
         }
     }
@@ -128,13 +143,20 @@ fn deliver_input(id: usize, byte: u8) {
     }
     let target = {
         let mut guard = vm::vm(id).devices.lock();
-        let Some(devices) = guard.as_mut() else { return };
+        let Some(devices) = guard.as_mut() else {
+            return;
+        };
         let overrun = devices.uart.receive(byte).is_err();
-        devices.vgic.set_level(layout::UART_INTID, devices.uart.interrupt_level());
+        devices
+            .vgic
+            .set_level(layout::UART_INTID, devices.uart.interrupt_level());
         let target = devices.vgic.spi_target(layout::UART_INTID);
         if overrun {
             drop(guard);
-            keel_println!("vm '{}': console input overrun, byte refused (the guest is not reading)", vm::desc(id).name);
+            keel_println!(
+                "vm '{}': console input overrun, byte refused (the guest is not reading)",
+                vm::desc(id).name
+            );
         }
         target
     };
@@ -145,10 +167,14 @@ fn deliver_input(id: usize, byte: u8) {
 /// interrupts the guest has finished with and lists the highest-priority pending ones.
 /// With more pending than list registers, asks for an underflow maintenance interrupt.
 pub fn sync_list_registers() {
-    let Some((id, vcpu)) = vm::current() else { return };
+    let Some((id, vcpu)) = vm::current() else {
+        return;
+    };
     let cpu = vm::this_cpu();
     let mut guard = vm::vm(id).devices.lock();
-    let Some(devices) = guard.as_mut() else { return };
+    let Some(devices) = guard.as_mut() else {
+        return;
+    };
     let vgic = &mut devices.vgic;
     let list_registers = gic::list_registers();
     let mut listed = reclaim_finished(vgic, vcpu, cpu.listed.load(Ordering::Relaxed));
@@ -165,7 +191,10 @@ pub fn sync_list_registers() {
         let physical = (intid == layout::VTIMER_INTID).then_some(layout::VTIMER_INTID);
         // Level-sensitive SPIs ask for a maintenance interrupt on EOI so the line is re-sampled.
         let eoi_maintenance = intid >= 32;
-        gic::write_lr(lr, gic::list_register_value(intid, priority, group1, physical, eoi_maintenance));
+        gic::write_lr(
+            lr,
+            gic::list_register_value(intid, priority, group1, physical, eoi_maintenance),
+        );
         vgic.mark_listed(vcpu, intid);
         listed |= bit;
         more_pending = true;

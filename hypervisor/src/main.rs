@@ -39,7 +39,9 @@ pub fn uart_intid() -> u32 {
 }
 
 fn platform() -> &'static Platform {
-    PLATFORM.get().expect("platform is read before any other pCPU starts")
+    PLATFORM
+        .get()
+        .expect("platform is read before any other pCPU starts")
 }
 
 /// Reads the device tree at `address` into a slice, checking its header first.
@@ -80,7 +82,9 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
     let uart = unsafe { Uart::new(platform.uart) };
     console::init_early(uart);
     UART_INTID.store(platform.uart_intid, Ordering::Relaxed);
-    check_configuration(platform).unwrap_or_else(|()| boot_failure(uart, format_args!("configuration does not fit this board")));
+    check_configuration(platform).unwrap_or_else(|()| {
+        boot_failure(uart, format_args!("configuration does not fit this board"))
+    });
 
     keel_println!(
         "Keel {} on '{}': {} pCPUs, RAM {:#x}+{:#x}, configuration '{}' with {} VMs",
@@ -105,7 +109,10 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
         names[index] = desc.name;
         consoles[index] = desc.console;
         if let Err(error) = vm::build(index) {
-            boot_failure(uart, format_args!("vm '{}': cannot build its stage-2 map: {error}", desc.name));
+            boot_failure(
+                uart,
+                format_args!("vm '{}': cannot build its stage-2 map: {error}", desc.name),
+            );
         }
         keel_println!(
             "vm '{}' (id {}): {} MiB at IPA {:#x} (PA {:#x}), pCPUs {:?}, image {} bytes at {:#x}",
@@ -119,7 +126,11 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
             desc.image_ipa.0
         );
     }
-    console::init(uart, &names[..SYSTEM.vms.len()], &consoles[..SYSTEM.vms.len()]);
+    console::init(
+        uart,
+        &names[..SYSTEM.vms.len()],
+        &consoles[..SYSTEM.vms.len()],
+    );
     if SYSTEM.vms.is_empty() {
         keel_println!("no VM configured: powering off");
         psci::system_off();
@@ -127,7 +138,10 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
 
     for index in 1..SYSTEM.pcpus as usize {
         if let Err(error) = boot::start_secondary(index, platform.cpus[index]) {
-            keel_println!("pCPU {index} (MPIDR {:#x}) did not start: PSCI error {error}", platform.cpus[index]);
+            keel_println!(
+                "pCPU {index} (MPIDR {:#x}) did not start: PSCI error {error}",
+                platform.cpus[index]
+            );
         }
     }
     cpu_main(0)
@@ -178,13 +192,21 @@ fn cpu_main(index: usize) -> ! {
     let this = vm::percpu(index);
     this.mpidr.store(cpu::mpidr(), Ordering::Relaxed);
     // SAFETY: the redistributor region comes from the device tree.
-    let redistributor = unsafe { gic::Redistributor::find(platform.gicr, platform.gicr_size, cpu::mpidr()) };
+    let redistributor =
+        unsafe { gic::Redistributor::find(platform.gicr, platform.gicr_size, cpu::mpidr()) };
     let Some(redistributor) = redistributor else {
-        keel_println!("pCPU {index}: no GIC redistributor for MPIDR {:#x}", cpu::mpidr());
+        keel_println!(
+            "pCPU {index}: no GIC redistributor for MPIDR {:#x}",
+            cpu::mpidr()
+        );
         cpu::halt()
     };
     redistributor.init();
-    for intid in [irq::KICK_SGI, layout::MAINTENANCE_INTID, layout::HYP_TIMER_INTID] {
+    for intid in [
+        irq::KICK_SGI,
+        layout::MAINTENANCE_INTID,
+        layout::HYP_TIMER_INTID,
+    ] {
         redistributor.enable_private(intid);
     }
     this.redistributor.call_once(|| redistributor);

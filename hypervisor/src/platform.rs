@@ -55,13 +55,22 @@ pub enum BootError {
 impl core::fmt::Display for BootError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            BootError::NoDeviceTree => write!(f, "no device tree: x0 was 0 at entry (load Keel as an arm64 Image)"),
+            BootError::NoDeviceTree => write!(
+                f,
+                "no device tree: x0 was 0 at entry (load Keel as an arm64 Image)"
+            ),
             BootError::Malformed(error) => write!(f, "malformed device tree: {error}"),
             BootError::MissingNode(node) => write!(f, "device tree has no {node} node"),
             BootError::BadProperty { node, property } => {
-                write!(f, "device tree node {node}: property '{property}' is missing or malformed")
+                write!(
+                    f,
+                    "device tree node {node}: property '{property}' is missing or malformed"
+                )
             }
-            BootError::PsciNotSmc => write!(f, "device tree /psci: method is not \"smc\" (Keel calls PSCI from EL2)"),
+            BootError::PsciNotSmc => write!(
+                f,
+                "device tree /psci: method is not \"smc\" (Keel calls PSCI from EL2)"
+            ),
         }
     }
 }
@@ -79,7 +88,10 @@ fn required<'a>(node: Option<Node<'a>>, name: &'static str) -> Result<Node<'a>, 
 fn first_reg(node: &Node<'_>, name: &'static str, index: usize) -> Result<(u64, u64), BootError> {
     node.reg()?
         .and_then(|mut reg| reg.nth(index))
-        .ok_or(BootError::BadProperty { node: name, property: "reg" })
+        .ok_or(BootError::BadProperty {
+            node: name,
+            property: "reg",
+        })
 }
 
 impl Platform {
@@ -117,13 +129,19 @@ impl Platform {
             return Err(BootError::PsciNotSmc);
         }
 
-        let gic = required(fdt.find_compatible("arm,gic-v3")?, "arm,gic-v3 interrupt controller")?;
+        let gic = required(
+            fdt.find_compatible("arm,gic-v3")?,
+            "arm,gic-v3 interrupt controller",
+        )?;
         let (gicd, _) = first_reg(&gic, "arm,gic-v3", 0)?;
         let (gicr, gicr_size) = first_reg(&gic, "arm,gic-v3", 1)?;
 
         let uart = required(fdt.find_compatible("arm,pl011")?, "arm,pl011 UART")?;
         let (uart_base, _) = first_reg(&uart, "arm,pl011", 0)?;
-        let bad_interrupts = BootError::BadProperty { node: "arm,pl011", property: "interrupts" };
+        let bad_interrupts = BootError::BadProperty {
+            node: "arm,pl011",
+            property: "interrupts",
+        };
         let mut interrupts = uart.interrupts()?.ok_or(bad_interrupts)?;
         let (kind, number) = (interrupts.next(), interrupts.next());
         let uart_intid = match (kind, number) {

@@ -22,7 +22,11 @@ enum Fault {
     /// An instruction fetch outside the VM's memory.
     Fetch { ipa: u64 },
     /// A device model refused the access.
-    Device { device: &'static str, ipa: u64, error: DeviceError },
+    Device {
+        device: &'static str,
+        ipa: u64,
+        error: DeviceError,
+    },
     /// A system register Keel does not give guests.
     SysReg(SysRegAccess),
     /// The guest reported an exception it cannot handle.
@@ -76,7 +80,9 @@ enum Next {
 #[unsafe(no_mangle)]
 extern "C" fn keel_guest_sync(regs: &mut GuestRegs) {
     let esr = Esr(read_sysreg!("esr_el2"));
-    let Some((id, vcpu)) = vm::current() else { vcpu::park() };
+    let Some((id, vcpu)) = vm::current() else {
+        vcpu::park()
+    };
     if esr.class() == ExceptionClass::Hvc64 {
         match hypercall(id, vcpu, regs) {
             Next::Resume => {}
@@ -108,7 +114,9 @@ fn other_trap(id: usize, vcpu: usize, esr: Esr, regs: &mut GuestRegs) {
             Some(abort) => data_abort(id, abort, regs),
             None => Next::Stop(Fault::Unexpected),
         },
-        ExceptionClass::InstructionAbortLower => Next::Stop(Fault::Fetch { ipa: faulting_ipa() }),
+        ExceptionClass::InstructionAbortLower => Next::Stop(Fault::Fetch {
+            ipa: faulting_ipa(),
+        }),
         ExceptionClass::WfiWfe => {
             vectors::skip_instruction();
             if esr.wfx() == Some(false) && !crate::arch::gic::any_interrupt_listed() {
@@ -128,7 +136,10 @@ fn finish(id: usize, vcpu: usize, esr: Esr, next: Next) {
         Next::ResumeWithInterrupts => irq::sync_list_registers(),
         Next::Stop(fault) => {
             let pc = vectors::guest_pc();
-            vm::stop(id, format_args!("{fault} (ESR {:#010x}, PC {pc:#x})", esr.0));
+            vm::stop(
+                id,
+                format_args!("{fault} (ESR {:#010x}, PC {pc:#x})", esr.0),
+            );
             vcpu::park();
         }
         Next::PowerOff => {
@@ -162,8 +173,15 @@ extern "C" fn keel_guest_irq(_regs: &mut GuestRegs) {
 /// An SError from a guest: contained to its VM.
 #[unsafe(no_mangle)]
 extern "C" fn keel_guest_serror(_regs: &mut GuestRegs) {
-    let Some((id, vcpu)) = vm::current() else { vcpu::park() };
-    finish(id, vcpu, Esr(read_sysreg!("esr_el2")), Next::Stop(Fault::Unexpected));
+    let Some((id, vcpu)) = vm::current() else {
+        vcpu::park()
+    };
+    finish(
+        id,
+        vcpu,
+        Esr(read_sysreg!("esr_el2")),
+        Next::Stop(Fault::Unexpected),
+    );
 }
 
 /// An interrupt while Keel itself ran (the idle loop).
@@ -188,13 +206,19 @@ fn hypercall(id: usize, vcpu: usize, regs: &mut GuestRegs) -> Next {
             u64::from(vm::vm_id(id).0)
         }
         Call::KeelYield | Call::PsciCpuSuspend => 0,
-        Call::KeelCrash { esr, elr, far } => return Next::Stop(Fault::GuestCrash { esr, elr, far }),
+        Call::KeelCrash { esr, elr, far } => {
+            return Next::Stop(Fault::GuestCrash { esr, elr, far })
+        }
         Call::SmcccVersion => abi::SMCCC_VERSION_1_1,
         Call::SmcccArchFeatures(function) => hypercall::smccc_arch_features(function),
         Call::PsciVersion => psci::VERSION_1_1,
         Call::PsciFeatures(function) => hypercall::psci_features(function),
         Call::PsciMigrateInfoType => psci::TOS_NOT_PRESENT_MP,
-        Call::PsciCpuOn { target, entry, context } => {
+        Call::PsciCpuOn {
+            target,
+            entry,
+            context,
+        } => {
             let target_vcpu = (target & 0xff) as usize;
             let memory = vm::desc(id).memory;
             if target & !0xff != 0 || target_vcpu >= vcpus {
@@ -237,7 +261,11 @@ fn system_register(id: usize, vcpu: usize, access: SysRegAccess, regs: &mut Gues
     if access.reg == sysregs::ICC_SGI1R_EL1 && !access.read {
         let raised_here = send_virtual_sgi(id, vcpu, regs.get(access.register));
         vectors::skip_instruction();
-        return if raised_here { Next::ResumeWithInterrupts } else { Next::Resume };
+        return if raised_here {
+            Next::ResumeWithInterrupts
+        } else {
+            Next::Resume
+        };
     }
     Next::Stop(Fault::SysReg(access))
 }
@@ -247,7 +275,8 @@ fn system_register(id: usize, vcpu: usize, access: SysRegAccess, regs: &mut Gues
 fn send_virtual_sgi(id: usize, vcpu: usize, value: u64) -> bool {
     let intid = ((value >> 24) & 0xf) as u32;
     let broadcast = value & (1 << 40) != 0;
-    let upper_affinity = (value >> 16) & 0xff | ((value >> 32) & 0xff) << 8 | ((value >> 48) & 0xff) << 16;
+    let upper_affinity =
+        (value >> 16) & 0xff | ((value >> 32) & 0xff) << 8 | ((value >> 48) & 0xff) << 16;
     let range_selector = ((value >> 44) & 0xf) as usize;
     let vcpus = vm::desc(id).pcpus.len();
     let mut targets = 0u64;
@@ -255,7 +284,9 @@ fn send_virtual_sgi(id: usize, vcpu: usize, value: u64) -> bool {
         let selected = if broadcast {
             target != vcpu
         } else {
-            upper_affinity == 0 && target / 16 == range_selector && value & (1 << (target % 16)) != 0
+            upper_affinity == 0
+                && target / 16 == range_selector
+                && value & (1 << (target % 16)) != 0
         };
         if selected {
             targets |= 1 << target;
@@ -282,45 +313,66 @@ fn data_abort(id: usize, abort: DataAbort, regs: &mut GuestRegs) -> Next {
     }
     let desc = vm::desc(id);
     let size = abort.access_size;
-    let mask = if size == 8 { u64::MAX } else { (1u64 << (8 * size)) - 1 };
+    let mask = if size == 8 {
+        u64::MAX
+    } else {
+        (1u64 << (8 * size)) - 1
+    };
     let value = regs.get(abort.register) & mask;
     let gicr_size = desc.pcpus.len() as u64 * layout::GICR_STRIDE;
 
     let mut transmitted = None;
     let result = {
         let mut guard = vm::vm(id).devices.lock();
-        let Some(devices) = guard.as_mut() else { return Next::Stop(Fault::Unexpected) };
-        let (device, outcome) = if (layout::GICD_BASE..layout::GICD_BASE + layout::GICD_SIZE).contains(&ipa) {
-            let offset = ipa - layout::GICD_BASE;
-            let outcome = if abort.write {
-                devices.vgic.distributor_write(offset, size, value).map(|()| 0)
-            } else {
-                devices.vgic.distributor_read(offset, size)
-            };
-            ("GIC distributor", outcome)
-        } else if (layout::GICR_BASE..layout::GICR_BASE + gicr_size).contains(&ipa) {
-            let offset = ipa - layout::GICR_BASE;
-            let outcome = if abort.write {
-                devices.vgic.redistributor_write(offset, size, value).map(|()| 0)
-            } else {
-                devices.vgic.redistributor_read(offset, size)
-            };
-            ("GIC redistributor", outcome)
-        } else if desc.console && (layout::UART_BASE..layout::UART_BASE + layout::UART_SIZE).contains(&ipa) {
-            let offset = ipa - layout::UART_BASE;
-            let outcome = if abort.write {
-                devices.uart.write(offset, size, value as u32).map(|byte| {
-                    transmitted = byte;
-                    0
-                })
-            } else {
-                devices.uart.read(offset, size).map(u64::from)
-            };
-            devices.vgic.set_level(layout::UART_INTID, devices.uart.interrupt_level());
-            ("PL011 console", outcome)
-        } else {
-            return Next::Stop(Fault::Stage2 { ipa, write: abort.write, size });
+        let Some(devices) = guard.as_mut() else {
+            return Next::Stop(Fault::Unexpected);
         };
+        let (device, outcome) =
+            if (layout::GICD_BASE..layout::GICD_BASE + layout::GICD_SIZE).contains(&ipa) {
+                let offset = ipa - layout::GICD_BASE;
+                let outcome = if abort.write {
+                    devices
+                        .vgic
+                        .distributor_write(offset, size, value)
+                        .map(|()| 0)
+                } else {
+                    devices.vgic.distributor_read(offset, size)
+                };
+                ("GIC distributor", outcome)
+            } else if (layout::GICR_BASE..layout::GICR_BASE + gicr_size).contains(&ipa) {
+                let offset = ipa - layout::GICR_BASE;
+                let outcome = if abort.write {
+                    devices
+                        .vgic
+                        .redistributor_write(offset, size, value)
+                        .map(|()| 0)
+                } else {
+                    devices.vgic.redistributor_read(offset, size)
+                };
+                ("GIC redistributor", outcome)
+            } else if desc.console
+                && (layout::UART_BASE..layout::UART_BASE + layout::UART_SIZE).contains(&ipa)
+            {
+                let offset = ipa - layout::UART_BASE;
+                let outcome = if abort.write {
+                    devices.uart.write(offset, size, value as u32).map(|byte| {
+                        transmitted = byte;
+                        0
+                    })
+                } else {
+                    devices.uart.read(offset, size).map(u64::from)
+                };
+                devices
+                    .vgic
+                    .set_level(layout::UART_INTID, devices.uart.interrupt_level());
+                ("PL011 console", outcome)
+            } else {
+                return Next::Stop(Fault::Stage2 {
+                    ipa,
+                    write: abort.write,
+                    size,
+                });
+            };
         outcome.map_err(|error| Fault::Device { device, ipa, error })
     };
     let loaded = match result {

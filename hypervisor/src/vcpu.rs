@@ -13,9 +13,15 @@ use crate::vm::{self, VcpuPower, VmState};
 pub fn start(id: usize, vcpu: usize, entry: u64, x0: u64) -> ! {
     let desc = vm::desc(id);
     let this = vm::this_cpu();
-    guest::prepare(desc.id.0 + 1, vm::vm(id).stage2_root(), vcpu, desc.wfi == WfiPolicy::Trap);
+    guest::prepare(
+        desc.id.0 + 1,
+        vm::vm(id).stage2_root(),
+        vcpu,
+        desc.wfi == WfiPolicy::Trap,
+    );
     this.listed.store(0, Ordering::Relaxed);
-    this.generation.store(vm::vm(id).generation(), Ordering::Relaxed);
+    this.generation
+        .store(vm::vm(id).generation(), Ordering::Relaxed);
     if let Some(redistributor) = this.redistributor.get() {
         redistributor.enable_private(layout::VTIMER_INTID);
     }
@@ -29,7 +35,8 @@ pub fn still_valid() -> bool {
     match vm::current() {
         Some((id, _)) => {
             let vm = vm::vm(id);
-            vm.state() == VmState::Running && vm.generation() == vm::this_cpu().generation.load(Ordering::Relaxed)
+            vm.state() == VmState::Running
+                && vm.generation() == vm::this_cpu().generation.load(Ordering::Relaxed)
         }
         None => false,
     }

@@ -78,8 +78,13 @@ impl Vm {
             generation: AtomicU32::new(0),
             devices: Mutex::new(None),
             stage2_root: AtomicU64::new(0),
-            vcpus: [const { Vcpu { power: AtomicU8::new(0), entry: AtomicU64::new(0), context: AtomicU64::new(0) } };
-                crate::MAX_VCPUS],
+            vcpus: [const {
+                Vcpu {
+                    power: AtomicU8::new(0),
+                    entry: AtomicU64::new(0),
+                    context: AtomicU64::new(0),
+                }
+            }; crate::MAX_VCPUS],
         }
     }
 
@@ -123,18 +128,39 @@ impl Vm {
         slot.entry.store(entry, Ordering::Relaxed);
         slot.context.store(context, Ordering::Relaxed);
         slot.power
-            .compare_exchange(VcpuPower::Off as u8, VcpuPower::Pending as u8, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(
+                VcpuPower::Off as u8,
+                VcpuPower::Pending as u8,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
             .map(|_| ())
-            .map_err(|now| if now == VcpuPower::On as u8 { VcpuPower::On } else { VcpuPower::Pending })
+            .map_err(|now| {
+                if now == VcpuPower::On as u8 {
+                    VcpuPower::On
+                } else {
+                    VcpuPower::Pending
+                }
+            })
     }
 
     /// Takes a pending start request: `(entry, context)`.
     pub fn take_start(&self, vcpu: usize) -> Option<(u64, u64)> {
         let slot = &self.vcpus[vcpu];
         slot.power
-            .compare_exchange(VcpuPower::Pending as u8, VcpuPower::On as u8, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(
+                VcpuPower::Pending as u8,
+                VcpuPower::On as u8,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
             .ok()
-            .map(|_| (slot.entry.load(Ordering::Relaxed), slot.context.load(Ordering::Relaxed)))
+            .map(|_| {
+                (
+                    slot.entry.load(Ordering::Relaxed),
+                    slot.context.load(Ordering::Relaxed),
+                )
+            })
     }
 }
 
@@ -231,7 +257,9 @@ pub fn build(id: usize) -> Result<(), LoadError> {
     tables
         .map(memory.ipa.0, memory.phys.0, memory.size, MemoryKind::Normal)
         .map_err(LoadError::Map)?;
-    VMS[id].stage2_root.store(tables.root_phys(), Ordering::Relaxed);
+    VMS[id]
+        .stage2_root
+        .store(tables.root_phys(), Ordering::Relaxed);
     load_images(desc);
     reset_devices(id);
     VMS[id].set_vcpu_power(0, VcpuPower::On);
@@ -240,13 +268,22 @@ pub fn build(id: usize) -> Result<(), LoadError> {
 
 fn reset_devices(id: usize) {
     let desc = desc(id);
-    let owned: &[u32] = if desc.console { &[layout::UART_INTID] } else { &[] };
-    *VMS[id].devices.lock() = Some(Devices { vgic: Vgic::new(desc.pcpus.len(), owned), uart: Pl011::new() });
+    let owned: &[u32] = if desc.console {
+        &[layout::UART_INTID]
+    } else {
+        &[]
+    };
+    *VMS[id].devices.lock() = Some(Devices {
+        vgic: Vgic::new(desc.pcpus.len(), owned),
+        uart: Pl011::new(),
+    });
 }
 
 /// Copies `bytes` into the VM's memory at `ipa`. The configuration compiler checked the range.
 fn copy_into(desc: &VmDesc, ipa: GuestPhysAddr, bytes: &[u8]) {
-    let Some(phys) = desc.memory.translate(ipa) else { return };
+    let Some(phys) = desc.memory.translate(ipa) else {
+        return;
+    };
     if !desc.memory.contains_range(ipa, bytes.len() as u64) {
         return;
     }
@@ -307,16 +344,24 @@ pub fn kick_vm(id: usize) {
     let this = cpu::index();
     for &pcpu in desc(id).pcpus {
         if pcpu as usize != this {
-            gic::send_sgi(crate::irq::KICK_SGI, CPUS[pcpu as usize].mpidr.load(Ordering::Relaxed));
+            gic::send_sgi(
+                crate::irq::KICK_SGI,
+                CPUS[pcpu as usize].mpidr.load(Ordering::Relaxed),
+            );
         }
     }
 }
 
 /// Interrupts the pCPU of vCPU `vcpu` of VM `id` (if it is not this one).
 pub fn kick_vcpu(id: usize, vcpu: usize) {
-    let Some(&pcpu) = desc(id).pcpus.get(vcpu) else { return };
+    let Some(&pcpu) = desc(id).pcpus.get(vcpu) else {
+        return;
+    };
     if pcpu as usize != cpu::index() {
-        gic::send_sgi(crate::irq::KICK_SGI, CPUS[pcpu as usize].mpidr.load(Ordering::Relaxed));
+        gic::send_sgi(
+            crate::irq::KICK_SGI,
+            CPUS[pcpu as usize].mpidr.load(Ordering::Relaxed),
+        );
     }
 }
 

@@ -18,7 +18,9 @@ pub fn output_dir() -> PathBuf {
 
 /// The built image of workspace guest `name`.
 pub fn guest_image(name: &str) -> Option<PathBuf> {
-    GUESTS.contains(&name).then(|| output_dir().join("guests").join(format!("{name}.bin")))
+    GUESTS
+        .contains(&name)
+        .then(|| output_dir().join("guests").join(format!("{name}.bin")))
 }
 
 fn cargo() -> Command {
@@ -43,7 +45,15 @@ fn to_binary(elf: &Path, binary: &Path) -> Result<()> {
 
 fn cargo_build(package: &str, env: &[(&str, &Path)]) -> Result<PathBuf> {
     let mut command = cargo();
-    command.args(["build", "--quiet", "--release", "--target", TARGET, "-p", package]);
+    command.args([
+        "build",
+        "--quiet",
+        "--release",
+        "--target",
+        TARGET,
+        "-p",
+        package,
+    ]);
     for (key, value) in env {
         command.env(key, value);
     }
@@ -51,7 +61,11 @@ fn cargo_build(package: &str, env: &[(&str, &Path)]) -> Result<PathBuf> {
     if !status.success() {
         return Err(format!("building {package} failed"));
     }
-    Ok(workspace().join("target").join(TARGET).join("release").join(package))
+    Ok(workspace()
+        .join("target")
+        .join(TARGET)
+        .join("release")
+        .join(package))
 }
 
 /// Builds every workspace guest to a raw image.
@@ -97,6 +111,10 @@ pub fn build_system(config_path: &Path) -> Result<SystemImage> {
             system.hypervisor_size - config::HYPERVISOR_IMAGE_OFFSET
         ));
     }
-    step(&format!("built {} ({size} bytes) for configuration '{}'", path.display(), system.name));
+    step(&format!(
+        "built {} ({size} bytes) for configuration '{}'",
+        path.display(),
+        system.name
+    ));
     Ok(SystemImage { system, path })
 }

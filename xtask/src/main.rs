@@ -18,7 +18,10 @@ pub type Result<T> = std::result::Result<T, String>;
 
 /// The workspace root.
 pub fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// Announces a step.
@@ -78,7 +81,10 @@ fn test() -> ExitCode {
     }
     step("host tests: cargo test --workspace");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let output = Command::new(&cargo).args(["test", "--quiet"]).current_dir(workspace()).output();
+    let output = Command::new(&cargo)
+        .args(["test", "--quiet"])
+        .current_dir(workspace())
+        .output();
     let summary = regex::Regex::new(r"test result: \w+\. (\d+) passed; (\d+) failed").unwrap();
     match output {
         Ok(output) => {
@@ -116,7 +122,10 @@ fn test() -> ExitCode {
             }
             Err(message) => {
                 failed += 1;
-                println!("scenario {} ... FAILED ({seconds:.1} s)\n    {message}", scenario.name);
+                println!(
+                    "scenario {} ... FAILED ({seconds:.1} s)\n    {message}",
+                    scenario.name
+                );
             }
         }
     }

@@ -31,21 +31,54 @@ pub struct Machine {
 impl Machine {
     /// A Keel image on `cpus` pCPUs.
     pub fn keel(kernel: &Path, cpus: u32) -> Self {
-        Self { kernel: kernel.into(), cpus, virtualization: true, icount: false, append: None, dtb: None }
+        Self {
+            kernel: kernel.into(),
+            cpus,
+            virtualization: true,
+            icount: false,
+            append: None,
+            dtb: None,
+        }
     }
 
     /// QEMU's arguments (without the console wiring).
     pub fn arguments(&self) -> Vec<String> {
-        let machine = if self.virtualization { "virt,virtualization=on,gic-version=3" } else { "virt,gic-version=3" };
+        let machine = if self.virtualization {
+            "virt,virtualization=on,gic-version=3"
+        } else {
+            "virt,gic-version=3"
+        };
         let mut args: Vec<String> = [
-            "-M", machine, "-cpu", "cortex-a72", "-m", "1G", "-smp", &self.cpus.to_string(), "-display", "none",
-            "-monitor", "none", "-nic", "none",
+            "-M",
+            machine,
+            "-cpu",
+            "cortex-a72",
+            "-m",
+            "1G",
+            "-smp",
+            &self.cpus.to_string(),
+            "-display",
+            "none",
+            "-monitor",
+            "none",
+            "-nic",
+            "none",
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
         if self.icount {
-            args.extend(["-icount", "shift=0,sleep=off", "-seed", "1", "-rtc", "clock=vm"].map(String::from));
+            args.extend(
+                [
+                    "-icount",
+                    "shift=0,sleep=off",
+                    "-seed",
+                    "1",
+                    "-rtc",
+                    "clock=vm",
+                ]
+                .map(String::from),
+            );
         }
         args.extend(["-kernel".to_string(), self.kernel.display().to_string()]);
         if let Some(append) = &self.append {
@@ -61,7 +94,12 @@ impl Machine {
     pub fn run_interactive(&self) -> Result<()> {
         let status = Command::new("qemu-system-aarch64")
             .args(self.arguments())
-            .args(["-chardev", "stdio,id=console,signal=off", "-serial", "chardev:console"])
+            .args([
+                "-chardev",
+                "stdio,id=console,signal=off",
+                "-serial",
+                "chardev:console",
+            ])
             .status()
             .map_err(|e| format!("qemu-system-aarch64: {e}"))?;
         if status.success() {
@@ -88,7 +126,10 @@ impl Machine {
             let mut line = Vec::new();
             while reader.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
                 let text = String::from_utf8_lossy(&line).replace('\r', "");
-                if sender.send(text.trim_end_matches('\n').to_string()).is_err() {
+                if sender
+                    .send(text.trim_end_matches('\n').to_string())
+                    .is_err()
+                {
                     break;
                 }
                 line.clear();
@@ -100,7 +141,13 @@ impl Machine {
             let _ = stderr.read_to_string(&mut text);
             text
         });
-        Ok(Session { child, lines, output: Vec::new(), log: log.into(), stderr: Some(stderr) })
+        Ok(Session {
+            child,
+            lines,
+            output: Vec::new(),
+            log: log.into(),
+            stderr: Some(stderr),
+        })
     }
 }
 
@@ -139,10 +186,14 @@ impl Session {
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {
-                    return Err(format!("no console line matched /{pattern}/ within {timeout:?}"))
+                    return Err(format!(
+                        "no console line matched /{pattern}/ within {timeout:?}"
+                    ))
                 }
                 Err(RecvTimeoutError::Disconnected) => {
-                    return Err(format!("QEMU ended before a console line matched /{pattern}/"))
+                    return Err(format!(
+                        "QEMU ended before a console line matched /{pattern}/"
+                    ))
                 }
             }
         }
@@ -151,7 +202,10 @@ impl Session {
     /// Types `bytes` on the console.
     pub fn send(&mut self, bytes: &[u8]) -> Result<()> {
         let stdin = self.child.stdin.as_mut().ok_or("QEMU stdin closed")?;
-        stdin.write_all(bytes).and_then(|()| stdin.flush()).map_err(|e| format!("writing to QEMU: {e}"))
+        stdin
+            .write_all(bytes)
+            .and_then(|()| stdin.flush())
+            .map_err(|e| format!("writing to QEMU: {e}"))
     }
 
     /// Waits for QEMU to exit by itself (killing it at the deadline) and collects all output.
@@ -173,7 +227,11 @@ impl Session {
         while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(500)) {
             self.output.push(line);
         }
-        let stderr = self.stderr.take().and_then(|h| h.join().ok()).unwrap_or_default();
+        let stderr = self
+            .stderr
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
         let mut log = self.output.join("\n");
         if !stderr.is_empty() {
             log.push_str("\n--- QEMU stderr ---\n");
@@ -181,7 +239,10 @@ impl Session {
         }
         let _ = std::fs::create_dir_all(self.log.parent().unwrap());
         let _ = std::fs::write(&self.log, log);
-        Ended { lines: std::mem::take(&mut self.output), exit_code }
+        Ended {
+            lines: std::mem::take(&mut self.output),
+            exit_code,
+        }
     }
 
     /// Stops QEMU now and collects all output.

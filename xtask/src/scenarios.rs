@@ -25,7 +25,9 @@ pub struct Scenario {
 const DEADLINE: Duration = Duration::from_secs(240);
 
 fn config(name: &str) -> std::path::PathBuf {
-    workspace().join("configs/tests").join(format!("{name}.toml"))
+    workspace()
+        .join("configs/tests")
+        .join(format!("{name}.toml"))
 }
 
 fn log_path(name: &str) -> std::path::PathBuf {
@@ -45,7 +47,11 @@ fn boot_to_end(name: &str) -> Result<Ended> {
 /// Console lines of VM `vm` (the multiplexer's `[vm] ` prefix removed).
 fn lines_of<'a>(ended: &'a Ended, vm: &str) -> Vec<&'a str> {
     let prefix = format!("[{vm}] ");
-    ended.lines.iter().filter_map(|l| l.strip_prefix(prefix.as_str())).collect()
+    ended
+        .lines
+        .iter()
+        .filter_map(|l| l.strip_prefix(prefix.as_str()))
+        .collect()
 }
 
 /// Checks a VM's `tick:` reports: consecutive seconds from 1 to at least `min_seconds`, each
@@ -54,19 +60,27 @@ fn check_ticks(ended: &Ended, vm: &str, min_seconds: u64) -> Result<u64> {
     let tick = Regex::new(r"^tick: s=(\d+) ticks=(\d+) expected=(\d+)$").unwrap();
     let mut last = 0;
     for line in lines_of(ended, vm) {
-        let Some(c) = tick.captures(line) else { continue };
+        let Some(c) = tick.captures(line) else {
+            continue;
+        };
         let number = |i: usize| c[i].parse::<u64>().unwrap();
         let (second, ticks, expected) = (number(1), number(2), number(3));
         if second != last + 1 {
-            return Err(format!("vm '{vm}': tick report for second {second} follows second {last}: a gap"));
+            return Err(format!(
+                "vm '{vm}': tick report for second {second} follows second {last}: a gap"
+            ));
         }
         if ticks.abs_diff(expected) > 1 {
-            return Err(format!("vm '{vm}': second {second}: {ticks} ticks, virtual counter says {expected}"));
+            return Err(format!(
+                "vm '{vm}': second {second}: {ticks} ticks, virtual counter says {expected}"
+            ));
         }
         last = second;
     }
     if last < min_seconds {
-        return Err(format!("vm '{vm}': ticks reported for {last} s, expected at least {min_seconds} s"));
+        return Err(format!(
+            "vm '{vm}': ticks reported for {last} s, expected at least {min_seconds} s"
+        ));
     }
     Ok(last)
 }
@@ -93,9 +107,15 @@ fn expect_clean_exit(ended: &Ended) -> Result<()> {
 fn two_vms() -> Result<()> {
     let ended = boot_to_end("two-vms")?;
     for vm in ["rt-a", "rt-b"] {
-        expect_line(&ended, &format!(r"^\[{vm}\] test-guest: vm \d vcpu 0 keel 1\.0 mode ticks$"))?;
+        expect_line(
+            &ended,
+            &format!(r"^\[{vm}\] test-guest: vm \d vcpu 0 keel 1\.0 mode ticks$"),
+        )?;
         check_ticks(&ended, vm, 5)?;
-        expect_line(&ended, &format!(r"^\[keel\] vm '{vm}' \(id \d\) powered off$"))?;
+        expect_line(
+            &ended,
+            &format!(r"^\[keel\] vm '{vm}' \(id \d\) powered off$"),
+        )?;
     }
     expect_clean_exit(&ended)
 }
@@ -103,12 +123,24 @@ fn two_vms() -> Result<()> {
 /// The attack each hostile mode makes, and the diagnostic Keel must print for it.
 fn hostile_expectation(mode: &str) -> &'static str {
     match mode {
-        "write-outside" => r"^\[keel\] vm 'hostile' \(id 1\) stopped: stage-2 fault: \d-byte write at IPA 0x41001000, outside its memory and devices \(ESR 0x[0-9a-f]{8}, PC 0x[0-9a-f]+\)$",
-        "read-other" => r"^\[keel\] vm 'hostile' \(id 1\) stopped: stage-2 fault: \d-byte read at IPA 0x50000000, outside its memory and devices \(ESR 0x[0-9a-f]{8}, PC 0x[0-9a-f]+\)$",
-        "gic-foreign" => r"^\[keel\] vm 'hostile' \(id 1\) stopped: GIC distributor at IPA 0x8000104: interrupt 34 is not owned by this VM \(ESR 0x[0-9a-f]{8}, PC 0x[0-9a-f]+\)$",
-        "smc" => r"^\[keel\] vm 'hostile': SMC \(function 0x84000000\) not forwarded: answered NOT_SUPPORTED$",
-        "el2-reg" => r"^\[keel\] vm 'hostile' \(id 1\) stopped: guest reported a fatal exception: ESR_EL1 0x02000000 \(.*\) at ELR_EL1 0x[0-9a-f]+, FAR_EL1 0x[0-9a-f]+ \(ESR 0x5a000000, PC 0x[0-9a-f]+\)$",
-        "sysreg" => r"^\[keel\] vm 'hostile' \(id 1\) stopped: illegal system register access: write to DBGBVR0_EL1 \(ESR 0x[0-9a-f]{8}, PC 0x[0-9a-f]+\)$",
+        "write-outside" => {
+            r"^\[keel\] vm 'hostile' \(id 1\) stopped: stage-2 fault: \d-byte write at IPA 0x41001000, outside its memory and devices \(ESR 0x[0-9a-f]{8}, PC 0x[0-9a-f]+\)$"
+        }
+        "read-other" => {
+            r"^\[keel\] vm 'hostile' \(id 1\) stopped: stage-2 fault: \d-byte read at IPA 0x50000000, outside its memory and devices \(ESR 0x[0-9a-f]{8}, PC 0x[0-9a-f]+\)$"
+        }
+        "gic-foreign" => {
+            r"^\[keel\] vm 'hostile' \(id 1\) stopped: GIC distributor at IPA 0x8000104: interrupt 34 is not owned by this VM \(ESR 0x[0-9a-f]{8}, PC 0x[0-9a-f]+\)$"
+        }
+        "smc" => {
+            r"^\[keel\] vm 'hostile': SMC \(function 0x84000000\) not forwarded: answered NOT_SUPPORTED$"
+        }
+        "el2-reg" => {
+            r"^\[keel\] vm 'hostile' \(id 1\) stopped: guest reported a fatal exception: ESR_EL1 0x02000000 \(.*\) at ELR_EL1 0x[0-9a-f]+, FAR_EL1 0x[0-9a-f]+ \(ESR 0x5a000000, PC 0x[0-9a-f]+\)$"
+        }
+        "sysreg" => {
+            r"^\[keel\] vm 'hostile' \(id 1\) stopped: illegal system register access: write to DBGBVR0_EL1 \(ESR 0x[0-9a-f]{8}, PC 0x[0-9a-f]+\)$"
+        }
         _ => unreachable!("unknown hostile mode {mode}"),
     }
 }
@@ -125,9 +157,17 @@ fn hostile(mode: &str) -> Result<()> {
         check_ticks(&ended, "hostile", 4)?;
     } else {
         let hostile = lines_of(&ended, "hostile");
-        let attack = hostile.iter().position(|l| *l == format!("hostile: {mode}")).unwrap();
-        if let Some(after) = hostile[attack + 1..].iter().find(|l| l.starts_with("tick:") || l.contains("survived")) {
-            return Err(format!("the hostile VM kept running after its attack: '{after}'"));
+        let attack = hostile
+            .iter()
+            .position(|l| *l == format!("hostile: {mode}"))
+            .unwrap();
+        if let Some(after) = hostile[attack + 1..]
+            .iter()
+            .find(|l| l.starts_with("tick:") || l.contains("survived"))
+        {
+            return Err(format!(
+                "the hostile VM kept running after its attack: '{after}'"
+            ));
         }
     }
     if victim_seconds < 6 {
@@ -157,12 +197,22 @@ fn console_focus() -> Result<()> {
     let outcome = steps();
     let ended = session.kill();
     if let Err(message) = outcome {
-        let tail = ended.lines.iter().rev().take(8).rev().cloned().collect::<Vec<_>>().join("\n      ");
+        let tail = ended
+            .lines
+            .iter()
+            .rev()
+            .take(8)
+            .rev()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n      ");
         return Err(format!("{message}; last console lines:\n      {tail}"));
     }
     for (vm, stray) in [("rt-b", "q"), ("rt-a", "z"), ("rt-b", "k")] {
         if lines_of(&ended, vm).contains(&format!("echo: {stray}").as_str()) {
-            return Err(format!("vm '{vm}' received '{stray}' typed while it did not have the focus"));
+            return Err(format!(
+                "vm '{vm}' received '{stray}' typed while it did not have the focus"
+            ));
         }
     }
     Ok(())
@@ -192,15 +242,33 @@ fn broken_device_tree() -> Result<()> {
     let dir = output_dir().join("broken-dtb");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let (dtb, dts) = (dir.join("virt.dtb"), dir.join("virt.dts"));
-    let dump = format!("virt,virtualization=on,gic-version=3,dumpdtb={}", dtb.display());
+    let dump = format!(
+        "virt,virtualization=on,gic-version=3,dumpdtb={}",
+        dtb.display()
+    );
     let status = Command::new("qemu-system-aarch64")
-        .args(["-M", &dump, "-cpu", "cortex-a72", "-smp", "3", "-m", "1G", "-display", "none"])
+        .args([
+            "-M",
+            &dump,
+            "-cpu",
+            "cortex-a72",
+            "-smp",
+            "3",
+            "-m",
+            "1G",
+            "-display",
+            "none",
+        ])
         .output()
         .map_err(|e| e.to_string())?;
     if !status.status.success() {
         return Err("QEMU could not dump its device tree".into());
     }
-    let decompiled = Command::new("dtc").args(["-q", "-I", "dtb", "-O", "dts"]).arg(&dtb).output().map_err(|e| e.to_string())?;
+    let decompiled = Command::new("dtc")
+        .args(["-q", "-I", "dtb", "-O", "dts"])
+        .arg(&dtb)
+        .output()
+        .map_err(|e| e.to_string())?;
     let text = String::from_utf8_lossy(&decompiled.stdout);
     // Drop the PL011 node: Keel must say which node is missing.
     let pl011 = Regex::new(r"(?s)\tpl011@9000000 \{.*?\n\t\};\n").unwrap();
@@ -208,28 +276,56 @@ fn broken_device_tree() -> Result<()> {
         return Err("QEMU's device tree has no pl011@9000000 node to remove".into());
     }
     std::fs::write(&dts, pl011.replace(&text, "").as_bytes()).map_err(|e| e.to_string())?;
-    let compiled = Command::new("dtc").args(["-q", "-I", "dts", "-O", "dtb", "-o"]).arg(&dtb).arg(&dts).status().map_err(|e| e.to_string())?;
+    let compiled = Command::new("dtc")
+        .args(["-q", "-I", "dts", "-O", "dtb", "-o"])
+        .arg(&dtb)
+        .arg(&dts)
+        .status()
+        .map_err(|e| e.to_string())?;
     if !compiled.success() {
         return Err("dtc could not rebuild the device tree".into());
     }
     let mut machine = Machine::keel(&image.path, 3);
     machine.dtb = Some(dtb);
-    let ended = machine.spawn(&log_path("broken-dtb"))?.finish(Duration::from_secs(60));
-    expect_line(&ended, r"^\[keel\] boot error: device tree has no arm,pl011 UART node$")?;
+    let ended = machine
+        .spawn(&log_path("broken-dtb"))?
+        .finish(Duration::from_secs(60));
+    expect_line(
+        &ended,
+        r"^\[keel\] boot error: device tree has no arm,pl011 UART node$",
+    )?;
     match ended.exit_code {
         Some(0) => Ok(()),
-        other => Err(format!("QEMU did not power off after the boot error ({other:?})")),
+        other => Err(format!(
+            "QEMU did not power off after the boot error ({other:?})"
+        )),
     }
 }
 
 /// Every scenario, in the order they run.
 pub fn all() -> Vec<Scenario> {
     let mut scenarios: Vec<Scenario> = vec![
-        Scenario { name: "two VMs tick in step with virtual time, then power off (exit 0)".into(), run: Box::new(two_vms) },
-        Scenario { name: "console input reaches only the focused VM".into(), run: Box::new(console_focus) },
-        Scenario { name: "a device tree without a UART is a clear boot error".into(), run: Box::new(broken_device_tree) },
+        Scenario {
+            name: "two VMs tick in step with virtual time, then power off (exit 0)".into(),
+            run: Box::new(two_vms),
+        },
+        Scenario {
+            name: "console input reaches only the focused VM".into(),
+            run: Box::new(console_focus),
+        },
+        Scenario {
+            name: "a device tree without a UART is a clear boot error".into(),
+            run: Box::new(broken_device_tree),
+        },
     ];
-    for mode in ["write-outside", "read-other", "gic-foreign", "smc", "el2-reg", "sysreg"] {
+    for mode in [
+        "write-outside",
+        "read-other",
+        "gic-foreign",
+        "smc",
+        "el2-reg",
+        "sysreg",
+    ] {
         scenarios.push(Scenario {
             name: format!("hostile VM '{mode}' is contained, victim ticks on"),
             run: Box::new(move || hostile(mode)),

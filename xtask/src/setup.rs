@@ -9,11 +9,16 @@ use crate::{step, Result};
 pub const TARGET: &str = "aarch64-unknown-none-softfloat";
 
 fn command_exists(name: &str) -> bool {
-    Command::new("sh").args(["-c", &format!("command -v {name} >/dev/null 2>&1")]).status().is_ok_and(|s| s.success())
+    Command::new("sh")
+        .args(["-c", &format!("command -v {name} >/dev/null 2>&1")])
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 fn run(command: &mut Command, what: &str) -> Result<()> {
-    let status = command.status().map_err(|e| format!("{what}: cannot start: {e}"))?;
+    let status = command
+        .status()
+        .map_err(|e| format!("{what}: cannot start: {e}"))?;
     if status.success() {
         Ok(())
     } else {
@@ -23,7 +28,10 @@ fn run(command: &mut Command, what: &str) -> Result<()> {
 
 /// The sysroot's `llvm-objcopy` (rustup component `llvm-tools`).
 pub fn objcopy() -> Result<PathBuf> {
-    let output = Command::new("rustc").args(["--print", "sysroot"]).output().map_err(|e| format!("rustc: {e}"))?;
+    let output = Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .map_err(|e| format!("rustc: {e}"))?;
     let sysroot = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
     let rustlib = sysroot.join("lib/rustlib");
     let entries = std::fs::read_dir(&rustlib).map_err(|e| format!("{}: {e}", rustlib.display()))?;
@@ -38,15 +46,29 @@ pub fn objcopy() -> Result<PathBuf> {
 
 /// Makes sure the Rust target, llvm-tools, QEMU and dtc are present, installing what is missing.
 pub fn ensure_tools() -> Result<()> {
-    let installed = Command::new("rustup").args(["target", "list", "--installed"]).output();
-    let has_target = installed.as_ref().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).lines().any(|l| l.trim() == TARGET));
+    let installed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output();
+    let has_target = installed.as_ref().is_ok_and(|o| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .any(|l| l.trim() == TARGET)
+    });
     if !has_target {
-        step(&format!("installing the Rust target {TARGET} (rustup target add)"));
-        run(Command::new("rustup").args(["target", "add", TARGET]), "rustup target add")?;
+        step(&format!(
+            "installing the Rust target {TARGET} (rustup target add)"
+        ));
+        run(
+            Command::new("rustup").args(["target", "add", TARGET]),
+            "rustup target add",
+        )?;
     }
     if objcopy().is_err() {
         step("installing llvm-tools (rustup component add llvm-tools)");
-        run(Command::new("rustup").args(["component", "add", "llvm-tools"]), "rustup component add llvm-tools")?;
+        run(
+            Command::new("rustup").args(["component", "add", "llvm-tools"]),
+            "rustup component add llvm-tools",
+        )?;
         objcopy()?;
     }
     let mut packages = Vec::new();
@@ -57,7 +79,10 @@ pub fn ensure_tools() -> Result<()> {
         packages.push("device-tree-compiler");
     }
     if !packages.is_empty() {
-        let root = Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+        let root = Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
         if !root {
             return Err(format!(
                 "missing Debian packages {}: run `sudo apt-get install {}` (or run this command as root)",
@@ -65,10 +90,19 @@ pub fn ensure_tools() -> Result<()> {
                 packages.join(" ")
             ));
         }
-        step(&format!("installing Debian packages {} (apt-get)", packages.join(", ")));
-        run(Command::new("apt-get").args(["update", "-q"]), "apt-get update")?;
+        step(&format!(
+            "installing Debian packages {} (apt-get)",
+            packages.join(", ")
+        ));
         run(
-            Command::new("apt-get").args(["install", "-y", "-q", "--no-install-recommends"]).args(&packages).env("DEBIAN_FRONTEND", "noninteractive"),
+            Command::new("apt-get").args(["update", "-q"]),
+            "apt-get update",
+        )?;
+        run(
+            Command::new("apt-get")
+                .args(["install", "-y", "-q", "--no-install-recommends"])
+                .args(&packages)
+                .env("DEBIAN_FRONTEND", "noninteractive"),
             "apt-get install",
         )?;
     }

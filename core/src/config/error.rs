@@ -60,7 +60,7 @@ pub enum ConfigErrorKind {
     },
     /// `no [[vm]] table: a system needs at least one VM`.
     NoVms,
-    /// `<count> [[vm]] tables exceed the maximum of <max> VMs (one VMID each)`.
+    /// `<count> [[vm]] tables exceed Keel's maximum of <max> VMs`.
     TooManyVms {
         /// Number of `[[vm]]` tables.
         count: usize,
@@ -86,7 +86,7 @@ impl fmt::Display for ConfigErrorKind {
             Self::NoVms => f.write_str("no [[vm]] table: a system needs at least one VM"),
             Self::TooManyVms { count, max } => write!(
                 f,
-                "{count} [[vm]] tables exceed the maximum of {max} VMs (one VMID each)"
+                "{count} [[vm]] tables exceed Keel's maximum of {max} VMs"
             ),
             Self::Invalid {
                 subject,
@@ -227,7 +227,7 @@ pub enum Problem {
     NoPcpus,
     /// `must not be empty: a VM needs at least one vCPU`.
     NoVcpus,
-    /// `<count> vCPUs exceed the maximum of <max> (their GIC redistributors must fit below the PL011)`.
+    /// `<count> vCPUs exceed Keel's maximum of <max> per VM`.
     TooManyVcpus {
         /// Length of the VM's pcpus list.
         count: usize,
@@ -367,11 +367,9 @@ impl fmt::Display for Problem {
             ),
             Self::NoPcpus => f.write_str("must be at least 1"),
             Self::NoVcpus => f.write_str("must not be empty: a VM needs at least one vCPU"),
-            Self::TooManyVcpus { count, max } => write!(
-                f,
-                "{count} vCPUs exceed the maximum of {max} \
-                 (their GIC redistributors must fit below the PL011)"
-            ),
+            Self::TooManyVcpus { count, max } => {
+                write!(f, "{count} vCPUs exceed Keel's maximum of {max} per VM")
+            }
             Self::PcpuOutOfRange { pcpu, count } => {
                 write!(f, "pCPU {pcpu} does not exist (system.pcpus = {count})")
             }

@@ -23,13 +23,12 @@ pub const LINUX_IMAGE_BASE_ALIGN: u64 = 2 << 20;
 pub const DEVICE_WINDOW_START: u64 = layout::GICD_BASE;
 /// End of the emulated device window (exclusive): GIC and PL011 lie below.
 pub const DEVICE_WINDOW_END: u64 = 0x0A00_0000;
-/// Width of guest-physical addresses Keel's stage 2 translates (a 40-bit IPA space).
-pub const IPA_BITS: u32 = 40;
-/// Most VMs a system may have: one 8-bit VMID each.
-pub const MAX_VMS: usize = 256;
-/// Most vCPUs a VM may have: their redistributors must fit between GICR_BASE and the PL011.
-pub const MAX_VCPUS: usize =
-    ((layout::UART_BASE - layout::GICR_BASE) / layout::GICR_STRIDE) as usize;
+/// Width of guest-physical addresses Keel's stage 2 translates.
+pub const IPA_BITS: u32 = crate::system::IPA_BITS;
+/// Most VMs a system may have.
+pub const MAX_VMS: usize = crate::system::MAX_VMS;
+/// Most vCPUs a VM may have.
+pub const MAX_VCPUS: usize = crate::system::MAX_VCPUS;
 /// Device names a `[[vm]]` may list.
 pub const KNOWN_DEVICES: &[&str] = &["console"];
 

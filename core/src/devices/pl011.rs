@@ -118,7 +118,7 @@ impl Pl011 {
     }
 
     fn check_width(offset: u64, size: u8) -> Result<(), DeviceError> {
-        if matches!(size, 1 | 2 | 4) && offset % u64::from(size) == 0 {
+        if matches!(size, 1 | 2 | 4) && offset.is_multiple_of(u64::from(size)) {
             Ok(())
         } else {
             Err(DeviceError::BadWidth { offset, size })
@@ -141,13 +141,7 @@ impl Pl011 {
                     u32::from(byte) | error
                 }
             }
-            RSR_ECR => {
-                if self.overrun {
-                    RSR_OE
-                } else {
-                    0
-                }
-            }
+            RSR_ECR if self.overrun => RSR_OE,
             FR => {
                 let mut fr = FR_TXFE;
                 if self.count == 0 {

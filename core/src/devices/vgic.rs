@@ -18,8 +18,7 @@ use super::DeviceError;
 /// Interrupt ids implemented: SGIs, PPIs and 96 SPIs (`GICD_TYPER.ITLinesNumber = 3`).
 pub const NR_IRQS: usize = 128;
 /// Most vCPUs (redistributors) per VM.
-pub const MAX_VCPUS: usize = 8;
-const NR_SPIS: usize = NR_IRQS - 32;
+pub const MAX_VCPUS: usize = crate::system::MAX_VCPUS;
 /// Keel's JEP106-style implementer code in GICD_IIDR / GICR_IIDR ("KEL", product 1).
 const IIDR: u32 = 0x0100_043b;
 /// PIDR2 with ArchRev = 3 (GICv3).
@@ -91,7 +90,10 @@ impl BitRegister {
     }
 
     fn sets_state(self) -> bool {
-        matches!(self, BitRegister::SetEnable | BitRegister::SetPending | BitRegister::SetActive)
+        matches!(
+            self,
+            BitRegister::SetEnable | BitRegister::SetPending | BitRegister::SetActive
+        )
     }
 
     fn get(self, bank: &Bank) -> u128 {
@@ -150,7 +152,10 @@ impl Vgic {
                 owned |= bit(intid);
             }
         }
-        let private = Bank { edge: SGI_MASK, ..Bank::default() };
+        let private = Bank {
+            edge: SGI_MASK,
+            ..Bank::default()
+        };
         Self {
             ctlr: 0,
             vcpus: vcpus.clamp(1, MAX_VCPUS),
@@ -200,7 +205,10 @@ impl Vgic {
 
     /// The vCPU an SPI is routed to (`GICD_IROUTER.Aff0`; vCPU `i` has MPIDR Aff0 = `i`).
     pub fn spi_target(&self, intid: u32) -> usize {
-        let vcpu = self.route.get(intid as usize).map_or(0, |route| (route & 0xff) as usize);
+        let vcpu = self
+            .route
+            .get(intid as usize)
+            .map_or(0, |route| (route & 0xff) as usize);
         if vcpu < self.vcpus {
             vcpu
         } else {
@@ -279,7 +287,9 @@ impl Vgic {
     /// [`mark_listed`](Self::mark_listed) for one known interrupt (the virtual timer).
     pub fn take_if_deliverable(&mut self, vcpu: usize, intid: u32) -> Option<(u8, bool)> {
         let bank = self.bank(vcpu, intid)?;
-        if self.deliverable(bank) & self.owned & bit(intid) == 0 || (intid >= 32 && self.spi_target(intid) != vcpu) {
+        if self.deliverable(bank) & self.owned & bit(intid) == 0
+            || (intid >= 32 && self.spi_target(intid) != vcpu)
+        {
             return None;
         }
         let group1 = bank.group1 & bit(intid) != 0;
@@ -313,7 +323,7 @@ impl Vgic {
     }
 
     fn check_width(offset: u64, size: u8, allowed: &[u8]) -> Result<(), DeviceError> {
-        if allowed.contains(&size) && offset % u64::from(size) == 0 {
+        if allowed.contains(&size) && offset.is_multiple_of(u64::from(size)) {
             Ok(())
         } else {
             Err(DeviceError::BadWidth { offset, size })
@@ -331,20 +341,32 @@ impl Vgic {
 
     fn bit_read(&self, vcpu: usize, register: BitRegister, first: u32) -> Result<u64, DeviceError> {
         let first = Self::window(first)?;
-        let bank = self.bank(vcpu, first).ok_or(DeviceError::InterruptOutOfRange { intid: first })?;
+        let bank = self
+            .bank(vcpu, first)
+            .ok_or(DeviceError::InterruptOutOfRange { intid: first })?;
         Ok(((register.get(bank) & self.owned) >> first) as u64 & 0xffff_ffff)
     }
 
-    fn bit_write(&mut self, vcpu: usize, register: BitRegister, first: u32, value: u64) -> Result<(), DeviceError> {
+    fn bit_write(
+        &mut self,
+        vcpu: usize,
+        register: BitRegister,
+        first: u32,
+        value: u64,
+    ) -> Result<(), DeviceError> {
         let first = Self::window(first)?;
         let written = u128::from(value as u32) << first;
         let unowned = written & !self.owned;
         if unowned != 0 && register.sets_state() {
-            return Err(DeviceError::UnownedInterrupt { intid: unowned.trailing_zeros() });
+            return Err(DeviceError::UnownedInterrupt {
+                intid: unowned.trailing_zeros(),
+            });
         }
         let covered = (0xffff_ffffu128 << first) & self.owned;
         let bits = written & self.owned;
-        let bank = self.bank_mut(vcpu, first).ok_or(DeviceError::InterruptOutOfRange { intid: first })?;
+        let bank = self
+            .bank_mut(vcpu, first)
+            .ok_or(DeviceError::InterruptOutOfRange { intid: first })?;
         register.apply(bank, bits, covered);
         Ok(())
     }
@@ -363,7 +385,13 @@ impl Vgic {
         Ok(value)
     }
 
-    fn priority_write(&mut self, vcpu: usize, first: u32, size: u8, value: u64) -> Result<(), DeviceError> {
+    fn priority_write(
+        &mut self,
+        vcpu: usize,
+        first: u32,
+        size: u8,
+        value: u64,
+    ) -> Result<(), DeviceError> {
         for byte in 0..u32::from(size) {
             let intid = first + byte;
             if intid as usize >= NR_IRQS {
@@ -382,7 +410,9 @@ impl Vgic {
     }
 
     fn config_read(&self, vcpu: usize, first: u32) -> Result<u64, DeviceError> {
-        let bank = self.bank(vcpu, first).ok_or(DeviceError::InterruptOutOfRange { intid: first })?;
+        let bank = self
+            .bank(vcpu, first)
+            .ok_or(DeviceError::InterruptOutOfRange { intid: first })?;
         let mut value = 0;
         for i in 0..16 {
             let intid = first + i;
@@ -395,7 +425,9 @@ impl Vgic {
 
     fn config_write(&mut self, vcpu: usize, first: u32, value: u64) -> Result<(), DeviceError> {
         let owned = self.owned;
-        let bank = self.bank_mut(vcpu, first).ok_or(DeviceError::InterruptOutOfRange { intid: first })?;
+        let bank = self
+            .bank_mut(vcpu, first)
+            .ok_or(DeviceError::InterruptOutOfRange { intid: first })?;
         for i in 0..16 {
             let intid = first + i;
             // SGIs are fixed edge-triggered (ICFGR0 is read-only).
@@ -419,7 +451,11 @@ impl Vgic {
                 if intid as usize >= NR_IRQS {
                     return Err(DeviceError::InterruptOutOfRange { intid });
                 }
-                let route = if self.owns(intid) { self.route[intid as usize] } else { 0 };
+                let route = if self.owns(intid) {
+                    self.route[intid as usize]
+                } else {
+                    0
+                };
                 Ok(if offset % 8 == 4 {
                     route >> 32
                 } else if size == 4 {
@@ -560,13 +596,7 @@ impl Vgic {
         Self::check_width(offset, size, &[4])?;
         Ok(match offset {
             0x0004 => u64::from(IIDR),
-            0x0014 => {
-                if self.asleep[vcpu] {
-                    u64::from(WAKER_PROCESSOR_SLEEP | WAKER_CHILDREN_ASLEEP)
-                } else {
-                    0
-                }
-            }
+            0x0014 if self.asleep[vcpu] => u64::from(WAKER_PROCESSOR_SLEEP | WAKER_CHILDREN_ASLEEP),
             0xffe8 => u64::from(PIDR2),
             o if (SGI_FRAME + 0x80..SGI_FRAME + 0x400).contains(&o) => {
                 match BitRegister::decode(o - SGI_FRAME) {
@@ -678,8 +708,10 @@ mod tests {
         let mut gic = enabled_gic();
         gic.raise(0, 27);
         assert_eq!(gic.take_if_deliverable(0, 27), None, "disabled");
-        gic.redistributor_write(SGI_FRAME + 0x080, 4, 1 << 27).unwrap();
-        gic.redistributor_write(SGI_FRAME + 0x100, 4, 1 << 27).unwrap();
+        gic.redistributor_write(SGI_FRAME + 0x080, 4, 1 << 27)
+            .unwrap();
+        gic.redistributor_write(SGI_FRAME + 0x100, 4, 1 << 27)
+            .unwrap();
         assert_eq!(gic.take_if_deliverable(0, 27), Some((0, true)));
         gic.raise(0, 27);
         assert_eq!(gic.take_if_deliverable(0, 27), None, "already listed");
@@ -690,10 +722,17 @@ mod tests {
     #[test]
     fn more_pending_than_list_registers_all_delivered_in_priority_order() {
         let mut gic = enabled_gic();
-        gic.redistributor_write(SGI_FRAME + 0x080, 4, 0xffff).unwrap();
-        gic.redistributor_write(SGI_FRAME + 0x100, 4, 0xffff).unwrap();
+        gic.redistributor_write(SGI_FRAME + 0x080, 4, 0xffff)
+            .unwrap();
+        gic.redistributor_write(SGI_FRAME + 0x100, 4, 0xffff)
+            .unwrap();
         for sgi in 0..16u32 {
-            gic.redistributor_write(SGI_FRAME + 0x400 + u64::from(sgi), 1, u64::from(0xf0 - sgi as u8 * 8)).unwrap();
+            gic.redistributor_write(
+                SGI_FRAME + 0x400 + u64::from(sgi),
+                1,
+                u64::from(0xf0 - sgi as u8 * 8),
+            )
+            .unwrap();
             gic.raise(0, sgi);
         }
         // Four list registers: deliver four, let the guest finish them, repeat.
@@ -701,7 +740,9 @@ mod tests {
         while delivered.len() < 16 {
             let mut batch = Vec::new();
             for _ in 0..4 {
-                let Some((intid, _, _)) = gic.next_pending(0) else { break };
+                let Some((intid, _, _)) = gic.next_pending(0) else {
+                    break;
+                };
                 gic.mark_listed(0, intid);
                 batch.push(intid);
             }
@@ -711,7 +752,11 @@ mod tests {
             }
             delivered.extend(batch);
         }
-        assert_eq!(delivered, (0..16).rev().collect::<Vec<u32>>(), "highest priority (lowest value) first");
+        assert_eq!(
+            delivered,
+            (0..16).rev().collect::<Vec<u32>>(),
+            "highest priority (lowest value) first"
+        );
         assert_eq!(gic.next_pending(0), None);
     }
 

@@ -93,5 +93,9 @@ pub fn stack_top(index: usize) -> u64 {
 
 /// Starts the secondary pCPU `index` (affinity `mpidr`) at Keel's secondary entry.
 pub fn start_secondary(index: usize, mpidr: u64) -> Result<(), i64> {
-    psci::cpu_on(mpidr, keel_secondary_entry as *const () as u64, index as u64)
+    psci::cpu_on(
+        mpidr,
+        keel_secondary_entry as *const () as u64,
+        index as u64,
+    )
 }

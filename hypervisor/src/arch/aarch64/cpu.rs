@@ -50,12 +50,21 @@ pub fn clean_to_poc(start: usize, len: usize) {
     let mut address = start & !(line - 1);
     while address < start + len {
         // SAFETY: DC CVAC on an address Keel maps only cleans a cache line; memory is unchanged.
-        unsafe { core::arch::asm!("dc cvac, {}", in(reg) address, options(nostack, preserves_flags)) };
+        unsafe {
+            core::arch::asm!("dc cvac, {}", in(reg) address, options(nostack, preserves_flags))
+        };
         address += line;
     }
     dsb_sy();
     // SAFETY: invalidating the instruction cache has no architectural effect on data.
-    unsafe { core::arch::asm!("ic iallu", "dsb sy", "isb", options(nostack, preserves_flags)) };
+    unsafe {
+        core::arch::asm!(
+            "ic iallu",
+            "dsb sy",
+            "isb",
+            options(nostack, preserves_flags)
+        )
+    };
 }
 
 /// Parks this CPU for good.

@@ -43,7 +43,8 @@ impl Distributor {
     /// `base` must be the GICv3 distributor, mapped as device memory.
     pub const unsafe fn new(base: u64) -> Self {
         // SAFETY: forwarded from this function's contract.
-        Self { regs: unsafe { Mmio::new(base) } }
+        let regs = unsafe { Mmio::new(base) };
+        Self { regs }
     }
 
     fn wait_rwp(&self) {
@@ -61,11 +62,15 @@ impl Distributor {
     /// Routes SPI `intid` to the pCPU with affinity `mpidr`, group 1, and enables it.
     pub fn enable_spi(&self, intid: u32, mpidr: u64) {
         let (word, bit) = ((intid / 32) as usize * 4, 1 << (intid % 32));
-        self.regs.write32(GICD_IGROUPR + word, self.regs.read32(GICD_IGROUPR + word) | bit);
+        self.regs.write32(
+            GICD_IGROUPR + word,
+            self.regs.read32(GICD_IGROUPR + word) | bit,
+        );
         let priority_word = GICD_IPRIORITYR + (intid as usize & !3);
         let shift = 8 * (intid % 4);
         let priorities = self.regs.read32(priority_word) & !(0xff << shift);
-        self.regs.write32(priority_word, priorities | (u32::from(PRIORITY) << shift));
+        self.regs
+            .write32(priority_word, priorities | (u32::from(PRIORITY) << shift));
         self.regs.write64(GICD_IROUTER + 8 * intid as usize, mpidr);
         self.regs.write32(GICD_ISENABLER + word, bit);
     }
@@ -118,7 +123,8 @@ impl Redistributor {
         let priority_word = GICD_IPRIORITYR + (intid as usize & !3);
         let shift = 8 * (intid % 4);
         let priorities = self.sgi.read32(priority_word) & !(0xff << shift);
-        self.sgi.write32(priority_word, priorities | (u32::from(PRIORITY) << shift));
+        self.sgi
+            .write32(priority_word, priorities | (u32::from(PRIORITY) << shift));
         self.sgi.write32(GICD_ISENABLER, 1 << intid);
     }
 
@@ -257,7 +263,13 @@ pub fn list_register_is_invalid(value: u64) -> bool {
 /// Builds a list register value (ICH_LR<n>_EL2, 12.4.6): pending, group 1 or 0, with the
 /// given priority; `physical` links it to a physical interrupt the guest's EOI deactivates;
 /// `eoi_maintenance` asks for a maintenance interrupt when the guest EOIs it.
-pub fn list_register_value(intid: u32, priority: u8, group1: bool, physical: Option<u32>, eoi_maintenance: bool) -> u64 {
+pub fn list_register_value(
+    intid: u32,
+    priority: u8,
+    group1: bool,
+    physical: Option<u32>,
+    eoi_maintenance: bool,
+) -> u64 {
     let mut value = u64::from(intid) | (u64::from(priority) << 48) | (1 << 62);
     if group1 {
         value |= 1 << 60;

@@ -13,7 +13,9 @@ impl Mmio {
     /// `base` must be the address of a device mapped by Keel's EL2 tables (identity, device
     /// memory), valid for the registers accessed through it, and not used as normal memory.
     pub const unsafe fn new(base: u64) -> Self {
-        Self { base: base as usize }
+        Self {
+            base: base as usize,
+        }
     }
 
     /// Reads the 32-bit register at `offset`.

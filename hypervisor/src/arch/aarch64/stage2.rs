@@ -8,7 +8,7 @@ use keel_core::stage2::{Stage2, Table, ENTRIES};
 use super::regs::write_sysreg;
 
 /// Most VMs.
-pub const MAX_VMS: usize = 16;
+pub const MAX_VMS: usize = keel_core::system::MAX_VMS;
 /// Stage-2 tables available to each VM.
 pub const TABLES_PER_VM: usize = 32;
 

@@ -24,7 +24,8 @@ impl Uart {
     /// `base` must be a PL011 mapped as device memory, used by nothing else.
     pub const unsafe fn new(base: u64) -> Self {
         // SAFETY: forwarded from this function's contract.
-        Self { regs: unsafe { Mmio::new(base) } }
+        let regs = unsafe { Mmio::new(base) };
+        Self { regs }
     }
 
     /// Writes bytes, waiting while the transmit FIFO is full.

@@ -15,7 +15,10 @@ pub struct GuestRegs {
     padding: u64,
 }
 
-const _: () = assert!(core::mem::size_of::<GuestRegs>() == 256, "the asm frame is 256 bytes");
+const _: () = assert!(
+    core::mem::size_of::<GuestRegs>() == 256,
+    "the asm frame is 256 bytes"
+);
 
 impl GuestRegs {
     /// Reads register `n` as an instruction's Rt/Rn field names it (31 is xzr).
