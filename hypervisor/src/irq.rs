@@ -117,6 +117,8 @@ fn reclaim_finished(vgic: &mut keel_core::devices::vgic::Vgic, vcpu: usize, list
     remaining
 }
 
+#[cold]
+#[inline(never)]
 fn console_input() {
     let received = console::receive();
     for input in &received.inputs[..received.count] {

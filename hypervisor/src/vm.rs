@@ -209,11 +209,13 @@ pub fn percpu(index: usize) -> &'static PerCpu {
 }
 
 /// State of this pCPU.
+#[inline(always)]
 pub fn this_cpu() -> &'static PerCpu {
     &CPUS[cpu::index()]
 }
 
 /// The vCPU pinned on this pCPU: `(vm, vcpu)`.
+#[inline(always)]
 pub fn current() -> Option<(usize, usize)> {
     let cpu = this_cpu();
     let vm = cpu.vm.load(Ordering::Relaxed);
