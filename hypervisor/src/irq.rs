@@ -53,10 +53,7 @@ fn virtual_timer() -> bool {
     let running = vm::current().filter(|&(id, _)| vm::vm(id).state() == VmState::Running);
     match running {
         Some((id, vcpu)) => {
-            let mut guard = vm::vm(id).devices.lock();
-            let Some(devices) = guard.as_mut() else {
-                return true;
-            };
+            let mut devices = vm::vm(id).devices.lock();
             let vgic = &mut devices.vgic;
             vgic.raise(vcpu, layout::VTIMER_INTID);
             let cpu = vm::this_cpu();
@@ -145,9 +142,7 @@ fn deliver_input(id: usize, byte: u8) {
     }
     let target = {
         let mut guard = vm::vm(id).devices.lock();
-        let Some(devices) = guard.as_mut() else {
-            return;
-        };
+        let devices = &mut *guard;
         let overrun = devices.uart.receive(byte).is_err();
         devices
             .vgic
@@ -173,10 +168,7 @@ pub fn sync_list_registers() {
         return;
     };
     let cpu = vm::this_cpu();
-    let mut guard = vm::vm(id).devices.lock();
-    let Some(devices) = guard.as_mut() else {
-        return;
-    };
+    let mut devices = vm::vm(id).devices.lock();
     let vgic = &mut devices.vgic;
     let list_registers = gic::list_registers();
     let mut listed = reclaim_finished(vgic, vcpu, cpu.listed.load(Ordering::Relaxed));

@@ -295,7 +295,8 @@ fn send_virtual_sgi(id: usize, vcpu: usize, value: u64) -> bool {
     if targets == 0 {
         return false;
     }
-    if let Some(devices) = vm::vm(id).devices.lock().as_mut() {
+    {
+        let mut devices = vm::vm(id).devices.lock();
         for target in (0..vcpus).filter(|t| targets & (1 << t) != 0) {
             devices.vgic.raise(target, intid);
         }
@@ -324,9 +325,7 @@ fn data_abort(id: usize, abort: DataAbort, regs: &mut GuestRegs) -> Next {
     let mut transmitted = None;
     let result = {
         let mut guard = vm::vm(id).devices.lock();
-        let Some(devices) = guard.as_mut() else {
-            return Next::Stop(Fault::Unexpected);
-        };
+        let devices = &mut *guard;
         let (device, outcome) =
             if (layout::GICD_BASE..layout::GICD_BASE + layout::GICD_SIZE).contains(&ipa) {
                 let offset = ipa - layout::GICD_BASE;

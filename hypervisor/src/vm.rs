@@ -65,8 +65,8 @@ pub struct Vm {
     state: AtomicU8,
     /// Bumped on each reset: a vCPU started in an older generation stops.
     generation: AtomicU32,
-    /// The devices, created at boot.
-    pub devices: Mutex<Option<Devices>>,
+    /// The devices, set up by [`build`] before any vCPU of the VM runs.
+    pub devices: Mutex<Devices>,
     stage2_root: AtomicU64,
     vcpus: [Vcpu; crate::MAX_VCPUS],
 }
@@ -76,7 +76,11 @@ impl Vm {
         Self {
             state: AtomicU8::new(VmState::Running as u8),
             generation: AtomicU32::new(0),
-            devices: Mutex::new(None),
+            // All-zero, so the VM table lives in .bss rather than in the image.
+            devices: Mutex::new(Devices {
+                vgic: Vgic::EMPTY,
+                uart: Pl011::ZEROED,
+            }),
             stage2_root: AtomicU64::new(0),
             vcpus: [const {
                 Vcpu {
@@ -275,10 +279,10 @@ fn reset_devices(id: usize) {
     } else {
         &[]
     };
-    *VMS[id].devices.lock() = Some(Devices {
+    *VMS[id].devices.lock() = Devices {
         vgic: Vgic::new(desc.pcpus.len(), owned),
         uart: Pl011::new(),
-    });
+    };
 }
 
 /// Copies `bytes` into the VM's memory at `ipa`. The configuration compiler checked the range.

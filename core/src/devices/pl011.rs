@@ -68,6 +68,23 @@ impl Default for Pl011 {
 }
 
 impl Pl011 {
+    /// An all-zero UART, for static storage before [`Pl011::new`] replaces it.
+    pub const ZEROED: Self = Self {
+        fifo: [0; FIFO_DEPTH],
+        head: 0,
+        count: 0,
+        imsc: 0,
+        raw_tx: false,
+        overrun: false,
+        cr: 0,
+        lcr_h: 0,
+        ibrd: 0,
+        fbrd: 0,
+        ifls: 0,
+        ilpr: 0,
+        dmacr: 0,
+    };
+
     /// A UART in its reset state.
     pub const fn new() -> Self {
         Self {

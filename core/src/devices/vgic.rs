@@ -56,6 +56,16 @@ struct Bank {
 }
 
 impl Bank {
+    const ZERO: Self = Self {
+        enabled: 0,
+        pending: 0,
+        level: 0,
+        active: 0,
+        group1: 0,
+        edge: 0,
+        listed: 0,
+    };
+
     fn pending(&self) -> u128 {
         self.pending | (self.level & !self.edge)
     }
@@ -144,6 +154,19 @@ fn bit(intid: u32) -> u128 {
 }
 
 impl Vgic {
+    /// An all-zero GIC with no vCPU, for static storage before [`Vgic::new`] replaces it.
+    pub const EMPTY: Self = Self {
+        ctlr: 0,
+        vcpus: 0,
+        spis: Bank::ZERO,
+        private: [Bank::ZERO; MAX_VCPUS],
+        owned: 0,
+        spi_priority: [0; NR_IRQS],
+        private_priority: [[0; 32]; MAX_VCPUS],
+        route: [0; NR_IRQS],
+        asleep: [false; MAX_VCPUS],
+    };
+
     /// A GIC in its reset state for `vcpus` vCPUs, owning the SPIs listed in `owned_spis`.
     pub fn new(vcpus: usize, owned_spis: &[u32]) -> Self {
         let mut owned = PRIVATE_MASK;
