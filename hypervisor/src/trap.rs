@@ -126,7 +126,10 @@ fn other_trap(id: usize, vcpu: usize, esr: Esr, regs: &mut GuestRegs) {
         }
         _ => Next::Stop(Fault::Unexpected),
     };
-    finish(id, vcpu, esr, next);
+    match next {
+        Next::Resume => {}
+        next => finish(id, vcpu, esr, next),
+    }
 }
 
 #[inline(never)]
