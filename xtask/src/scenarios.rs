@@ -120,6 +120,48 @@ fn two_vms() -> Result<()> {
     expect_clean_exit(&ended)
 }
 
+/// SYSTEM_RESET restarts only the calling VM, from its pristine image; the other VM's ticks
+/// continue without a gap.
+fn reset_one_vm() -> Result<()> {
+    let ended = boot_to_end("reset")?;
+    let a = lines_of(&ended, "rt-a");
+    let boots = a
+        .iter()
+        .filter(|l| l.starts_with("test-guest: vm 0 vcpu 0"))
+        .count();
+    if boots != 2 {
+        return Err(format!(
+            "vm 'rt-a' booted {boots} times, expected 2 (before and after its reset)"
+        ));
+    }
+    let reset = a
+        .iter()
+        .position(|l| *l == "reset: system_reset")
+        .ok_or("vm 'rt-a' never asked for a reset")?;
+    if a.get(reset + 1) != Some(&"test-guest: vm 0 vcpu 0 keel 1.0 mode ticks")
+        || a.get(reset + 2) != Some(&"test-guest: restarted after a reset")
+    {
+        return Err(format!(
+            "vm 'rt-a' did not restart right after its reset: {:?}",
+            &a[reset..a.len().min(reset + 3)]
+        ));
+    }
+    expect_line(&ended, r"^\[keel\] vm 'rt-a' \(id 0\) resets$")?;
+    // Ticks count again from 1 after the restart: check the restarted run alone.
+    let after = Ended {
+        lines: ended
+            .lines
+            .iter()
+            .skip_while(|l| !l.contains("restarted after a reset"))
+            .cloned()
+            .collect(),
+        exit_code: ended.exit_code,
+    };
+    check_ticks(&after, "rt-a", 3)?;
+    check_ticks(&ended, "rt-b", 7)?;
+    expect_clean_exit(&ended)
+}
+
 /// The attack each hostile mode makes, and the diagnostic Keel must print for it.
 fn hostile_expectation(mode: &str) -> &'static str {
     match mode {
@@ -312,6 +354,10 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             name: "console input reaches only the focused VM".into(),
             run: Box::new(console_focus),
+        },
+        Scenario {
+            name: "SYSTEM_RESET restarts only the calling VM".into(),
+            run: Box::new(reset_one_vm),
         },
         Scenario {
             name: "a device tree without a UART is a clear boot error".into(),

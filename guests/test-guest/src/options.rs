@@ -5,6 +5,7 @@
 //! | `keel.native` | running on bare QEMU: no Keel hypercalls |
 //! | `keel.mode=ticks\|bench` | what to run (default `ticks`) |
 //! | `keel.off=<seconds>` | ticks mode: SYSTEM_OFF after that many seconds |
+//! | `keel.reset=<seconds>` | ticks mode: SYSTEM_RESET once, after that many seconds |
 //! | `keel.hostile=<mode>` | ticks mode: misbehave (see [`crate::hostile`]) |
 //! | `keel.hostile-after=<seconds>` | when to misbehave (default 2) |
 //! | `keel.target=<hex ipa>` | the address `read-other` loads from |
@@ -43,6 +44,8 @@ pub struct Options<'a> {
     pub mode: Mode,
     /// `keel.off`, in seconds.
     pub off_after_seconds: Option<u64>,
+    /// `keel.reset`, in seconds: PSCI SYSTEM_RESET once, after that many seconds.
+    pub reset_after_seconds: Option<u64>,
     /// `keel.hostile`.
     pub hostile: Option<&'a str>,
     /// `keel.hostile-after`, in seconds.
@@ -111,6 +114,7 @@ impl<'a> Options<'a> {
             native: args.has_flag("keel.native"),
             mode,
             off_after_seconds: seconds("keel.off")?,
+            reset_after_seconds: seconds("keel.reset")?,
             hostile: args.value("keel.hostile"),
             hostile_after_seconds: seconds("keel.hostile-after")?
                 .unwrap_or(DEFAULT_HOSTILE_AFTER_SECONDS),

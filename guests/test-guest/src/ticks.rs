@@ -8,7 +8,7 @@ use keel_guest::cpu::{affinity_for_irouter, enable_irqs, wait_for_interrupt, wit
 use keel_guest::devicetree::BootInfo;
 use keel_guest::exceptions::set_irq_handler;
 use keel_guest::gicv3::{IntId, Redistributor, Trigger, DISTRIBUTOR};
-use keel_guest::{console, println, system_off, timer};
+use keel_guest::{console, println, system_off, system_reset, timer};
 
 use crate::hostile;
 use crate::interrupts::PRIORITY;
@@ -37,8 +37,37 @@ fn handle_irq(intid: IntId) {
     }
 }
 
+/// Marks, in RAM that a reset does not reload (just below the device tree's 2 MiB), that this
+/// VM has already reset once, so `keel.reset` resets only once.
+const RESET_MARKER: u64 = 0x7265_7365_7421_2121;
+
+/// The marker's address: the last word below the top 2 MiB of the VM's memory.
+fn reset_marker_address(info: &BootInfo<'_>) -> Option<u64> {
+    info.memory
+        .map(|memory| memory.base + memory.size - (2 << 20) - 8)
+}
+
+fn reset_marker_set(info: &BootInfo<'_>) -> bool {
+    // SAFETY: the address is inside the VM's own RAM (from its device tree), below the device
+    // tree and far above the image; nothing else uses it.
+    reset_marker_address(info)
+        .is_some_and(|a| unsafe { core::ptr::read_volatile(a as *const u64) } == RESET_MARKER)
+}
+
+fn set_reset_marker(info: &BootInfo<'_>) {
+    if let Some(address) = reset_marker_address(info) {
+        // SAFETY: as in `reset_marker_set`.
+        unsafe { core::ptr::write_volatile(address as *mut u64, RESET_MARKER) };
+    }
+}
+
 /// Runs ticks mode until `keel.off` (or forever).
 pub fn run(options: &Options<'_>, info: &BootInfo<'_>, redistributor: &Redistributor) -> ! {
+    let mut reset_pending = options.reset_after_seconds;
+    if reset_pending.is_some() && reset_marker_set(info) {
+        println!("test-guest: restarted after a reset");
+        reset_pending = None;
+    }
     let frequency = timer::frequency();
     let period = frequency / TICKS_PER_SECOND;
     set_irq_handler(handle_irq);
@@ -78,6 +107,11 @@ pub fn run(options: &Options<'_>, info: &BootInfo<'_>, redistributor: &Redistrib
             (u128::from(elapsed) * u128::from(TICKS_PER_SECOND) / u128::from(frequency)) as u64;
         println!("tick: s={seconds} ticks={ticks} expected={expected}");
 
+        if reset_pending.is_some_and(|after| seconds >= after) {
+            set_reset_marker(info);
+            println!("reset: system_reset");
+            system_reset();
+        }
         if options.off_after_seconds.is_some_and(|off| seconds >= off) {
             println!("off: system_off");
             system_off();
