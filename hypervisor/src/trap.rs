@@ -270,6 +270,21 @@ fn system_register(id: usize, vcpu: usize, access: SysRegAccess, regs: &mut Gues
             Next::Resume
         };
     }
+    if access.reg.op0 == 2 {
+        // Debug and OS-lock registers (op0 = 2, trapped by MDCR_EL2.TDA/TDOSA/TDRA): Keel
+        // gives guests no self-hosted debug, so they read as zero and ignore writes, except
+        // OSLSR_EL1, which reports an OS lock that is implemented and unlocked (OSLM = 0b10).
+        if access.read {
+            let value = if access.reg == sysregs::OSLSR_EL1 {
+                0b1000
+            } else {
+                0
+            };
+            regs.set(access.register, value);
+        }
+        vectors::skip_instruction();
+        return Next::Resume;
+    }
     Next::Stop(Fault::SysReg(access))
 }
 

@@ -181,7 +181,7 @@ fn hostile_expectation(mode: &str) -> &'static str {
             r"^\[keel\] vm 'hostile' \(id 1\) stopped: guest reported a fatal exception: ESR_EL1 0x02000000 \(.*\) at ELR_EL1 0x[0-9a-f]+, FAR_EL1 0x[0-9a-f]+ \(ESR 0x5a000000, PC 0x[0-9a-f]+\)$"
         }
         "sysreg" => {
-            r"^\[keel\] vm 'hostile' \(id 1\) stopped: illegal system register access: write to DBGBVR0_EL1 \(ESR 0x[0-9a-f]{8}, PC 0x[0-9a-f]+\)$"
+            r"^\[keel\] vm 'hostile' \(id 1\) stopped: illegal system register access: write to ACTLR_EL1 \(ESR 0x[0-9a-f]{8}, PC 0x[0-9a-f]+\)$"
         }
         _ => unreachable!("unknown hostile mode {mode}"),
     }

@@ -68,9 +68,9 @@ pub fn run(mode: &str, info: &BootInfo<'_>, target: Option<u64>) {
             println!("hostile: el2-reg read {value:#x}");
         }
         "sysreg" => {
-            // SAFETY: deliberately hostile: a debug breakpoint value register, with no
-            // breakpoint enabled (DBGBCR0_EL1 untouched), so nothing fires; no memory.
-            unsafe { asm!("msr dbgbvr0_el1, {}", in(reg) 0u64, options(nomem, nostack)) };
+            // SAFETY: deliberately hostile: the implementation-defined auxiliary control
+            // register, which Keel traps (HCR_EL2.TACR) and refuses; no memory is touched.
+            unsafe { asm!("msr actlr_el1, {}", in(reg) 0u64, options(nomem, nostack)) };
         }
         unknown => {
             println!("hostile: unknown mode {unknown}");
