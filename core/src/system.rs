@@ -38,6 +38,10 @@ pub struct VmDesc {
     pub dtb: &'static [u8],
     /// Where the device tree is loaded.
     pub dtb_ipa: GuestPhysAddr,
+    /// The initial RAM disk (empty if none), copied to `initrd_ipa`; the device tree describes it.
+    pub initrd: &'static [u8],
+    /// Where the initial RAM disk is loaded.
+    pub initrd_ipa: GuestPhysAddr,
     /// Whether the VM has an emulated PL011 console.
     pub console: bool,
     /// What the guest's WFI does.

@@ -180,7 +180,7 @@ fn rule_1_toml_syntax_error_has_line_and_column() {
 fn rule_1_unknown_field() {
     assert_rejected(
         "toml-unknown-field.toml",
-        "14:1: unknown field `memroy`, expected one of `name`, `image`, `memory`, `ipa`, `pcpus`, `devices`, `cmdline`, `wfi`",
+        "14:1: unknown field `memroy`, expected one of `name`, `image`, `initrd`, `memory`, `ipa`, `pcpus`, `devices`, `cmdline`, `wfi`",
     );
 }
 
@@ -448,7 +448,7 @@ fn rule_8_guest_not_built() {
 fn rule_8_both_guest_and_file() {
     assert_rejected(
         "image-both.toml",
-        "vm 'rt-a': image: give exactly one of 'guest' or 'file', not both",
+        "vm 'rt-a': image: give exactly one of 'guest', 'file' or 'debian', not several",
     );
 }
 
@@ -456,7 +456,7 @@ fn rule_8_both_guest_and_file() {
 fn rule_8_neither_guest_nor_file() {
     assert_rejected(
         "image-neither.toml",
-        "vm 'rt-a': image: give exactly one of 'guest' or 'file'",
+        "vm 'rt-a': image: give exactly one of 'guest', 'file' or 'debian'",
     );
 }
 
@@ -566,4 +566,76 @@ fn every_fixture_is_tested() {
             );
         }
     }
+}
+
+// ---- Initial RAM disks and Debian images ---------------------------------------------------
+
+fn initrd_system(memory_size: &str, image: &str, initrd: &str) -> String {
+    format!(
+        "[system]\nname = \"initrd\"\nram = {{ base = 0x4000_0000, size = \"1G\" }}\n\
+         hypervisor = {{ base = 0x4000_0000, size = \"32M\" }}\npcpus = 2\n\
+         [[vm]]\nname = \"linux\"\nimage = {image}\ninitrd = {initrd}\n\
+         memory = {{ base = 0x5000_0000, size = \"{memory_size}\" }}\npcpus = [1]\n"
+    )
+}
+
+#[test]
+fn initrd_is_placed_just_below_the_device_tree() {
+    let text = initrd_system(
+        "16M",
+        "{ guest = \"test-guest\" }",
+        "{ file = \"images/linux-image.bin\" }",
+    );
+    let system = parse_str(
+        &text,
+        &Path::new(FIXTURES).join("inline.toml"),
+        &guest_image,
+    )
+    .unwrap();
+    let initrd = system.vms[0].initrd.as_ref().expect("an initrd");
+    assert_eq!(system.vms[0].dtb_ipa, 0x40e0_0000);
+    assert_eq!((initrd.ipa, initrd.size), (0x40df_f000, 0x1000));
+}
+
+#[test]
+fn initrd_that_does_not_fit_is_rejected() {
+    let big = std::env::temp_dir().join(format!("keel-big-initrd-{}.bin", std::process::id()));
+    std::fs::write(&big, vec![0u8; 0x40_0000]).unwrap();
+    let text = initrd_system(
+        "8M",
+        "{ file = \"images/linux-image.bin\" }",
+        &format!("{{ file = {:?} }}", big.display().to_string()),
+    );
+    let error = parse_str(
+        &text,
+        &Path::new(FIXTURES).join("inline.toml"),
+        &guest_image,
+    )
+    .unwrap_err();
+    std::fs::remove_file(&big).unwrap();
+    assert_eq!(
+        error.to_string(),
+        "tests/fixtures/inline.toml: vm 'linux': initrd: 0x400000 bytes do not fit between the \
+         image's end 0x40380000 and the device tree at 0x40600000"
+    );
+}
+
+#[test]
+fn unknown_debian_flavour_is_rejected() {
+    let text = initrd_system(
+        "256M",
+        "{ debian = \"sparc64\" }",
+        "{ debian = \"sparc64\" }",
+    );
+    let error = parse_str(
+        &text,
+        &Path::new(FIXTURES).join("inline.toml"),
+        &guest_image,
+    )
+    .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "tests/fixtures/inline.toml: vm 'linux': image: no Debian kernel flavour 'sparc64' could be \
+         provided (known: cloud-arm64, arm64, rt-arm64)"
+    );
 }

@@ -303,6 +303,9 @@ fn copy_into(desc: &VmDesc, ipa: GuestPhysAddr, bytes: &[u8]) {
 fn load_images(desc: &VmDesc) {
     copy_into(desc, desc.image_ipa, desc.image);
     copy_into(desc, desc.dtb_ipa, desc.dtb);
+    if !desc.initrd.is_empty() {
+        copy_into(desc, desc.initrd_ipa, desc.initrd);
+    }
 }
 
 /// Stops VM `id` after a fault, with Keel's diagnostic line.

@@ -170,6 +170,11 @@ fn write_tree(vm: &Vm) -> Result<Vec<u8>, vm_fdt::Error> {
     if vm.console {
         fdt.property_string("stdout-path", &uart_path)?;
     }
+    if let Some(initrd) = &vm.initrd {
+        // Linux `Documentation/devicetree/bindings/chosen.txt`: start inclusive, end exclusive.
+        fdt.property_u64("linux,initrd-start", initrd.ipa)?;
+        fdt.property_u64("linux,initrd-end", initrd.ipa + initrd.size)?;
+    }
     fdt.end_node(chosen)?;
 
     fdt.end_node(root)?;
@@ -196,10 +201,37 @@ mod tests {
             image_path: PathBuf::from("/nonexistent/test-guest.bin"),
             image_ipa: 0x4000_0000,
             dtb_ipa: 0x40e0_0000,
+            initrd: None,
             console,
             wfi: WfiPolicy::Native,
             cmdline: "keel.mode=ticks keel.off=6".into(),
         }
+    }
+
+    #[test]
+    fn initrd_is_described_in_chosen() {
+        let mut with_initrd = vm(true, vec![1]);
+        with_initrd.initrd = Some(keel_core::config::Initrd {
+            source: ImageSource::File("initrd.cpio.gz".into()),
+            path: PathBuf::from("/nonexistent/initrd.cpio.gz"),
+            ipa: 0x40c0_0000,
+            size: 0x1_2345,
+        });
+        let blob = guest_dtb(&with_initrd).unwrap();
+        let fdt = keel_core::fdt::Fdt::new(&blob).unwrap();
+        let chosen = fdt.find_node("/chosen").unwrap().unwrap();
+        assert_eq!(
+            chosen.property_u64("linux,initrd-start").unwrap(),
+            Some(0x40c0_0000)
+        );
+        assert_eq!(
+            chosen.property_u64("linux,initrd-end").unwrap(),
+            Some(0x40c1_2345)
+        );
+        let without = guest_dtb(&vm(true, vec![1])).unwrap();
+        let fdt = keel_core::fdt::Fdt::new(&without).unwrap();
+        let chosen = fdt.find_node("/chosen").unwrap().unwrap();
+        assert_eq!(chosen.property("linux,initrd-start").unwrap(), None);
     }
 
     fn be32(blob: &[u8], offset: usize) -> u32 {

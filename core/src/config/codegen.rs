@@ -81,6 +81,22 @@ pub fn emit_rust(system: &System, dtb_paths: &[PathBuf]) -> String {
             "            dtb_ipa: ::keel_core::addr::GuestPhysAddr({:#x}),",
             vm.dtb_ipa
         ));
+        match &vm.initrd {
+            Some(initrd) => {
+                line(format!(
+                    "            initrd: include_bytes!({:?}),",
+                    absolute(&initrd.path)
+                ));
+                line(format!(
+                    "            initrd_ipa: ::keel_core::addr::GuestPhysAddr({:#x}),",
+                    initrd.ipa
+                ));
+            }
+            None => {
+                line("            initrd: &[],".into());
+                line("            initrd_ipa: ::keel_core::addr::GuestPhysAddr(0),".into());
+            }
+        }
         line(format!("            console: {},", vm.console));
         line(format!(
             "            wfi: ::keel_core::system::WfiPolicy::{wfi},"
@@ -115,6 +131,7 @@ mod tests {
             image_path: PathBuf::from("/images/test-guest.bin"),
             image_ipa: 0x4000_0000,
             dtb_ipa: 0x40e0_0000,
+            initrd: None,
             console: id == 0,
             wfi,
             cmdline: "keel.mode=ticks".to_string(),

@@ -253,9 +253,23 @@ pub enum Problem {
         /// The VM declared earlier that has it.
         other: String,
     },
-    /// `give exactly one of 'guest' or 'file', not both`.
+    /// `<size> bytes do not fit between the image's end <image_end> and the device tree at <dtb_ipa>`.
+    InitrdDoesNotFit {
+        /// Size of the initrd.
+        size: u64,
+        /// End of the image (guest-physical).
+        image_end: u64,
+        /// The device tree's address.
+        dtb_ipa: u64,
+    },
+    /// `no Debian kernel flavour '<flavour>' could be provided (known: cloud-arm64, arm64, rt-arm64)`.
+    UnknownDebianFlavour {
+        /// The name given.
+        flavour: String,
+    },
+    /// `give exactly one of 'guest', 'file' or 'debian', not several`.
     ImageBothSources,
-    /// `give exactly one of 'guest' or 'file'`.
+    /// `give exactly one of 'guest', 'file' or 'debian'`.
     ImageNoSource,
     /// `no workspace guest named '<guest>'`.
     UnknownGuest {
@@ -377,10 +391,24 @@ impl fmt::Display for Problem {
             Self::PcpuClaimed { pcpu, other } => {
                 write!(f, "pCPU {pcpu} is already claimed by vm '{other}'")
             }
+            Self::InitrdDoesNotFit {
+                size,
+                image_end,
+                dtb_ipa,
+            } => write!(
+                f,
+                "{size:#x} bytes do not fit between the image's end {image_end:#x} \
+                 and the device tree at {dtb_ipa:#x}"
+            ),
+            Self::UnknownDebianFlavour { flavour } => write!(
+                f,
+                "no Debian kernel flavour '{flavour}' could be provided \
+                 (known: cloud-arm64, arm64, rt-arm64)"
+            ),
             Self::ImageBothSources => {
-                f.write_str("give exactly one of 'guest' or 'file', not both")
+                f.write_str("give exactly one of 'guest', 'file' or 'debian', not several")
             }
-            Self::ImageNoSource => f.write_str("give exactly one of 'guest' or 'file'"),
+            Self::ImageNoSource => f.write_str("give exactly one of 'guest', 'file' or 'debian'"),
             Self::UnknownGuest { guest } => write!(f, "no workspace guest named '{guest}'"),
             Self::GuestImageNotBuilt { guest, path } => write!(
                 f,

@@ -54,17 +54,28 @@ pub fn inspect(bytes: &[u8]) -> ImageLayout {
     }
 }
 
-/// Resolves `image = { guest | file }` to its source and the path to read (not yet canonical).
-/// `config_dir` is the directory of the configuration file.
+/// Resolves `image`/`initrd = { guest | file | debian }` to its source and the path to read
+/// (not yet canonical). `config_dir` is the directory of the configuration file. A Debian
+/// flavour is asked of `guest_image` as `<debian_kind>/<flavour>` (`debian-kernel/cloud-arm64`,
+/// `debian-initramfs/cloud-arm64`): xtask fetches and builds it.
 pub fn resolve(
     table: &ImageTable,
     config_dir: &Path,
     guest_image: &dyn Fn(&str) -> Option<PathBuf>,
+    debian_kind: &str,
 ) -> Result<(ImageSource, PathBuf), Problem> {
-    match (&table.guest, &table.file) {
-        (Some(_), Some(_)) => Err(Problem::ImageBothSources),
-        (None, None) => Err(Problem::ImageNoSource),
-        (Some(guest), None) => {
+    match (&table.guest, &table.file, &table.debian) {
+        (None, None, Some(flavour)) => {
+            let path = guest_image(&format!("{debian_kind}/{flavour}")).ok_or_else(|| {
+                Problem::UnknownDebianFlavour {
+                    flavour: flavour.clone(),
+                }
+            })?;
+            Ok((ImageSource::Debian(flavour.clone()), path))
+        }
+        (None, None, None) => Err(Problem::ImageNoSource),
+        (_, _, Some(_)) | (Some(_), Some(_), None) => Err(Problem::ImageBothSources),
+        (Some(guest), None, None) => {
             let path = guest_image(guest).ok_or_else(|| Problem::UnknownGuest {
                 guest: guest.clone(),
             })?;
@@ -76,7 +87,7 @@ pub fn resolve(
             }
             Ok((ImageSource::Guest(guest.clone()), path))
         }
-        (None, Some(file)) => {
+        (None, Some(file), None) => {
             let path = config_dir.join(file);
             if !path.is_file() {
                 return Err(Problem::FileNotFound { path });

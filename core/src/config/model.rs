@@ -58,6 +58,8 @@ pub enum ImageSource {
     Guest(String),
     /// A file, as written in the configuration (relative to its directory).
     File(PathBuf),
+    /// A Debian arm64 kernel flavour (`cloud-arm64`, `arm64`, `rt-arm64`), fetched and built by xtask.
+    Debian(String),
 }
 
 /// One validated VM.
@@ -83,12 +85,27 @@ pub struct Vm {
     pub image_ipa: u64,
     /// Guest-physical address of the device tree (the last [`DTB_REGION_SIZE`] of memory).
     pub dtb_ipa: u64,
+    /// The initial RAM disk, if any.
+    pub initrd: Option<Initrd>,
     /// Whether the VM has the emulated PL011 console.
     pub console: bool,
     /// What the guest's WFI does.
     pub wfi: WfiPolicy,
     /// Kernel command line, for `/chosen/bootargs`.
     pub cmdline: String,
+}
+
+/// An initial RAM disk, placed just below the device tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Initrd {
+    /// Where it came from.
+    pub source: ImageSource,
+    /// The file: absolute, and it exists.
+    pub path: PathBuf,
+    /// Guest-physical load address (4 KiB aligned).
+    pub ipa: u64,
+    /// Size in bytes.
+    pub size: u64,
 }
 
 impl Vm {

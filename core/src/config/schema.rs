@@ -47,6 +47,8 @@ pub struct VmTable {
     pub name: String,
     /// Where its kernel comes from.
     pub image: ImageTable,
+    /// Its initial RAM disk, if any.
+    pub initrd: Option<ImageTable>,
     /// Its physical backing memory.
     pub memory: RegionTable,
     /// Guest-physical base of that memory (default [`super::DEFAULT_IPA`]).
@@ -71,4 +73,6 @@ pub struct ImageTable {
     pub guest: Option<String>,
     /// A file, relative to the configuration file's directory.
     pub file: Option<String>,
+    /// A Debian arm64 kernel flavour, fetched and built by xtask.
+    pub debian: Option<String>,
 }

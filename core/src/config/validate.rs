@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use super::error::{AddressRange, ConfigErrorKind, Problem, Subject};
 use super::image;
 use super::model::{
-    System, Vm, DEFAULT_IPA, DEVICE_WINDOW_END, DEVICE_WINDOW_START, DTB_REGION_SIZE,
+    Initrd, System, Vm, DEFAULT_IPA, DEVICE_WINDOW_END, DEVICE_WINDOW_START, DTB_REGION_SIZE,
     HYPERVISOR_IMAGE_OFFSET, IPA_BITS, KNOWN_DEVICES, LINUX_IMAGE_BASE_ALIGN, MAX_VCPUS, MAX_VMS,
     MIN_VM_MEMORY, PAGE_SIZE,
 };
@@ -244,8 +244,13 @@ fn check_vm(table: &VmTable, index: usize, context: &Context) -> Result<Vm, Conf
         return Err(at("cmdline", Problem::NulInCmdline));
     }
 
-    let (source, path) = image::resolve(&table.image, context.config_dir, context.guest_image)
-        .map_err(|problem| at("image", problem))?;
+    let (source, path) = image::resolve(
+        &table.image,
+        context.config_dir,
+        context.guest_image,
+        "debian-kernel",
+    )
+    .map_err(|problem| at("image", problem))?;
     let (layout, image_path) = image::load(&path).map_err(|problem| at("image", problem))?;
     if layout.is_linux && !ipa.is_multiple_of(LINUX_IMAGE_BASE_ALIGN) {
         return Err(at("image", Problem::LinuxImageMisaligned { ipa }));
@@ -267,6 +272,39 @@ fn check_vm(table: &VmTable, index: usize, context: &Context) -> Result<Vm, Conf
         ));
     }
 
+    let initrd = match &table.initrd {
+        None => None,
+        Some(initrd_table) => {
+            let (source, path) = image::resolve(
+                initrd_table,
+                context.config_dir,
+                context.guest_image,
+                "debian-initramfs",
+            )
+            .map_err(|problem| at("initrd", problem))?;
+            let (_, path) = image::load(&path).map_err(|problem| at("initrd", problem))?;
+            let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            // Just below the device tree, 4 KiB aligned, above the image's footprint.
+            let ipa = dtb_ipa.saturating_sub(size) & !(PAGE_SIZE - 1);
+            if ipa < image_range.end || size > dtb_ipa {
+                return Err(at(
+                    "initrd",
+                    Problem::InitrdDoesNotFit {
+                        size,
+                        image_end: image_range.end,
+                        dtb_ipa,
+                    },
+                ));
+            }
+            Some(Initrd {
+                source,
+                path,
+                ipa,
+                size,
+            })
+        }
+    };
+
     Ok(Vm {
         id: u16::try_from(index).expect("MAX_VMS fits a u16"),
         name: table.name.clone(),
@@ -278,6 +316,7 @@ fn check_vm(table: &VmTable, index: usize, context: &Context) -> Result<Vm, Conf
         image_path,
         image_ipa,
         dtb_ipa,
+        initrd,
         console,
         wfi,
         cmdline: table.cmdline.clone(),
