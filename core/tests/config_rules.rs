@@ -115,7 +115,9 @@ fn scenario_configs_are_valid() {
     for entry in std::fs::read_dir("../configs/tests").unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        if name.ends_with(".toml") && !name.starts_with("bad-") {
+        // Configurations with Debian images need xtask to fetch them: not a host unit test.
+        let debian = std::fs::read_to_string(&path).unwrap().contains("debian =");
+        if name.ends_with(".toml") && !name.starts_with("bad-") && !debian {
             paths.push(path);
         }
     }

@@ -16,11 +16,24 @@ pub fn output_dir() -> PathBuf {
     workspace().join("target/keel")
 }
 
-/// The built image of workspace guest `name`.
+/// The image a configuration names: a workspace guest (`test-guest`, built by
+/// [`build_guests`]), or a Debian kernel or initramfs (`debian-kernel/<flavour>`,
+/// `debian-initramfs/<flavour>`), fetched and built here on first use. None if there is no such
+/// artefact or it could not be built (the reason is printed).
 pub fn guest_image(name: &str) -> Option<PathBuf> {
-    GUESTS
-        .contains(&name)
-        .then(|| output_dir().join("guests").join(format!("{name}.bin")))
+    let cache = output_dir().join("debian");
+    let built = match name.split_once('/') {
+        Some(("debian-kernel", flavour)) => crate::debian::kernel(&cache, flavour),
+        Some(("debian-initramfs", flavour)) => crate::debian::initramfs(&cache, flavour),
+        _ => {
+            return GUESTS
+                .contains(&name)
+                .then(|| output_dir().join("guests").join(format!("{name}.bin")))
+        }
+    };
+    built
+        .map_err(|error| eprintln!("error: {name}: {error}"))
+        .ok()
 }
 
 fn cargo() -> Command {

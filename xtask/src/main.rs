@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod debian;
 mod dtb;
 mod image;
 mod qemu;

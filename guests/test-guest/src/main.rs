@@ -66,6 +66,9 @@ fn main(device_tree_address: usize) -> ! {
     match options.mode {
         Mode::Ticks => ticks::run(&options, &info, &redistributor),
         Mode::Bench => bench::run(options.native, &redistributor),
+        Mode::Spin => loop {
+            core::hint::spin_loop();
+        },
     }
 }
 

@@ -21,6 +21,8 @@ pub enum Mode {
     Ticks,
     /// The micro-benchmarks, then SYSTEM_OFF.
     Bench,
+    /// A CPU hog: spin forever with interrupts masked and no trap (an interference source).
+    Spin,
 }
 
 impl fmt::Display for Mode {
@@ -28,6 +30,7 @@ impl fmt::Display for Mode {
         f.write_str(match self {
             Mode::Ticks => "ticks",
             Mode::Bench => "bench",
+            Mode::Spin => "spin",
         })
     }
 }
@@ -78,6 +81,7 @@ impl<'a> Options<'a> {
         let mode = match args.value("keel.mode") {
             None | Some("ticks") => Mode::Ticks,
             Some("bench") => Mode::Bench,
+            Some("spin") => Mode::Spin,
             Some(value) => {
                 return Err(OptionError {
                     key: "keel.mode",

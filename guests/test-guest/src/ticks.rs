@@ -23,10 +23,17 @@ static TICKS: AtomicU64 = AtomicU64::new(0);
 static NEXT_DEADLINE: AtomicU64 = AtomicU64::new(0);
 /// Counter ticks per timer tick.
 static PERIOD: AtomicU64 = AtomicU64::new(0);
+/// Largest lateness of a tick interrupt (counter now minus its deadline, in counter ticks)
+/// since the last report; written by the IRQ handler, reset by the report.
+static MAX_LATENESS: AtomicU64 = AtomicU64::new(0);
 
 fn handle_irq(intid: IntId) {
     if intid == layout::VTIMER_INTID {
         TICKS.store(TICKS.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        let lateness = timer::counter().saturating_sub(NEXT_DEADLINE.load(Ordering::Relaxed));
+        if lateness > MAX_LATENESS.load(Ordering::Relaxed) {
+            MAX_LATENESS.store(lateness, Ordering::Relaxed);
+        }
         // Absolute deadlines: the next one follows the last one, never "now", so lateness in
         // taking one interrupt is not carried into the following ones.
         let next = NEXT_DEADLINE.load(Ordering::Relaxed) + PERIOD.load(Ordering::Relaxed);
@@ -105,7 +112,15 @@ pub fn run(options: &Options<'_>, info: &BootInfo<'_>, redistributor: &Redistrib
         reported_seconds = seconds;
         let expected =
             (u128::from(elapsed) * u128::from(TICKS_PER_SECOND) / u128::from(frequency)) as u64;
-        println!("tick: s={seconds} ticks={ticks} expected={expected}");
+        // The worst lateness of a tick interrupt over this second, in microseconds.
+        // Load and store with IRQs masked: no exclusives (the guest runs with its MMU off).
+        let late = with_irqs_masked(|| {
+            let late = MAX_LATENESS.load(Ordering::Relaxed);
+            MAX_LATENESS.store(0, Ordering::Relaxed);
+            late
+        });
+        let late_us = late * 1_000_000 / frequency;
+        println!("tick: s={seconds} ticks={ticks} expected={expected} late_max_us={late_us}");
 
         if reset_pending.is_some_and(|after| seconds >= after) {
             set_reset_marker(info);
