@@ -36,6 +36,13 @@ pub fn guest_image(name: &str) -> Option<PathBuf> {
         .ok()
 }
 
+/// Cargo's target directory: `CARGO_TARGET_DIR` if set, else the workspace's `target/`.
+fn target_dir() -> PathBuf {
+    // Cargo runs in the workspace, so a relative directory is relative to it.
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace().join("target"), |dir| workspace().join(dir))
+}
+
 fn cargo() -> Command {
     let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     command.current_dir(workspace());
@@ -74,11 +81,7 @@ fn cargo_build(package: &str, env: &[(&str, &Path)]) -> Result<PathBuf> {
     if !status.success() {
         return Err(format!("building {package} failed"));
     }
-    Ok(workspace()
-        .join("target")
-        .join(TARGET)
-        .join("release")
-        .join(package))
+    Ok(target_dir().join(TARGET).join("release").join(package))
 }
 
 /// Builds every workspace guest to a raw image.

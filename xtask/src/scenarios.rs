@@ -171,11 +171,11 @@ fn reset_one_vm() -> Result<()> {
 /// thread, round robin, so a CPU-bound neighbour delays it by whole scheduling slices (two
 /// spinning VMs starve it entirely, with Keel not involved); without icount, four vCPU threads
 /// share this machine's two cores. Neither models a real SoC's independent cores.
-fn linux_beside_rt() -> Result<()> {
-    let image = build_system(&config("linux-rt"))?;
+fn linux_beside_rt(name: &str) -> Result<()> {
+    let image = build_system(&config(name))?;
     let mut machine = Machine::keel(&image.path, image.system.pcpus);
     machine.icount = true;
-    let mut session = machine.spawn(&log_path("linux-rt"))?;
+    let mut session = machine.spawn(&log_path(name))?;
     let wait = Duration::from_secs(600);
     let outcome = session
         .wait_for(r"^\[keel\] vm 'linux' \(id 0\) powered off$", wait)
@@ -448,16 +448,22 @@ pub fn all() -> Vec<Scenario> {
             run: Box::new(reset_one_vm),
         },
         Scenario {
-            name:
-                "Debian Linux (2 vCPUs) runs stress-ng and cyclictest beside a real-time partition"
-                    .into(),
-            run: Box::new(linux_beside_rt),
-        },
-        Scenario {
             name: "a device tree without a UART is a clear boot error".into(),
             run: Box::new(broken_device_tree),
         },
     ];
+    for (flavour, config) in [
+        ("cloud", "linux-cloud"),
+        ("generic", "linux-generic"),
+        ("PREEMPT_RT", "linux-preempt-rt"),
+    ] {
+        scenarios.push(Scenario {
+            name: format!(
+                "Debian {flavour} kernel, 2 vCPUs: stress-ng, cyclictest, IPIs, beside a real-time partition"
+            ),
+            run: Box::new(move || linux_beside_rt(config)),
+        });
+    }
     for mode in [
         "write-outside",
         "read-other",

@@ -1,0 +1,272 @@
+//! The initramfs archive: a tree of entries with its manifest, written as gzip-compressed newc
+//! cpio.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use flate2::write::GzEncoder;
+use flate2::Compression;
+
+/// Bumped when the image layout changes in a way the manifest would not show.
+const FORMAT: &str = "keel-debian-initramfs 1";
+
+/// What an entry of the image is.
+#[derive(Debug)]
+pub(super) enum Node {
+    Directory,
+    /// A regular file copied from the host.
+    File(PathBuf),
+    /// A regular file with these contents.
+    Data(Vec<u8>),
+    Symlink(String),
+    CharDevice {
+        major: u32,
+        minor: u32,
+    },
+}
+
+/// The initramfs as a tree of paths (relative, without a leading `/`) in sorted order, so that
+/// each directory comes before its contents and the archive is reproducible.
+#[derive(Default)]
+pub(super) struct Tree {
+    pub(super) entries: BTreeMap<String, (u32, Node)>,
+}
+
+impl Tree {
+    /// Adds (or replaces) an entry with its full mode (type and permissions), and its parents.
+    pub(super) fn insert(&mut self, path: &str, mode: u32, node: Node) {
+        let mut parent = path;
+        while let Some((directory, _)) = parent.rsplit_once('/') {
+            self.entries
+                .entry(directory.to_string())
+                .or_insert((0o040755, Node::Directory));
+            parent = directory;
+        }
+        self.entries.insert(path.to_string(), (mode, node));
+    }
+
+    /// One line per entry, with where its contents come from: equal manifests, equal images.
+    pub(super) fn manifest(&self) -> String {
+        let mut manifest = format!("{FORMAT}\n");
+        for (path, (mode, node)) in &self.entries {
+            let what = match node {
+                Node::Directory => String::new(),
+                Node::File(source) => source.display().to_string(),
+                Node::Data(data) => format!("{:?}", String::from_utf8_lossy(data)),
+                Node::Symlink(target) => format!("-> {target}"),
+                Node::CharDevice { major, minor } => format!("{major}:{minor}"),
+            };
+            manifest.push_str(&format!("{path} {mode:o} {what}\n"));
+        }
+        manifest
+    }
+
+    /// Writes the tree as a newc cpio archive; returns the writer.
+    fn write_cpio<W: Write>(&self, out: W) -> io::Result<W> {
+        let mut cpio = CpioWriter::new(out);
+        for (path, (mode, node)) in &self.entries {
+            match node {
+                Node::Directory => cpio.entry(path, *mode, 2, (0, 0), &[])?,
+                Node::File(source) => {
+                    let contents = fs::read(source).map_err(|e| {
+                        io::Error::new(e.kind(), format!("{}: {e}", source.display()))
+                    })?;
+                    cpio.entry(path, *mode, 1, (0, 0), &contents)?
+                }
+                Node::Data(data) => cpio.entry(path, *mode, 1, (0, 0), data)?,
+                Node::Symlink(target) => cpio.entry(path, *mode, 1, (0, 0), target.as_bytes())?,
+                Node::CharDevice { major, minor } => {
+                    cpio.entry(path, *mode, 1, (*major, *minor), &[])?
+                }
+            }
+        }
+        cpio.finish()
+    }
+
+    /// Writes the tree to `output` as a gzip-compressed newc cpio archive, through `partial`
+    /// (renamed to `output` once complete).
+    pub(super) fn write_cpio_gzip(&self, partial: &Path, output: &Path) -> Result<(), String> {
+        let file = fs::File::create(partial).map_err(|e| format!("{}: {e}", partial.display()))?;
+        let gzip = GzEncoder::new(io::BufWriter::new(file), Compression::default());
+        let gzip = self
+            .write_cpio(gzip)
+            .map_err(|e| format!("{}: {e}", partial.display()))?;
+        gzip.finish()
+            .and_then(|mut buffered| buffered.flush())
+            .map_err(|e| format!("{}: {e}", partial.display()))?;
+        fs::rename(partial, output).map_err(|e| format!("{}: {e}", output.display()))
+    }
+}
+
+/// A writer of the "new ASCII" (newc) cpio format the kernel unpacks an initramfs from
+/// (Documentation/driver-api/early-userspace/buffer-format.rst): a 110-byte header of "070701"
+/// and 13 eight-digit hexadecimal fields, the NUL-terminated name, padding to 4 bytes, the
+/// data, padding to 4 bytes; the archive ends with an entry named "TRAILER!!!".
+struct CpioWriter<W: Write> {
+    out: W,
+    written: u64,
+    next_inode: u32,
+}
+
+impl<W: Write> CpioWriter<W> {
+    fn new(out: W) -> Self {
+        CpioWriter {
+            out,
+            written: 0,
+            next_inode: 1,
+        }
+    }
+
+    /// One entry owned by root with mtime 0; `device` is the (major, minor) of a device node.
+    fn entry(
+        &mut self,
+        name: &str,
+        mode: u32,
+        links: u32,
+        device: (u32, u32),
+        data: &[u8],
+    ) -> io::Result<()> {
+        let name_size = name.len() + 1;
+        let data_size = u32::try_from(data.len()).map_err(|_| {
+            io::Error::new(io::ErrorKind::InvalidInput, format!("{name}: over 4 GiB"))
+        })?;
+        let inode = self.next_inode;
+        self.next_inode += 1;
+        let (major, minor) = device;
+        let header = format!(
+            "070701{inode:08X}{mode:08X}{uid:08X}{gid:08X}{links:08X}{mtime:08X}{data_size:08X}\
+             {file_system_major:08X}{file_system_minor:08X}{major:08X}{minor:08X}\
+             {name_size:08X}{check:08X}",
+            uid = 0,
+            gid = 0,
+            mtime = 0,
+            file_system_major = 0,
+            file_system_minor = 0,
+            check = 0,
+        );
+        self.put(header.as_bytes())?;
+        self.put(name.as_bytes())?;
+        self.put(&[0])?;
+        self.pad()?;
+        self.put(data)?;
+        self.pad()
+    }
+
+    /// Writes the trailer entry and returns the underlying writer.
+    fn finish(mut self) -> io::Result<W> {
+        self.next_inode = 0;
+        self.entry("TRAILER!!!", 0, 1, (0, 0), &[])?;
+        Ok(self.out)
+    }
+
+    fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.written += bytes.len() as u64;
+        self.out.write_all(bytes)
+    }
+
+    fn pad(&mut self) -> io::Result<()> {
+        let padding = (4 - self.written % 4) % 4;
+        self.put(&[0; 3][..padding as usize])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Splits a newc archive into (name, mode, rdev major, rdev minor, data), checking the
+    /// alignment of every header and data start.
+    fn read_cpio(archive: &[u8]) -> Vec<(String, u32, u32, u32, Vec<u8>)> {
+        let mut entries = Vec::new();
+        let mut at = 0;
+        loop {
+            assert_eq!(at % 4, 0, "header at {at} is not 4-byte aligned");
+            assert_eq!(&archive[at..at + 6], b"070701");
+            let field = |index: usize| {
+                let start = at + 6 + index * 8;
+                u32::from_str_radix(std::str::from_utf8(&archive[start..start + 8]).unwrap(), 16)
+                    .unwrap()
+            };
+            let (mode, size, major, minor, name_size) =
+                (field(1), field(6), field(9), field(10), field(11));
+            let name_start = at + 110;
+            let name = &archive[name_start..name_start + name_size as usize];
+            assert_eq!(name.last(), Some(&0), "names are NUL-terminated");
+            let name = String::from_utf8(name[..name.len() - 1].to_vec()).unwrap();
+            let data_start = (name_start + name_size as usize).next_multiple_of(4);
+            let data = archive[data_start..data_start + size as usize].to_vec();
+            at = (data_start + size as usize).next_multiple_of(4);
+            if name == "TRAILER!!!" {
+                assert_eq!(at, archive.len(), "nothing after the trailer but padding");
+                return entries;
+            }
+            entries.push((name, mode, major, minor, data));
+        }
+    }
+
+    #[test]
+    fn cpio_header_fields_name_and_padding() {
+        let mut cpio = CpioWriter::new(Vec::new());
+        cpio.entry("init", 0o100755, 1, (0, 0), b"hello").unwrap();
+        let archive = cpio.finish().unwrap();
+        let header = std::str::from_utf8(&archive[..110]).unwrap();
+        assert_eq!(
+            header,
+            concat!(
+                "070701", "00000001", "000081ED", "00000000", "00000000", "00000001", "00000000",
+                "00000005", "00000000", "00000000", "00000000", "00000000", "00000005", "00000000"
+            )
+        );
+        // 110 + "init\0" = 115, padded to 116; 5 bytes of data padded to 8.
+        assert_eq!(&archive[110..116], b"init\0\0");
+        assert_eq!(&archive[116..124], b"hello\0\0\0");
+        assert_eq!(&archive[124..130], b"070701");
+    }
+
+    #[test]
+    fn cpio_ends_with_the_trailer() {
+        let archive = CpioWriter::new(Vec::new()).finish().unwrap();
+        // 110 + "TRAILER!!!\0" = 121, padded to 124.
+        assert_eq!(archive.len(), 124);
+        assert_eq!(&archive[110..124], b"TRAILER!!!\0\0\0\0");
+        assert_eq!(read_cpio(&archive), vec![]);
+    }
+
+    #[test]
+    fn tree_writes_parents_first_with_device_nodes_and_links() {
+        let mut tree = Tree::default();
+        tree.insert(
+            "usr/bin/tool",
+            0o100755,
+            Node::Data(b"#!/bin/sh\n".to_vec()),
+        );
+        tree.insert(
+            "dev/console",
+            0o020600,
+            Node::CharDevice { major: 5, minor: 1 },
+        );
+        tree.insert("bin/sh", 0o120777, Node::Symlink("/bin/busybox".into()));
+        let archive = tree.write_cpio(Vec::new()).unwrap();
+        let entries = read_cpio(&archive);
+        let names: Vec<&str> = entries.iter().map(|entry| entry.0.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "bin",
+                "bin/sh",
+                "dev",
+                "dev/console",
+                "usr",
+                "usr/bin",
+                "usr/bin/tool"
+            ]
+        );
+        assert_eq!(entries[0].1, 0o040755);
+        assert_eq!(entries[1].4, b"/bin/busybox");
+        assert_eq!((entries[3].1, entries[3].2, entries[3].3), (0o020600, 5, 1));
+        assert_eq!(entries[6].4, b"#!/bin/sh\n");
+        assert!(tree.manifest().contains("dev/console 20600 5:1\n"));
+    }
+}

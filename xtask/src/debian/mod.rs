@@ -1,0 +1,31 @@
+//! Real Linux guests from Debian bookworm arm64 packages: kernels and busybox initramfs images.
+//!
+//! Everything is fetched with `apt-get download` and unpacked with `dpkg-deb -x` under the
+//! cache directory (`target/keel/debian`), never committed:
+//!
+//! ```text
+//! debs/<package>_<version>_<arch>.deb        the downloaded packages
+//! packages/<package>_<version>_<arch>/       each one unpacked
+//! <flavour>/initramfs.cpio.gz                the image, and initramfs.manifest: what it was built from
+//! ```
+//!
+//! The initramfs carries busybox, rt-tests and stress-ng. Shared libraries are found from the
+//! ELF `DT_NEEDED` entries of the programs (read by `elf.rs`, never by running arm64 code), in
+//! the packages fetched so far; a library that none of them has is looked for in the
+//! dependencies of the package that needs it. Kernel module dependencies come from the modules'
+//! `.modinfo` sections: Debian's kernel packages leave `modules.dep` to `depmod` at install
+//! time, so `initramfs.rs` writes it for the subset we carry.
+//!
+//! `kernel.rs` gives the kernel Image, `initramfs.rs` assembles the image from the packages
+//! that `apt.rs` fetches (reading their ELF files with `elf.rs`), `scripts.rs` has /init and
+//! the tests, and `cpio.rs` writes the archive.
+
+mod apt;
+mod cpio;
+mod elf;
+mod initramfs;
+mod kernel;
+mod scripts;
+
+pub use initramfs::initramfs;
+pub use kernel::{kernel, FLAVOURS};
