@@ -250,6 +250,27 @@ fn linux_beside_rt(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Two Debian Linux VMs side by side, each with 2 vCPUs on its own pCPUs: both reach userspace,
+/// run stress-ng and cyclictest, and each kernel sees only its own 384 MiB of memory.
+fn two_linux_vms() -> Result<()> {
+    let ended = boot_to_end("two-linux")?;
+    for vm in ["linux-a", "linux-b"] {
+        for pattern in [
+            r"\] Memory: \d+K/393216K available",
+            r"\] KEEL-INIT-START$",
+            r"\] stress-ng: info: .* successful run completed",
+            r"\] KEEL-INIT-END status=0$",
+        ] {
+            expect_line(&ended, &format!(r"^\[{vm}{pattern}"))?;
+        }
+        expect_line(
+            &ended,
+            &format!(r"^\[keel\] vm '{vm}' \(id \d\) powered off$"),
+        )?;
+    }
+    expect_clean_exit(&ended)
+}
+
 /// The attack each hostile mode makes, and the diagnostic Keel must print for it.
 fn hostile_expectation(mode: &str) -> &'static str {
     match mode {
@@ -464,6 +485,10 @@ pub fn all() -> Vec<Scenario> {
             run: Box::new(move || linux_beside_rt(config)),
         });
     }
+    scenarios.push(Scenario {
+        name: "two Debian Linux VMs side by side, each on its own pCPUs, run stress-ng".into(),
+        run: Box::new(two_linux_vms),
+    });
     for mode in [
         "write-outside",
         "read-other",
