@@ -256,7 +256,7 @@ fn two_linux_vms() -> Result<()> {
     let ended = boot_to_end("two-linux")?;
     for vm in ["linux-a", "linux-b"] {
         for pattern in [
-            r"\] Memory: \d+K/393216K available",
+            r"\] \[\s*[\d.]+\] Memory: \d+K/393216K available",
             r"\] KEEL-INIT-START$",
             r"\] stress-ng: info: .* successful run completed",
             r"\] KEEL-INIT-END status=0$",
