@@ -85,6 +85,15 @@ fn check_ticks(ended: &Ended, vm: &str, min_seconds: u64) -> Result<u64> {
     Ok(last)
 }
 
+/// A failure message followed by the last console lines, to see where the guest was.
+fn with_console_tail(message: String, ended: &Ended) -> String {
+    let start = ended.lines.len().saturating_sub(8);
+    format!(
+        "{message}; last console lines:\n      {}",
+        ended.lines[start..].join("\n      ")
+    )
+}
+
 fn expect_line(ended: &Ended, pattern: &str) -> Result<()> {
     let regex = Regex::new(pattern).unwrap();
     if ended.lines.iter().any(|l| regex.is_match(l)) {
@@ -181,18 +190,7 @@ fn linux_beside_rt(name: &str) -> Result<()> {
         .wait_for(r"^\[keel\] vm 'linux' \(id 0\) powered off$", wait)
         .and_then(|_| session.wait_for(r"^\[rt\] tick: ", wait));
     let ended = session.kill();
-    if let Err(message) = outcome {
-        let tail = ended
-            .lines
-            .iter()
-            .rev()
-            .take(8)
-            .rev()
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("\n      ");
-        return Err(format!("{message}; last console lines:\n      {tail}"));
-    }
+    outcome.map_err(|message| with_console_tail(message, &ended))?;
     for pattern in [
         r"^\[linux\] KEEL-INIT-START$",
         r"^\[linux\] stress-ng: info: .* successful run completed",
@@ -347,18 +345,7 @@ fn console_focus() -> Result<()> {
     };
     let outcome = steps();
     let ended = session.kill();
-    if let Err(message) = outcome {
-        let tail = ended
-            .lines
-            .iter()
-            .rev()
-            .take(8)
-            .rev()
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("\n      ");
-        return Err(format!("{message}; last console lines:\n      {tail}"));
-    }
+    outcome.map_err(|message| with_console_tail(message, &ended))?;
     for (vm, stray) in [("rt-b", "q"), ("rt-a", "z"), ("rt-b", "k")] {
         if lines_of(&ended, vm).contains(&format!("echo: {stray}").as_str()) {
             return Err(format!(
