@@ -151,8 +151,7 @@ fn finish(id: usize, vcpu: usize, esr: Esr, next: Next) {
         }
         Next::Reset => {
             vm::reset(id);
-            let desc = vm::desc(id);
-            vcpu::start(id, 0, desc.image_ipa.0, desc.dtb_ipa.0);
+            vcpu::park();
         }
         Next::VcpuOff => {
             vm::vm(id).set_vcpu_power(vcpu, VcpuPower::Off);

@@ -7,7 +7,7 @@ use keel_core::system::WfiPolicy;
 
 use crate::arch::{boot, cpu, gic, guest, vectors};
 use crate::irq;
-use crate::vm::{self, VcpuPower, VmState};
+use crate::vm::{self, VmState};
 
 /// Enters vCPU `vcpu` of VM `id` at `entry` with `x0`, from its power-on state.
 pub fn start(id: usize, vcpu: usize, entry: u64, x0: u64) -> ! {
@@ -52,9 +52,8 @@ pub fn park() -> ! {
     gic::reset_virtual_interface();
     vm::this_cpu().listed.store(0, Ordering::Relaxed);
     if let Some((id, vcpu)) = vm::current() {
-        if vm::vm(id).vcpu_power(vcpu) == VcpuPower::On {
-            vm::vm(id).set_vcpu_power(vcpu, VcpuPower::Off);
-        }
+        // Only On becomes Off: a start requested meanwhile (CPU_ON, reset) must survive.
+        vm::vm(id).power_off_if_on(vcpu);
     }
     idle()
 }

@@ -125,6 +125,16 @@ impl Vm {
         self.vcpus[vcpu].power.store(power as u8, Ordering::Release);
     }
 
+    /// Marks a running vCPU off; leaves an off or pending one as it is.
+    pub fn power_off_if_on(&self, vcpu: usize) {
+        let _ = self.vcpus[vcpu].power.compare_exchange(
+            VcpuPower::On as u8,
+            VcpuPower::Off as u8,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
     /// Asks for `vcpu` to start at `entry` with `context` in x0 (PSCI CPU_ON).
     /// Fails if it is not off.
     pub fn request_start(&self, vcpu: usize, entry: u64, context: u64) -> Result<(), VcpuPower> {
@@ -325,17 +335,23 @@ pub fn power_off(id: usize) {
     }
 }
 
-/// Restarts VM `id` from its pristine image (PSCI SYSTEM_RESET). Called on the pCPU of its vCPU 0.
+/// Restarts VM `id` from its pristine image (PSCI SYSTEM_RESET, from any of its vCPUs): every
+/// vCPU stops (a newer generation), the image, device tree and devices are reloaded, and
+/// vCPU 0 is left pending to start at the image's entry on its own pCPU. The caller parks.
 pub fn reset(id: usize) {
-    keel_println!("vm '{}' (id {}) resets", desc(id).name, id);
+    let desc = desc(id);
+    keel_println!("vm '{}' (id {}) resets", desc.name, id);
     let vm = &VMS[id];
     vm.generation.fetch_add(1, Ordering::AcqRel);
-    for vcpu in 1..desc(id).pcpus.len() {
+    for vcpu in 0..desc.pcpus.len() {
         vm.set_vcpu_power(vcpu, VcpuPower::Off);
     }
     kick_vm(id);
-    load_images(desc(id));
+    load_images(desc);
     reset_devices(id);
+    // Cannot fail: every vCPU was just turned off.
+    let _ = vm.request_start(0, desc.image_ipa.0, desc.dtb_ipa.0);
+    kick_vcpu(id, 0);
 }
 
 fn after_vm_ended(id: usize) {

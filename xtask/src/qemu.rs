@@ -169,34 +169,50 @@ pub struct Ended {
 }
 
 impl Session {
-    /// Waits until a console line matches `pattern`; returns its captures' full line.
+    /// Waits until a console line (seen before or now) matches `pattern`; returns that line.
     pub fn wait_for(&mut self, pattern: &str, timeout: Duration) -> Result<String> {
+        self.wait_for_count(pattern, 1, timeout)
+    }
+
+    /// Waits until `count` console lines in all have matched `pattern`; returns the last one.
+    pub fn wait_for_count(
+        &mut self,
+        pattern: &str,
+        count: usize,
+        timeout: Duration,
+    ) -> Result<String> {
         let regex = Regex::new(pattern).map_err(|e| e.to_string())?;
-        if let Some(line) = self.output.iter().find(|l| regex.is_match(l)) {
-            return Ok(line.clone());
-        }
+        let mut matched: Vec<String> = self
+            .output
+            .iter()
+            .filter(|l| regex.is_match(l))
+            .cloned()
+            .collect();
         let deadline = Instant::now() + timeout;
-        loop {
+        while matched.len() < count {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
                 Ok(line) => {
-                    self.output.push(line.clone());
                     if regex.is_match(&line) {
-                        return Ok(line);
+                        matched.push(line.clone());
                     }
+                    self.output.push(line);
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     return Err(format!(
-                        "no console line matched /{pattern}/ within {timeout:?}"
+                        "{} of {count} console lines matched /{pattern}/ within {timeout:?}",
+                        matched.len()
                     ))
                 }
                 Err(RecvTimeoutError::Disconnected) => {
                     return Err(format!(
-                        "QEMU ended before a console line matched /{pattern}/"
+                        "QEMU ended after {} of {count} console lines matched /{pattern}/",
+                        matched.len()
                     ))
                 }
             }
         }
+        Ok(matched.swap_remove(count - 1))
     }
 
     /// Types `bytes` on the console.

@@ -269,6 +269,51 @@ fn two_linux_vms() -> Result<()> {
     expect_clean_exit(&ended)
 }
 
+/// An SMP Linux VM that reboots (PSCI SYSTEM_RESET from its panic handler) comes back with both
+/// vCPUs, twice; the real-time partition beside it keeps counting ticks right.
+fn linux_reset() -> Result<()> {
+    let image = build_system(&config("linux-reset"))?;
+    let mut machine = Machine::keel(&image.path, image.system.pcpus);
+    machine.icount = true;
+    let mut session = machine.spawn(&log_path("linux-reset"))?;
+    let wait = Duration::from_secs(300);
+    let outcome = session
+        .wait_for_count(r"^\[keel\] vm 'linux' \(id 0\) resets$", 2, wait)
+        .and_then(|_| {
+            session.wait_for_count(r"^\[linux\] .*smp: Brought up 1 node, 2 CPUs$", 3, wait)
+        });
+    let ended = session.kill();
+    outcome.map_err(|message| with_console_tail(message, &ended))?;
+    let boots = lines_of(&ended, "linux")
+        .iter()
+        .filter(|l| l.ends_with("smp: Brought up 1 node, 2 CPUs"))
+        .count();
+    let resets = ended
+        .lines
+        .iter()
+        .filter(|l| l.as_str() == "[keel] vm 'linux' (id 0) resets")
+        .count();
+    if boots < resets + 1 {
+        return Err(format!(
+            "{resets} resets but only {boots} boots with both vCPUs"
+        ));
+    }
+    let tick = Regex::new(r"^tick: s=\d+ ticks=(\d+) expected=(\d+) ").unwrap();
+    let reports: Vec<(u64, u64)> = lines_of(&ended, "rt")
+        .into_iter()
+        .filter_map(|l| {
+            tick.captures(l)
+                .map(|c| (c[1].parse().unwrap(), c[2].parse().unwrap()))
+        })
+        .collect();
+    if reports.is_empty() || reports.iter().any(|(t, e)| t.abs_diff(*e) > 1) {
+        return Err(format!(
+            "the real-time partition's ticks went wrong: {reports:?}"
+        ));
+    }
+    Ok(())
+}
+
 /// The attack each hostile mode makes, and the diagnostic Keel must print for it.
 fn hostile_expectation(mode: &str) -> &'static str {
     match mode {
@@ -475,6 +520,11 @@ pub fn all() -> Vec<Scenario> {
     scenarios.push(Scenario {
         name: "two Debian Linux VMs side by side, each on its own pCPUs, run stress-ng".into(),
         run: Box::new(two_linux_vms),
+    });
+    scenarios.push(Scenario {
+        name: "an SMP Linux VM resets itself, with both vCPUs, twice; the RT partition ticks on"
+            .into(),
+        run: Box::new(linux_reset),
     });
     for mode in [
         "write-outside",
