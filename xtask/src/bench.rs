@@ -62,6 +62,7 @@ pub fn run() -> Result<()> {
         icount: true,
         append: Some("keel.native keel.mode=bench".into()),
         dtb: None,
+        initrd: None,
     };
     let native = native
         .spawn(&output_dir().join("logs/bench-native.log"))?
@@ -104,5 +105,135 @@ pub fn run() -> Result<()> {
         format!("{} (+{guest} guest)", size - guest)
     );
     println!("icount does not model stage-2 walks or TLB misses: these are instruction counts, lower bounds on time.");
+    linux()
+}
+
+/// What one Linux run of the initramfs's `bench` test measured.
+#[derive(Default)]
+struct LinuxFigures {
+    /// Kernel uptime when the first step began (seconds): the boot to /init and its set-up.
+    boot: f64,
+    /// Duration of each step, by name, from its BEGIN/END markers (seconds, 10 ms resolution).
+    steps: BTreeMap<String, f64>,
+    /// cyclictest min/avg/max (µs) after each cyclictest step, by step name.
+    latencies: BTreeMap<String, [u64; 3]>,
+}
+
+fn parse_linux(lines: &[String], prefix: &str) -> Result<LinuxFigures> {
+    let step = Regex::new(r"^KEEL-STEP (\S+) (BEGIN|END) ([\d.]+)").unwrap();
+    let latency = Regex::new(r"^# (Min|Avg|Max) Latencies: (\d+)").unwrap();
+    let mut figures = LinuxFigures::default();
+    let mut begun: BTreeMap<String, f64> = BTreeMap::new();
+    let mut last_step = String::new();
+    let mut done = false;
+    for line in lines {
+        let Some(text) = line.strip_prefix(prefix) else {
+            continue;
+        };
+        if text.starts_with("KEEL-INIT-END status=0") {
+            done = true;
+        }
+        if let Some(c) = step.captures(text) {
+            let (name, time) = (c[1].to_string(), c[3].parse::<f64>().unwrap_or(0.0));
+            if &c[2] == "BEGIN" {
+                if begun.is_empty() {
+                    figures.boot = time;
+                }
+                begun.insert(name.clone(), time);
+            } else if let Some(start) = begun.get(&name) {
+                figures.steps.insert(name.clone(), time - start);
+            }
+            last_step = name;
+        } else if let Some(c) = latency.captures(text) {
+            let slot = match &c[1] {
+                "Min" => 0,
+                "Avg" => 1,
+                _ => 2,
+            };
+            figures.latencies.entry(last_step.clone()).or_default()[slot] =
+                c[2].parse().unwrap_or(0);
+        }
+    }
+    if !done {
+        return Err(format!(
+            "the Linux benchmark did not finish{}",
+            if prefix.is_empty() { "" } else { " under Keel" }
+        ));
+    }
+    Ok(figures)
+}
+
+/// Debian's cloud kernel and initramfs running BENCHMARKING.md's commands, natively and under
+/// Keel on the same QEMU (`-icount shift=0,sleep=off`, one CPU for the guest).
+fn linux() -> Result<()> {
+    let keel = build_system(&workspace().join("configs/bench-linux.toml"))?;
+    let vm = &keel.system.vms[0];
+    let initrd = vm
+        .initrd
+        .as_ref()
+        .ok_or("configs/bench-linux.toml has no initrd")?;
+    let native = Machine {
+        kernel: vm.image_path.clone(),
+        cpus: 1,
+        virtualization: false,
+        icount: true,
+        append: Some(vm.cmdline.clone()),
+        dtb: None,
+        initrd: Some(initrd.path.clone()),
+    };
+    let native = native
+        .spawn(&output_dir().join("logs/bench-linux-native.log"))?
+        .finish(Duration::from_secs(900));
+    let native = parse_linux(&native.lines, "")?;
+    let mut machine = Machine::keel(&keel.path, keel.system.pcpus);
+    machine.icount = true;
+    let under_keel = machine
+        .spawn(&output_dir().join("logs/bench-linux-keel.log"))?
+        .finish(Duration::from_secs(900));
+    let under_keel = parse_linux(&under_keel.lines, "[linux] ")?;
+
+    println!();
+    println!("Debian 6.1 cloud kernel + initramfs, 1 CPU, -icount shift=0,sleep=off (seconds of virtual time, 10 ms resolution)");
+    println!(
+        "{:<34} {:>12} {:>12} {:>12}",
+        "measure", "native", "Keel", "Keel/native"
+    );
+    let row = |name: &str, native: f64, keel: f64| {
+        let ratio = if native > 0.0 {
+            format!("{:.3}", keel / native)
+        } else {
+            "-".into()
+        };
+        println!("{name:<34} {native:>12.2} {keel:>12.2} {ratio:>12}");
+    };
+    row(
+        "kernel start to /init's first step",
+        native.boot,
+        under_keel.boot,
+    );
+    for (name, &seconds) in &native.steps {
+        if !native.latencies.contains_key(name) {
+            row(
+                name,
+                seconds,
+                under_keel.steps.get(name).copied().unwrap_or(0.0),
+            );
+        }
+    }
+    for (name, [min, avg, max]) in &native.latencies {
+        let keel = under_keel.latencies.get(name).copied().unwrap_or_default();
+        println!(
+            "{:<34} {:>12} {:>12} {:>12}",
+            format!("{name} min/avg/max (µs)"),
+            format!("{min}/{avg}/{max}"),
+            format!("{}/{}/{}", keel[0], keel[1], keel[2]),
+            if *avg > 0 {
+                format!("avg {:.2}", keel[1] as f64 / *avg as f64)
+            } else {
+                "-".into()
+            }
+        );
+    }
+    println!("Boot is measured from the kernel's own start (its uptime): Keel's time before the guest (loading images) is not in it.");
     Ok(())
 }

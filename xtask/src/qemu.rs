@@ -26,6 +26,8 @@ pub struct Machine {
     pub append: Option<String>,
     /// A device tree to use instead of QEMU's own (`-dtb`).
     pub dtb: Option<PathBuf>,
+    /// An initial RAM disk (`-initrd`), for native Linux.
+    pub initrd: Option<PathBuf>,
 }
 
 impl Machine {
@@ -38,6 +40,7 @@ impl Machine {
             icount: false,
             append: None,
             dtb: None,
+            initrd: None,
         }
     }
 
@@ -83,6 +86,9 @@ impl Machine {
         args.extend(["-kernel".to_string(), self.kernel.display().to_string()]);
         if let Some(append) = &self.append {
             args.extend(["-append".to_string(), append.clone()]);
+        }
+        if let Some(initrd) = &self.initrd {
+            args.extend(["-initrd".to_string(), initrd.display().to_string()]);
         }
         if let Some(dtb) = &self.dtb {
             args.extend(["-dtb".to_string(), dtb.display().to_string()]);
