@@ -1,0 +1,27 @@
+//! Big-endian field reads and token alignment shared by the blob reader (§5.2, §5.4.1).
+
+/// Reads the big-endian `u32` at `offset`, if the slice holds it.
+pub(super) fn read_u32(bytes: &[u8], offset: usize) -> Option<u32> {
+    let end = offset.checked_add(4)?;
+    let &[a, b, c, d] = bytes.get(offset..end)? else {
+        return None;
+    };
+    Some(u32::from_be_bytes([a, b, c, d]))
+}
+
+/// Reads the big-endian `u64` at `offset`, if the slice holds it.
+pub(super) fn read_u64(bytes: &[u8], offset: usize) -> Option<u64> {
+    let high = read_u32(bytes, offset)?;
+    let low = read_u32(bytes, offset.checked_add(4)?)?;
+    Some(u64::from(high) << 32 | u64::from(low))
+}
+
+/// Rounds up to the 4-byte token alignment (§5.4.1), `None` on overflow.
+pub(super) fn align4(offset: usize) -> Option<usize> {
+    offset.checked_add(3).map(|o| o & !3)
+}
+
+/// Widens a header field; a value that does not fit fails every later bounds check.
+pub(super) fn widen(value: u32) -> usize {
+    usize::try_from(value).unwrap_or(usize::MAX)
+}
