@@ -67,17 +67,7 @@ fn virtual_timer() -> bool {
                 }
                 (free, Some((priority, group1))) => {
                     let lr = free.trailing_zeros() as usize;
-                    let physical = Some(layout::VTIMER_INTID);
-                    gic::write_lr(
-                        lr,
-                        gic::list_register_value(
-                            layout::VTIMER_INTID,
-                            priority,
-                            group1,
-                            physical,
-                            false,
-                        ),
-                    );
+                    list(lr, layout::VTIMER_INTID, priority, group1);
                     listed | (1 << lr)
                 }
             };
@@ -93,6 +83,18 @@ fn virtual_timer() -> bool {
             true
         }
     }
+}
+
+/// Writes virtual interrupt `intid` as pending into list register `lr`. The virtual timer is
+/// linked to its physical interrupt (the guest's EOI deactivates it); level-sensitive SPIs ask
+/// for a maintenance interrupt on EOI so their line is re-sampled.
+fn list(lr: usize, intid: u32, priority: u8, group1: bool) {
+    let physical = (intid == layout::VTIMER_INTID).then_some(layout::VTIMER_INTID);
+    let eoi_maintenance = intid >= 32;
+    gic::write_lr(
+        lr,
+        gic::list_register_value(intid, priority, group1, physical, eoi_maintenance),
+    );
 }
 
 /// Takes back the list registers in `listed` whose interrupt the guest has finished (state
@@ -182,13 +184,7 @@ pub fn sync_list_registers() {
             more_pending = false;
             break;
         };
-        let physical = (intid == layout::VTIMER_INTID).then_some(layout::VTIMER_INTID);
-        // Level-sensitive SPIs ask for a maintenance interrupt on EOI so the line is re-sampled.
-        let eoi_maintenance = intid >= 32;
-        gic::write_lr(
-            lr,
-            gic::list_register_value(intid, priority, group1, physical, eoi_maintenance),
-        );
+        list(lr, intid, priority, group1);
         vgic.mark_listed(vcpu, intid);
         listed |= bit;
         more_pending = true;

@@ -366,14 +366,8 @@ fn after_vm_ended(id: usize) {
 /// Interrupts every pCPU running a vCPU of VM `id` other than this one, so it re-evaluates
 /// the VM's state and virtual interrupts.
 pub fn kick_vm(id: usize) {
-    let this = cpu::index();
-    for &pcpu in desc(id).pcpus {
-        if pcpu as usize != this {
-            gic::send_sgi(
-                crate::irq::KICK_SGI,
-                CPUS[pcpu as usize].mpidr.load(Ordering::Relaxed),
-            );
-        }
+    for vcpu in 0..desc(id).pcpus.len() {
+        kick_vcpu(id, vcpu);
     }
 }
 

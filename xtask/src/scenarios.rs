@@ -54,28 +54,62 @@ fn lines_of<'a>(ended: &'a Ended, vm: &str) -> Vec<&'a str> {
         .collect()
 }
 
+/// One `tick:` report of the test guest: second, ticks counted, ticks the counter says.
+struct TickReport {
+    second: u64,
+    ticks: u64,
+    expected: u64,
+}
+
+/// VM `vm`'s `tick:` reports, in order.
+fn tick_reports(ended: &Ended, vm: &str) -> Vec<TickReport> {
+    let tick = Regex::new(r"^tick: s=(\d+) ticks=(\d+) expected=(\d+) late_max_us=(\d+)$").unwrap();
+    lines_of(ended, vm)
+        .into_iter()
+        .filter_map(|line| {
+            let c = tick.captures(line)?;
+            let number = |i: usize| c[i].parse::<u64>().unwrap();
+            Some(TickReport {
+                second: number(1),
+                ticks: number(2),
+                expected: number(3),
+            })
+        })
+        .collect()
+}
+
+/// Checks that VM `vm` reported at least `min_reports` times and that every report's tick
+/// count is within one tick of the virtual counter (gaps between reports allowed).
+fn check_tick_counts(ended: &Ended, vm: &str, min_reports: usize) -> Result<()> {
+    let reports = tick_reports(ended, vm);
+    if reports.len() < min_reports {
+        return Err(format!(
+            "vm '{vm}' reported its ticks only {} times",
+            reports.len()
+        ));
+    }
+    match reports.iter().find(|r| r.ticks.abs_diff(r.expected) > 1) {
+        Some(r) => Err(format!(
+            "vm '{vm}': second {}: {} ticks, virtual counter says {}",
+            r.second, r.ticks, r.expected
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Checks a VM's `tick:` reports: consecutive seconds from 1 to at least `min_seconds`, each
 /// within one tick of the virtual counter. Returns the last second reported.
 fn check_ticks(ended: &Ended, vm: &str, min_seconds: u64) -> Result<u64> {
-    let tick = Regex::new(r"^tick: s=(\d+) ticks=(\d+) expected=(\d+) late_max_us=(\d+)$").unwrap();
+    check_tick_counts(ended, vm, 0)?;
     let mut last = 0;
-    for line in lines_of(ended, vm) {
-        let Some(c) = tick.captures(line) else {
-            continue;
-        };
-        let number = |i: usize| c[i].parse::<u64>().unwrap();
-        let (second, ticks, expected) = (number(1), number(2), number(3));
-        if second != last + 1 {
+    for report in tick_reports(ended, vm) {
+        if report.second != last + 1 {
             return Err(format!(
-                "vm '{vm}': tick report for second {second} follows second {last}: a gap"
+                "vm '{vm}': tick report for second {} follows second {last}: a gap",
+                report.second
             ));
         }
-        if ticks.abs_diff(expected) > 1 {
-            return Err(format!(
-                "vm '{vm}': second {second}: {ticks} ticks, virtual counter says {expected}"
-            ));
-        }
-        last = second;
+        last = report.second;
     }
     if last < min_seconds {
         return Err(format!(
@@ -226,26 +260,7 @@ fn linux_beside_rt(name: &str) -> Result<()> {
     counts_on_both("Rescheduling interrupts")?;
     counts_on_both("Function call interrupts")?;
 
-    let tick = Regex::new(r"^tick: s=(\d+) ticks=(\d+) expected=(\d+) late_max_us=(\d+)$").unwrap();
-    let reports: Vec<(u64, u64)> = lines_of(&ended, "rt")
-        .into_iter()
-        .filter_map(|l| {
-            tick.captures(l)
-                .map(|c| (c[2].parse().unwrap(), c[3].parse().unwrap()))
-        })
-        .collect();
-    if reports.len() < 3 {
-        return Err(format!(
-            "the real-time partition reported only {} times",
-            reports.len()
-        ));
-    }
-    if let Some((ticks, expected)) = reports.iter().find(|(t, e)| t.abs_diff(*e) > 1) {
-        return Err(format!(
-            "the real-time partition counted {ticks} ticks where the counter says {expected}"
-        ));
-    }
-    Ok(())
+    check_tick_counts(&ended, "rt", 3)
 }
 
 /// Two Debian Linux VMs side by side, each with 2 vCPUs on its own pCPUs: both reach userspace,
@@ -298,20 +313,7 @@ fn linux_reset() -> Result<()> {
             "{resets} resets but only {boots} boots with both vCPUs"
         ));
     }
-    let tick = Regex::new(r"^tick: s=\d+ ticks=(\d+) expected=(\d+) ").unwrap();
-    let reports: Vec<(u64, u64)> = lines_of(&ended, "rt")
-        .into_iter()
-        .filter_map(|l| {
-            tick.captures(l)
-                .map(|c| (c[1].parse().unwrap(), c[2].parse().unwrap()))
-        })
-        .collect();
-    if reports.is_empty() || reports.iter().any(|(t, e)| t.abs_diff(*e) > 1) {
-        return Err(format!(
-            "the real-time partition's ticks went wrong: {reports:?}"
-        ));
-    }
-    Ok(())
+    check_tick_counts(&ended, "rt", 1)
 }
 
 /// The attack each hostile mode makes, and the diagnostic Keel must print for it.
