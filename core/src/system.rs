@@ -30,6 +30,8 @@ pub struct VmDesc {
     pub memory: MemoryRegion,
     /// vCPU `i` runs pinned on pCPU `pcpus[i]`.
     pub pcpus: &'static [u32],
+    /// Flash at IPA 0 (firmware VMs): erased to 0xff with the image at its start at every boot.
+    pub flash: Option<MemoryRegion>,
     /// The kernel image, copied to `image_ipa` at boot.
     pub image: &'static [u8],
     /// Where the image is loaded; also the entry point.
@@ -61,4 +63,56 @@ pub struct SystemDesc {
     pub pcpus: u32,
     /// The VMs.
     pub vms: &'static [VmDesc],
+}
+
+impl VmDesc {
+    /// The VM's guest-physical memory regions: its RAM, then its flash if it has one.
+    pub fn regions(&self) -> impl Iterator<Item = MemoryRegion> + '_ {
+        core::iter::once(self.memory).chain(self.flash)
+    }
+
+    /// The region that holds all of `[ipa, ipa + len)`, if one does.
+    pub fn region_of(&self, ipa: GuestPhysAddr, len: u64) -> Option<MemoryRegion> {
+        self.regions()
+            .find(|region| region.contains_range(ipa, len))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_resolve_to_the_region_that_holds_them_whole() {
+        let region = |ipa, phys, size| MemoryRegion {
+            ipa: GuestPhysAddr(ipa),
+            phys: PhysAddr(phys),
+            size,
+        };
+        let vm = VmDesc {
+            id: VmId(0),
+            name: "fw",
+            memory: region(0x4000_0000, 0x6000_0000, 0x400_0000),
+            flash: Some(region(0, 0x7000_0000, 0x800_0000)),
+            pcpus: &[1],
+            image: &[],
+            image_ipa: GuestPhysAddr(0),
+            dtb: &[],
+            dtb_ipa: GuestPhysAddr(0x4000_0000),
+            initrd: &[],
+            initrd_ipa: GuestPhysAddr(0),
+            console: true,
+            wfi: WfiPolicy::Native,
+        };
+        let found = |ipa, len| vm.region_of(GuestPhysAddr(ipa), len).map(|r| r.phys.0);
+        assert_eq!(found(0x4000_0000, 4), Some(0x6000_0000));
+        assert_eq!(found(0x0400_0000, 0x4_0000), Some(0x7000_0000));
+        assert_eq!(found(0x07ff_fffc, 4), Some(0x7000_0000));
+        // Across the end of the flash, between the regions, past RAM: no region.
+        assert_eq!(found(0x07ff_fffc, 8), None);
+        assert_eq!(found(0x1000_0000, 4), None);
+        assert_eq!(found(0x43ff_fffc, 8), None);
+        let no_flash = VmDesc { flash: None, ..vm };
+        assert_eq!(no_flash.region_of(GuestPhysAddr(0), 4), None);
+    }
 }

@@ -182,7 +182,7 @@ fn rule_1_toml_syntax_error_has_line_and_column() {
 fn rule_1_unknown_field() {
     assert_rejected(
         "toml-unknown-field.toml",
-        "14:1: unknown field `memroy`, expected one of `name`, `image`, `initrd`, `memory`, `ipa`, `pcpus`, `devices`, `cmdline`, `wfi`",
+        "14:1: unknown field `memroy`, expected one of `name`, `image`, `initrd`, `memory`, `ipa`, `flash`, `pcpus`, `devices`, `cmdline`, `wfi`",
     );
 }
 
@@ -637,7 +637,127 @@ fn unknown_debian_flavour_is_rejected() {
     .unwrap_err();
     assert_eq!(
         error.to_string(),
-        "tests/fixtures/inline.toml: vm 'linux': image: no Debian kernel flavour 'sparc64' could be \
-         provided (known: cloud-arm64, arm64, rt-arm64)"
+        "tests/fixtures/inline.toml: vm 'linux': image: no Debian kernel flavour or firmware 'sparc64' \
+         could be provided (known: cloud-arm64, arm64, rt-arm64, u-boot-qemu)"
+    );
+}
+
+// ---- Firmware booting from flash -----------------------------------------------------------
+
+/// A system whose VM 'fw' has `extra` lines (e.g. its flash), after a VM 'rt' at 0x5000_0000.
+fn flash_system(extra: &str) -> Result<System, String> {
+    flash_system_with_image("{ guest = \"test-guest\" }", extra)
+}
+
+fn flash_system_with_image(image: &str, extra: &str) -> Result<System, String> {
+    let text = format!(
+        "[system]\nname = \"flash\"\nram = {{ base = 0x4000_0000, size = \"1G\" }}\n\
+         hypervisor = {{ base = 0x4000_0000, size = \"32M\" }}\npcpus = 2\n\
+         [[vm]]\nname = \"rt\"\nimage = {{ guest = \"test-guest\" }}\n\
+         memory = {{ base = 0x5000_0000, size = \"16M\" }}\npcpus = [0]\n\
+         [[vm]]\nname = \"fw\"\nimage = {image}\n\
+         memory = {{ base = 0x6000_0000, size = \"64M\" }}\npcpus = [1]\n{extra}\n"
+    );
+    parse_str(
+        &text,
+        &Path::new(FIXTURES).join("inline.toml"),
+        &guest_image,
+    )
+    .map_err(|error| error.to_string())
+}
+
+#[test]
+fn firmware_boots_from_flash_with_the_device_tree_at_the_start_of_ram() {
+    let system = flash_system("flash = { base = 0x7000_0000, size = \"128M\" }").unwrap();
+    let fw = &system.vms[1];
+    let flash = fw.flash_region().expect("a flash");
+    assert_eq!(
+        (flash.ipa.0, flash.phys.0, flash.size),
+        (0, 0x7000_0000, 0x800_0000)
+    );
+    assert_eq!(fw.image_ipa, 0);
+    assert_eq!(fw.dtb_ipa, 0x4000_0000);
+    assert!(system.vms[0].flash.is_none());
+}
+
+#[test]
+fn flash_larger_than_its_window_is_rejected() {
+    assert_eq!(
+        flash_system("flash = { base = 0x7000_0000, size = \"130M\" }").unwrap_err(),
+        "tests/fixtures/inline.toml: vm 'fw': flash: size 0x8200000 is larger than the \
+         0x8000000-byte flash window at IPA 0"
+    );
+}
+
+#[test]
+fn flash_over_its_own_memory_or_another_vm_is_rejected() {
+    assert_eq!(
+        flash_system("flash = { base = 0x6200_0000, size = \"64M\" }").unwrap_err(),
+        "tests/fixtures/inline.toml: vm 'fw': flash: 0x62000000..0x66000000 overlaps vm 'fw' \
+         memory 0x60000000..0x64000000"
+    );
+    assert_eq!(
+        flash_system("flash = { base = 0x5000_0000, size = \"2M\" }").unwrap_err(),
+        "tests/fixtures/inline.toml: vm 'fw': flash: 0x50000000..0x50200000 overlaps vm 'rt' \
+         memory 0x50000000..0x51000000"
+    );
+    assert_eq!(
+        flash_system("flash = { base = 0x3000_0000, size = \"2M\" }").unwrap_err(),
+        "tests/fixtures/inline.toml: vm 'fw': flash: 0x30000000..0x30200000 is outside RAM \
+         0x40000000..0x80000000"
+    );
+}
+
+#[test]
+fn memory_over_an_earlier_vms_flash_is_rejected() {
+    let text = "[system]\nname = \"flash\"\nram = { base = 0x4000_0000, size = \"1G\" }\n\
+                hypervisor = { base = 0x4000_0000, size = \"32M\" }\npcpus = 2\n\
+                [[vm]]\nname = \"fw\"\nimage = { guest = \"test-guest\" }\n\
+                memory = { base = 0x6000_0000, size = \"64M\" }\npcpus = [1]\n\
+                flash = { base = 0x7000_0000, size = \"64M\" }\n\
+                [[vm]]\nname = \"rt\"\nimage = { guest = \"test-guest\" }\n\
+                memory = { base = 0x7100_0000, size = \"16M\" }\npcpus = [0]\n";
+    let error = parse_str(text, &Path::new(FIXTURES).join("inline.toml"), &guest_image)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        error,
+        "tests/fixtures/inline.toml: vm 'rt': memory: 0x71000000..0x72000000 overlaps vm 'fw' \
+         flash 0x70000000..0x74000000"
+    );
+}
+
+#[test]
+fn guest_memory_inside_the_flash_window_is_rejected() {
+    assert_eq!(
+        flash_system("ipa = 0x0200_0000\nflash = { base = 0x7000_0000, size = \"64M\" }")
+            .unwrap_err(),
+        "tests/fixtures/inline.toml: vm 'fw': flash: guest memory 0x2000000..0x6000000 overlaps \
+         the flash window 0x0..0x4000000 at IPA 0"
+    );
+}
+
+#[test]
+fn firmware_that_does_not_fit_its_flash_or_has_an_initrd_is_rejected() {
+    let big = std::env::temp_dir().join(format!("keel-big-firmware-{}.bin", std::process::id()));
+    std::fs::write(&big, vec![0u8; 0x20_1000]).unwrap();
+    let too_big = flash_system_with_image(
+        &format!("{{ file = {:?} }}", big.display().to_string()),
+        "flash = { base = 0x7000_0000, size = \"2M\" }",
+    );
+    std::fs::remove_file(&big).unwrap();
+    assert_eq!(
+        too_big.unwrap_err(),
+        "tests/fixtures/inline.toml: vm 'fw': image: 0x201000 bytes do not fit the \
+         0x200000-byte flash the image boots from"
+    );
+    assert_eq!(
+        flash_system(
+            "flash = { base = 0x7000_0000, size = \"2M\" }\n\
+             initrd = { file = \"images/linux-image.bin\" }"
+        )
+        .unwrap_err(),
+        "tests/fixtures/inline.toml: vm 'fw': initrd: a VM that boots firmware from flash takes \
+         no initrd (its firmware loads one)"
     );
 }

@@ -125,6 +125,17 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
             desc.image.len(),
             desc.image_ipa.0
         );
+        if let Some(flash) = desc.flash {
+            keel_println!(
+                "vm '{}' (id {}): {} MiB of flash at IPA {:#x} (PA {:#x}), device tree at {:#x}",
+                desc.name,
+                index,
+                flash.size >> 20,
+                flash.ipa.0,
+                flash.phys.0,
+                desc.dtb_ipa.0
+            );
+        }
     }
     console::init(
         uart,
@@ -169,14 +180,17 @@ fn check_configuration(platform: &Platform) -> Result<(), ()> {
     }
     let ram_end = platform.ram_base + platform.ram_size;
     for desc in SYSTEM.vms {
-        let (start, end) = (desc.memory.phys.0, desc.memory.phys.0 + desc.memory.size);
-        if start < platform.ram_base || end > ram_end {
-            keel_println!(
-                "vm '{}': memory {start:#x}..{end:#x} is outside the board's RAM {:#x}..{ram_end:#x}",
-                desc.name,
-                platform.ram_base
-            );
-            fits = false;
+        for region in desc.regions() {
+            let (start, end) = (region.phys.0, region.phys.0 + region.size);
+            if start < platform.ram_base || end > ram_end {
+                keel_println!(
+                    "vm '{}': {} {start:#x}..{end:#x} is outside the board's RAM {:#x}..{ram_end:#x}",
+                    desc.name,
+                    if region.ipa == desc.memory.ipa { "memory" } else { "flash" },
+                    platform.ram_base
+                );
+                fits = false;
+            }
         }
     }
     if fits {

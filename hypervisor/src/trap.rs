@@ -8,6 +8,7 @@ use keel_core::devices::DeviceError;
 use keel_core::esr::{sysregs, DataAbort, Esr, ExceptionClass, SysRegAccess};
 use keel_core::hypercall::{self, Call};
 
+use crate::arch::cpu;
 use crate::arch::regs::read_sysreg;
 use crate::arch::vectors::{self, GuestRegs};
 use crate::vm::{self, VcpuPower};
@@ -222,10 +223,10 @@ fn hypercall(id: usize, vcpu: usize, regs: &mut GuestRegs) -> Next {
             context,
         } => {
             let target_vcpu = (target & 0xff) as usize;
-            let memory = vm::desc(id).memory;
+            let entry_region = vm::desc(id).region_of(keel_core::addr::GuestPhysAddr(entry), 4);
             if target & !0xff != 0 || target_vcpu >= vcpus {
                 CallError::InvalidParameters.to_x0()
-            } else if !memory.contains_range(keel_core::addr::GuestPhysAddr(entry), 4) {
+            } else if entry_region.is_none() {
                 CallError::InvalidAddress.to_x0()
             } else {
                 match vm.request_start(target_vcpu, entry, context) {
@@ -268,6 +269,13 @@ fn system_register(id: usize, vcpu: usize, access: SysRegAccess, regs: &mut Gues
         } else {
             Next::Resume
         };
+    }
+    if [sysregs::DC_ISW, sysregs::DC_CSW, sysregs::DC_CISW].contains(&access.reg) {
+        // Set/way maintenance (trapped by HCR_EL2.TSW): an invalidate alone could discard
+        // lines another VM dirtied, so every form is done as clean and invalidate.
+        cpu::clean_invalidate_set_way(regs.get(access.register));
+        vectors::skip_instruction();
+        return Next::Resume;
     }
     if access.reg.op0 == 2 {
         // Debug and OS-lock registers (op0 = 2, trapped by MDCR_EL2.TDA/TDOSA/TDRA): Keel

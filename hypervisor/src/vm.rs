@@ -269,10 +269,11 @@ impl core::fmt::Display for LoadError {
 pub fn build(id: usize) -> Result<(), LoadError> {
     let desc = desc(id);
     let mut tables = stage2::tables_for(id).ok_or(LoadError::NoTables)?;
-    let memory = desc.memory;
-    tables
-        .map(memory.ipa.0, memory.phys.0, memory.size, MemoryKind::Normal)
-        .map_err(LoadError::Map)?;
+    for region in desc.regions() {
+        tables
+            .map(region.ipa.0, region.phys.0, region.size, MemoryKind::Normal)
+            .map_err(LoadError::Map)?;
+    }
     VMS[id]
         .stage2_root
         .store(tables.root_phys(), Ordering::Relaxed);
@@ -295,22 +296,31 @@ fn reset_devices(id: usize) {
     };
 }
 
-/// Copies `bytes` into the VM's memory at `ipa`. The configuration compiler checked the range.
+/// The VM's memory at `[ipa, ipa + len)` as a byte slice for loading; None if no region of
+/// the VM holds it whole (the configuration compiler checked the ranges Keel loads).
+fn guest_bytes(desc: &VmDesc, ipa: GuestPhysAddr, len: usize) -> Option<&'static mut [u8]> {
+    let phys = desc.region_of(ipa, len as u64)?.translate(ipa)?;
+    // SAFETY: the range lies inside one of the VM's own regions (checked above), which Keel
+    // maps as normal memory, and no vCPU of this VM runs while it is being (re)loaded.
+    Some(unsafe { core::slice::from_raw_parts_mut(phys.0 as *mut u8, len) })
+}
+
+/// Copies `bytes` into the VM's memory at `ipa` and cleans them to the point of coherency.
 fn copy_into(desc: &VmDesc, ipa: GuestPhysAddr, bytes: &[u8]) {
-    let Some(phys) = desc.memory.translate(ipa) else {
-        return;
-    };
-    if !desc.memory.contains_range(ipa, bytes.len() as u64) {
-        return;
+    if let Some(destination) = guest_bytes(desc, ipa, bytes.len()) {
+        destination.copy_from_slice(bytes);
+        cpu::clean_to_poc(destination.as_ptr() as usize, bytes.len());
     }
-    // SAFETY: the destination lies inside the VM's own RAM (checked above), which Keel maps
-    // as normal memory and no vCPU of this VM runs while it is being (re)loaded.
-    let destination = unsafe { core::slice::from_raw_parts_mut(phys.0 as *mut u8, bytes.len()) };
-    destination.copy_from_slice(bytes);
-    cpu::clean_to_poc(phys.0 as usize, bytes.len());
 }
 
 fn load_images(desc: &VmDesc) {
+    if let Some(flash) = desc.flash {
+        // Erased NOR flash reads as all ones; the image is then written at its start.
+        if let Some(bytes) = guest_bytes(desc, flash.ipa, flash.size as usize) {
+            bytes.fill(0xff);
+            cpu::clean_to_poc(bytes.as_ptr() as usize, bytes.len());
+        }
+    }
     copy_into(desc, desc.image_ipa, desc.image);
     copy_into(desc, desc.dtb_ipa, desc.dtb);
     if !desc.initrd.is_empty() {

@@ -199,6 +199,7 @@ mod tests {
             pcpus,
             image: ImageSource::Guest("test-guest".into()),
             image_path: PathBuf::from("/nonexistent/test-guest.bin"),
+            flash: None,
             image_ipa: 0x4000_0000,
             dtb_ipa: 0x40e0_0000,
             initrd: None,

@@ -17,13 +17,14 @@ pub fn output_dir() -> PathBuf {
 }
 
 /// The image a configuration names: a workspace guest (`test-guest`, built by
-/// [`build_guests`]), or a Debian kernel or initramfs (`debian-kernel/<flavour>`,
-/// `debian-initramfs/<flavour>`), fetched and built here on first use. None if there is no such
+/// [`build_guests`]), or a Debian kernel or firmware, or initramfs (`debian-kernel/<flavour>`,
+/// `debian-kernel/u-boot-qemu`, `debian-initramfs/<flavour>`), fetched and built here on first use. None if there is no such
 /// artefact or it could not be built (the reason is printed).
 pub fn guest_image(name: &str) -> Option<PathBuf> {
     let cache = output_dir().join("debian");
     let built = match name.split_once('/') {
-        Some(("debian-kernel", flavour)) => crate::debian::kernel(&cache, flavour),
+        Some(("debian-kernel", name)) => crate::debian::firmware(&cache, name)
+            .unwrap_or_else(|| crate::debian::kernel(&cache, name)),
         Some(("debian-initramfs", flavour)) => crate::debian::initramfs(&cache, flavour),
         _ => {
             return GUESTS

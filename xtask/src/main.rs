@@ -33,7 +33,8 @@ pub fn step(what: &str) {
 const USAGE: &str = "usage: cargo xtask <command>
   run [CONFIG]     build CONFIG (default configs/demo.toml) and boot it in QEMU, console on this terminal
                    (Ctrl-A then 0-9 focus a VM, n next VM, x power off)
-  test             run every test: host unit tests, then QEMU scenarios
+  test [TEXT]      run every test: host unit tests, then QEMU scenarios (with TEXT: only the
+                   scenarios whose name contains it)
   bench            print the micro-benchmarks (instructions, QEMU icount), Keel vs native
   build CONFIG     compile CONFIG and build its image under target/keel/<name>/keel.bin";
 
@@ -41,7 +42,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("run") => run(args.get(1).map(PathBuf::from)),
-        Some("test") => return test(),
+        Some("test") => return test(args.get(1).map(String::as_str)),
         Some("bench") => setup::ensure_tools().and_then(|()| bench::run()),
         Some("build") => match args.get(1) {
             Some(config) => setup::ensure_tools().and_then(|()| build(Path::new(config))),
@@ -72,8 +73,9 @@ fn run(config: Option<PathBuf>) -> Result<()> {
     qemu::Machine::keel(&image.path, image.system.pcpus).run_interactive()
 }
 
-/// Runs cargo's own tests, then the QEMU scenarios; ends with `N passed, N failed`.
-fn test() -> ExitCode {
+/// Runs cargo's own tests, then the QEMU scenarios; ends with `N passed, N failed`. With a
+/// `filter`, runs only the scenarios whose name contains it (for working on one).
+fn test(filter: Option<&str>) -> ExitCode {
     let mut passed = 0;
     let mut failed = 0;
     if let Err(message) = setup::ensure_tools() {
@@ -84,6 +86,7 @@ fn test() -> ExitCode {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let output = Command::new(&cargo)
         .args(["test", "--quiet"])
+        .args(filter.map(|_| "--no-run"))
         .current_dir(workspace())
         .output();
     let summary = regex::Regex::new(r"test result: \w+\. (\d+) passed; (\d+) failed").unwrap();
@@ -112,7 +115,10 @@ fn test() -> ExitCode {
         println!("{passed} passed, {} failed", failed + 1);
         return ExitCode::FAILURE;
     }
-    for scenario in scenarios::all() {
+    let chosen = scenarios::all()
+        .into_iter()
+        .filter(|scenario| filter.is_none_or(|text| scenario.name.contains(text)));
+    for scenario in chosen {
         let started = Instant::now();
         let outcome = (scenario.run)();
         let seconds = started.elapsed().as_secs_f32();

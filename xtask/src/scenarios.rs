@@ -316,6 +316,39 @@ fn linux_reset() -> Result<()> {
     check_tick_counts(&ended, "rt", 1)
 }
 
+/// Debian's unmodified U-Boot boots from its flash to the prompt and answers `version`,
+/// `bdinfo` and `md` (reading its device tree at the start of RAM), then powers its VM off
+/// with PSCI; the real-time partition beside it keeps its ticks.
+fn u_boot() -> Result<()> {
+    let image = build_system(&config("u-boot"))?;
+    let mut machine = Machine::keel(&image.path, image.system.pcpus);
+    machine.icount = true;
+    let mut session = machine.spawn(&log_path("u-boot"))?;
+    let wait = Duration::from_secs(120);
+    let mut steps = || -> Result<()> {
+        session.wait_for(r"^\[uboot\] U-Boot 2023\.01", wait)?;
+        session.wait_for(r"^\[uboot\] Net: ", wait)?;
+        // Any key stops the autoboot countdown that follows.
+        session.send(b" ")?;
+        session.send(b"version\r")?;
+        session.wait_for(r"^\[uboot\] aarch64-linux-gnu-gcc ", wait)?;
+        session.send(b"bdinfo\r")?;
+        session.wait_for(r"^\[uboot\] -> start    = 0x0000000040000000$", wait)?;
+        session.wait_for(r"^\[uboot\] -> size     = 0x0000000008000000$", wait)?;
+        // The device tree's magic, 0xd00dfeed big-endian, read as a little-endian word.
+        session.send(b"md.l 0x40000000 1\r")?;
+        session.wait_for(r"^\[uboot\] 40000000: edfe0dd0 ", wait)?;
+        session.send(b"poweroff\r")?;
+        session.wait_for(r"^\[keel\] vm 'uboot' \(id 0\) powered off$", wait)?;
+        session.wait_for_count(r"^\[rt\] tick: ", 3, wait)?;
+        Ok(())
+    };
+    let outcome = steps();
+    let ended = session.kill();
+    outcome.map_err(|message| with_console_tail(message, &ended))?;
+    check_tick_counts(&ended, "rt", 3)
+}
+
 /// The attack each hostile mode makes, and the diagnostic Keel must print for it.
 fn hostile_expectation(mode: &str) -> &'static str {
     match mode {
@@ -522,6 +555,10 @@ pub fn all() -> Vec<Scenario> {
     scenarios.push(Scenario {
         name: "two Debian Linux VMs side by side, each on its own pCPUs, run stress-ng".into(),
         run: Box::new(two_linux_vms),
+    });
+    scenarios.push(Scenario {
+        name: "Debian's U-Boot boots from flash to its prompt and answers commands".into(),
+        run: Box::new(u_boot),
     });
     scenarios.push(Scenario {
         name: "an SMP Linux VM resets itself, with both vCPUs, twice; the RT partition ticks on"

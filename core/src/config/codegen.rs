@@ -65,6 +65,19 @@ pub fn emit_rust(system: &System, dtb_paths: &[PathBuf]) -> String {
         line(format!("                size: {:#x},", vm.size));
         line("            },".into());
         line(format!("            pcpus: &[{}],", pcpus.join(", ")));
+        match vm.flash_region() {
+            Some(flash) => {
+                line("            flash: Some(::keel_core::addr::MemoryRegion {".into());
+                line("                ipa: ::keel_core::addr::GuestPhysAddr(0),".into());
+                line(format!(
+                    "                phys: ::keel_core::addr::PhysAddr({:#x}),",
+                    flash.phys.0
+                ));
+                line(format!("                size: {:#x},", flash.size));
+                line("            }),".into());
+            }
+            None => line("            flash: None,".into()),
+        }
         line(format!(
             "            image: include_bytes!({:?}),",
             absolute(&vm.image_path)
@@ -129,6 +142,10 @@ mod tests {
             pcpus,
             image: ImageSource::Guest("test-guest".to_string()),
             image_path: PathBuf::from("/images/test-guest.bin"),
+            flash: (id == 1).then_some(crate::config::Flash {
+                phys: 0x5200_0000,
+                size: 0x20_0000,
+            }),
             image_ipa: 0x4000_0000,
             dtb_ipa: 0x40e0_0000,
             initrd: None,
@@ -184,6 +201,10 @@ mod tests {
             "dtb_ipa: ::keel_core::addr::GuestPhysAddr(0x40e00000),",
             "console: true,",
             "console: false,",
+            "flash: None,",
+            "flash: Some(::keel_core::addr::MemoryRegion {",
+            "phys: ::keel_core::addr::PhysAddr(0x52000000),",
+            "size: 0x200000,",
             "wfi: ::keel_core::system::WfiPolicy::Native,",
             "wfi: ::keel_core::system::WfiPolicy::Trap,",
         ] {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
     path: PathBuf,
-    kind: ConfigErrorKind,
+    kind: Box<ConfigErrorKind>,
 }
 
 impl ConfigError {
@@ -16,7 +16,7 @@ impl ConfigError {
     pub fn new(path: &Path, kind: ConfigErrorKind) -> Self {
         Self {
             path: path.to_path_buf(),
-            kind,
+            kind: Box::new(kind),
         }
     }
 
@@ -33,7 +33,7 @@ impl ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.kind {
+        match &*self.kind {
             ConfigErrorKind::Toml {
                 position: Some((line, column)),
                 message,
@@ -158,6 +158,24 @@ impl fmt::Display for AddressRange {
     }
 }
 
+/// Which physical range of a VM: shown as `memory` or `flash`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backing {
+    /// Its RAM.
+    Memory,
+    /// Its flash.
+    Flash,
+}
+
+impl fmt::Display for Backing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Memory => "memory",
+            Self::Flash => "flash",
+        })
+    }
+}
+
 /// A broken rule; the doc comment of each variant is its message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Problem {
@@ -207,15 +225,40 @@ pub enum Problem {
         /// Keel's region.
         hypervisor: AddressRange,
     },
-    /// `<range> overlaps vm '<other>' memory <other_range>`.
+    /// `<range> overlaps vm '<other>' <other_what> <other_range>`.
     OverlapsVm {
-        /// This VM's memory.
+        /// This VM's memory or flash.
         range: AddressRange,
-        /// The VM declared earlier.
+        /// The VM declared earlier (or this VM, for its flash against its memory).
         other: String,
-        /// Its memory.
+        /// Which of its ranges.
+        other_what: Backing,
+        /// Its range.
         other_range: AddressRange,
     },
+    /// `size <size> is larger than the <window>-byte flash window at IPA 0`.
+    FlashTooLarge {
+        /// The flash size asked for.
+        size: u64,
+        /// The window's size.
+        window: u64,
+    },
+    /// `guest memory <range> overlaps the flash window <flash> at IPA 0`.
+    OverlapsFlash {
+        /// The VM's guest-physical memory.
+        range: AddressRange,
+        /// The flash, guest-physical.
+        flash: AddressRange,
+    },
+    /// `<size> bytes do not fit the <flash>-byte flash the image boots from`.
+    ImageDoesNotFitFlash {
+        /// The image's footprint.
+        size: u64,
+        /// The flash size.
+        flash: u64,
+    },
+    /// `a VM that boots firmware from flash takes no initrd (its firmware loads one)`.
+    InitrdWithFlash,
     /// `size <size> leaves no room for Keel's image, which loads at base + <offset in MiB> MiB`.
     HypervisorTooSmall {
         /// The hypervisor region's size.
@@ -262,7 +305,7 @@ pub enum Problem {
         /// The device tree's address.
         dtb_ipa: u64,
     },
-    /// `no Debian kernel flavour '<flavour>' could be provided (known: cloud-arm64, arm64, rt-arm64)`.
+    /// `no Debian kernel flavour or firmware '<flavour>' could be provided (known: ...)`.
     UnknownDebianFlavour {
         /// The name given.
         flavour: String,
@@ -372,8 +415,27 @@ impl fmt::Display for Problem {
             Self::OverlapsVm {
                 range,
                 other,
+                other_what,
                 other_range,
-            } => write!(f, "{range} overlaps vm '{other}' memory {other_range}"),
+            } => write!(
+                f,
+                "{range} overlaps vm '{other}' {other_what} {other_range}"
+            ),
+            Self::FlashTooLarge { size, window } => write!(
+                f,
+                "size {size:#x} is larger than the {window:#x}-byte flash window at IPA 0"
+            ),
+            Self::OverlapsFlash { range, flash } => write!(
+                f,
+                "guest memory {range} overlaps the flash window {flash} at IPA 0"
+            ),
+            Self::ImageDoesNotFitFlash { size, flash } => write!(
+                f,
+                "{size:#x} bytes do not fit the {flash:#x}-byte flash the image boots from"
+            ),
+            Self::InitrdWithFlash => f.write_str(
+                "a VM that boots firmware from flash takes no initrd (its firmware loads one)",
+            ),
             Self::HypervisorTooSmall { size, offset } => write!(
                 f,
                 "size {size:#x} leaves no room for Keel's image, which loads at base + {} MiB",
@@ -402,8 +464,8 @@ impl fmt::Display for Problem {
             ),
             Self::UnknownDebianFlavour { flavour } => write!(
                 f,
-                "no Debian kernel flavour '{flavour}' could be provided \
-                 (known: cloud-arm64, arm64, rt-arm64)"
+                "no Debian kernel flavour or firmware '{flavour}' could be provided \
+                 (known: cloud-arm64, arm64, rt-arm64, u-boot-qemu)"
             ),
             Self::ImageBothSources => {
                 f.write_str("give exactly one of 'guest', 'file' or 'debian', not several")

@@ -14,12 +14,12 @@ mod size;
 mod validate;
 
 pub use codegen::emit_rust;
-pub use error::{AddressRange, ConfigError, ConfigErrorKind, Problem, Subject};
+pub use error::{AddressRange, Backing, ConfigError, ConfigErrorKind, Problem, Subject};
 pub use image::{inspect as inspect_image, ImageLayout};
 pub use load::{load, parse_str};
 pub use model::{
-    ImageSource, Initrd, System, Vm, DEFAULT_IPA, DEVICE_WINDOW_END, DEVICE_WINDOW_START,
-    DTB_REGION_SIZE, HYPERVISOR_IMAGE_OFFSET, IPA_BITS, KNOWN_DEVICES, LINUX_IMAGE_BASE_ALIGN,
-    MAX_VCPUS, MAX_VMS, MIN_VM_MEMORY, PAGE_SIZE,
+    Flash, ImageSource, Initrd, System, Vm, DEFAULT_IPA, DEVICE_WINDOW_END, DEVICE_WINDOW_START,
+    DTB_REGION_SIZE, FLASH_WINDOW_SIZE, HYPERVISOR_IMAGE_OFFSET, IPA_BITS, KNOWN_DEVICES,
+    LINUX_IMAGE_BASE_ALIGN, MAX_VCPUS, MAX_VMS, MIN_VM_MEMORY, PAGE_SIZE,
 };
 pub use size::{parse_size, ByteSize};

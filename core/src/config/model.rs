@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use super::error::Backing;
 use crate::abi::layout;
 use crate::addr::{GuestPhysAddr, MemoryRegion, PhysAddr};
 use crate::system::WfiPolicy;
@@ -29,6 +30,8 @@ pub const IPA_BITS: u32 = crate::system::IPA_BITS;
 pub const MAX_VMS: usize = crate::system::MAX_VMS;
 /// Most vCPUs a VM may have.
 pub const MAX_VCPUS: usize = crate::system::MAX_VCPUS;
+/// Size of QEMU `virt`'s flash window at IPA 0 (two 64 MiB banks): the most a VM's flash covers.
+pub const FLASH_WINDOW_SIZE: u64 = 0x0800_0000;
 /// Device names a `[[vm]]` may list.
 pub const KNOWN_DEVICES: &[&str] = &["console"];
 
@@ -81,9 +84,12 @@ pub struct Vm {
     pub image: ImageSource,
     /// The image file: absolute, and it exists.
     pub image_path: PathBuf,
+    /// Flash at IPA 0 that the image is loaded into and boots from, if the VM has one.
+    pub flash: Option<Flash>,
     /// Guest-physical load address and entry point of the image.
     pub image_ipa: u64,
-    /// Guest-physical address of the device tree (the last [`DTB_REGION_SIZE`] of memory).
+    /// Guest-physical address of the device tree: the last [`DTB_REGION_SIZE`] of memory, or
+    /// the first byte of memory for a VM that boots from flash (QEMU `virt`'s firmware contract).
     pub dtb_ipa: u64,
     /// The initial RAM disk, if any.
     pub initrd: Option<Initrd>,
@@ -93,6 +99,15 @@ pub struct Vm {
     pub wfi: WfiPolicy,
     /// Kernel command line, for `/chosen/bootargs`.
     pub cmdline: String,
+}
+
+/// A flash bank at IPA 0: physically backed RAM the image is loaded into, the rest erased (0xff).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flash {
+    /// First physical address backing it.
+    pub phys: u64,
+    /// Size in bytes (at most [`FLASH_WINDOW_SIZE`]).
+    pub size: u64,
 }
 
 /// An initial RAM disk, placed just below the device tree.
@@ -116,6 +131,23 @@ impl Vm {
             phys: PhysAddr(self.phys),
             size: self.size,
         }
+    }
+
+    /// The VM's flash as the runtime tables describe it (at IPA 0).
+    pub fn flash_region(&self) -> Option<MemoryRegion> {
+        self.flash.map(|flash| MemoryRegion {
+            ipa: GuestPhysAddr(0),
+            phys: PhysAddr(flash.phys),
+            size: flash.size,
+        })
+    }
+
+    /// Every physical range the VM owns: its memory, then its flash.
+    pub fn backing(&self) -> impl Iterator<Item = (Backing, u64, u64)> + '_ {
+        core::iter::once((Backing::Memory, self.phys, self.size)).chain(
+            self.flash
+                .map(|flash| (Backing::Flash, flash.phys, flash.size)),
+        )
     }
 
     /// Number of vCPUs.

@@ -53,6 +53,8 @@ pub struct VmTable {
     pub memory: RegionTable,
     /// Guest-physical base of that memory (default [`super::DEFAULT_IPA`]).
     pub ipa: Option<u64>,
+    /// Physical backing of a flash bank at IPA 0 that the image boots from (firmware VMs).
+    pub flash: Option<RegionTable>,
     /// vCPU `i` is pinned on pCPU `pcpus[i]`.
     pub pcpus: Vec<u32>,
     /// Emulated devices by name.
@@ -73,6 +75,6 @@ pub struct ImageTable {
     pub guest: Option<String>,
     /// A file, relative to the configuration file's directory.
     pub file: Option<String>,
-    /// A Debian arm64 kernel flavour, fetched and built by xtask.
+    /// A Debian arm64 kernel flavour or firmware package, fetched and built by xtask.
     pub debian: Option<String>,
 }

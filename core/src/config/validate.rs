@@ -5,12 +5,12 @@
 
 use std::path::{Path, PathBuf};
 
-use super::error::{AddressRange, ConfigErrorKind, Problem, Subject};
+use super::error::{AddressRange, Backing, ConfigErrorKind, Problem, Subject};
 use super::image;
 use super::model::{
-    Initrd, System, Vm, DEFAULT_IPA, DEVICE_WINDOW_END, DEVICE_WINDOW_START, DTB_REGION_SIZE,
-    HYPERVISOR_IMAGE_OFFSET, IPA_BITS, KNOWN_DEVICES, LINUX_IMAGE_BASE_ALIGN, MAX_VCPUS, MAX_VMS,
-    MIN_VM_MEMORY, PAGE_SIZE,
+    Flash, Initrd, System, Vm, DEFAULT_IPA, DEVICE_WINDOW_END, DEVICE_WINDOW_START,
+    DTB_REGION_SIZE, FLASH_WINDOW_SIZE, HYPERVISOR_IMAGE_OFFSET, IPA_BITS, KNOWN_DEVICES,
+    LINUX_IMAGE_BASE_ALIGN, MAX_VCPUS, MAX_VMS, MIN_VM_MEMORY, PAGE_SIZE,
 };
 use super::schema::{ConfigFile, RegionTable, SystemTable, VmTable};
 use crate::system::WfiPolicy;
@@ -121,6 +121,51 @@ fn check_memory(table: &VmTable, context: &Context) -> Result<AddressRange, Prob
             minimum: MIN_VM_MEMORY,
         });
     }
+    check_placement(range, None, context)
+}
+
+/// Flash rules: shape, at most the flash window, placed like memory and clear of the VM's own
+/// memory (`memory`), whose guest-physical range (`guest_memory`) must lie above the window.
+fn check_flash(
+    table: &VmTable,
+    memory: AddressRange,
+    guest_memory: AddressRange,
+    context: &Context,
+) -> Result<Option<Flash>, Problem> {
+    let Some(region) = &table.flash else {
+        return Ok(None);
+    };
+    let range = check_region(region)?;
+    if range.size() > FLASH_WINDOW_SIZE {
+        return Err(Problem::FlashTooLarge {
+            size: range.size(),
+            window: FLASH_WINDOW_SIZE,
+        });
+    }
+    check_placement(range, Some((table.name.as_str(), memory)), context)?;
+    let flash_ipa = AddressRange {
+        start: 0,
+        end: range.size(),
+    };
+    if guest_memory.overlaps(&flash_ipa) {
+        return Err(Problem::OverlapsFlash {
+            range: guest_memory,
+            flash: flash_ipa,
+        });
+    }
+    Ok(Some(Flash {
+        phys: range.start,
+        size: range.size(),
+    }))
+}
+
+/// Where a physical range of a VM may lie: inside RAM, clear of Keel, of every range of the
+/// earlier VMs, and of `own` (this VM's name and memory, when placing its flash).
+fn check_placement(
+    range: AddressRange,
+    own: Option<(&str, AddressRange)>,
+    context: &Context,
+) -> Result<AddressRange, Problem> {
     if !context.ram.contains(&range) {
         return Err(Problem::OutsideRam {
             range,
@@ -133,15 +178,22 @@ fn check_memory(table: &VmTable, context: &Context) -> Result<AddressRange, Prob
             hypervisor: context.hypervisor,
         });
     }
-    for other in context.earlier {
-        let other_range = AddressRange {
-            start: other.phys,
-            end: other.phys + other.size,
-        };
+    let own = own.map(|(name, memory)| (name, Backing::Memory, memory));
+    let earlier = context.earlier.iter().flat_map(|vm| {
+        vm.backing().map(move |(what, phys, size)| {
+            let range = AddressRange {
+                start: phys,
+                end: phys + size,
+            };
+            (vm.name.as_str(), what, range)
+        })
+    });
+    for (other, other_what, other_range) in own.into_iter().chain(earlier) {
         if range.overlaps(&other_range) {
             return Err(Problem::OverlapsVm {
                 range,
-                other: other.name.clone(),
+                other: other.to_string(),
+                other_what,
                 other_range,
             });
         }
@@ -229,31 +281,18 @@ fn check_wfi(wfi: Option<&str>) -> Result<WfiPolicy, Problem> {
     }
 }
 
-/// All rules of one `[[vm]]`, in the order its fields are documented.
-fn check_vm(table: &VmTable, index: usize, context: &Context) -> Result<Vm, ConfigErrorKind> {
-    let subject = check_name(table, index, context.earlier)?;
-    let at = |field: &'static str, problem: Problem| invalid(&subject, field, problem);
-
-    let memory = check_memory(table, context).map_err(|problem| at("memory", problem))?;
-    let ipa = table.ipa.unwrap_or(DEFAULT_IPA);
-    let guest_memory = check_ipa(ipa, memory.size()).map_err(|problem| at("ipa", problem))?;
-    check_pcpus(&table.pcpus, context).map_err(|problem| at("pcpus", problem))?;
-    let console = check_devices(&table.devices).map_err(|problem| at("devices", problem))?;
-    let wfi = check_wfi(table.wfi.as_deref()).map_err(|problem| at("wfi", problem))?;
-    if table.cmdline.contains('\0') {
-        return Err(at("cmdline", Problem::NulInCmdline));
-    }
-
-    let (source, path) = image::resolve(
-        &table.image,
-        context.config_dir,
-        context.guest_image,
-        "debian-kernel",
-    )
-    .map_err(|problem| at("image", problem))?;
-    let (layout, image_path) = image::load(&path).map_err(|problem| at("image", problem))?;
+/// Where a VM that boots from RAM gets its image (above the memory's base, at the image's
+/// load offset), device tree (the top [`DTB_REGION_SIZE`]) and initrd (just below the device
+/// tree): `(image_ipa, dtb_ipa, initrd)`, or the field at fault and why.
+fn ram_layout(
+    table: &VmTable,
+    guest_memory: AddressRange,
+    layout: image::ImageLayout,
+    context: &Context,
+) -> Result<(u64, u64, Option<Initrd>), (&'static str, Problem)> {
+    let ipa = guest_memory.start;
     if layout.is_linux && !ipa.is_multiple_of(LINUX_IMAGE_BASE_ALIGN) {
-        return Err(at("image", Problem::LinuxImageMisaligned { ipa }));
+        return Err(("image", Problem::LinuxImageMisaligned { ipa }));
     }
     // DTB_REGION_SIZE < MIN_VM_MEMORY, so this cannot underflow.
     let dtb_ipa = guest_memory.end - DTB_REGION_SIZE;
@@ -263,7 +302,7 @@ fn check_vm(table: &VmTable, index: usize, context: &Context) -> Result<Vm, Conf
         end: image_ipa.saturating_add(layout.footprint),
     };
     if image_range.end > dtb_ipa {
-        return Err(at(
+        return Err((
             "image",
             Problem::ImageDoesNotFit {
                 image: image_range,
@@ -281,13 +320,13 @@ fn check_vm(table: &VmTable, index: usize, context: &Context) -> Result<Vm, Conf
                 context.guest_image,
                 "debian-initramfs",
             )
-            .map_err(|problem| at("initrd", problem))?;
-            let (_, path) = image::load(&path).map_err(|problem| at("initrd", problem))?;
+            .map_err(|problem| ("initrd", problem))?;
+            let (_, path) = image::load(&path).map_err(|problem| ("initrd", problem))?;
             let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
             // Just below the device tree, 4 KiB aligned, above the image's footprint.
             let ipa = dtb_ipa.saturating_sub(size) & !(PAGE_SIZE - 1);
             if ipa < image_range.end || size > dtb_ipa {
-                return Err(at(
+                return Err((
                     "initrd",
                     Problem::InitrdDoesNotFit {
                         size,
@@ -304,6 +343,55 @@ fn check_vm(table: &VmTable, index: usize, context: &Context) -> Result<Vm, Conf
             })
         }
     };
+    Ok((image_ipa, dtb_ipa, initrd))
+}
+
+/// All rules of one `[[vm]]`, in the order its fields are documented.
+fn check_vm(table: &VmTable, index: usize, context: &Context) -> Result<Vm, ConfigErrorKind> {
+    let subject = check_name(table, index, context.earlier)?;
+    let at = |field: &'static str, problem: Problem| invalid(&subject, field, problem);
+
+    let memory = check_memory(table, context).map_err(|problem| at("memory", problem))?;
+    let ipa = table.ipa.unwrap_or(DEFAULT_IPA);
+    let guest_memory = check_ipa(ipa, memory.size()).map_err(|problem| at("ipa", problem))?;
+    let flash = check_flash(table, memory, guest_memory, context)
+        .map_err(|problem| at("flash", problem))?;
+    check_pcpus(&table.pcpus, context).map_err(|problem| at("pcpus", problem))?;
+    let console = check_devices(&table.devices).map_err(|problem| at("devices", problem))?;
+    let wfi = check_wfi(table.wfi.as_deref()).map_err(|problem| at("wfi", problem))?;
+    if table.cmdline.contains('\0') {
+        return Err(at("cmdline", Problem::NulInCmdline));
+    }
+
+    let (source, path) = image::resolve(
+        &table.image,
+        context.config_dir,
+        context.guest_image,
+        "debian-kernel",
+    )
+    .map_err(|problem| at("image", problem))?;
+    let (layout, image_path) = image::load(&path).map_err(|problem| at("image", problem))?;
+    let (image_ipa, dtb_ipa, initrd) = match flash {
+        Some(flash) => {
+            // Firmware boots from flash at IPA 0 and finds its device tree at the start of RAM,
+            // as on QEMU `virt` with `-bios`.
+            if layout.footprint > flash.size {
+                return Err(at(
+                    "image",
+                    Problem::ImageDoesNotFitFlash {
+                        size: layout.footprint,
+                        flash: flash.size,
+                    },
+                ));
+            }
+            if table.initrd.is_some() {
+                return Err(at("initrd", Problem::InitrdWithFlash));
+            }
+            (0, ipa, None)
+        }
+        None => ram_layout(table, guest_memory, layout, context)
+            .map_err(|(field, problem)| at(field, problem))?,
+    };
 
     Ok(Vm {
         id: u16::try_from(index).expect("MAX_VMS fits a u16"),
@@ -314,6 +402,7 @@ fn check_vm(table: &VmTable, index: usize, context: &Context) -> Result<Vm, Conf
         pcpus: table.pcpus.clone(),
         image: source,
         image_path,
+        flash,
         image_ipa,
         dtb_ipa,
         initrd,

@@ -23,9 +23,11 @@
 mod apt;
 mod cpio;
 mod elf;
+mod firmware;
 mod initramfs;
 mod kernel;
 mod scripts;
 
+pub use firmware::firmware;
 pub use initramfs::initramfs;
 pub use kernel::{kernel, FLAVOURS};

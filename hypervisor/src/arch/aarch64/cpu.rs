@@ -42,6 +42,16 @@ pub fn dsb_sy() {
     unsafe { core::arch::asm!("dsb sy", options(nostack, preserves_flags)) };
 }
 
+/// Cleans and invalidates one data cache line by set/way (`DC CISW`; `set_way` as the
+/// instruction's operand: level in bits 3:1, set and way above). Keel performs a guest's trapped
+/// set/way operations this way: set/way operations act on this pCPU's caches, and a clean
+/// before the invalidate never discards data written by anyone else.
+pub fn clean_invalidate_set_way(set_way: u64) {
+    // SAFETY: cleaning before invalidating writes dirty data back first, so memory contents
+    // are unchanged whatever line the operand names.
+    unsafe { core::arch::asm!("dc cisw, {}", in(reg) set_way, options(nostack, preserves_flags)) };
+}
+
 /// Cleans `[start, start + len)` from the data cache to the point of coherency and
 /// invalidates the instruction cache, so a guest starting with its MMU and caches off
 /// sees what Keel copied.
