@@ -5,6 +5,7 @@
 pub mod abi;
 pub mod addr;
 pub mod console;
+pub mod cpu_features;
 pub mod devices;
 pub mod esr;
 pub mod fdt;

@@ -48,6 +48,8 @@ pub struct VmDesc {
     pub console: bool,
     /// What the guest's WFI does.
     pub wfi: WfiPolicy,
+    /// Whether the VM owns its pCPUs' PMU (counters passed through) or the PMU is hidden.
+    pub pmu: bool,
 }
 
 /// The whole system.
@@ -103,6 +105,7 @@ mod tests {
             initrd_ipa: GuestPhysAddr(0),
             console: true,
             wfi: WfiPolicy::Native,
+            pmu: false,
         };
         let found = |ipa, len| vm.region_of(GuestPhysAddr(ipa), len).map(|r| r.phys.0);
         assert_eq!(found(0x4000_0000, 4), Some(0x6000_0000));

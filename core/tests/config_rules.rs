@@ -77,6 +77,7 @@ fn valid_system_resolves_every_field() {
     assert_eq!(rt_a.dtb_ipa, 0x40e0_0000);
     assert!(rt_a.console);
     assert_eq!(rt_a.wfi, WfiPolicy::Native);
+    assert!(!rt_a.pmu, "the PMU is hidden unless asked for");
     assert_eq!(rt_a.cmdline, "keel.mode=ticks");
 
     let rt_b = &system.vms[1];
@@ -85,6 +86,7 @@ fn valid_system_resolves_every_field() {
         (1, 0x5100_0000, &[2][..])
     );
     assert_eq!(rt_b.wfi, WfiPolicy::Trap);
+    assert!(rt_b.pmu);
     assert_eq!(rt_b.cmdline, "");
 }
 
@@ -182,7 +184,7 @@ fn rule_1_toml_syntax_error_has_line_and_column() {
 fn rule_1_unknown_field() {
     assert_rejected(
         "toml-unknown-field.toml",
-        "14:1: unknown field `memroy`, expected one of `name`, `image`, `initrd`, `memory`, `ipa`, `flash`, `pcpus`, `devices`, `cmdline`, `wfi`",
+        "14:1: unknown field `memroy`, expected one of `name`, `image`, `initrd`, `memory`, `ipa`, `flash`, `pcpus`, `devices`, `cmdline`, `wfi`, `pmu`",
     );
 }
 

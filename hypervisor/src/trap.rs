@@ -4,12 +4,13 @@
 use core::fmt;
 
 use keel_core::abi::{self, layout, psci, CallError};
+use keel_core::cpu_features;
 use keel_core::devices::DeviceError;
 use keel_core::esr::{sysregs, DataAbort, Esr, ExceptionClass, SysRegAccess};
 use keel_core::hypercall::{self, Call};
 
 use crate::arch::cpu;
-use crate::arch::regs::read_sysreg;
+use crate::arch::regs::{read_id_register, read_sysreg};
 use crate::arch::vectors::{self, GuestRegs};
 use crate::vm::{self, VcpuPower};
 use crate::{console, irq, keel_println, vcpu};
@@ -269,6 +270,24 @@ fn system_register(id: usize, vcpu: usize, access: SysRegAccess, regs: &mut Gues
         } else {
             Next::Resume
         };
+    }
+    let reg = access.reg;
+    if access.read && cpu_features::is_id_register(reg.op0, reg.op1, reg.crn, reg.crm) {
+        // ID registers (HCR_EL2.TID3): the hardware's, less what Keel does not virtualize.
+        let register = cpu_features::IdRegister {
+            crm: reg.crm,
+            op2: reg.op2,
+        };
+        let features = cpu_features::GuestFeatures {
+            pmu: vm::desc(id).pmu,
+        };
+        let hardware = read_id_register(reg.crm, reg.op2);
+        regs.set(
+            access.register,
+            cpu_features::guest_view(register, hardware, features),
+        );
+        vectors::skip_instruction();
+        return Next::Resume;
     }
     if [sysregs::DC_ISW, sysregs::DC_CSW, sysregs::DC_CISW].contains(&access.reg) {
         // Set/way maintenance (trapped by HCR_EL2.TSW): an invalidate alone could discard

@@ -18,6 +18,7 @@ pub fn start(id: usize, vcpu: usize, entry: u64, x0: u64) -> ! {
         vm::vm(id).stage2_root(),
         vcpu,
         desc.wfi == WfiPolicy::Trap,
+        desc.pmu,
     );
     this.listed.store(0, Ordering::Relaxed);
     this.generation

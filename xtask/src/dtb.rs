@@ -205,6 +205,7 @@ mod tests {
             initrd: None,
             console,
             wfi: WfiPolicy::Native,
+            pmu: false,
             cmdline: "keel.mode=ticks keel.off=6".into(),
         }
     }

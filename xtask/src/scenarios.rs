@@ -370,6 +370,9 @@ fn hostile_expectation(mode: &str) -> &'static str {
         "sysreg" => {
             r"^\[keel\] vm 'hostile' \(id 1\) stopped: illegal system register access: write to ACTLR_EL1 \(ESR 0x[0-9a-f]{8}, PC 0x[0-9a-f]+\)$"
         }
+        "pmu" => {
+            r"^\[keel\] vm 'hostile' \(id 1\) stopped: illegal system register access: read of PMCCNTR_EL0 \(ESR 0x[0-9a-f]{8}, PC 0x[0-9a-f]+\)$"
+        }
         _ => unreachable!("unknown hostile mode {mode}"),
     }
 }
@@ -381,6 +384,13 @@ fn hostile(mode: &str) -> Result<()> {
     expect_line(&ended, &format!(r"^\[hostile\] hostile: {mode}$"))?;
     expect_line(&ended, hostile_expectation(mode))?;
     let victim_seconds = check_ticks(&ended, "victim", 6)?;
+    if mode == "pmu" {
+        // The PMU Keel traps is also one the ID registers say is not there.
+        expect_line(
+            &ended,
+            r"^\[hostile\] hostile: pmu: ID_AA64DFR0_EL1.PMUVer 0$",
+        )?;
+    }
     if mode == "smc" {
         expect_line(&ended, r"^\[hostile\] hostile: smc returned -1$")?;
         check_ticks(&ended, "hostile", 4)?;
@@ -572,6 +582,7 @@ pub fn all() -> Vec<Scenario> {
         "smc",
         "el2-reg",
         "sysreg",
+        "pmu",
     ] {
         scenarios.push(Scenario {
             name: format!("hostile VM '{mode}' is contained, victim ticks on"),

@@ -111,6 +111,7 @@ pub fn emit_rust(system: &System, dtb_paths: &[PathBuf]) -> String {
             }
         }
         line(format!("            console: {},", vm.console));
+        line(format!("            pmu: {},", vm.pmu));
         line(format!(
             "            wfi: ::keel_core::system::WfiPolicy::{wfi},"
         ));
@@ -151,6 +152,7 @@ mod tests {
             initrd: None,
             console: id == 0,
             wfi,
+            pmu: id == 0,
             cmdline: "keel.mode=ticks".to_string(),
         };
         System {
@@ -202,6 +204,8 @@ mod tests {
             "console: true,",
             "console: false,",
             "flash: None,",
+            "pmu: true,",
+            "pmu: false,",
             "flash: Some(::keel_core::addr::MemoryRegion {",
             "phys: ::keel_core::addr::PhysAddr(0x52000000),",
             "size: 0x200000,",

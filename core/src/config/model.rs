@@ -97,6 +97,8 @@ pub struct Vm {
     pub console: bool,
     /// What the guest's WFI does.
     pub wfi: WfiPolicy,
+    /// Whether the VM owns its pCPUs' PMU (otherwise the PMU is hidden and trapped).
+    pub pmu: bool,
     /// Kernel command line, for `/chosen/bootargs`.
     pub cmdline: String,
 }

@@ -65,6 +65,9 @@ pub struct VmTable {
     pub cmdline: String,
     /// WFI policy: `"native"` or `"trap"` (checked later, so the message names the VM).
     pub wfi: Option<String>,
+    /// Whether the VM owns its pCPUs' PMU (counters passed through; default: hidden).
+    #[serde(default)]
+    pub pmu: bool,
 }
 
 /// `image = { guest = "..." }` or `image = { file = "..." }`.

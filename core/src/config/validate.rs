@@ -408,6 +408,7 @@ fn check_vm(table: &VmTable, index: usize, context: &Context) -> Result<Vm, Conf
         initrd,
         console,
         wfi,
+        pmu: table.pmu,
         cmdline: table.cmdline.clone(),
     })
 }

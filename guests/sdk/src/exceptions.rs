@@ -11,8 +11,9 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use crate::fatal::fatal_exception;
 use crate::gicv3::{self, IntId};
 
-/// What the IRQ vector records in its first instructions, before anything else runs, when
-/// the `irq-entry-stamp` feature is on: the cycle counter and the interrupted code's x9.
+/// What the IRQ vector records in its first instructions, before anything else runs, once
+/// [`stamp_irq_entries`] (feature `irq-entry-stamp`) installed the stamping vector table: the
+/// cycle counter and the interrupted code's x9.
 ///
 /// A latency benchmark spins storing PMCCNTR_EL0 to x9; the difference between the two
 /// fields is then the interrupt's delivery latency in instructions.
@@ -89,7 +90,25 @@ extern "C" fn handle_unexpected(esr: u64, elr: u64, far: u64, vector: u64) -> ! 
     fatal_exception(name, esr, elr, far)
 }
 
-/// Whether the IRQ vector stamps its entry (assembler `.if` operand).
+/// Switches to the vector table whose IRQ vector stamps [`IRQ_ENTRY_STAMP`] (it reads the PMU
+/// cycle counter, so only a guest that has the PMU may call this).
+#[cfg(feature = "irq-entry-stamp")]
+pub fn stamp_irq_entries() {
+    // SAFETY: the stamping table differs from the installed one only in its IRQ vector's
+    // first instructions, which save and restore what they use.
+    unsafe {
+        core::arch::asm!(
+            "adrp {table}, __keel_guest_stamping_vectors",
+            "add {table}, {table}, :lo12:__keel_guest_stamping_vectors",
+            "msr vbar_el1, {table}",
+            "isb",
+            table = out(reg) _,
+            options(nomem, nostack, preserves_flags),
+        )
+    };
+}
+
+/// Whether the stamping vector table is assembled (assembler `.if` operand).
 const STAMP_IRQ_ENTRY: u32 = cfg!(feature = "irq-entry-stamp") as u32;
 
 core::arch::global_asm!(
@@ -100,10 +119,11 @@ core::arch::global_asm!(
     "    b       __keel_guest_unexpected",
     ".endm",
     "",
-    ".section .text.keel_vectors, \"ax\"",
+    // A vector table; with `stamp` 1, its IRQ vector stamps IRQ_ENTRY_STAMP first.
+    ".macro keel_guest_vector_table name, stamp",
     ".balign 0x800",
-    ".global __keel_guest_vectors",
-    "__keel_guest_vectors:",
+    ".global \\name",
+    "\\name:",
     // Current EL with SP_EL0.
     "    keel_guest_unexpected_vector 0",
     "    keel_guest_unexpected_vector 1",
@@ -117,7 +137,7 @@ core::arch::global_asm!(
     "    b       {synchronous}",
     // Current EL with SP_ELx: IRQ.
     "    .balign 0x80",
-    ".if {stamp}",
+    ".if \\stamp",
     "    stp     x0, x1, [sp, #-16]!",
     "    mrs     x0, pmccntr_el0",
     "    adrp    x1, {irq_stamp}",
@@ -137,6 +157,14 @@ core::arch::global_asm!(
     "    keel_guest_unexpected_vector 13",
     "    keel_guest_unexpected_vector 14",
     "    keel_guest_unexpected_vector 15",
+    ".endm",
+    "",
+    ".section .text.keel_vectors, \"ax\"",
+    "    keel_guest_vector_table __keel_guest_vectors, 0",
+    ".if {stamp}",
+    "    keel_guest_vector_table __keel_guest_stamping_vectors, 1",
+    ".endif",
+    ".purgem keel_guest_vector_table",
     ".purgem keel_guest_unexpected_vector",
     "",
     "__keel_guest_unexpected:",

@@ -9,7 +9,7 @@ use core::arch::asm;
 use core::sync::atomic::{AtomicU32, Ordering};
 
 use keel_guest::abi::{layout, psci, KEEL_VERSION};
-use keel_guest::exceptions::{set_irq_handler, IRQ_ENTRY_STAMP};
+use keel_guest::exceptions::{set_irq_handler, stamp_irq_entries, IRQ_ENTRY_STAMP};
 use keel_guest::gicv3::{IntId, Redistributor, DISTRIBUTOR};
 use keel_guest::{pmu, println, system_off, timer};
 
@@ -63,6 +63,7 @@ impl Stats {
 /// Runs every benchmark, prints `bench: done` and powers off.
 pub fn run(native: bool, redistributor: &Redistributor) -> ! {
     pmu::enable_cycle_counter();
+    stamp_irq_entries();
     let bracket = minimum(bracket_alone);
 
     if native {

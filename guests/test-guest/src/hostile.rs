@@ -72,6 +72,17 @@ pub fn run(mode: &str, info: &BootInfo<'_>, target: Option<u64>) {
             // register, which Keel traps (HCR_EL2.TACR) and refuses; no memory is touched.
             unsafe { asm!("msr actlr_el1, {}", in(reg) 0u64, options(nomem, nostack)) };
         }
+        "pmu" => {
+            let dfr0: u64;
+            // SAFETY: reads an ID register; no memory is touched.
+            unsafe { asm!("mrs {}, id_aa64dfr0_el1", out(reg) dfr0, options(nomem, nostack)) };
+            println!("hostile: pmu: ID_AA64DFR0_EL1.PMUVer {}", (dfr0 >> 8) & 0xf);
+            let cycles: u64;
+            // SAFETY: deliberately hostile: the cycle counter of a PMU the ID registers said
+            // is absent, which Keel traps (MDCR_EL2.TPM) and refuses; no memory is touched.
+            unsafe { asm!("mrs {}, pmccntr_el0", out(reg) cycles, options(nomem, nostack)) };
+            println!("hostile: pmu read {cycles:#x}");
+        }
         unknown => {
             println!("hostile: unknown mode {unknown}");
             return;

@@ -1,11 +1,11 @@
 //! Per-pCPU EL2 configuration for running a guest vCPU: traps, stage 2, identity, timers,
 //! and the guest's EL1 state at power-on.
 
-use super::regs::{cnthctl, hcr, mdcr, read_sysreg, write_sysreg, SCTLR_EL1_RESET};
+use super::regs::{cnthctl, cptr, hcr, mdcr, read_sysreg, write_sysreg, SCTLR_EL1_RESET};
 
 /// Sets EL2 up to run vCPU `vcpu` of the VM with VMID `vmid` on this pCPU, with its EL1
-/// state as at power-on.
-pub fn prepare(vmid: u16, stage2_root: u64, vcpu: usize, trap_wfi: bool) {
+/// state as at power-on. `own_pmu`: the VM owns this pCPU's PMU, else the PMU is trapped.
+pub fn prepare(vmid: u16, stage2_root: u64, vcpu: usize, trap_wfi: bool, own_pmu: bool) {
     let mut hcr_value = hcr::VM
         | hcr::SWIO
         | hcr::FMO
@@ -17,6 +17,7 @@ pub fn prepare(vmid: u16, stage2_root: u64, vcpu: usize, trap_wfi: bool) {
         | hcr::TIDCP
         | hcr::TACR
         | hcr::TSW
+        | hcr::TID3
         | hcr::RW;
     if trap_wfi {
         hcr_value |= hcr::TWI;
@@ -25,13 +26,16 @@ pub fn prepare(vmid: u16, stage2_root: u64, vcpu: usize, trap_wfi: bool) {
     if read_sysreg!("id_aa64isar1_el1") & 0xff0 != 0 {
         hcr_value |= hcr::APK | hcr::API;
     }
-    // Guests may use the PMU counters (HPMN = all); debug registers trap and are refused.
+    // A VM that owns the PMU gets every counter (HPMN = all); otherwise the PMU and the
+    // statistical profiler trap, as do debug registers (read as zero, see trap.rs).
     let counters = (read_sysreg!("pmcr_el0") >> 11) & 0x1f;
-    let mdcr_value = mdcr::TDA | mdcr::TDOSA | mdcr::TDRA | counters;
-    // CPTR_EL2 (E2H = 0): RES1 bits 13, 12, 9, 7:0; TZ (bit 8) stays set unless SVE exists,
-    // so SVE and FP/SIMD run untrapped where present (Keel itself never uses them).
+    let pmu_traps = if own_pmu { 0 } else { mdcr::TPM | mdcr::TPMCR };
+    let mdcr_value = mdcr::TDA | mdcr::TDOSA | mdcr::TDRA | mdcr::TPMS | pmu_traps | counters;
+    // FP/SIMD and SVE (where present) run untrapped: the vCPU is this pCPU's only context and
+    // Keel itself never uses them, so their state never needs switching. The activity
+    // monitors trap (the ID registers hide them).
     let has_sve = (read_sysreg!("id_aa64pfr0_el1") >> 32) & 0xf != 0;
-    let cptr_value: u64 = 0x32ff | if has_sve { 0 } else { 1 << 8 };
+    let cptr_value = cptr::RES1 | cptr::TAM | if has_sve { 0 } else { cptr::TZ };
     let midr = read_sysreg!("midr_el1");
     // SAFETY: these registers configure how this pCPU runs its (only) guest vCPU; the stage-2
     // root is a complete table for the VM, and the EL1 state written is its reset state.

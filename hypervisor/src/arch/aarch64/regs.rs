@@ -43,6 +43,8 @@ pub mod hcr {
     pub const TWI: u64 = 1 << 13;
     /// Trap SMC.
     pub const TSC: u64 = 1 << 19;
+    /// Trap reads of the ID registers (group 3: ID_AA64*, ID_*, MVFR*).
+    pub const TID3: u64 = 1 << 18;
     /// Trap implementation-defined system registers.
     pub const TIDCP: u64 = 1 << 20;
     /// Trap ACTLR_EL1.
@@ -59,12 +61,61 @@ pub mod hcr {
 
 /// MDCR_EL2 bits (D23.2.109).
 pub mod mdcr {
+    /// Trap PMCR_EL0.
+    pub const TPMCR: u64 = 1 << 5;
+    /// Trap every other PMU register.
+    pub const TPM: u64 = 1 << 6;
     /// Trap debug register accesses.
     pub const TDA: u64 = 1 << 9;
+    /// Trap the statistical profiling registers.
+    pub const TPMS: u64 = 1 << 14;
     /// Trap OS-lock and power-down debug registers.
     pub const TDOSA: u64 = 1 << 10;
     /// Trap debug ROM address registers.
     pub const TDRA: u64 = 1 << 11;
+}
+
+/// CPTR_EL2 bits with E2H = 0 (D23.2.31).
+pub mod cptr {
+    /// RES1 bits 13, 12 (TSM where SME exists: SME traps), 9 and 7:0.
+    pub const RES1: u64 = 0x32ff;
+    /// Trap SVE (also RES1 where SVE does not exist).
+    pub const TZ: u64 = 1 << 8;
+    /// Trap the activity monitors.
+    pub const TAM: u64 = 1 << 30;
+}
+
+/// Reads ID register `S3_0_C0_C<crm>_<op2>` (the space HCR_EL2.TID3 traps; unallocated
+/// encodings there read as zero).
+pub fn read_id_register(crm: u8, op2: u8) -> u64 {
+    macro_rules! by_encoding {
+        ($($crm:literal: [$($op2:literal)*])*) => {
+            match (crm, op2) {
+                $($(($crm, $op2) => {
+                    let value: u64;
+                    // SAFETY: reading an ID register has no side effects and touches no memory.
+                    unsafe {
+                        core::arch::asm!(
+                            concat!("mrs {}, s3_0_c0_c", $crm, "_", $op2),
+                            out(reg) value,
+                            options(nomem, nostack, preserves_flags)
+                        );
+                    }
+                    value
+                })*)*
+                _ => 0,
+            }
+        };
+    }
+    by_encoding! {
+        1: [0 1 2 3 4 5 6 7]
+        2: [0 1 2 3 4 5 6 7]
+        3: [0 1 2 3 4 5 6 7]
+        4: [0 1 2 3 4 5 6 7]
+        5: [0 1 2 3 4 5 6 7]
+        6: [0 1 2 3 4 5 6 7]
+        7: [0 1 2 3 4 5 6 7]
+    }
 }
 
 /// CNTHCTL_EL2 bits with E2H = 0 (D23.8.2).
