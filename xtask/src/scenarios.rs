@@ -264,7 +264,9 @@ fn linux_beside_rt(name: &str) -> Result<()> {
 }
 
 /// Two Debian Linux VMs side by side, each with 2 vCPUs on its own pCPUs: both reach userspace,
-/// run stress-ng and cyclictest, and each kernel sees only its own 384 MiB of memory.
+/// run stress-ng and cyclictest, and each kernel sees only its own 384 MiB of memory. Then
+/// linux-a reads the physical address of linux-b's memory with devmem: Keel stops linux-a
+/// without it reading anything, and linux-b finishes its run.
 fn two_linux_vms() -> Result<()> {
     let ended = boot_to_end("two-linux")?;
     for vm in ["linux-a", "linux-b"] {
@@ -272,15 +274,26 @@ fn two_linux_vms() -> Result<()> {
             r"\] \[\s*[\d.]+\] Memory: \d+K/393216K available",
             r"\] KEEL-INIT-START$",
             r"\] stress-ng: info: .* successful run completed",
-            r"\] KEEL-INIT-END status=0$",
+            r"\] KEEL-STEP interrupts END [\d.]+ status=0$",
         ] {
             expect_line(&ended, &format!(r"^\[{vm}{pattern}"))?;
         }
-        expect_line(
-            &ended,
-            &format!(r"^\[keel\] vm '{vm}' \(id \d\) powered off$"),
-        )?;
     }
+    expect_line(&ended, r"^\[linux-a\] KEEL-STEP peek BEGIN ")?;
+    expect_line(
+        &ended,
+        r"^\[keel\] vm 'linux-a' \(id 0\) stopped: stage-2 fault: 4-byte read at IPA 0x60000000, outside its memory and devices",
+    )?;
+    if let Some(line) = lines_of(&ended, "linux-a")
+        .into_iter()
+        .find(|l| l.starts_with("KEEL-STEP peek END") || l.starts_with("KEEL-INIT-END"))
+    {
+        return Err(format!(
+            "linux-a went on after reading linux-b's memory: '{line}'"
+        ));
+    }
+    expect_line(&ended, r"^\[linux-b\] KEEL-INIT-END status=0$")?;
+    expect_line(&ended, r"^\[keel\] vm 'linux-b' \(id 1\) powered off$")?;
     expect_clean_exit(&ended)
 }
 
@@ -563,7 +576,7 @@ pub fn all() -> Vec<Scenario> {
         });
     }
     scenarios.push(Scenario {
-        name: "two Debian Linux VMs side by side, each on its own pCPUs, run stress-ng".into(),
+        name: "two Debian Linux VMs side by side run stress-ng; one reading the other's memory is stopped".into(),
         run: Box::new(two_linux_vms),
     });
     scenarios.push(Scenario {

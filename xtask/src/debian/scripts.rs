@@ -61,11 +61,17 @@ step() {
 }
 "#;
 
-/// `keel.test=stress`: a short smoke test of the programs and of interrupts.
+/// `keel.test=stress`: a short smoke test of the programs and of interrupts; with
+/// `keel.peek=ADDRESS` on the command line, it then reads that physical address with devmem
+/// (an isolation probe: an address outside the VM must end the VM, not return data).
 pub(super) const STRESS_TEST: &str = r#". /tests/lib.sh
 step stress-ng stress-ng --cpu 2 --timeout 5s --metrics-brief
 step cyclictest cyclictest -m -q -t 1 -l 1000 -i 1000 -p 90
 step interrupts cat /proc/interrupts
+peek=$(sed -n 's/.*keel\.peek=\([^ ]*\).*/\1/p' /proc/cmdline)
+if [ -n "$peek" ]; then
+    step peek devmem "$peek" 32
+fi
 exit $status
 "#;
 
