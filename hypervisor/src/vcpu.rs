@@ -5,9 +5,9 @@ use core::sync::atomic::Ordering;
 use keel_core::abi::layout;
 use keel_core::system::WfiPolicy;
 
-use crate::arch::{boot, cpu, gic, guest, vectors};
-use crate::irq;
+use crate::arch::{boot, cpu, gic, guest, timer, vectors};
 use crate::vm::{self, VmState};
+use crate::{irq, keel_println};
 
 /// Enters vCPU `vcpu` of VM `id` at `entry` with `x0`, from its power-on state.
 pub fn start(id: usize, vcpu: usize, entry: u64, x0: u64) -> ! {
@@ -25,6 +25,16 @@ pub fn start(id: usize, vcpu: usize, entry: u64, x0: u64) -> ! {
         .store(vm::vm(id).generation(), Ordering::Relaxed);
     if let Some(redistributor) = this.redistributor.get() {
         redistributor.enable_private(layout::VTIMER_INTID);
+    }
+    if vcpu == 0 {
+        // Time since power-on, so boot times under Keel can count what came before the guest.
+        let micros = u128::from(timer::now()) * 1_000_000 / u128::from(timer::frequency().max(1));
+        keel_println!(
+            "vm '{}' (id {id}) starts at {}.{:06} s",
+            desc.name,
+            micros / 1_000_000,
+            micros % 1_000_000
+        );
     }
     let mut regs = vectors::GuestRegs::default();
     regs.x[0] = x0;

@@ -308,7 +308,7 @@ fn guest_bytes(desc: &VmDesc, ipa: GuestPhysAddr, len: usize) -> Option<&'static
 /// Copies `bytes` into the VM's memory at `ipa` and cleans them to the point of coherency.
 fn copy_into(desc: &VmDesc, ipa: GuestPhysAddr, bytes: &[u8]) {
     if let Some(destination) = guest_bytes(desc, ipa, bytes.len()) {
-        destination.copy_from_slice(bytes);
+        cpu::copy_bytes(destination, bytes);
         cpu::clean_to_poc(destination.as_ptr() as usize, bytes.len());
     }
 }

@@ -190,7 +190,15 @@ fn linux() -> Result<()> {
     let under_keel = machine
         .spawn(&output_dir().join("logs/bench-linux-keel.log"))?
         .finish(Duration::from_secs(900));
-    let under_keel = parse_linux(&under_keel.lines, "[linux] ")?;
+    let keel_start = Regex::new(r"^\[keel\] vm 'linux' \(id 0\) starts at ([\d.]+) s$").unwrap();
+    let before_guest = under_keel
+        .lines
+        .iter()
+        .find_map(|line| keel_start.captures(line)?[1].parse::<f64>().ok())
+        .ok_or("Keel did not say when the Linux VM started")?;
+    let mut under_keel = parse_linux(&under_keel.lines, "[linux] ")?;
+    // The kernel's uptime starts with the kernel: add the time Keel took before it.
+    under_keel.boot += before_guest;
 
     println!();
     println!("Debian 6.1 cloud kernel + initramfs, 1 CPU, -icount shift=0,sleep=off (seconds of virtual time, 10 ms resolution)");
@@ -207,7 +215,7 @@ fn linux() -> Result<()> {
         println!("{name:<34} {native:>12.2} {keel:>12.2} {ratio:>12}");
     };
     row(
-        "kernel start to /init's first step",
+        "power-on to /init's first step",
         native.boot,
         under_keel.boot,
     );
@@ -234,6 +242,6 @@ fn linux() -> Result<()> {
             }
         );
     }
-    println!("Boot is measured from the kernel's own start (its uptime): Keel's time before the guest (loading images) is not in it.");
+    println!("Boot: the kernel's uptime at /init's first step, plus under Keel the time from power-on to the VM's first instruction (Keel's own line); natively QEMU starts the kernel at power-on.");
     Ok(())
 }

@@ -42,6 +42,40 @@ pub fn dsb_sy() {
     unsafe { core::arch::asm!("dsb sy", options(nostack, preserves_flags)) };
 }
 
+/// Copies `source` into `destination` (of the same length) sixteen bytes per load/store pair,
+/// whatever either's alignment. Keel allows unaligned accesses to normal memory
+/// (SCTLR_EL2.A = 0) but its Rust target assumes strict alignment, so `copy_from_slice` copies
+/// a misaligned source byte by byte (~3 instructions a byte), as it would the guest images,
+/// which are embedded at byte alignment.
+pub fn copy_bytes(destination: &mut [u8], source: &[u8]) {
+    assert_eq!(
+        destination.len(),
+        source.len(),
+        "copy_bytes: lengths differ"
+    );
+    let pairs = source.len() / 16;
+    if pairs > 0 {
+        // SAFETY: reads `pairs * 16` bytes of `source` and writes as many of `destination`,
+        // both inside their slices; both are normal memory, where unaligned LDP/STP are allowed.
+        unsafe {
+            core::arch::asm!(
+                "1: ldp {a}, {b}, [{source}], #16",
+                "stp {a}, {b}, [{destination}], #16",
+                "subs {pairs}, {pairs}, #1",
+                "b.ne 1b",
+                source = inout(reg) source.as_ptr() => _,
+                destination = inout(reg) destination.as_mut_ptr() => _,
+                pairs = inout(reg) pairs => _,
+                a = out(reg) _,
+                b = out(reg) _,
+                options(nostack),
+            )
+        };
+    }
+    let copied = pairs * 16;
+    destination[copied..].copy_from_slice(&source[copied..]);
+}
+
 /// Cleans and invalidates one data cache line by set/way (`DC CISW`; `set_way` as the
 /// instruction's operand: level in bits 3:1, set and way above). Keel performs a guest's trapped
 /// set/way operations this way: set/way operations act on this pCPU's caches, and a clean

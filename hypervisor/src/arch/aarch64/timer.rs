@@ -7,6 +7,11 @@ pub fn frequency() -> u64 {
     read_sysreg!("cntfrq_el0")
 }
 
+/// The physical counter (CNTPCT_EL0): ticks since the machine powered on.
+pub fn now() -> u64 {
+    read_sysreg!("cntpct_el0")
+}
+
 /// Arms the EL2 physical timer to fire `ticks` counter ticks from now.
 pub fn arm_hyp_timer(ticks: u64) {
     // SAFETY: CNTHP_* is Keel's own timer; programming it only schedules an interrupt.
