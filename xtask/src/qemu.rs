@@ -43,7 +43,9 @@ pub struct Machine {
     pub cpus: u32,
     /// EL2 present (Keel) or not (a guest running natively at EL1).
     pub virtualization: bool,
-    /// Deterministic virtual time: one instruction per nanosecond (`-icount shift=0,sleep=off`).
+    /// Deterministic virtual time: one instruction per nanosecond (`-icount shift=0,sleep=off`),
+    /// with QEMU's random seeds and the RTC's start fixed too (without a fixed RTC base, the
+    /// host's date reaches the guest and Linux runs differ from one another).
     pub icount: bool,
     /// Kernel command line (`-append`), for native guests.
     pub append: Option<String>,
@@ -171,7 +173,7 @@ impl Machine {
                     "-seed",
                     "1",
                     "-rtc",
-                    "clock=vm",
+                    "base=2024-01-01T00:00:00,clock=vm",
                 ]
                 .map(String::from),
             );
