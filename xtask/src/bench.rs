@@ -63,6 +63,7 @@ pub fn run() -> Result<()> {
         append: Some("keel.native keel.mode=bench".into()),
         dtb: None,
         initrd: None,
+        modules: Vec::new(),
     };
     let native = native
         .spawn(&output_dir().join("logs/bench-native.log"))?
@@ -119,7 +120,9 @@ struct LinuxFigures {
     latencies: BTreeMap<String, [u64; 3]>,
 }
 
-fn parse_linux(lines: &[String], prefix: &str) -> Result<LinuxFigures> {
+/// The figures of one Linux run, read from the console lines that begin with `prefix`; `run`
+/// says which run it was in the error ("natively", "under Keel", "under Xen").
+fn parse_linux(lines: &[String], prefix: &str, run: &str) -> Result<LinuxFigures> {
     let step = Regex::new(r"^KEEL-STEP (\S+) (BEGIN|END) ([\d.]+)").unwrap();
     let latency = Regex::new(r"^# (Min|Avg|Max) Latencies: (\d+)").unwrap();
     let mut figures = LinuxFigures::default();
@@ -155,16 +158,21 @@ fn parse_linux(lines: &[String], prefix: &str) -> Result<LinuxFigures> {
         }
     }
     if !done {
+        let last = lines
+            .iter()
+            .rev()
+            .find(|line| !line.trim().is_empty())
+            .map_or("none".to_string(), |line| format!("{line:?}"));
         return Err(format!(
-            "the Linux benchmark did not finish{}",
-            if prefix.is_empty() { "" } else { " under Keel" }
+            "the Linux benchmark did not finish {run} (no 'KEEL-INIT-END status=0'; last console line: {last})"
         ));
     }
     Ok(figures)
 }
 
-/// Debian's cloud kernel and initramfs running BENCHMARKING.md's commands, natively and under
-/// Keel on the same QEMU (`-icount shift=0,sleep=off`, one CPU for the guest).
+/// Debian's cloud kernel and initramfs running BENCHMARKING.md's commands natively, under Keel
+/// and as dom0 of Debian's Xen 4.17, on the same QEMU (`-icount shift=0,sleep=off`, one CPU for
+/// the guest). A failed Xen run is reported under the table, which keeps its other columns.
 fn linux() -> Result<()> {
     let keel = build_system(&workspace().join("configs/bench-linux.toml"))?;
     let vm = &keel.system.vms[0];
@@ -180,11 +188,12 @@ fn linux() -> Result<()> {
         append: Some(vm.cmdline.clone()),
         dtb: None,
         initrd: Some(initrd.path.clone()),
+        modules: Vec::new(),
     };
     let native = native
         .spawn(&output_dir().join("logs/bench-linux-native.log"))?
         .finish(Duration::from_secs(900));
-    let native = parse_linux(&native.lines, "")?;
+    let native = parse_linux(&native.lines, "", "natively")?;
     let mut machine = Machine::keel(&keel.path, keel.system.pcpus);
     machine.icount = true;
     let under_keel = machine
@@ -196,28 +205,39 @@ fn linux() -> Result<()> {
         .iter()
         .find_map(|line| keel_start.captures(line)?[1].parse::<f64>().ok())
         .ok_or("Keel did not say when the Linux VM started")?;
-    let mut under_keel = parse_linux(&under_keel.lines, "[linux] ")?;
+    let mut under_keel = parse_linux(&under_keel.lines, "[linux] ", "under Keel")?;
     // The kernel's uptime starts with the kernel: add the time Keel took before it.
     under_keel.boot += before_guest;
+    let under_xen = linux_under_xen(vm.size, &vm.image_path, &initrd.path, &vm.cmdline);
 
     println!();
     println!("Debian 6.1 cloud kernel + initramfs, 1 CPU, -icount shift=0,sleep=off (seconds of virtual time, 10 ms resolution)");
+    println!("Xen: Debian's Xen 4.17 (default settings), the same kernel and initramfs as dom0");
     println!(
-        "{:<34} {:>12} {:>12} {:>12}",
-        "measure", "native", "Keel", "Keel/native"
+        "{:<34} {:>12} {:>12} {:>12} {:>12} {:>12}",
+        "measure", "native", "Keel", "Xen", "Keel/native", "Xen/native"
     );
-    let row = |name: &str, native: f64, keel: f64| {
-        let ratio = if native > 0.0 {
-            format!("{:.3}", keel / native)
+    let xen = under_xen.as_ref().ok();
+    let ratio = |native: f64, other: f64| {
+        if native > 0.0 {
+            format!("{:.3}", other / native)
         } else {
             "-".into()
-        };
-        println!("{name:<34} {native:>12.2} {keel:>12.2} {ratio:>12}");
+        }
+    };
+    let row = |name: &str, native: f64, keel: f64, xen: Option<f64>| {
+        println!(
+            "{name:<34} {native:>12.2} {keel:>12.2} {:>12} {:>12} {:>12}",
+            xen.map_or("-".into(), |xen| format!("{xen:.2}")),
+            ratio(native, keel),
+            xen.map_or("-".into(), |xen| ratio(native, xen)),
+        );
     };
     row(
         "power-on to /init's first step",
         native.boot,
         under_keel.boot,
+        xen.map(|xen| xen.boot),
     );
     for (name, &seconds) in &native.steps {
         if !native.latencies.contains_key(name) {
@@ -225,23 +245,108 @@ fn linux() -> Result<()> {
                 name,
                 seconds,
                 under_keel.steps.get(name).copied().unwrap_or(0.0),
+                xen.map(|xen| xen.steps.get(name).copied().unwrap_or(0.0)),
             );
         }
     }
-    for (name, [min, avg, max]) in &native.latencies {
+    let latency = |figures: [u64; 3]| format!("{}/{}/{}", figures[0], figures[1], figures[2]);
+    let avg_ratio = |native: u64, other: u64| {
+        if native > 0 {
+            format!("avg {:.2}", other as f64 / native as f64)
+        } else {
+            "-".into()
+        }
+    };
+    for (name, &figures) in &native.latencies {
         let keel = under_keel.latencies.get(name).copied().unwrap_or_default();
+        let xen = xen.map(|xen| xen.latencies.get(name).copied().unwrap_or_default());
         println!(
-            "{:<34} {:>12} {:>12} {:>12}",
+            "{:<34} {:>12} {:>12} {:>12} {:>12} {:>12}",
             format!("{name} min/avg/max (µs)"),
-            format!("{min}/{avg}/{max}"),
-            format!("{}/{}/{}", keel[0], keel[1], keel[2]),
-            if *avg > 0 {
-                format!("avg {:.2}", keel[1] as f64 / *avg as f64)
-            } else {
-                "-".into()
-            }
+            latency(figures),
+            latency(keel),
+            xen.map_or("-".into(), latency),
+            avg_ratio(figures[1], keel[1]),
+            xen.map_or("-".into(), |xen| avg_ratio(figures[1], xen[1])),
         );
     }
-    println!("Boot: the kernel's uptime at /init's first step, plus under Keel the time from power-on to the VM's first instruction (Keel's own line); natively QEMU starts the kernel at power-on.");
+    println!("Boot: the kernel's uptime at /init's first step, plus the hypervisor's time from power-on to starting the guest (Keel: its 'starts at' line; Xen: its timestamp when it frees its init memory, just before dom0 runs); natively QEMU starts the kernel at power-on.");
+    if let Err(error) = under_xen {
+        println!("Xen run FAILED, so its columns are empty: {error}");
+    }
     Ok(())
+}
+
+/// The kernel and initramfs as dom0 of Debian's Xen 4.17 with its default settings (one CPU,
+/// dom0 given the Keel VM's `memory` bytes, console on QEMU's PL011). Dom0 writes its console
+/// through Xen (`hvc0`), which passes the hardware domain's lines on without a prefix; the other
+/// words of `cmdline` are the native run's.
+fn linux_under_xen(
+    memory: u64,
+    kernel: &std::path::Path,
+    initrd: &std::path::Path,
+    cmdline: &str,
+) -> Result<LinuxFigures> {
+    let xen = crate::debian::xen(&output_dir().join("debian"))
+        .map_err(|e| format!("fetching Xen: {e}"))?;
+    let bootargs = cmdline
+        .split_whitespace()
+        .map(|word| {
+            if word.starts_with("console=") {
+                "console=hvc0"
+            } else {
+                word
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    // Timestamps on Xen's own lines (console only) say when it starts dom0.
+    let xen_cmdline = format!(
+        "dom0_mem={}M console=dtuart console_timestamps=boot",
+        memory >> 20
+    );
+    let mut machine = Machine::xen(&xen, &xen_cmdline, kernel, &bootargs, initrd)?;
+    machine.icount = true;
+    let log = output_dir().join("logs/bench-linux-xen.log");
+    let ended = machine.spawn(&log)?.finish(Duration::from_secs(900));
+    let mut figures = parse_linux(&ended.lines, "", "under Xen")
+        .map_err(|e| format!("{e}; log: {}", log.display()))?;
+    // Xen frees its init memory just before it starts dom0: count its time until then.
+    let freed = Regex::new(r"^\(XEN\) \[\s*([\d.]+)\] Freed \d+kB init memory").unwrap();
+    figures.boot += ended
+        .lines
+        .iter()
+        .find_map(|line| freed.captures(line)?[1].parse::<f64>().ok())
+        .ok_or_else(|| format!("Xen did not say when dom0 started; log: {}", log.display()))?;
+    Ok(figures)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn linux_figures_from_markers_and_a_run_that_did_not_finish() {
+        let lines: Vec<String> = [
+            "(XEN) d0v0: a hypervisor line",
+            "KEEL-STEP cyclictest BEGIN 1.05",
+            "KEEL-STEP cyclictest END 3.12 status=0",
+            "# Min Latencies: 00004",
+            "# Avg Latencies: 00005",
+            "# Max Latencies: 00017",
+            "KEEL-STEP dd BEGIN 6.62",
+            "KEEL-STEP dd END 6.81 status=0",
+        ]
+        .map(String::from)
+        .to_vec();
+        let error = parse_linux(&lines, "", "under Xen").err().unwrap();
+        assert!(error.contains("did not finish under Xen"), "{error}");
+        assert!(error.contains("KEEL-STEP dd END 6.81"), "{error}");
+        let mut lines = lines;
+        lines.push("KEEL-INIT-END status=0".into());
+        let figures = parse_linux(&lines, "", "natively").unwrap();
+        assert_eq!(figures.boot, 1.05);
+        assert!((figures.steps["dd"] - 0.19).abs() < 1e-9);
+        assert_eq!(figures.latencies["cyclictest"], [4, 5, 17]);
+    }
 }

@@ -11,6 +11,29 @@ use regex::Regex;
 
 use crate::Result;
 
+/// Where the `virt` machine's RAM begins, and how much every machine here has (`-m`).
+pub const RAM_BASE: u64 = 0x4000_0000;
+pub const RAM_SIZE: u64 = 1 << 30;
+
+const MIB: u64 = 1 << 20;
+
+/// A file that QEMU's `guest-loader` device puts in memory for a hypervisor given with
+/// `-kernel` to find (QEMU lists it under `/chosen` of the device tree, as a multiboot module).
+#[derive(Clone, Debug)]
+pub struct Module {
+    /// Where it is loaded.
+    pub address: u64,
+    pub file: PathBuf,
+    /// What it is: a kernel with its command line, or the initrd of that kernel.
+    pub kind: ModuleKind,
+}
+
+#[derive(Clone, Debug)]
+pub enum ModuleKind {
+    Kernel { bootargs: String },
+    Initrd,
+}
+
 /// How to start QEMU.
 #[derive(Clone, Debug)]
 pub struct Machine {
@@ -20,7 +43,9 @@ pub struct Machine {
     pub cpus: u32,
     /// EL2 present (Keel) or not (a guest running natively at EL1).
     pub virtualization: bool,
-    /// Deterministic virtual time: one instruction per nanosecond (`-icount shift=0,sleep=off`).
+    /// Deterministic virtual time: one instruction per nanosecond (`-icount shift=0,sleep=off`),
+    /// with QEMU's random seeds and the RTC's start fixed too (without a fixed RTC base, the
+    /// host's date reaches the guest and Linux runs differ from one another).
     pub icount: bool,
     /// Kernel command line (`-append`), for native guests.
     pub append: Option<String>,
@@ -28,6 +53,8 @@ pub struct Machine {
     pub dtb: Option<PathBuf>,
     /// An initial RAM disk (`-initrd`), for native Linux.
     pub initrd: Option<PathBuf>,
+    /// Files for a hypervisor other than Keel to boot (`-device guest-loader`).
+    pub modules: Vec<Module>,
 }
 
 impl Machine {
@@ -41,7 +68,75 @@ impl Machine {
             append: None,
             dtb: None,
             initrd: None,
+            modules: Vec::new(),
         }
+    }
+
+    /// The Xen image `xen` (an arm64 Image) on one CPU, with its command line `xen_cmdline`,
+    /// booting `kernel` with `bootargs` and `initrd` as dom0. The two are loaded from 16 MiB into
+    /// RAM on, each at a 2 MiB boundary, and must end below where QEMU puts its device tree
+    /// (`RAM_BASE + min(RAM_SIZE / 2, 128 MiB)` when there is no `-initrd`).
+    pub fn xen(
+        xen: &Path,
+        xen_cmdline: &str,
+        kernel: &Path,
+        bootargs: &str,
+        initrd: &Path,
+    ) -> Result<Self> {
+        let size = |path: &Path| {
+            std::fs::metadata(path)
+                .map(|m| m.len())
+                .map_err(|e| format!("{}: {e}", path.display()))
+        };
+        // Xen's own extent, from its Image header: text_offset at 8, image_size at 16.
+        let header = std::fs::read(xen).map_err(|e| format!("{}: {e}", xen.display()))?;
+        let field = |at: usize| {
+            header
+                .get(at..at + 8)
+                .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+        };
+        let (Some(text_offset), Some(image_size)) = (field(8), field(16)) else {
+            return Err(format!("{}: no arm64 Image header", xen.display()));
+        };
+        let first = RAM_BASE + 16 * MIB;
+        if RAM_BASE + 2 * MIB + text_offset + image_size > first {
+            return Err(format!(
+                "{}: the image ({image_size:#x} bytes at offset {text_offset:#x}) overlaps its modules at {first:#x}",
+                xen.display()
+            ));
+        }
+        let kernel_end = first + size(kernel)?;
+        let initrd_address = kernel_end.next_multiple_of(2 * MIB);
+        let end = initrd_address + size(initrd)?;
+        let dtb = RAM_BASE + (RAM_SIZE / 2).min(128 * MIB);
+        if end > dtb {
+            return Err(format!(
+                "the dom0 kernel and initrd end at {end:#x}, beyond QEMU's device tree at {dtb:#x}"
+            ));
+        }
+        Ok(Self {
+            kernel: xen.into(),
+            cpus: 1,
+            virtualization: true,
+            icount: false,
+            append: Some(xen_cmdline.into()),
+            dtb: None,
+            initrd: None,
+            modules: vec![
+                Module {
+                    address: first,
+                    file: kernel.into(),
+                    kind: ModuleKind::Kernel {
+                        bootargs: bootargs.into(),
+                    },
+                },
+                Module {
+                    address: initrd_address,
+                    file: initrd.into(),
+                    kind: ModuleKind::Initrd,
+                },
+            ],
+        })
     }
 
     /// QEMU's arguments (without the console wiring).
@@ -57,7 +152,7 @@ impl Machine {
             "-cpu",
             "cortex-a72",
             "-m",
-            "1G",
+            &format!("{}M", RAM_SIZE / MIB),
             "-smp",
             &self.cpus.to_string(),
             "-display",
@@ -78,7 +173,7 @@ impl Machine {
                     "-seed",
                     "1",
                     "-rtc",
-                    "clock=vm",
+                    "base=2024-01-01T00:00:00,clock=vm",
                 ]
                 .map(String::from),
             );
@@ -92,6 +187,20 @@ impl Machine {
         }
         if let Some(dtb) = &self.dtb {
             args.extend(["-dtb".to_string(), dtb.display().to_string()]);
+        }
+        for module in &self.modules {
+            // QEMU's option syntax: a comma inside a value is written twice.
+            let file = module.file.display().to_string().replace(',', ",,");
+            let what = match &module.kind {
+                ModuleKind::Kernel { bootargs } => {
+                    format!("kernel={file},bootargs={}", bootargs.replace(',', ",,"))
+                }
+                ModuleKind::Initrd => format!("initrd={file}"),
+            };
+            args.extend([
+                "-device".to_string(),
+                format!("guest-loader,addr={:#x},{what}", module.address),
+            ]);
         }
         args
     }
@@ -278,5 +387,49 @@ impl Drop for Session {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xen_modules_are_placed_from_file_sizes_below_the_device_tree() {
+        let directory = std::env::temp_dir().join(format!("keel-qemu-test-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).unwrap();
+        let (xen, kernel, initrd) = (
+            directory.join("xen"),
+            directory.join("Image,1"),
+            directory.join("initrd"),
+        );
+        let mut header = vec![0; 0x40];
+        header[16..24].copy_from_slice(&0x13_60c8u64.to_le_bytes());
+        std::fs::write(&xen, &header).unwrap();
+        std::fs::write(&kernel, vec![0; 3 << 20]).unwrap();
+        std::fs::write(&initrd, vec![0; 1 << 20]).unwrap();
+        let machine = Machine::xen(&xen, "dom0_mem=512M", &kernel, "a=b,c", &initrd).unwrap();
+        let args = machine.arguments();
+        let loaders: Vec<&String> = args
+            .iter()
+            .filter(|a| a.starts_with("guest-loader"))
+            .collect();
+        assert_eq!(
+            loaders,
+            [
+                &format!(
+                    "guest-loader,addr=0x41000000,kernel={},,1,bootargs=a=b,,c",
+                    directory.join("Image").display()
+                ),
+                &format!("guest-loader,addr=0x41400000,initrd={}", initrd.display()),
+            ]
+        );
+        assert!(args.windows(2).any(|w| w == ["-smp", "1"]));
+        // A kernel that would reach QEMU's device tree at 0x4800_0000 is refused.
+        std::fs::write(&kernel, vec![0; 111 << 20]).unwrap();
+        assert!(Machine::xen(&xen, "", &kernel, "", &initrd)
+            .unwrap_err()
+            .contains("beyond QEMU's device tree"));
+        std::fs::remove_dir_all(&directory).unwrap();
     }
 }

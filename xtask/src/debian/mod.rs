@@ -9,6 +9,9 @@
 //! <flavour>/initramfs.cpio.gz                the image, and initramfs.manifest: what it was built from
 //! ```
 //!
+//! Debian's Xen 4.17 (`xen-hypervisor-4.17-arm64`) comes the same way, for the benchmark's peer
+//! run (`xen.rs`).
+//!
 //! The initramfs carries busybox, rt-tests and stress-ng. Shared libraries are found from the
 //! ELF `DT_NEEDED` entries of the programs (read by `elf.rs`, never by running arm64 code), in
 //! the packages fetched so far; a library that none of them has is looked for in the
@@ -27,7 +30,9 @@ mod firmware;
 mod initramfs;
 mod kernel;
 mod scripts;
+mod xen;
 
 pub use firmware::firmware;
 pub use initramfs::initramfs;
 pub use kernel::{kernel, FLAVOURS};
+pub use xen::xen;
