@@ -4,6 +4,7 @@
 //! [`BootError`] naming it, printed on the early console before Keel powers off.
 
 use keel_core::fdt::{Fdt, FdtError, Node};
+use keel_core::seed::SeedKey;
 
 use crate::arch::boot::MAX_CPUS;
 
@@ -30,6 +31,8 @@ pub struct Platform {
     pub uart: u64,
     /// Its interrupt id.
     pub uart_intid: u32,
+    /// The key of the guests' entropy seeds, from `/chosen/rng-seed` (None without one).
+    pub seed_key: Option<SeedKey>,
 }
 
 /// Why Keel cannot boot on this device tree.
@@ -149,6 +152,13 @@ impl Platform {
             _ => return Err(bad_interrupts),
         };
 
+        let seed_key = match fdt.find_node("/chosen")? {
+            Some(chosen) => chosen
+                .property("rng-seed")?
+                .and_then(SeedKey::from_platform),
+            None => None,
+        };
+
         Ok(Self {
             model,
             ram_base,
@@ -160,6 +170,7 @@ impl Platform {
             gicr_size,
             uart: uart_base,
             uart_intid,
+            seed_key,
         })
     }
 }

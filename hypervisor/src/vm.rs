@@ -10,6 +10,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use keel_core::abi::layout;
 use keel_core::addr::{GuestPhysAddr, VmId};
 use keel_core::devices::{pl011::Pl011, vgic::Vgic};
+use keel_core::seed;
 use keel_core::stage2::MemoryKind;
 use keel_core::system::VmDesc;
 use spin::{Mutex, Once};
@@ -277,7 +278,7 @@ pub fn build(id: usize) -> Result<(), LoadError> {
     VMS[id]
         .stage2_root
         .store(tables.root_phys(), Ordering::Relaxed);
-    load_images(desc);
+    load_images(desc, VMS[id].generation());
     reset_devices(id);
     VMS[id].set_vcpu_power(0, VcpuPower::On);
     Ok(())
@@ -313,7 +314,7 @@ fn copy_into(desc: &VmDesc, ipa: GuestPhysAddr, bytes: &[u8]) {
     }
 }
 
-fn load_images(desc: &VmDesc) {
+fn load_images(desc: &VmDesc, generation: u32) {
     if let Some(flash) = desc.flash {
         // Erased NOR flash reads as all ones; the image is then written at its start.
         if let Some(bytes) = guest_bytes(desc, flash.ipa, flash.size as usize) {
@@ -323,8 +324,19 @@ fn load_images(desc: &VmDesc) {
     }
     copy_into(desc, desc.image_ipa, desc.image);
     copy_into(desc, desc.dtb_ipa, desc.dtb);
+    seed_device_tree(desc, generation);
     if !desc.initrd.is_empty() {
         copy_into(desc, desc.initrd_ipa, desc.initrd);
+    }
+}
+
+/// Gives the VM's copy of its device tree this boot's `/chosen/rng-seed` (see
+/// [`keel_core::seed`]): without it Linux has no entropy and every system call pays for it.
+fn seed_device_tree(desc: &VmDesc, generation: u32) {
+    let key = crate::platform().seed_key.as_ref();
+    if let Ok(Some(patch)) = seed::seed_patch(desc.dtb, key, desc.id, generation) {
+        let ipa = GuestPhysAddr(desc.dtb_ipa.0 + patch.offset as u64);
+        copy_into(desc, ipa, patch.bytes());
     }
 }
 
@@ -357,7 +369,7 @@ pub fn reset(id: usize) {
         vm.set_vcpu_power(vcpu, VcpuPower::Off);
     }
     kick_vm(id);
-    load_images(desc);
+    load_images(desc, vm.generation());
     reset_devices(id);
     // Cannot fail: every vCPU was just turned off.
     let _ = vm.request_start(0, desc.image_ipa.0, desc.dtb_ipa.0);

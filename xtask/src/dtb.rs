@@ -7,6 +7,7 @@
 
 use keel_core::abi::layout;
 use keel_core::config::{Vm, DTB_REGION_SIZE};
+use keel_core::seed::GUEST_SEED_LEN;
 use vm_fdt::FdtWriter;
 
 /// Phandle of the GIC, the interrupt parent of every device.
@@ -167,6 +168,8 @@ fn write_tree(vm: &Vm) -> Result<Vec<u8>, vm_fdt::Error> {
 
     let chosen = fdt.begin_node("chosen")?;
     fdt.property_string("bootargs", &vm.cmdline)?;
+    // Placeholder Keel fills with the VM's seed at each boot, or removes (keel_core::seed).
+    fdt.property("rng-seed", &[0; GUEST_SEED_LEN])?;
     if vm.console {
         fdt.property_string("stdout-path", &uart_path)?;
     }
@@ -184,6 +187,7 @@ fn write_tree(vm: &Vm) -> Result<Vec<u8>, vm_fdt::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use keel_core::addr::VmId;
     use keel_core::config::ImageSource;
     use keel_core::system::WfiPolicy;
     use std::path::PathBuf;
@@ -234,6 +238,16 @@ mod tests {
         let fdt = keel_core::fdt::Fdt::new(&without).unwrap();
         let chosen = fdt.find_node("/chosen").unwrap().unwrap();
         assert_eq!(chosen.property("linux,initrd-start").unwrap(), None);
+    }
+
+    #[test]
+    fn chosen_reserves_the_rng_seed_keel_fills() {
+        let blob = guest_dtb(&vm(false, vec![1])).unwrap();
+        let key = keel_core::seed::SeedKey::from_platform(&[3; 32]).unwrap();
+        let patch = keel_core::seed::seed_patch(&blob, Some(&key), VmId(0), 0)
+            .unwrap()
+            .expect("a /chosen/rng-seed placeholder");
+        assert_eq!(patch.bytes().len(), GUEST_SEED_LEN);
     }
 
     fn be32(blob: &[u8], offset: usize) -> u32 {

@@ -14,7 +14,7 @@ mod iter;
 mod node;
 mod structure;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use error::FdtError;
 pub use header::{total_size, Fdt};
@@ -22,3 +22,4 @@ pub use iter::{
     CellIter, Children, CompatibleNodes, MemoryReservations, Properties, RegIter, StringList,
 };
 pub use node::{Node, Property};
+pub use structure::FDT_NOP;

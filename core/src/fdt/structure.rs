@@ -7,7 +7,7 @@ use super::{Fdt, FdtError, Node};
 pub(super) const FDT_BEGIN_NODE: u32 = 0x1;
 pub(super) const FDT_END_NODE: u32 = 0x2;
 pub(super) const FDT_PROP: u32 = 0x3;
-pub(super) const FDT_NOP: u32 = 0x4;
+pub const FDT_NOP: u32 = 0x4;
 pub(super) const FDT_END: u32 = 0x9;
 
 /// One structure block token (§5.4.1), borrowed from the blob.

@@ -8,15 +8,15 @@ use super::{total_size, Fdt, Node};
 use std::vec::Vec;
 
 /// A minimal blob writer for tests (§5): header, reservations, structure, strings.
-pub(super) struct Builder {
-    pub(super) structure: Vec<u8>,
-    pub(super) strings: Vec<u8>,
-    pub(super) reservations: Vec<(u64, u64)>,
-    pub(super) version: u32,
+pub(crate) struct Builder {
+    pub(crate) structure: Vec<u8>,
+    pub(crate) strings: Vec<u8>,
+    pub(crate) reservations: Vec<(u64, u64)>,
+    pub(crate) version: u32,
 }
 
 impl Builder {
-    pub(super) fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             structure: Vec::new(),
             strings: Vec::new(),
@@ -36,7 +36,7 @@ impl Builder {
         }
     }
 
-    pub(super) fn begin(&mut self, name: &str) -> &mut Self {
+    pub(crate) fn begin(&mut self, name: &str) -> &mut Self {
         self.word(FDT_BEGIN_NODE);
         self.structure.extend_from_slice(name.as_bytes());
         self.structure.push(0);
@@ -44,15 +44,15 @@ impl Builder {
         self
     }
 
-    pub(super) fn end(&mut self) -> &mut Self {
+    pub(crate) fn end(&mut self) -> &mut Self {
         self.word(FDT_END_NODE)
     }
 
-    pub(super) fn nop(&mut self) -> &mut Self {
+    pub(crate) fn nop(&mut self) -> &mut Self {
         self.word(FDT_NOP)
     }
 
-    pub(super) fn prop(&mut self, name: &str, value: &[u8]) -> &mut Self {
+    pub(crate) fn prop(&mut self, name: &str, value: &[u8]) -> &mut Self {
         let mut key = name.as_bytes().to_vec();
         key.push(0);
         let name_offset = match self.strings.windows(key.len()).position(|w| w == key) {
@@ -70,17 +70,17 @@ impl Builder {
         self
     }
 
-    pub(super) fn cells(&mut self, name: &str, cells: &[u32]) -> &mut Self {
+    pub(crate) fn cells(&mut self, name: &str, cells: &[u32]) -> &mut Self {
         let value: Vec<u8> = cells.iter().flat_map(|c| c.to_be_bytes()).collect();
         self.prop(name, &value)
     }
 
-    pub(super) fn strs(&mut self, name: &str, strings: &[&str]) -> &mut Self {
+    pub(crate) fn strs(&mut self, name: &str, strings: &[&str]) -> &mut Self {
         let value: Vec<u8> = strings.iter().flat_map(|s| s.bytes().chain([0])).collect();
         self.prop(name, &value)
     }
 
-    pub(super) fn finish(&mut self) -> Vec<u8> {
+    pub(crate) fn finish(&mut self) -> Vec<u8> {
         self.word(FDT_END);
         let reservations_offset = HEADER_SIZE_V17;
         let structure_offset = reservations_offset + 16 * (self.reservations.len() + 1);
