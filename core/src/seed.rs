@@ -9,9 +9,10 @@
 //! Every VM gets its own 32 bytes, the first half of the ChaCha20 block (RFC 8439 §2.3)
 //! keyed with the platform's seed and with the VM's id and reset generation as nonce: no
 //! two VMs, and no two boots of one VM, see the same seed, and none learns the platform's.
-//! The build tool reserves the property in each guest device tree ([`GUEST_SEED_LEN`] zero
-//! bytes); without a platform seed Keel overwrites it with `FDT_NOP`s, so that a guest is
-//! never handed a known seed as if it were entropy.
+//! The next 8 bytes of the block are its `/chosen/kaslr-seed`, which Linux places its kernel
+//! with (KASLR), as QEMU gives a kernel it boots directly. The build tool reserves both
+//! properties in each guest device tree (zero bytes); without a platform seed Keel overwrites
+//! them with `FDT_NOP`s, so that a guest is never handed a known seed as if it were entropy.
 
 use crate::addr::VmId;
 use crate::fdt::{Fdt, FdtError, FDT_NOP};
@@ -19,6 +20,34 @@ use crate::fdt::{Fdt, FdtError, FDT_NOP};
 /// Length of the `/chosen/rng-seed` Keel gives a guest: 256 bits, what Linux needs to be
 /// ready; also the least platform seed Keel accepts.
 pub const GUEST_SEED_LEN: usize = 32;
+
+/// A seed property Keel fills in each guest device tree's `/chosen`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SeedProperty {
+    /// The property's name.
+    pub name: &'static str,
+    /// Its length, a multiple of 4.
+    pub len: usize,
+    /// Where its bytes start in the VM's ChaCha20 block.
+    first: usize,
+}
+
+/// `/chosen/rng-seed`: entropy Linux credits at boot.
+pub const RNG_SEED: SeedProperty = SeedProperty {
+    name: "rng-seed",
+    len: GUEST_SEED_LEN,
+    first: 0,
+};
+
+/// `/chosen/kaslr-seed`: the 64 bits Linux randomizes its kernel's placement with.
+pub const KASLR_SEED: SeedProperty = SeedProperty {
+    name: "kaslr-seed",
+    len: 8,
+    first: GUEST_SEED_LEN,
+};
+
+/// Every seed property, as the build tool reserves them and Keel fills them.
+pub const SEED_PROPERTIES: [SeedProperty; 2] = [RNG_SEED, KASLR_SEED];
 
 /// Bytes of an `FDT_PROP` token with its length and name offset, before the value (§5.4.1).
 const PROPERTY_HEADER_LEN: usize = 12;
@@ -54,14 +83,21 @@ impl SeedKey {
         Some(Self(key))
     }
 
-    /// The seed of VM `vm` in its reset generation `generation`.
+    /// The entropy seed of VM `vm` in its reset generation `generation`.
     pub fn guest_seed(&self, vm: VmId, generation: u32) -> [u8; GUEST_SEED_LEN] {
-        let block = chacha20_block(&self.0, 0, [u32::from(vm.0), generation, 0]);
         let mut seed = [0u8; GUEST_SEED_LEN];
-        for (chunk, word) in seed.chunks_exact_mut(4).zip(block) {
+        seed.copy_from_slice(&self.guest_block(vm, generation)[..GUEST_SEED_LEN]);
+        seed
+    }
+
+    /// The ChaCha20 block the seeds of VM `vm` in generation `generation` are taken from.
+    fn guest_block(&self, vm: VmId, generation: u32) -> [u8; 64] {
+        let block = chacha20_block(&self.0, 0, [u32::from(vm.0), generation, 0]);
+        let mut bytes = [0u8; 64];
+        for (chunk, word) in bytes.chunks_exact_mut(4).zip(block) {
             chunk.copy_from_slice(&word.to_le_bytes());
         }
-        seed
+        bytes
     }
 }
 
@@ -81,11 +117,12 @@ impl SeedPatch {
     }
 }
 
-/// The patch that seeds device tree `dtb` for VM `vm` in reset generation `generation`: the
-/// value of its `/chosen/rng-seed` placeholder, or with no `key`, the whole property made
-/// `FDT_NOP`s. None if the blob has no placeholder of [`GUEST_SEED_LEN`] bytes.
+/// The patch that fills seed `property` of device tree `dtb` for VM `vm` in reset
+/// generation `generation`: the value of its `/chosen` placeholder, or with no `key`, the
+/// whole property made `FDT_NOP`s. None if the blob has no placeholder of the right length.
 pub fn seed_patch(
     dtb: &[u8],
+    property: SeedProperty,
     key: Option<&SeedKey>,
     vm: VmId,
     generation: u32,
@@ -94,10 +131,10 @@ pub fn seed_patch(
     let Some(chosen) = fdt.find_node("/chosen")? else {
         return Ok(None);
     };
-    let Some(value) = chosen.property("rng-seed")? else {
+    let Some(value) = chosen.property(property.name)? else {
         return Ok(None);
     };
-    if value.len() != GUEST_SEED_LEN {
+    if value.len() != property.len {
         return Ok(None);
     }
     // The value is a sub-slice of the blob: its distance from the blob's start is its offset.
@@ -105,14 +142,17 @@ pub fn seed_patch(
     let mut bytes = [0u8; MAX_PATCH_LEN];
     let (offset, len) = match key {
         Some(key) => {
-            bytes[..GUEST_SEED_LEN].copy_from_slice(&key.guest_seed(vm, generation));
-            (value_offset, GUEST_SEED_LEN)
+            let block = key.guest_block(vm, generation);
+            bytes[..property.len]
+                .copy_from_slice(&block[property.first..property.first + property.len]);
+            (value_offset, property.len)
         }
         None => {
-            for word in bytes.chunks_exact_mut(4) {
+            let len = PROPERTY_HEADER_LEN + property.len;
+            for word in bytes[..len].chunks_exact_mut(4) {
                 word.copy_from_slice(&FDT_NOP.to_be_bytes());
             }
-            (value_offset - PROPERTY_HEADER_LEN, MAX_PATCH_LEN)
+            (value_offset - PROPERTY_HEADER_LEN, len)
         }
     };
     Ok(Some(SeedPatch { offset, bytes, len }))
@@ -229,20 +269,34 @@ mod tests {
             .begin("chosen")
             .strs("bootargs", &["console=ttyAMA0"])
             .prop("rng-seed", seed)
+            .prop("kaslr-seed", &[0; 8])
             .end()
             .end();
         b.finish()
     }
 
+    fn apply(dtb: &[u8], patch: &SeedPatch) -> std::vec::Vec<u8> {
+        let mut patched = dtb.to_vec();
+        patched[patch.offset..patch.offset + patch.bytes().len()].copy_from_slice(patch.bytes());
+        patched
+    }
+
     #[test]
-    fn fills_the_placeholder_with_the_guest_seed() {
+    fn fills_the_placeholders_with_the_guest_seeds() {
         let dtb = blob(&[0; GUEST_SEED_LEN]);
         let key = SeedKey::from_platform(&[1; 32]).unwrap();
-        let patch = seed_patch(&dtb, Some(&key), VmId(3), 2).unwrap().unwrap();
         let mut seeded = dtb.clone();
-        seeded[patch.offset..patch.offset + patch.bytes().len()].copy_from_slice(patch.bytes());
+        for property in SEED_PROPERTIES {
+            let patch = seed_patch(&seeded, property, Some(&key), VmId(3), 2)
+                .unwrap()
+                .unwrap();
+            seeded = apply(&seeded, &patch);
+        }
         let fdt = Fdt::new(&seeded).unwrap();
         let chosen = fdt.find_node("/chosen").unwrap().unwrap();
+        let block = key.guest_block(VmId(3), 2);
+        assert_eq!(chosen.property("rng-seed").unwrap(), Some(&block[..32]));
+        assert_eq!(chosen.property("kaslr-seed").unwrap(), Some(&block[32..40]));
         assert_eq!(
             chosen.property("rng-seed").unwrap(),
             Some(&key.guest_seed(VmId(3), 2)[..])
@@ -255,13 +309,17 @@ mod tests {
 
     #[test]
     fn without_platform_seed_the_placeholder_disappears() {
-        let dtb = blob(&[0; GUEST_SEED_LEN]);
-        let patch = seed_patch(&dtb, None, VmId(0), 0).unwrap().unwrap();
-        let mut seeded = dtb.clone();
-        seeded[patch.offset..patch.offset + patch.bytes().len()].copy_from_slice(patch.bytes());
+        let mut seeded = blob(&[0; GUEST_SEED_LEN]);
+        for property in SEED_PROPERTIES {
+            let patch = seed_patch(&seeded, property, None, VmId(0), 0)
+                .unwrap()
+                .unwrap();
+            seeded = apply(&seeded, &patch);
+        }
         let fdt = Fdt::new(&seeded).unwrap();
         let chosen = fdt.find_node("/chosen").unwrap().unwrap();
         assert_eq!(chosen.property("rng-seed").unwrap(), None);
+        assert_eq!(chosen.property("kaslr-seed").unwrap(), None);
         assert_eq!(
             chosen.property_str("bootargs").unwrap(),
             Some("console=ttyAMA0")
@@ -271,9 +329,15 @@ mod tests {
     #[test]
     fn no_placeholder_no_patch() {
         let key = SeedKey::from_platform(&[1; 32]).unwrap();
-        assert_eq!(seed_patch(&blob(&[0; 8]), Some(&key), VmId(0), 0), Ok(None));
+        assert_eq!(
+            seed_patch(&blob(&[0; 8]), RNG_SEED, Some(&key), VmId(0), 0),
+            Ok(None)
+        );
         let mut b = Builder::new();
         b.begin("").strs("model", &["x"]).end();
-        assert_eq!(seed_patch(&b.finish(), Some(&key), VmId(0), 0), Ok(None));
+        assert_eq!(
+            seed_patch(&b.finish(), KASLR_SEED, Some(&key), VmId(0), 0),
+            Ok(None)
+        );
     }
 }

@@ -58,6 +58,25 @@ fn device_tree(address: u64) -> Result<&'static [u8], platform::BootError> {
     Ok(unsafe { core::slice::from_raw_parts(address as *const u8, size) })
 }
 
+/// Zeroes the platform's `/chosen/rng-seed` and `kaslr-seed` once Keel has its key: the blob
+/// may lie in memory a VM is given, and no guest may learn the seed its own are derived from.
+fn scrub_platform_seeds(address: u64) {
+    let Ok(blob) = device_tree(address) else {
+        return;
+    };
+    let Ok(Some(chosen)) = fdt::Fdt::new(blob).and_then(|tree| tree.find_node("/chosen")) else {
+        return;
+    };
+    for name in ["rng-seed", "kaslr-seed"] {
+        if let Ok(Some(value)) = chosen.property(name) {
+            let offset = value.as_ptr() as u64 - address;
+            // SAFETY: the value lies inside the device tree blob in RAM (identity-mapped normal
+            // memory); nothing reads these bytes again once the platform has been read.
+            unsafe { core::ptr::write_bytes((address + offset) as *mut u8, 0, value.len()) };
+        }
+    }
+}
+
 fn boot_failure(uart: Uart, args: core::fmt::Arguments<'_>) -> ! {
     console::init_early(uart);
     keel_println!("boot error: {}", args);
@@ -78,6 +97,7 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
         Ok(platform) => PLATFORM.call_once(|| platform),
         Err(error) => boot_failure(fallback, format_args!("{error}")),
     };
+    scrub_platform_seeds(dtb);
     // SAFETY: the device tree names this PL011 as the board's UART; Keel is its only user.
     let uart = unsafe { Uart::new(platform.uart) };
     console::init_early(uart);

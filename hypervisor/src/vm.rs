@@ -330,13 +330,15 @@ fn load_images(desc: &VmDesc, generation: u32) {
     }
 }
 
-/// Gives the VM's copy of its device tree this boot's `/chosen/rng-seed` (see
-/// [`keel_core::seed`]): without it Linux has no entropy and every system call pays for it.
+/// Gives the VM's copy of its device tree this boot's `/chosen/rng-seed` and `kaslr-seed`
+/// (see [`keel_core::seed`]): without entropy Linux pays for it on every system call.
 fn seed_device_tree(desc: &VmDesc, generation: u32) {
     let key = crate::platform().seed_key.as_ref();
-    if let Ok(Some(patch)) = seed::seed_patch(desc.dtb, key, desc.id, generation) {
-        let ipa = GuestPhysAddr(desc.dtb_ipa.0 + patch.offset as u64);
-        copy_into(desc, ipa, patch.bytes());
+    for property in seed::SEED_PROPERTIES {
+        if let Ok(Some(patch)) = seed::seed_patch(desc.dtb, property, key, desc.id, generation) {
+            let ipa = GuestPhysAddr(desc.dtb_ipa.0 + patch.offset as u64);
+            copy_into(desc, ipa, patch.bytes());
+        }
     }
 }
 

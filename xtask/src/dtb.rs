@@ -7,7 +7,7 @@
 
 use keel_core::abi::layout;
 use keel_core::config::{Vm, DTB_REGION_SIZE};
-use keel_core::seed::GUEST_SEED_LEN;
+use keel_core::seed::{GUEST_SEED_LEN, SEED_PROPERTIES};
 use vm_fdt::FdtWriter;
 
 /// Phandle of the GIC, the interrupt parent of every device.
@@ -168,8 +168,10 @@ fn write_tree(vm: &Vm) -> Result<Vec<u8>, vm_fdt::Error> {
 
     let chosen = fdt.begin_node("chosen")?;
     fdt.property_string("bootargs", &vm.cmdline)?;
-    // Placeholder Keel fills with the VM's seed at each boot, or removes (keel_core::seed).
-    fdt.property("rng-seed", &[0; GUEST_SEED_LEN])?;
+    // Placeholders Keel fills with the VM's seeds at each boot, or removes (keel_core::seed).
+    for seed in SEED_PROPERTIES {
+        fdt.property(seed.name, &[0; GUEST_SEED_LEN][..seed.len])?;
+    }
     if vm.console {
         fdt.property_string("stdout-path", &uart_path)?;
     }
@@ -244,10 +246,12 @@ mod tests {
     fn chosen_reserves_the_rng_seed_keel_fills() {
         let blob = guest_dtb(&vm(false, vec![1])).unwrap();
         let key = keel_core::seed::SeedKey::from_platform(&[3; 32]).unwrap();
-        let patch = keel_core::seed::seed_patch(&blob, Some(&key), VmId(0), 0)
-            .unwrap()
-            .expect("a /chosen/rng-seed placeholder");
-        assert_eq!(patch.bytes().len(), GUEST_SEED_LEN);
+        for seed in SEED_PROPERTIES {
+            let patch = keel_core::seed::seed_patch(&blob, seed, Some(&key), VmId(0), 0)
+                .unwrap()
+                .unwrap_or_else(|| panic!("no /chosen/{} placeholder", seed.name));
+            assert_eq!(patch.bytes().len(), seed.len);
+        }
     }
 
     fn be32(blob: &[u8], offset: usize) -> u32 {
