@@ -231,6 +231,22 @@ impl Apt {
     }
 }
 
+/// Fetches (apt-get download, cached) and extracts `package`; returns the path of `file`
+/// (relative to the package's root) in it.
+pub(super) fn package_file(cache: &Path, package: &str, file: &str) -> Result<PathBuf, String> {
+    let root = Apt::new(cache)?
+        .fetch(&[package.to_string()])?
+        .remove(package)
+        .ok_or_else(|| no_package(package))?
+        .root;
+    let path = root.join(file);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!("package {package}: has no /{file}"))
+    }
+}
+
 /// The error for a package apt does not have for arm64.
 pub(super) fn no_package(name: &str) -> String {
     format!(

@@ -4,7 +4,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::apt::{no_package, Apt};
+use super::apt::package_file;
 
 /// The package, and the file in it that QEMU boots with `-kernel`: `/boot/xen-4.17-arm64` is
 /// both an EFI PE and an arm64 Image (Xen's `.efi` beside it is the same file).
@@ -14,13 +14,7 @@ const IMAGE: &str = "boot/xen-4.17-arm64";
 /// Fetches (apt-get download, cached) and extracts Debian's Xen 4.17 for arm64; returns the path
 /// of its arm64 Image.
 pub fn xen(cache: &Path) -> Result<PathBuf, String> {
-    let mut apt = Apt::new(cache)?;
-    let root = apt
-        .fetch(&[PACKAGE.to_string()])?
-        .remove(PACKAGE)
-        .ok_or_else(|| no_package(PACKAGE))?
-        .root;
-    let image = root.join(IMAGE);
+    let image = package_file(cache, PACKAGE, IMAGE)?;
     let header = fs::read(&image).map_err(|e| format!("{}: {e}", image.display()))?;
     // The arm64 Image header (Documentation/arch/arm64/booting.rst): magic "ARM\x64" at 0x38.
     if header.get(0x38..0x3c) != Some(b"ARM\x64") {
