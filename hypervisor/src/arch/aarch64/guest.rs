@@ -28,14 +28,31 @@ pub fn prepare(vmid: u16, stage2_root: u64, vcpu: usize, trap_wfi: bool, own_pmu
     }
     // A VM that owns the PMU gets every counter (HPMN = all); otherwise the PMU and the
     // statistical profiler trap, as do debug registers (read as zero, see trap.rs).
-    let counters = (read_sysreg!("pmcr_el0") >> 11) & 0x1f;
-    let pmu_traps = if own_pmu { 0 } else { mdcr::TPM | mdcr::TPMCR };
-    let mdcr_value = mdcr::TDA | mdcr::TDOSA | mdcr::TDRA | mdcr::TPMS | pmu_traps | counters;
+    // Each trap bit is set only where its feature exists (elsewhere the bit is RES0).
+    let dfr0 = read_sysreg!("id_aa64dfr0_el1");
+    let has_pmu = !matches!((dfr0 >> 8) & 0xf, 0 | 0xf);
+    let has_spe = (dfr0 >> 32) & 0xf != 0;
+    // MDCR_EL2.HPMN: every counter stays the guest's (PMCR_EL0.N), where there is a PMU.
+    let counters = if has_pmu {
+        (read_sysreg!("pmcr_el0") >> 11) & 0x1f
+    } else {
+        0
+    };
+    let pmu_traps = if own_pmu || !has_pmu {
+        0
+    } else {
+        mdcr::TPM | mdcr::TPMCR
+    };
+    let spe_traps = if has_spe { mdcr::TPMS } else { 0 };
+    let mdcr_value = mdcr::TDA | mdcr::TDOSA | mdcr::TDRA | spe_traps | pmu_traps | counters;
     // FP/SIMD and SVE (where present) run untrapped: the vCPU is this pCPU's only context and
     // Keel itself never uses them, so their state never needs switching. The activity
     // monitors trap (the ID registers hide them).
-    let has_sve = (read_sysreg!("id_aa64pfr0_el1") >> 32) & 0xf != 0;
-    let cptr_value = cptr::RES1 | cptr::TAM | if has_sve { 0 } else { cptr::TZ };
+    let pfr0 = read_sysreg!("id_aa64pfr0_el1");
+    let has_sve = (pfr0 >> 32) & 0xf != 0;
+    let has_amu = (pfr0 >> 44) & 0xf != 0;
+    let cptr_value =
+        cptr::RES1 | if has_amu { cptr::TAM } else { 0 } | if has_sve { 0 } else { cptr::TZ };
     let midr = read_sysreg!("midr_el1");
     // SAFETY: these registers configure how this pCPU runs its (only) guest vCPU; the stage-2
     // root is a complete table for the VM, and the EL1 state written is its reset state.
