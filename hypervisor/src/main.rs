@@ -200,13 +200,15 @@ fn check_configuration(platform: &Platform) -> Result<(), ()> {
     }
     let ram_end = platform.ram_base + platform.ram_size;
     for desc in SYSTEM.vms {
-        for region in desc.regions() {
+        for (what, region) in [("memory", Some(desc.memory)), ("flash", desc.flash)] {
+            let Some(region) = region else {
+                continue;
+            };
             let (start, end) = (region.phys.0, region.phys.0 + region.size);
             if start < platform.ram_base || end > ram_end {
                 keel_println!(
-                    "vm '{}': {} {start:#x}..{end:#x} is outside the board's RAM {:#x}..{ram_end:#x}",
+                    "vm '{}': {what} {start:#x}..{end:#x} is outside the board's RAM {:#x}..{ram_end:#x}",
                     desc.name,
-                    if region.ipa == desc.memory.ipa { "memory" } else { "flash" },
                     platform.ram_base
                 );
                 fits = false;

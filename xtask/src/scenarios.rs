@@ -10,7 +10,7 @@ use std::time::Duration;
 use regex::Regex;
 
 use crate::image::{build_system, output_dir};
-use crate::qemu::{Ended, Machine};
+use crate::qemu::{Ended, Machine, Session};
 use crate::{workspace, Result};
 
 /// One named check.
@@ -34,14 +34,17 @@ fn log_path(name: &str) -> std::path::PathBuf {
     output_dir().join("logs").join(format!("{name}.log"))
 }
 
-/// Boots configuration `name` under icount and waits for QEMU to end by itself.
-fn boot_to_end(name: &str) -> Result<Ended> {
+/// Builds configuration `name` and boots it under icount, its console logged.
+fn boot(name: &str) -> Result<Session> {
     let image = build_system(&config(name))?;
     let mut machine = Machine::keel(&image.path, image.system.pcpus);
     machine.icount = true;
-    let session = machine.spawn(&log_path(name))?;
-    let ended = session.finish(DEADLINE);
-    Ok(ended)
+    machine.spawn(&log_path(name))
+}
+
+/// Boots configuration `name` under icount and waits for QEMU to end by itself.
+fn boot_to_end(name: &str) -> Result<Ended> {
+    Ok(boot(name)?.finish(DEADLINE))
 }
 
 /// Console lines of VM `vm` (the multiplexer's `[vm] ` prefix removed).
@@ -215,10 +218,7 @@ fn reset_one_vm() -> Result<()> {
 /// spinning VMs starve it entirely, with Keel not involved); without icount, four vCPU threads
 /// share this machine's two cores. Neither models a real SoC's independent cores.
 fn linux_beside_rt(name: &str) -> Result<()> {
-    let image = build_system(&config(name))?;
-    let mut machine = Machine::keel(&image.path, image.system.pcpus);
-    machine.icount = true;
-    let mut session = machine.spawn(&log_path(name))?;
+    let mut session = boot(name)?;
     let wait = Duration::from_secs(600);
     let outcome = session
         .wait_for(r"^\[keel\] vm 'linux' \(id 0\) powered off$", wait)
@@ -300,10 +300,7 @@ fn two_linux_vms() -> Result<()> {
 /// An SMP Linux VM that reboots (PSCI SYSTEM_RESET from its panic handler) comes back with both
 /// vCPUs, twice; the real-time partition beside it keeps counting ticks right.
 fn linux_reset() -> Result<()> {
-    let image = build_system(&config("linux-reset"))?;
-    let mut machine = Machine::keel(&image.path, image.system.pcpus);
-    machine.icount = true;
-    let mut session = machine.spawn(&log_path("linux-reset"))?;
+    let mut session = boot("linux-reset")?;
     let wait = Duration::from_secs(300);
     let outcome = session
         .wait_for_count(r"^\[keel\] vm 'linux' \(id 0\) resets$", 2, wait)
@@ -333,10 +330,7 @@ fn linux_reset() -> Result<()> {
 /// `bdinfo` and `md` (reading its device tree at the start of RAM), then powers its VM off
 /// with PSCI; the real-time partition beside it keeps its ticks.
 fn u_boot() -> Result<()> {
-    let image = build_system(&config("u-boot"))?;
-    let mut machine = Machine::keel(&image.path, image.system.pcpus);
-    machine.icount = true;
-    let mut session = machine.spawn(&log_path("u-boot"))?;
+    let mut session = boot("u-boot")?;
     let wait = Duration::from_secs(120);
     let mut steps = || -> Result<()> {
         session.wait_for(r"^\[uboot\] U-Boot 2023\.01", wait)?;
