@@ -52,16 +52,13 @@ fn cargo() -> Command {
 
 fn to_binary(elf: &Path, binary: &Path) -> Result<()> {
     std::fs::create_dir_all(binary.parent().unwrap()).map_err(|e| e.to_string())?;
-    let status = Command::new(objcopy()?)
-        .args(["-O", "binary"])
-        .arg(elf)
-        .arg(binary)
-        .status()
-        .map_err(|e| format!("llvm-objcopy: {e}"))?;
-    if !status.success() {
-        return Err(format!("llvm-objcopy {} failed", elf.display()));
-    }
-    Ok(())
+    crate::process::output(
+        Command::new(objcopy()?)
+            .args(["-O", "binary"])
+            .arg(elf)
+            .arg(binary),
+    )
+    .map(|_| ())
 }
 
 fn cargo_build(package: &str, env: &[(&str, &Path)]) -> Result<PathBuf> {
@@ -78,10 +75,8 @@ fn cargo_build(package: &str, env: &[(&str, &Path)]) -> Result<PathBuf> {
     for (key, value) in env {
         command.env(key, value);
     }
-    let status = command.status().map_err(|e| format!("cargo: {e}"))?;
-    if !status.success() {
-        return Err(format!("building {package} failed"));
-    }
+    crate::process::output_quoting(&mut command, 60)
+        .map_err(|e| format!("building {package}: {e}"))?;
     Ok(target_dir().join(TARGET).join("release").join(package))
 }
 

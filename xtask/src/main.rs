@@ -6,6 +6,7 @@ mod bench;
 mod debian;
 mod dtb;
 mod image;
+mod process;
 mod qemu;
 mod scenarios;
 mod setup;
@@ -13,6 +14,10 @@ mod setup;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
+
+/// The crates built for `aarch64-unknown-none-softfloat` (the hypervisor and the guests): the
+/// workspace's default members are the host crates.
+const AARCH64_CRATES: [&str; 3] = ["keel", "keel-guest", "test-guest"];
 
 /// Errors are messages for the user.
 pub type Result<T> = std::result::Result<T, String>;
@@ -73,17 +78,72 @@ fn run(config: Option<PathBuf>) -> Result<()> {
     qemu::Machine::keel(&image.path, image.system.pcpus).run_interactive()
 }
 
-/// Runs cargo's own tests, then the QEMU scenarios; ends with `N passed, N failed`. With a
-/// `filter`, runs only the scenarios whose name contains it (for working on one).
+/// Tallies checks for the closing `N passed, N failed` line.
+#[derive(Default)]
+struct Tally {
+    passed: u32,
+    failed: u32,
+}
+
+impl Tally {
+    /// Runs one standards check (formatting, lints): it passes when `command` exits 0; when it
+    /// fails, its own output (which names each file and line) is shown.
+    fn check(&mut self, name: &str, command: &mut Command) {
+        step(&format!("{name}: {}", process::command_line(command)));
+        match command.current_dir(workspace()).output() {
+            Ok(output) if output.status.success() => {
+                self.passed += 1;
+                println!("check {name} ... ok");
+            }
+            Ok(output) => {
+                self.failed += 1;
+                print!("{}", String::from_utf8_lossy(&output.stdout));
+                eprint!("{}", String::from_utf8_lossy(&output.stderr));
+                println!("check {name} ... FAILED ({})", output.status);
+            }
+            Err(error) => {
+                self.failed += 1;
+                println!("check {name} ... FAILED: cannot start: {error}");
+            }
+        }
+    }
+}
+
+/// Runs the standards checks (`cargo fmt`, `cargo clippy` for the host and the aarch64
+/// crates), cargo's own tests, then the QEMU scenarios; ends with `N passed, N failed`. With
+/// a `filter`, runs only the scenarios whose name contains it (for working on one).
 fn test(filter: Option<&str>) -> ExitCode {
-    let mut passed = 0;
-    let mut failed = 0;
+    let mut tally = Tally::default();
     if let Err(message) = setup::ensure_tools() {
         eprintln!("error: {message}");
         return ExitCode::FAILURE;
     }
-    step("host tests: cargo test --workspace");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    if filter.is_none() {
+        tally.check(
+            "formatting",
+            Command::new(&cargo).args(["fmt", "--all", "--check"]),
+        );
+        tally.check(
+            "clippy (host crates)",
+            Command::new(&cargo).args([
+                "clippy",
+                "--quiet",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ]),
+        );
+        tally.check(
+            "clippy (aarch64 crates)",
+            Command::new(&cargo)
+                .args(["clippy", "--quiet", "--target", setup::TARGET])
+                .args(AARCH64_CRATES.iter().flat_map(|name| ["-p", name]))
+                .args(["--", "-D", "warnings"]),
+        );
+    }
+    step("host tests: cargo test");
     let output = Command::new(&cargo)
         .args(["test", "--quiet"])
         .args(filter.map(|_| "--no-run"))
@@ -95,24 +155,26 @@ fn test(filter: Option<&str>) -> ExitCode {
             let stdout = String::from_utf8_lossy(&output.stdout);
             print!("{stdout}");
             eprint!("{}", String::from_utf8_lossy(&output.stderr));
+            let mut failed = 0;
             for c in summary.captures_iter(&stdout) {
-                passed += c[1].parse::<u32>().unwrap();
+                tally.passed += c[1].parse::<u32>().unwrap();
                 failed += c[2].parse::<u32>().unwrap();
             }
             if !output.status.success() && failed == 0 {
                 failed += 1;
                 println!("cargo test failed to build or run");
             }
+            tally.failed += failed;
         }
         Err(error) => {
-            failed += 1;
+            tally.failed += 1;
             println!("cargo test could not start: {error}");
         }
     }
     step("building the guests");
     if let Err(message) = image::build_guests() {
         println!("building the guests failed: {message}");
-        println!("{passed} passed, {} failed", failed + 1);
+        println!("{} passed, {} failed", tally.passed, tally.failed + 1);
         return ExitCode::FAILURE;
     }
     let chosen = scenarios::all()
@@ -124,11 +186,11 @@ fn test(filter: Option<&str>) -> ExitCode {
         let seconds = started.elapsed().as_secs_f32();
         match outcome {
             Ok(()) => {
-                passed += 1;
+                tally.passed += 1;
                 println!("scenario {} ... ok ({seconds:.1} s)", scenario.name);
             }
             Err(message) => {
-                failed += 1;
+                tally.failed += 1;
                 println!(
                     "scenario {} ... FAILED ({seconds:.1} s)\n    {message}",
                     scenario.name
@@ -136,8 +198,8 @@ fn test(filter: Option<&str>) -> ExitCode {
             }
         }
     }
-    println!("{passed} passed, {failed} failed");
-    if failed == 0 {
+    println!("{} passed, {} failed", tally.passed, tally.failed);
+    if tally.failed == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

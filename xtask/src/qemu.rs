@@ -139,16 +139,28 @@ impl Machine {
         })
     }
 
-    /// QEMU's arguments (without the console wiring).
+    /// QEMU's arguments (without the console wiring). Only the devices the machine uses are
+    /// asked for: `-nic none` drops `virt`'s default network card, whose option ROM
+    /// (`efi-virtio.rom`) comes from a package QEMU only recommends.
     pub fn arguments(&self) -> Vec<String> {
-        let machine = if self.virtualization {
-            "virt,virtualization=on,gic-version=3"
+        self.arguments_for(None)
+    }
+
+    fn arguments_for(&self, dump_device_tree: Option<&Path>) -> Vec<String> {
+        let mut machine = if self.virtualization {
+            "virt,virtualization=on,gic-version=3".to_string()
         } else {
-            "virt,gic-version=3"
+            "virt,gic-version=3".to_string()
         };
+        if let Some(path) = dump_device_tree {
+            machine.push_str(&format!(
+                ",dumpdtb={}",
+                path.display().to_string().replace(',', ",,")
+            ));
+        }
         let mut args: Vec<String> = [
             "-M",
-            machine,
+            &machine,
             "-cpu",
             "cortex-a72",
             "-m",
@@ -203,6 +215,17 @@ impl Machine {
             ]);
         }
         args
+    }
+
+    /// Writes the device tree QEMU would give this machine to `path` (QEMU exits at once).
+    pub fn dump_device_tree(&self, path: &Path) -> Result<()> {
+        crate::process::output(
+            Command::new("qemu-system-aarch64")
+                .args(self.arguments_for(Some(path)))
+                .stdin(Stdio::null()),
+        )
+        .map(|_| ())
+        .map_err(|e| format!("QEMU could not dump its device tree: {e}"))
     }
 
     /// Runs QEMU on this terminal: console on stdin/stdout, Ctrl-C goes to the guest.
@@ -281,6 +304,20 @@ pub struct Ended {
     pub lines: Vec<String>,
     /// QEMU's exit code, or None if it was killed at the deadline.
     pub exit_code: Option<i32>,
+    /// What QEMU itself wrote on stderr (its own errors and warnings).
+    pub stderr: String,
+}
+
+impl Ended {
+    /// QEMU's last stderr lines, as a suffix for an error message (empty if it wrote none).
+    pub fn stderr_note(&self) -> String {
+        let tail = crate::process::stderr_tail(self.stderr.as_bytes(), 12);
+        if tail.is_empty() {
+            tail
+        } else {
+            format!("; QEMU said:{tail}")
+        }
+    }
 }
 
 impl Session {
@@ -373,6 +410,7 @@ impl Session {
         Ended {
             lines: std::mem::take(&mut self.output),
             exit_code,
+            stderr,
         }
     }
 

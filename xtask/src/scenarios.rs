@@ -10,6 +10,7 @@ use std::time::Duration;
 use regex::Regex;
 
 use crate::image::{build_system, output_dir};
+use crate::process;
 use crate::qemu::{Ended, Machine, Session};
 use crate::{workspace, Result};
 
@@ -126,8 +127,9 @@ fn check_ticks(ended: &Ended, vm: &str, min_seconds: u64) -> Result<u64> {
 fn with_console_tail(message: String, ended: &Ended) -> String {
     let start = ended.lines.len().saturating_sub(8);
     format!(
-        "{message}; last console lines:\n      {}",
-        ended.lines[start..].join("\n      ")
+        "{message}; last console lines:\n      {}{}",
+        ended.lines[start..].join("\n      "),
+        ended.stderr_note()
     )
 }
 
@@ -136,7 +138,10 @@ fn expect_line(ended: &Ended, pattern: &str) -> Result<()> {
     if ended.lines.iter().any(|l| regex.is_match(l)) {
         Ok(())
     } else {
-        Err(format!("no console line matched /{pattern}/"))
+        Err(format!(
+            "no console line matched /{pattern}/{}",
+            ended.stderr_note()
+        ))
     }
 }
 
@@ -144,7 +149,10 @@ fn expect_clean_exit(ended: &Ended) -> Result<()> {
     expect_line(ended, r"^\[keel\] all VMs have ended: powering off$")?;
     match ended.exit_code {
         Some(0) => Ok(()),
-        Some(code) => Err(format!("QEMU exited with status {code}")),
+        Some(code) => Err(format!(
+            "QEMU exited with status {code}{}",
+            ended.stderr_note()
+        )),
         None => Err("QEMU did not exit by itself (killed at the deadline)".into()),
     }
 }
@@ -202,6 +210,7 @@ fn reset_one_vm() -> Result<()> {
             .cloned()
             .collect(),
         exit_code: ended.exit_code,
+        stderr: ended.stderr.clone(),
     };
     check_ticks(&after, "rt-a", 3)?;
     check_ticks(&ended, "rt-b", 7)?;
@@ -453,6 +462,34 @@ fn console_focus() -> Result<()> {
     Ok(())
 }
 
+/// The demo as a user meets it (`configs/demo.toml`, under icount): Linux's shell answers
+/// what is typed, and the real-time partition's heartbeat comes once a minute, not through it.
+fn demo() -> Result<()> {
+    let image = build_system(&workspace().join("configs/demo.toml"))?;
+    let mut machine = Machine::keel(&image.path, image.system.pcpus);
+    machine.icount = true;
+    let mut session = machine.spawn(&log_path("demo"))?;
+    let wait = Duration::from_secs(600);
+    let mut steps = || -> Result<()> {
+        session.wait_for(r"^\[linux\] KEEL-INIT-END shell$", wait)?;
+        session.send(b"echo demo-$((6 * 7))\n")?;
+        session.wait_for(r"^\[linux\] demo-42$", wait)?;
+        session.wait_for(r"^\[rt\] tick: s=60 ", wait)?;
+        Ok(())
+    };
+    let outcome = steps();
+    let ended = session.kill();
+    outcome.map_err(|message| with_console_tail(message, &ended))?;
+    let reports = tick_reports(&ended, "rt");
+    if reports.iter().any(|r| !r.second.is_multiple_of(60)) {
+        return Err(format!(
+            "vm 'rt' reported at seconds {:?}, expected only whole minutes",
+            reports.iter().map(|r| r.second).collect::<Vec<_>>()
+        ));
+    }
+    check_tick_counts(&ended, "rt", 1)
+}
+
 /// A bad configuration fails `cargo xtask build` with the compiler's message.
 fn bad_config(name: &str, message: &str) -> Result<()> {
     let path = config(name);
@@ -477,33 +514,13 @@ fn broken_device_tree() -> Result<()> {
     let dir = output_dir().join("broken-dtb");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let (dtb, dts) = (dir.join("virt.dtb"), dir.join("virt.dts"));
-    let dump = format!(
-        "virt,virtualization=on,gic-version=3,dumpdtb={}",
-        dtb.display()
-    );
-    let status = Command::new("qemu-system-aarch64")
-        .args([
-            "-M",
-            &dump,
-            "-cpu",
-            "cortex-a72",
-            "-smp",
-            "3",
-            "-m",
-            "1G",
-            "-display",
-            "none",
-        ])
-        .output()
-        .map_err(|e| e.to_string())?;
-    if !status.status.success() {
-        return Err("QEMU could not dump its device tree".into());
-    }
-    let decompiled = Command::new("dtc")
-        .args(["-q", "-I", "dtb", "-O", "dts"])
-        .arg(&dtb)
-        .output()
-        .map_err(|e| e.to_string())?;
+    let mut machine = Machine::keel(&image.path, 3);
+    machine.dump_device_tree(&dtb)?;
+    let decompiled = process::output(
+        Command::new("dtc")
+            .args(["-q", "-I", "dtb", "-O", "dts"])
+            .arg(&dtb),
+    )?;
     let text = String::from_utf8_lossy(&decompiled.stdout);
     // Drop the PL011 node: Keel must say which node is missing.
     let pl011 = Regex::new(r"(?s)\tpl011@9000000 \{.*?\n\t\};\n").unwrap();
@@ -511,16 +528,12 @@ fn broken_device_tree() -> Result<()> {
         return Err("QEMU's device tree has no pl011@9000000 node to remove".into());
     }
     std::fs::write(&dts, pl011.replace(&text, "").as_bytes()).map_err(|e| e.to_string())?;
-    let compiled = Command::new("dtc")
-        .args(["-q", "-I", "dts", "-O", "dtb", "-o"])
-        .arg(&dtb)
-        .arg(&dts)
-        .status()
-        .map_err(|e| e.to_string())?;
-    if !compiled.success() {
-        return Err("dtc could not rebuild the device tree".into());
-    }
-    let mut machine = Machine::keel(&image.path, 3);
+    process::output(
+        Command::new("dtc")
+            .args(["-q", "-I", "dts", "-O", "dtb", "-o"])
+            .arg(&dtb)
+            .arg(&dts),
+    )?;
     machine.dtb = Some(dtb);
     let ended = machine
         .spawn(&log_path("broken-dtb"))?
@@ -555,6 +568,10 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             name: "a device tree without a UART is a clear boot error".into(),
             run: Box::new(broken_device_tree),
+        },
+        Scenario {
+            name: "the demo: Linux's shell answers, the RT heartbeat comes once a minute".into(),
+            run: Box::new(demo),
         },
     ];
     for (flavour, config) in [

@@ -15,23 +15,13 @@ fn command_exists(name: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-fn run(command: &mut Command, what: &str) -> Result<()> {
-    let status = command
-        .status()
-        .map_err(|e| format!("{what}: cannot start: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("{what} failed ({status})"))
-    }
+fn run(command: &mut Command) -> Result<()> {
+    crate::process::output(command).map(|_| ())
 }
 
 /// The sysroot's `llvm-objcopy` (rustup component `llvm-tools`).
 pub fn objcopy() -> Result<PathBuf> {
-    let output = Command::new("rustc")
-        .args(["--print", "sysroot"])
-        .output()
-        .map_err(|e| format!("rustc: {e}"))?;
+    let output = crate::process::output(Command::new("rustc").args(["--print", "sysroot"]))?;
     let sysroot = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
     let rustlib = sysroot.join("lib/rustlib");
     let entries = std::fs::read_dir(&rustlib).map_err(|e| format!("{}: {e}", rustlib.display()))?;
@@ -58,17 +48,11 @@ pub fn ensure_tools() -> Result<()> {
         step(&format!(
             "installing the Rust target {TARGET} (rustup target add)"
         ));
-        run(
-            Command::new("rustup").args(["target", "add", TARGET]),
-            "rustup target add",
-        )?;
+        run(Command::new("rustup").args(["target", "add", TARGET]))?;
     }
     if objcopy().is_err() {
         step("installing llvm-tools (rustup component add llvm-tools)");
-        run(
-            Command::new("rustup").args(["component", "add", "llvm-tools"]),
-            "rustup component add llvm-tools",
-        )?;
+        run(Command::new("rustup").args(["component", "add", "llvm-tools"]))?;
         objcopy()?;
     }
     let mut packages = Vec::new();
@@ -94,17 +78,11 @@ pub fn ensure_tools() -> Result<()> {
             "installing Debian packages {} (apt-get)",
             packages.join(", ")
         ));
-        run(
-            Command::new("apt-get").args(["update", "-q"]),
-            "apt-get update",
-        )?;
-        run(
-            Command::new("apt-get")
-                .args(["install", "-y", "-q", "--no-install-recommends"])
-                .args(&packages)
-                .env("DEBIAN_FRONTEND", "noninteractive"),
-            "apt-get install",
-        )?;
+        run(Command::new("apt-get").args(["update", "-q"]))?;
+        run(Command::new("apt-get")
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(&packages)
+            .env("DEBIAN_FRONTEND", "noninteractive"))?;
     }
     Ok(())
 }

@@ -4,6 +4,7 @@
 //! | --- | --- |
 //! | `keel.native` | running on bare QEMU: no Keel hypercalls |
 //! | `keel.mode=ticks\|bench` | what to run (default `ticks`) |
+//! | `keel.report=<seconds>` | ticks mode: report every that many seconds (default 1) |
 //! | `keel.off=<seconds>` | ticks mode: SYSTEM_OFF after that many seconds |
 //! | `keel.reset=<seconds>` | ticks mode: SYSTEM_RESET once, after that many seconds |
 //! | `keel.hostile=<mode>` | ticks mode: misbehave (see [`crate::hostile`]) |
@@ -45,6 +46,8 @@ pub struct Options<'a> {
     pub native: bool,
     /// `keel.mode`.
     pub mode: Mode,
+    /// `keel.report`, in seconds (at least 1): how often ticks mode reports.
+    pub report_every_seconds: u64,
     /// `keel.off`, in seconds.
     pub off_after_seconds: Option<u64>,
     /// `keel.reset`, in seconds: PSCI SYSTEM_RESET once, after that many seconds.
@@ -114,9 +117,21 @@ impl<'a> Options<'a> {
                 })
             })
             .transpose()?;
+        let report_every_seconds = match seconds("keel.report")? {
+            None => 1,
+            Some(0) => {
+                return Err(OptionError {
+                    key: "keel.report",
+                    value: "0",
+                    expected: "at least 1 second",
+                })
+            }
+            Some(every) => every,
+        };
         Ok(Self {
             native: args.has_flag("keel.native"),
             mode,
+            report_every_seconds,
             off_after_seconds: seconds("keel.off")?,
             reset_after_seconds: seconds("keel.reset")?,
             hostile: args.value("keel.hostile"),

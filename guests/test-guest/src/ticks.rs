@@ -110,17 +110,10 @@ pub fn run(options: &Options<'_>, info: &BootInfo<'_>, redistributor: &Redistrib
             continue;
         }
         reported_seconds = seconds;
-        let expected =
-            (u128::from(elapsed) * u128::from(TICKS_PER_SECOND) / u128::from(frequency)) as u64;
-        // The worst lateness of a tick interrupt over this second, in microseconds.
-        // Load and store with IRQs masked: no exclusives (the guest runs with its MMU off).
-        let late = with_irqs_masked(|| {
-            let late = MAX_LATENESS.load(Ordering::Relaxed);
-            MAX_LATENESS.store(0, Ordering::Relaxed);
-            late
-        });
-        let late_us = late * 1_000_000 / frequency;
-        println!("tick: s={seconds} ticks={ticks} expected={expected} late_max_us={late_us}");
+        // Timed actions are checked every second; the report only every `keel.report` seconds.
+        if seconds.is_multiple_of(options.report_every_seconds) {
+            report(seconds, ticks, elapsed, frequency);
+        }
 
         if reset_pending.is_some_and(|after| seconds >= after) {
             set_reset_marker(info);
@@ -138,6 +131,21 @@ pub fn run(options: &Options<'_>, info: &BootInfo<'_>, redistributor: &Redistrib
             }
         }
     }
+}
+
+/// Prints one tick report: the seconds since start, ticks taken, ticks the counter says are due,
+/// and the worst lateness of a tick interrupt since the last report, in microseconds.
+fn report(seconds: u64, ticks: u64, elapsed: u64, frequency: u64) {
+    let expected =
+        (u128::from(elapsed) * u128::from(TICKS_PER_SECOND) / u128::from(frequency)) as u64;
+    // Load and store with IRQs masked: no exclusives (the guest runs with its MMU off).
+    let late = with_irqs_masked(|| {
+        let late = MAX_LATENESS.load(Ordering::Relaxed);
+        MAX_LATENESS.store(0, Ordering::Relaxed);
+        late
+    });
+    let late_us = late * 1_000_000 / frequency;
+    println!("tick: s={seconds} ticks={ticks} expected={expected} late_max_us={late_us}");
 }
 
 /// Prints one received byte: itself if printable ASCII, else `\x..`.

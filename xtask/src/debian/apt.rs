@@ -343,23 +343,8 @@ fn parse_depends(field: &str) -> Vec<String> {
 
 /// Runs a command; its standard output, or an error naming the command with its stderr.
 fn run(command: &mut Command) -> Result<String, String> {
-    let line = std::iter::once(command.get_program())
-        .chain(command.get_args())
-        .map(|part| part.to_string_lossy().into_owned())
-        .collect::<Vec<_>>()
-        .join(" ");
-    let output = command
-        .output()
-        .map_err(|e| format!("`{line}` could not start: {e}"))?;
-    if output.status.success() {
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-    } else {
-        Err(format!(
-            "`{line}` failed ({}): {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        ))
-    }
+    crate::process::output(command)
+        .map(|output| String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
 #[cfg(test)]
