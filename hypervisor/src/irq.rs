@@ -174,26 +174,26 @@ pub fn sync_list_registers() {
     let vgic = &mut devices.vgic;
     let list_registers = gic::list_registers();
     let mut listed = reclaim_finished(vgic, vcpu, cpu.listed.load(Ordering::Relaxed));
-    let mut more_pending = false;
+    let mut drained = false;
     for lr in 0..list_registers {
         let bit = 1u64 << lr;
         if listed & bit != 0 {
             continue;
         }
         let Some((intid, priority, group1)) = vgic.next_pending(vcpu) else {
-            more_pending = false;
+            drained = true;
             break;
         };
         list(lr, intid, priority, group1);
         vgic.mark_listed(vcpu, intid);
         listed |= bit;
-        more_pending = true;
     }
-    // The loop ends on "nothing pending" or on "no list register left"; only the latter
-    // needs another look, and an underflow interrupt if something still waits.
-    if more_pending {
-        more_pending = vgic.next_pending(vcpu).is_some();
-    }
-    gic::set_underflow_interrupt(more_pending);
+    // Every list register is in use (whether filled now or before): if anything still
+    // waits, ask for the underflow maintenance interrupt, which comes once the guest has
+    // finished with all but one of them, so that it is listed then. Deciding this only
+    // from what this call listed would drop the request when the registers were already
+    // full, and hold the waiting interrupts back until some unrelated trap.
+    let waiting = !drained && vgic.next_pending(vcpu).is_some();
+    gic::set_underflow_interrupt(waiting);
     cpu.listed.store(listed, Ordering::Relaxed);
 }

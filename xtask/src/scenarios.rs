@@ -163,7 +163,7 @@ fn two_vms() -> Result<()> {
     for vm in ["rt-a", "rt-b"] {
         expect_line(
             &ended,
-            &format!(r"^\[{vm}\] test-guest: vm \d vcpu 0 keel 1\.0 mode ticks$"),
+            &format!(r"^\[{vm}\] test-guest: vm \d vcpu 0 keel 1\.0 mode ticks entry clean$"),
         )?;
         check_ticks(&ended, vm, 5)?;
         expect_line(
@@ -192,7 +192,7 @@ fn reset_one_vm() -> Result<()> {
         .iter()
         .position(|l| *l == "reset: system_reset")
         .ok_or("vm 'rt-a' never asked for a reset")?;
-    if a.get(reset + 1) != Some(&"test-guest: vm 0 vcpu 0 keel 1.0 mode ticks")
+    if a.get(reset + 1) != Some(&"test-guest: vm 0 vcpu 0 keel 1.0 mode ticks entry clean")
         || a.get(reset + 2) != Some(&"test-guest: restarted after a reset")
     {
         return Err(format!(
@@ -550,6 +550,79 @@ fn broken_device_tree() -> Result<()> {
     }
 }
 
+/// The hostile guest's attacks and the probes each must pass (`probe <name>: ok`).
+const ATTACKS: &[(&str, &[&str])] = &[
+    ("sgi-self", &["sgi-self-16-masked"]),
+    ("sgi-cross", &["sgi-cross-16-masked"]),
+    (
+        "timer-cpu-off",
+        &[
+            "cpu-off-with-timer-pending",
+            "timer-after-cpu-off-pending",
+            "cpu-off-with-timer-active",
+            "timer-after-cpu-off-active",
+        ],
+    ),
+    (
+        "timer-reset",
+        &[
+            "timer-after-reset-active",
+            "reset-with-timer-pending",
+            "timer-after-reset-pending",
+            "timer-after-clean-reset",
+        ],
+    ),
+];
+
+/// Runs attack `name` of the hostile guest (`configs/tests/attack.toml` with `keel.attack=name`)
+/// next to a 1 kHz victim: every probe passes, every vCPU start of the attacker is entered in
+/// the documented state, and the victim keeps every tick.
+fn attack(name: &str, probes: &[&str]) -> Result<()> {
+    let template = config("attack");
+    let text =
+        std::fs::read_to_string(&template).map_err(|e| format!("{}: {e}", template.display()))?;
+    let text = text.replace(
+        "cmdline = \"\"",
+        &format!("cmdline = \"keel.attack={name}\""),
+    );
+    if !text.contains(&format!("keel.attack={name}")) {
+        return Err(format!("{}: no empty cmdline to fill", template.display()));
+    }
+    let dir = output_dir().join("attack-configs");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let path = dir.join(format!("attack-{name}.toml"));
+    std::fs::write(&path, text).map_err(|e| e.to_string())?;
+    let image = build_system(&path)?;
+    let mut machine = Machine::keel(&image.path, image.system.pcpus);
+    machine.icount = true;
+    let ended = machine
+        .spawn(&log_path(&format!("attack-{name}")))?
+        .finish(DEADLINE);
+    let fail = |message: String| with_console_tail(message, &ended);
+    expect_line(&ended, &format!(r"^\[hostile\] attack {name}: done$")).map_err(fail)?;
+    let hostile = lines_of(&ended, "hostile");
+    if let Some(failed) = hostile.iter().find(|l| l.contains(": FAIL")) {
+        return Err(fail(failed.to_string()));
+    }
+    for probe in probes {
+        let ok = format!("probe {probe}: ok");
+        if !hostile.iter().any(|l| l.starts_with(&ok)) {
+            return Err(fail(format!("no line '{ok} ...'")));
+        }
+    }
+    let entries: Vec<&&str> = hostile.iter().filter(|l| l.contains(" entry ")).collect();
+    if entries.is_empty() {
+        return Err(fail("the hostile VM reported no entry state".into()));
+    }
+    if let Some(dirty) = entries.iter().find(|l| !l.ends_with(" entry clean")) {
+        return Err(format!(
+            "a vCPU was not entered in its documented state: {dirty}"
+        ));
+    }
+    check_ticks(&ended, "victim", 3)?;
+    expect_clean_exit(&ended)
+}
+
 /// Every scenario, in the order they run.
 pub fn all() -> Vec<Scenario> {
     let mut scenarios: Vec<Scenario> = vec![
@@ -611,6 +684,12 @@ pub fn all() -> Vec<Scenario> {
         scenarios.push(Scenario {
             name: format!("hostile VM '{mode}' is contained, victim ticks on"),
             run: Box::new(move || hostile(mode)),
+        });
+    }
+    for (name, probes) in ATTACKS {
+        scenarios.push(Scenario {
+            name: format!("hostile guest attack '{name}': contained, victim ticks on"),
+            run: Box::new(move || attack(name, probes)),
         });
     }
     let bad: BTreeMap<&str, &str> = BTreeMap::from([

@@ -5,6 +5,8 @@
 //! RAM base + `text_offset` and enter its first instruction at EL1 with the MMU off and
 //! x0 = the device tree's address.
 
+use core::sync::atomic::{AtomicUsize, Ordering};
+
 /// `text_offset` of the header: the image sits 2 MiB above the RAM base (see `link.ld`).
 pub const TEXT_OFFSET: u64 = 0x20_0000;
 /// Header flags (booting.rst): bit 0 = 0 little-endian, bits 1-2 = 1 for 4 KiB pages, bit 3 = 0
@@ -20,6 +22,7 @@ pub const SCTLR_EL1_AT_ENTRY: u64 = 0x30D0_1808;
 // guest's `entry!`, `__keel_guest_vectors` by `exceptions`; the other `__keel_*` symbols
 // come from `link.ld`.
 core::arch::global_asm!(
+    crate::entry_check::entry_check_macros!(),
     ".section .text.head, \"ax\"",
     ".global _start",
     "_start:",
@@ -31,7 +34,8 @@ core::arch::global_asm!(
     "    .quad   0, 0, 0",            // res2..res4
     "    .long   {magic}",            // magic
     "    .long   0",                  // res5 (PE/COFF offset: none)
-    "2:  msr     daifset, #0xf",
+    "2:  KEEL_CHECK_ENTRY 6f",
+    "6:  msr     daifset, #0xf",
     "    mov     x19, x0",            // the device tree address survives in a callee-saved register
     "    msr     spsel, #1",
     "    movz    x1, #{sctlr_low}",
@@ -57,12 +61,61 @@ core::arch::global_asm!(
     "    bl      __keel_guest_main",
     "5:  wfe",
     "    b       5b",
+    // The CPU_ON entry (`psci::cpu_on`): x0 = the top of the stack this vCPU is to use.
+    ".section .text.keel_secondary_entry, \"ax\"",
+    ".global keel_secondary_entry",
+    "keel_secondary_entry:",
+    "    KEEL_CHECK_ENTRY 6f",
+    "6:  msr     daifset, #0xf",
+    "    msr     spsel, #1",
+    "    movz    x1, #{sctlr_low}",
+    "    movk    x1, #{sctlr_high}, lsl #16",
+    "    msr     sctlr_el1, x1",
+    "    mov     sp, x0",
+    "    adrp    x1, __keel_guest_vectors",
+    "    add     x1, x1, :lo12:__keel_guest_vectors",
+    "    msr     vbar_el1, x1",
+    "    isb",
+    "    bl      {secondary}",
+    "7:  wfe",
+    "    b       7b",
     text_offset = const TEXT_OFFSET,
     flags = const HEADER_FLAGS,
     magic = const HEADER_MAGIC,
     sctlr_low = const SCTLR_EL1_AT_ENTRY & 0xFFFF,
     sctlr_high = const SCTLR_EL1_AT_ENTRY >> 16,
+    secondary = sym secondary_main,
+    entry_sctlr_low = const crate::entry_check::KEEL_SCTLR_EL1_AT_ENTRY & 0xFFFF,
+    entry_sctlr_high = const crate::entry_check::KEEL_SCTLR_EL1_AT_ENTRY >> 16,
 );
+
+unsafe extern "C" {
+    /// The CPU_ON entry point (see [`crate::psci::cpu_on`]); not to be called from Rust.
+    pub fn keel_secondary_entry();
+}
+
+/// The function vCPUs started with [`crate::psci::cpu_on`] run (a `fn(usize) -> !` as
+/// `usize`), or 0 for none: such a vCPU then parks.
+static SECONDARY_MAIN: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets the function a vCPU started with [`crate::psci::cpu_on`] runs, with IRQs masked, on the
+/// stack given to `cpu_on` (whose top it receives), with the SDK's vectors installed.
+pub fn set_secondary_main(main: fn(usize) -> !) {
+    SECONDARY_MAIN.store(main as usize, Ordering::Release);
+}
+
+/// Called by the CPU_ON entry with the stack top.
+extern "C" fn secondary_main(stack_top: usize) -> ! {
+    let main = SECONDARY_MAIN.load(Ordering::Acquire);
+    if main == 0 {
+        loop {
+            crate::cpu::wait_for_interrupt();
+        }
+    }
+    // SAFETY: only `set_secondary_main` stores a non-zero value, and it stores a `fn(usize) -> !`.
+    let main = unsafe { core::mem::transmute::<usize, fn(usize) -> !>(main) };
+    main(stack_top)
+}
 
 /// Names the guest's Rust entry point, `fn(device_tree_address: usize) -> !`.
 ///

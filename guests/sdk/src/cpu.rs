@@ -59,3 +59,11 @@ pub fn affinity_for_irouter() -> u64 {
     const AFF2_AFF1_AFF0: u64 = 0x00FF_FFFF;
     mpidr() & (AFF3 | AFF2_AFF1_AFF0)
 }
+
+/// A spin-wait hint (`yield`). Under QEMU's single-threaded round-robin emulation it also ends
+/// this CPU's turn, so that a spinning CPU does not hold back the others for a whole time
+/// slice; on hardware it is a hint to a multithreaded core.
+pub fn spin_hint() {
+    // SAFETY: `yield` has no architectural effect.
+    unsafe { asm!("yield", options(nomem, nostack, preserves_flags)) }
+}

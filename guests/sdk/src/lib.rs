@@ -10,6 +10,7 @@ pub mod bootargs;
 pub mod console;
 pub mod cpu;
 pub mod devicetree;
+pub mod entry_check;
 pub mod environment;
 pub mod exceptions;
 pub mod fatal;

@@ -13,6 +13,7 @@ mod ticks;
 
 use keel_guest::bootargs::BootArgs;
 use keel_guest::devicetree::{boot_info, device_tree_at};
+use keel_guest::entry_check::take_entry_state;
 use keel_guest::environment::{set_environment, Environment};
 use keel_guest::{keel_version, println, system_off, vm_id};
 
@@ -46,13 +47,15 @@ fn main(device_tree_address: usize) -> ! {
     } else {
         set_environment(Environment::Keel);
         let (vm, vcpu) = vm_id();
+        // Whether Keel entered this vCPU in its documented state (checked by the SDK's boot code).
+        let entry = take_entry_state(vcpu as usize);
         match keel_version() {
             Ok(version) => println!(
-                "test-guest: vm {vm} vcpu {vcpu} keel {version} mode {}",
+                "test-guest: vm {vm} vcpu {vcpu} keel {version} mode {} entry {entry}",
                 options.mode
             ),
             Err(error) => println!(
-                "test-guest: vm {vm} vcpu {vcpu} keel {error:?} mode {}",
+                "test-guest: vm {vm} vcpu {vcpu} keel {error:?} mode {} entry {entry}",
                 options.mode
             ),
         }

@@ -70,3 +70,27 @@ pub fn end_of_interrupt(intid: IntId) {
         )
     };
 }
+
+/// Sends SGI `intid` (0-15) to the CPUs of affinity 0.0.0.n for each bit n of `targets`
+/// (ICC_SGI1R_EL1, GICv3 spec 12.2.22: TargetList with Aff1-3 = 0 and RS = 0).
+pub fn send_sgi(intid: IntId, targets: u16) {
+    let value = (u64::from(intid & 0xf) << 24) | u64::from(targets);
+    // SAFETY: raises an SGI; the receiving CPUs' handlers deal with it. No memory is touched.
+    unsafe {
+        asm!(
+            "msr s3_0_c12_c11_5, {}",
+            "isb",
+            in(reg) value,
+            options(nomem, nostack, preserves_flags),
+        )
+    };
+}
+
+/// Whether an IRQ is pending at this CPU, masked or not (ISR_EL1.I, Arm ARM D17.2.86): under
+/// a hypervisor, that a virtual interrupt sits pending in a list register.
+pub fn irq_pending() -> bool {
+    let isr: u64;
+    // SAFETY: reads a status register. No memory is touched.
+    unsafe { asm!("mrs {}, isr_el1", out(reg) isr, options(nomem, nostack, preserves_flags)) };
+    isr & (1 << 7) != 0
+}

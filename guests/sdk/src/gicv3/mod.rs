@@ -8,7 +8,9 @@ mod cpu_interface;
 mod distributor;
 mod redistributor;
 
-pub use cpu_interface::{acknowledge, end_of_interrupt, init_cpu_interface, SPURIOUS_INTID_FIRST};
+pub use cpu_interface::{
+    acknowledge, end_of_interrupt, init_cpu_interface, irq_pending, send_sgi, SPURIOUS_INTID_FIRST,
+};
 pub use distributor::{Distributor, Trigger, DISTRIBUTOR};
 pub use redistributor::Redistributor;
 

@@ -118,3 +118,66 @@ pub fn halt() -> ! {
         wait_for_interrupt();
     }
 }
+
+core::arch::global_asm!(
+    r#"
+// Zeroes V0-V31, FPCR and FPSR. Keel is built soft-float and never uses these registers, so
+// the instructions are enabled for this function alone.
+    .pushsection .text.keel_zero_fp_simd, "ax"
+    .balign 4
+    .arch_extension fp
+    .arch_extension simd
+    .global keel_zero_fp_simd
+keel_zero_fp_simd:
+    movi    v0.2d, #0
+    movi    v1.2d, #0
+    movi    v2.2d, #0
+    movi    v3.2d, #0
+    movi    v4.2d, #0
+    movi    v5.2d, #0
+    movi    v6.2d, #0
+    movi    v7.2d, #0
+    movi    v8.2d, #0
+    movi    v9.2d, #0
+    movi    v10.2d, #0
+    movi    v11.2d, #0
+    movi    v12.2d, #0
+    movi    v13.2d, #0
+    movi    v14.2d, #0
+    movi    v15.2d, #0
+    movi    v16.2d, #0
+    movi    v17.2d, #0
+    movi    v18.2d, #0
+    movi    v19.2d, #0
+    movi    v20.2d, #0
+    movi    v21.2d, #0
+    movi    v22.2d, #0
+    movi    v23.2d, #0
+    movi    v24.2d, #0
+    movi    v25.2d, #0
+    movi    v26.2d, #0
+    movi    v27.2d, #0
+    movi    v28.2d, #0
+    movi    v29.2d, #0
+    movi    v30.2d, #0
+    movi    v31.2d, #0
+    msr     fpcr, xzr
+    msr     fpsr, xzr
+    ret
+    .arch_extension nosimd
+    .arch_extension nofp
+    .popsection
+"#
+);
+
+unsafe extern "C" {
+    fn keel_zero_fp_simd();
+}
+
+/// Zeroes the FP/SIMD registers (V0-V31, FPCR, FPSR), part of a vCPU's entry state. Needs
+/// FP/SIMD untrapped at EL2 (CPTR_EL2.TFP = 0, as [`super::guest::prepare`] leaves it).
+pub fn zero_fp_simd() {
+    // SAFETY: the function only writes FP/SIMD registers, which Keel never uses and which
+    // belong to the vCPU about to start on this pCPU; it follows the C calling convention.
+    unsafe { keel_zero_fp_simd() }
+}

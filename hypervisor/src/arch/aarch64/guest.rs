@@ -64,14 +64,48 @@ pub fn prepare(vmid: u16, stage2_root: u64, vcpu: usize, trap_wfi: bool, own_pmu
         write_sysreg!("cntvoff_el2", 0u64);
         write_sysreg!("vpidr_el2", midr);
         write_sysreg!("vmpidr_el2", (1u64 << 31) | vcpu as u64);
-        write_sysreg!("sctlr_el1", SCTLR_EL1_RESET);
-        write_sysreg!("vbar_el1", 0u64);
-        write_sysreg!("cntv_ctl_el0", 0u64);
-        write_sysreg!("cntkctl_el1", 0u64);
-        write_sysreg!("tcr_el1", 0u64);
-        write_sysreg!("mdscr_el1", 0u64);
-        core::arch::asm!("isb", options(nostack));
     }
+    reset_el1_state();
+    // SAFETY: the EL1 state is now the documented entry state; synchronize before entry.
+    unsafe { core::arch::asm!("isb", options(nostack)) };
     super::stage2::install(vmid, stage2_root);
     super::gic::reset_virtual_interface();
+}
+
+/// Writes every EL1 (and EL0) register a guest can read to its documented entry state (the
+/// README's "Entry state"): nothing a previous run of the vCPU, or Keel, left there survives a
+/// start, CPU_ON or reset. The general-purpose registers are set by the entry itself.
+fn reset_el1_state() {
+    // SAFETY: the registers written are the guest's EL1/EL0 context, which this pCPU does not
+    // run yet: MMU and caches off, no vector table, timers stopped, nothing in the thread or
+    // fault registers. None of them affects EL2.
+    unsafe {
+        write_sysreg!("sctlr_el1", SCTLR_EL1_RESET);
+        write_sysreg!("vbar_el1", 0u64);
+        write_sysreg!("tcr_el1", 0u64);
+        write_sysreg!("ttbr0_el1", 0u64);
+        write_sysreg!("ttbr1_el1", 0u64);
+        write_sysreg!("mair_el1", 0u64);
+        write_sysreg!("amair_el1", 0u64);
+        write_sysreg!("contextidr_el1", 0u64);
+        write_sysreg!("cpacr_el1", 0u64);
+        write_sysreg!("csselr_el1", 0u64);
+        write_sysreg!("mdscr_el1", 0u64);
+        write_sysreg!("sp_el0", 0u64);
+        write_sysreg!("sp_el1", 0u64);
+        write_sysreg!("elr_el1", 0u64);
+        write_sysreg!("spsr_el1", 0u64);
+        write_sysreg!("esr_el1", 0u64);
+        write_sysreg!("far_el1", 0u64);
+        write_sysreg!("afsr0_el1", 0u64);
+        write_sysreg!("afsr1_el1", 0u64);
+        write_sysreg!("par_el1", 0u64);
+        write_sysreg!("tpidr_el0", 0u64);
+        write_sysreg!("tpidrro_el0", 0u64);
+        write_sysreg!("tpidr_el1", 0u64);
+        write_sysreg!("cntkctl_el1", 0u64);
+        write_sysreg!("cntv_ctl_el0", 0u64);
+        write_sysreg!("cntv_cval_el0", 0u64);
+    }
+    super::cpu::zero_fp_simd();
 }

@@ -170,18 +170,30 @@ keel_hyp_fault_entry:
     bl      keel_hyp_fault
     b       .
 
-// x0 = registers to load, x1 = top of this pCPU's stack. Does not return.
+// x0 = registers to load, x1 = top of this pCPU's stack. Does not return. The registers are
+// loaded straight from x0's frame: nothing is written to memory on the way, so a frame that
+// lies anywhere on the old stack (including below the new top) cannot be overwritten before
+// it is read.
     .global keel_enter_guest
 keel_enter_guest:
     mov     sp, x1
-    sub     sp, sp, #256
-    mov     x2, #0
-1:  ldr     x3, [x0, x2]
-    str     x3, [sp, x2]
-    add     x2, x2, #8
-    cmp     x2, #256
-    b.ne    1b
-    b       keel_return_to_guest
+    ldp     x2, x3, [x0, #16 * 1]
+    ldp     x4, x5, [x0, #16 * 2]
+    ldp     x6, x7, [x0, #16 * 3]
+    ldp     x8, x9, [x0, #16 * 4]
+    ldp     x10, x11, [x0, #16 * 5]
+    ldp     x12, x13, [x0, #16 * 6]
+    ldp     x14, x15, [x0, #16 * 7]
+    ldp     x16, x17, [x0, #16 * 8]
+    ldp     x18, x19, [x0, #16 * 9]
+    ldp     x20, x21, [x0, #16 * 10]
+    ldp     x22, x23, [x0, #16 * 11]
+    ldp     x24, x25, [x0, #16 * 12]
+    ldp     x26, x27, [x0, #16 * 13]
+    ldp     x28, x29, [x0, #16 * 14]
+    ldr     x30, [x0, #16 * 15]
+    ldp     x0, x1, [x0, #16 * 0]
+    eret
 "#
 );
 

@@ -1,0 +1,82 @@
+//! Keel's hostile guest: attacks on what Keel promises every guest, each run by
+//! `keel.attack=<name>` next to a victim VM, each probe printed as `probe <name>: ok ...` or
+//! `probe <name>: FAIL ...` and the run ended by `attack <name>: done` and SYSTEM_OFF.
+//!
+//! | attack | what it tries |
+//! | --- | --- |
+//! | `sgi-self` | 16 distinct SGIs (and one twice) raised at itself with IRQs masked: more pending than list registers |
+//! | `sgi-cross` | vCPU 0 raises 16 SGIs at vCPU 1 while vCPU 1 has IRQs masked |
+//! | `timer-cpu-off` | CPU_OFF with the virtual timer interrupt pending, then active; CPU_ON must give a working timer |
+//! | `timer-reset` | SYSTEM_RESET with the timer interrupt active, then pending, then a clean one; the timer must work after each |
+//! | `flood` | prints and issues SMCs flat out for `keel.seconds` seconds |
+//! | `forge` | prints lines made to pass for Keel's or another VM's, with CR and ANSI escapes |
+//!
+//! Every vCPU start (boot, CPU_ON, reset) also reports what the SDK's entry check found.
+#![no_std]
+#![no_main]
+
+mod console_attacks;
+mod interrupts;
+mod lifecycle;
+mod shared;
+
+use keel_guest::bootargs::BootArgs;
+use keel_guest::devicetree::{boot_info, device_tree_at, BootInfo};
+use keel_guest::entry_check::take_entry_state;
+use keel_guest::environment::{set_environment, Environment};
+use keel_guest::{println, system_off, vm_id};
+
+keel_guest::entry!(main);
+
+/// Reports a probe's outcome on one line.
+#[macro_export]
+macro_rules! probe {
+    ($name:expr, $ok:expr, $($detail:tt)*) => {{
+        let verdict = if $ok { "ok" } else { "FAIL" };
+        keel_guest::println!("probe {}: {} {}", $name, verdict, format_args!($($detail)*));
+    }};
+}
+
+fn main(device_tree_address: usize) -> ! {
+    set_environment(Environment::Keel);
+    keel_guest::boot::set_secondary_main(lifecycle::secondary_main);
+    let (vm, vcpu) = vm_id();
+    println!(
+        "hostile: vm {vm} vcpu {vcpu} entry {}",
+        take_entry_state(vcpu as usize)
+    );
+    // SAFETY: x0 at entry is where Keel put the device tree, which nothing writes.
+    let device_tree = unsafe { device_tree_at(device_tree_address) };
+    let info = match device_tree.and_then(|tree| boot_info(&tree)) {
+        Ok(info) => info,
+        Err(error) => {
+            println!("hostile: unreadable device tree: {error}");
+            system_off();
+        }
+    };
+    let args = BootArgs::new(info.bootargs);
+    let Some(attack) = args.value("keel.attack") else {
+        println!("hostile: no keel.attack=<name> on the command line");
+        system_off();
+    };
+    run(attack, &args, &info);
+    println!("attack {attack}: done");
+    system_off()
+}
+
+fn run(attack: &str, args: &BootArgs<'_>, info: &BootInfo<'_>) {
+    match attack {
+        "sgi-self" => interrupts::sgi_self(),
+        "sgi-cross" => interrupts::sgi_cross(),
+        "timer-cpu-off" => lifecycle::timer_cpu_off(),
+        "timer-reset" => lifecycle::timer_reset(info),
+        "flood" => console_attacks::flood(args),
+        "forge" => console_attacks::forge(),
+        other => println!("hostile: unknown attack '{other}'"),
+    }
+}
+
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
+    keel_guest::fatal::fatal_panic(info)
+}
