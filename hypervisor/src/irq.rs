@@ -162,9 +162,44 @@ fn deliver_input(id: usize, byte: u8) {
     vm::kick_vcpu(id, target);
 }
 
+/// vCPU `vcpu` of VM `id` stops on this pCPU (CPU_OFF, reset, VM stopped): its list registers
+/// and virtual timer are discarded. The vGIC takes back the VM's SPIs they held (still
+/// pending if they were; not active, since the vCPU that had them active is gone), unless the
+/// VM was reset since the vCPU started (`generation`): its vGIC is then a new one. The
+/// virtual timer's physical interrupt, active while its hardware-linked list register waited
+/// for the guest's EOI, is deactivated, or it would never be signalled on this pCPU again.
+pub fn discard_vcpu_interrupts(id: usize, vcpu: usize, generation: u32) {
+    let cpu = vm::this_cpu();
+    crate::arch::guest::stop_virtual_timer();
+    {
+        let mut devices = vm::vm(id).devices.lock();
+        if vm::vm(id).generation() == generation {
+            let vgic = &mut devices.vgic;
+            let mut scan = cpu.listed.load(Ordering::Relaxed);
+            while scan != 0 {
+                let lr = scan.trailing_zeros() as usize;
+                scan &= scan - 1;
+                let value = gic::read_lr(lr);
+                let intid = value as u32;
+                if intid >= 32 {
+                    vgic.unlisted(vcpu, intid, gic::list_register_is_pending(value), false);
+                }
+            }
+            vgic.reset_vcpu(vcpu);
+        }
+    }
+    gic::reset_virtual_interface();
+    cpu.listed.store(0, Ordering::Relaxed);
+    if let Some(redistributor) = cpu.redistributor.get() {
+        redistributor.disable_private(layout::VTIMER_INTID);
+        redistributor.clear_active_private(layout::VTIMER_INTID);
+    }
+}
+
 /// Brings the list registers of this pCPU's vCPU up to date with its vGIC: takes back the
 /// interrupts the guest has finished with and lists the highest-priority pending ones.
-/// With more pending than list registers, asks for an underflow maintenance interrupt.
+/// With more pending than list registers, asks for an underflow maintenance interrupt
+/// (see [`keel_core::devices::vgic::Vgic::fill_list_registers`]).
 pub fn sync_list_registers() {
     let Some((id, vcpu)) = vm::current() else {
         return;
@@ -173,27 +208,8 @@ pub fn sync_list_registers() {
     let mut devices = vm::vm(id).devices.lock();
     let vgic = &mut devices.vgic;
     let list_registers = gic::list_registers();
-    let mut listed = reclaim_finished(vgic, vcpu, cpu.listed.load(Ordering::Relaxed));
-    let mut drained = false;
-    for lr in 0..list_registers {
-        let bit = 1u64 << lr;
-        if listed & bit != 0 {
-            continue;
-        }
-        let Some((intid, priority, group1)) = vgic.next_pending(vcpu) else {
-            drained = true;
-            break;
-        };
-        list(lr, intid, priority, group1);
-        vgic.mark_listed(vcpu, intid);
-        listed |= bit;
-    }
-    // Every list register is in use (whether filled now or before): if anything still
-    // waits, ask for the underflow maintenance interrupt, which comes once the guest has
-    // finished with all but one of them, so that it is listed then. Deciding this only
-    // from what this call listed would drop the request when the registers were already
-    // full, and hold the waiting interrupts back until some unrelated trap.
-    let waiting = !drained && vgic.next_pending(vcpu).is_some();
+    let listed = reclaim_finished(vgic, vcpu, cpu.listed.load(Ordering::Relaxed));
+    let (listed, waiting) = vgic.fill_list_registers(vcpu, listed, list_registers, list);
     gic::set_underflow_interrupt(waiting);
     cpu.listed.store(listed, Ordering::Relaxed);
 }

@@ -5,7 +5,7 @@ use core::sync::atomic::Ordering;
 use keel_core::abi::layout;
 use keel_core::system::WfiPolicy;
 
-use crate::arch::{boot, cpu, gic, guest, timer, vectors};
+use crate::arch::{boot, cpu, guest, timer, vectors};
 use crate::vm::{self, VmState};
 use crate::{irq, keel_println};
 
@@ -23,7 +23,11 @@ pub fn start(id: usize, vcpu: usize, entry: u64, x0: u64) -> ! {
     this.listed.store(0, Ordering::Relaxed);
     this.generation
         .store(vm::vm(id).generation(), Ordering::Relaxed);
+    // A clean start: the vCPU's redistributor in its reset state, and the virtual timer's
+    // physical interrupt neither active nor pending from an earlier run on this pCPU.
+    vm::vm(id).devices.lock().vgic.reset_vcpu(vcpu);
     if let Some(redistributor) = this.redistributor.get() {
+        redistributor.clear_active_private(layout::VTIMER_INTID);
         redistributor.enable_private(layout::VTIMER_INTID);
     }
     if vcpu == 0 {
@@ -57,11 +61,9 @@ pub fn still_valid() -> bool {
 /// started (again) by PSCI CPU_ON. Never returns.
 pub fn park() -> ! {
     cpu::disable_irqs();
-    if let Some(redistributor) = vm::this_cpu().redistributor.get() {
-        redistributor.disable_private(layout::VTIMER_INTID);
+    if let Some((id, vcpu)) = vm::current() {
+        irq::discard_vcpu_interrupts(id, vcpu, vm::this_cpu().generation.load(Ordering::Relaxed));
     }
-    gic::reset_virtual_interface();
-    vm::this_cpu().listed.store(0, Ordering::Relaxed);
     if let Some((id, vcpu)) = vm::current() {
         // Only On becomes Off: a start requested meanwhile (CPU_ON, reset) must survive.
         vm::vm(id).power_off_if_on(vcpu);

@@ -321,6 +321,50 @@ impl Vgic {
         Some((priority, group1))
     }
 
+    /// Fills the free list registers of `vcpu` with its highest-priority deliverable interrupts:
+    /// `occupied` has a bit per list register in use (of `list_registers`), and `write(lr,
+    /// intid, priority, group1)` puts one in register `lr`. Returns the registers now in use
+    /// and whether interrupts still wait for a register, in which case the caller asks for
+    /// the underflow maintenance interrupt (ICH_HCR_EL2.UIE, GICv3 spec 12.4.3) so that they
+    /// are listed once the guest has finished with the others. That answer holds whether the
+    /// registers were filled now or were already full.
+    pub fn fill_list_registers(
+        &mut self,
+        vcpu: usize,
+        occupied: u64,
+        list_registers: usize,
+        mut write: impl FnMut(usize, u32, u8, bool),
+    ) -> (u64, bool) {
+        let mut occupied = occupied;
+        for lr in 0..list_registers.min(64) {
+            let bit = 1u64 << lr;
+            if occupied & bit != 0 {
+                continue;
+            }
+            let Some((intid, priority, group1)) = self.next_pending(vcpu) else {
+                return (occupied, false);
+            };
+            write(lr, intid, priority, group1);
+            self.mark_listed(vcpu, intid);
+            occupied |= bit;
+        }
+        (occupied, self.next_pending(vcpu).is_some())
+    }
+
+    /// vCPU `vcpu` (re)starts from power-off (PSCI CPU_ON) or stopped: its redistributor
+    /// returns to its reset state, with no SGI or PPI pending, active, listed or enabled and
+    /// the redistributor asleep until the guest wakes it. The VM's SPIs are left as they are.
+    pub fn reset_vcpu(&mut self, vcpu: usize) {
+        if vcpu < self.vcpus {
+            self.private[vcpu] = Bank {
+                edge: SGI_MASK,
+                ..Bank::default()
+            };
+            self.private_priority[vcpu] = [0; 32];
+            self.asleep[vcpu] = true;
+        }
+    }
+
     /// `intid` was written to a list register as pending: the list register now holds its state.
     pub fn mark_listed(&mut self, vcpu: usize, intid: u32) {
         if let Some(bank) = self.bank_mut(vcpu, intid) {
@@ -781,6 +825,101 @@ mod tests {
             "highest priority (lowest value) first"
         );
         assert_eq!(gic.next_pending(0), None);
+    }
+
+    /// A minimal model of the list registers: the guest finishes what is listed.
+    fn fill(gic: &mut Vgic, occupied: u64, listed: &mut Vec<(usize, u32)>) -> (u64, bool) {
+        gic.fill_list_registers(0, occupied, 4, |lr, intid, _, _| listed.push((lr, intid)))
+    }
+
+    #[test]
+    fn full_list_registers_still_ask_for_the_underflow_interrupt() {
+        let mut gic = enabled_gic();
+        gic.redistributor_write(SGI_FRAME + 0x080, 4, 0xffff_ffff)
+            .unwrap();
+        gic.redistributor_write(SGI_FRAME + 0x100, 4, 0xffff)
+            .unwrap();
+        let mut listed = Vec::new();
+        let mut occupied = 0;
+        let mut underflow = false;
+        // The SGIs come one trap at a time, as a guest raises them with IRQs masked.
+        for sgi in 0..16 {
+            gic.raise(0, sgi);
+            (occupied, underflow) = fill(&mut gic, occupied, &mut listed);
+        }
+        assert_eq!(occupied, 0b1111);
+        assert_eq!(listed.iter().map(|l| l.1).collect::<Vec<_>>(), [0, 1, 2, 3]);
+        assert!(
+            underflow,
+            "12 SGIs wait with every list register full: the underflow interrupt must be asked for"
+        );
+        // The guest takes and finishes all four; the underflow interrupt refills.
+        for (_, intid) in listed.drain(..) {
+            gic.unlisted(0, intid, false, false);
+        }
+        let (occupied, underflow) = fill(&mut gic, 0, &mut listed);
+        assert_eq!(occupied, 0b1111);
+        assert_eq!(listed.iter().map(|l| l.1).collect::<Vec<_>>(), [4, 5, 6, 7]);
+        assert!(underflow);
+    }
+
+    #[test]
+    fn nothing_waiting_asks_for_no_underflow_interrupt() {
+        let mut gic = enabled_gic();
+        gic.redistributor_write(SGI_FRAME + 0x080, 4, 0xffff_ffff)
+            .unwrap();
+        gic.redistributor_write(SGI_FRAME + 0x100, 4, 0xffff)
+            .unwrap();
+        gic.raise(0, 1);
+        gic.raise(0, 1);
+        let mut listed = Vec::new();
+        assert_eq!(fill(&mut gic, 0b0100, &mut listed), (0b0101, false));
+        assert_eq!(
+            listed,
+            [(0, 1)],
+            "an SGI raised twice before it is taken is one"
+        );
+    }
+
+    #[test]
+    fn a_vcpu_restart_leaves_no_private_interrupt_state() {
+        let mut gic = enabled_gic();
+        let vcpu1 = REDISTRIBUTOR_SIZE + SGI_FRAME;
+        let enable_timer = |gic: &mut Vgic| {
+            gic.redistributor_write(vcpu1 + 0x080, 4, 0xffff_ffff)
+                .unwrap();
+            gic.redistributor_write(vcpu1 + 0x100, 4, 1 << 27).unwrap();
+        };
+        enable_timer(&mut gic);
+        gic.raise(1, 27);
+        assert_eq!(gic.next_pending(1).map(|p| p.0), Some(27));
+        // Listed, taken, and left active when the vCPU went off (CPU_OFF in the handler).
+        gic.mark_listed(1, 27);
+        gic.unlisted(1, 27, false, true);
+        gic.raise(1, 27);
+        assert_eq!(gic.next_pending(1), None, "active: not offered again");
+        gic.reset_vcpu(1);
+        assert!(
+            !gic.is_enabled(1, 27),
+            "the redistributor is back to its reset state"
+        );
+        assert_eq!(
+            gic.redistributor_read(REDISTRIBUTOR_SIZE + 0x14, 4),
+            Ok(u64::from(WAKER_PROCESSOR_SLEEP | WAKER_CHILDREN_ASLEEP)),
+            "asleep until the guest wakes it"
+        );
+        enable_timer(&mut gic);
+        assert_eq!(
+            gic.next_pending(1),
+            None,
+            "nothing pending or active survives"
+        );
+        gic.raise(1, 27);
+        assert_eq!(
+            gic.next_pending(1).map(|p| p.0),
+            Some(27),
+            "the timer works again"
+        );
     }
 
     #[test]

@@ -11,6 +11,8 @@ use super::regs::{read_sysreg, write_sysreg};
 const GICD_CTLR: usize = 0x0000;
 const GICD_IGROUPR: usize = 0x0080;
 const GICD_ISENABLER: usize = 0x0100;
+/// Clear-active registers (GICD_ICACTIVER<n>; GICR_ICACTIVER0 at the same offset of the SGI frame).
+const GICD_ICACTIVER: usize = 0x0380;
 const GICD_IPRIORITYR: usize = 0x0400;
 const GICD_IROUTER: usize = 0x6000;
 const CTLR_ENABLE_GRP1: u32 = 1 << 1;
@@ -132,6 +134,13 @@ impl Redistributor {
     pub fn disable_private(&self, intid: u32) {
         self.sgi.write32(GICD_ISENABLER + 0x80, 1 << intid);
     }
+
+    /// Clears the active state of SGI or PPI `intid` on this pCPU (GICR_ICACTIVER0, 12.11.7):
+    /// for a hardware-linked interrupt whose list register was discarded before the guest's
+    /// EOI could deactivate it, which would otherwise never be signalled again.
+    pub fn clear_active_private(&self, intid: u32) {
+        self.sgi.write32(GICD_ICACTIVER, 1 << intid);
+    }
 }
 
 /// Sets up this pCPU's system-register CPU interface and the virtual interface.
@@ -221,6 +230,32 @@ pub fn reset_virtual_interface() {
     for lr in 0..list_registers() {
         write_lr(lr, 0);
     }
+    clear_active_priorities();
+}
+
+/// Clears the virtual active priority registers (ICH_AP0R<n>_EL2, ICH_AP1R<n>_EL2, 12.4.1-2):
+/// an interrupt the guest acknowledged and never ended (it went off, or reset, inside its
+/// handler) would otherwise keep its priority running and mask every interrupt of equal or
+/// lower priority on the next vCPU start. ICH_VTR_EL2.PRIbits says how many are implemented.
+fn clear_active_priorities() {
+    let priority_bits = ((read_sysreg!("ich_vtr_el2") >> 29) & 0x7) + 1;
+    // SAFETY: the active priorities belong to the vCPU being reset on this pCPU; writing zero
+    // says that none of its interrupts is active.
+    unsafe {
+        write_sysreg!("ich_ap0r0_el2", 0u64);
+        write_sysreg!("ich_ap1r0_el2", 0u64);
+        if priority_bits >= 6 {
+            write_sysreg!("ich_ap0r1_el2", 0u64);
+            write_sysreg!("ich_ap1r1_el2", 0u64);
+        }
+        if priority_bits >= 7 {
+            write_sysreg!("ich_ap0r2_el2", 0u64);
+            write_sysreg!("ich_ap1r2_el2", 0u64);
+            write_sysreg!("ich_ap0r3_el2", 0u64);
+            write_sysreg!("ich_ap1r3_el2", 0u64);
+        }
+        core::arch::asm!("isb", options(nostack));
+    }
 }
 
 macro_rules! list_register_access {
@@ -258,6 +293,11 @@ list_register_access!(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 /// Whether a list register value has state invalid: the guest has finished with it.
 pub fn list_register_is_invalid(value: u64) -> bool {
     value >> 62 == 0
+}
+
+/// Whether a list register value holds its interrupt pending (State bit 62, 12.4.6).
+pub fn list_register_is_pending(value: u64) -> bool {
+    value & (1 << 62) != 0
 }
 
 /// Builds a list register value (ICH_LR<n>_EL2, 12.4.6): pending, group 1 or 0, with the

@@ -109,3 +109,14 @@ fn reset_el1_state() {
     }
     super::cpu::zero_fp_simd();
 }
+
+/// Stops the guest's virtual timer on this pCPU (CNTV_CTL_EL0 = 0): a vCPU that is not running
+/// has no timer that may fire here.
+pub fn stop_virtual_timer() {
+    // SAFETY: disables the EL1 virtual timer of the vCPU leaving this pCPU; nothing at EL2
+    // depends on it.
+    unsafe {
+        write_sysreg!("cntv_ctl_el0", 0u64);
+        core::arch::asm!("isb", options(nostack));
+    }
+}
