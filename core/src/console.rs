@@ -1,26 +1,49 @@
 //! The console multiplexer: VMs' output lines onto one physical UART with a per-VM prefix,
 //! and physical input routed to the VM that has the focus.
 //!
-//! Output is buffered per VM and written a whole line at a time, so lines of different VMs
-//! never interleave mid-line. A partial line (a shell prompt) is written when the hypervisor
-//! calls [`ConsoleMux::flush_partial`] (from a short timer); its continuation is then
-//! appended without a new prefix unless another VM wrote in between.
+//! Output: each VM's bytes go into a bounded buffer of its own ([`VM_BUFFER`] bytes); a full
+//! buffer refuses bytes of that VM only, counts them, and Keel reports the count. The UART
+//! is fed by [`ConsoleMux::drain`], which writes only what the UART takes without waiting
+//! (the caller holds its lock for bounded work, never across a wait on the device) and picks
+//! whole lines: Keel's own first, then one line per VM in turn, so a VM that prints flat out
+//! gets its share and no more. Lines of different VMs never interleave mid-line. A partial
+//! line (a shell prompt) is written when the hypervisor calls [`ConsoleMux::flush_partial`]
+//! (from a short timer); its continuation is then appended without a new prefix unless
+//! something else was written in between.
+//!
+//! Nothing a VM prints can pass for another's line or Keel's: control characters (CR not
+//! followed by LF, ESC, BS, ...) are shown escaped as `\xNN`, so a guest cannot move the
+//! cursor back over a prefix or print escape sequences. `Ctrl-A r` puts the focused VM in
+//! raw mode (its bytes go through unchanged, for an interactive shell's line editing and
+//! colours; other VMs stay escaped), and back; the focus leaving a VM ends its raw mode.
+//! Keel's own lines always start on a line of their own, after an attribute reset when a VM
+//! is raw.
 //!
 //! Input: `Ctrl-A` is the escape key. `Ctrl-A 0`..`9` gives the focus to that VM,
-//! `Ctrl-A n` to the next VM, `Ctrl-A x` powers the machine off, `Ctrl-A ?` prints help,
-//! and `Ctrl-A Ctrl-A` sends one `Ctrl-A` to the focused VM.
+//! `Ctrl-A n` to the next VM, `Ctrl-A r` toggles raw output for the focused VM, `Ctrl-A x`
+//! powers the machine off, `Ctrl-A ?` prints help, and `Ctrl-A Ctrl-A` sends one `Ctrl-A` to
+//! the focused VM.
 
 /// Most VMs the multiplexer serves.
 pub const MAX_VMS: usize = 16;
-/// Longest line buffered before it is written out in pieces.
+/// Longest line piece: longer lines are written in pieces of this many shown bytes.
 pub const LINE_CAPACITY: usize = 256;
+/// Bytes of output each VM may have waiting for the UART.
+pub const VM_BUFFER: usize = 2048;
+/// Bytes of Keel's own lines that may wait for the UART.
+pub const KEEL_BUFFER: usize = 4096;
+/// Longest VM name shown in a prefix.
+const NAME_MAX: usize = 32;
 /// The escape key, Ctrl-A.
 pub const ESCAPE: u8 = 0x01;
+/// SGR reset (ESC [ 0 m): written before Keel's lines while a VM is raw.
+const ATTRIBUTE_RESET: &[u8] = b"\x1b[0m";
 
 /// Where multiplexed output goes (the physical UART).
 pub trait Sink {
-    /// Writes raw bytes.
-    fn write(&mut self, bytes: &[u8]);
+    /// Writes as many leading bytes of `bytes` as the device takes now, without waiting;
+    /// returns how many.
+    fn write_some(&mut self, bytes: &[u8]) -> usize;
 }
 
 /// What to do with one byte of physical input.
@@ -35,6 +58,8 @@ pub enum Input {
     },
     /// The focus moved to this VM.
     Focus(usize),
+    /// Raw output was turned on (true) or off (false) for this VM.
+    Raw(usize, bool),
     /// The user asked to power the machine off.
     PowerOff,
     /// The user asked for help.
@@ -43,50 +68,235 @@ pub enum Input {
     Nothing,
 }
 
+/// A bounded byte queue.
 #[derive(Clone, Copy)]
-struct Line {
-    bytes: [u8; LINE_CAPACITY],
+struct Ring<const N: usize> {
+    bytes: [u8; N],
+    head: usize,
     len: usize,
-    /// Part of this line is already on the UART, and the UART line is still open.
+}
+
+impl<const N: usize> Ring<N> {
+    const EMPTY: Self = Self {
+        bytes: [0; N],
+        head: 0,
+        len: 0,
+    };
+
+    fn room(&self) -> usize {
+        N - self.len
+    }
+
+    /// Appends `bytes` whole, or nothing if they do not fit.
+    fn push(&mut self, bytes: &[u8]) -> bool {
+        if bytes.len() > self.room() {
+            return false;
+        }
+        for &byte in bytes {
+            self.bytes[(self.head + self.len) % N] = byte;
+            self.len += 1;
+        }
+        true
+    }
+
+    /// Moves bytes up to and including the first `\n` (or all, if `partial` and there is
+    /// none) into `out`; returns how many were moved and whether a whole line was.
+    fn pop_line(&mut self, out: &mut [u8], partial: bool) -> Option<(usize, bool)> {
+        let newline = (0..self.len).find(|&i| self.bytes[(self.head + i) % N] == b'\n');
+        let (count, complete) = match newline {
+            Some(i) => (i + 1, true),
+            None if partial && self.len > 0 => (self.len, false),
+            None => return None,
+        };
+        let count = count.min(out.len());
+        for slot in out.iter_mut().take(count) {
+            *slot = self.bytes[self.head];
+            self.head = (self.head + 1) % N;
+            self.len -= 1;
+        }
+        Some((count, complete))
+    }
+}
+
+/// One VM's output on its way to the UART.
+#[derive(Clone, Copy)]
+struct VmOutput {
+    /// Shown bytes; `\n` ends a line.
+    waiting: Ring<VM_BUFFER>,
+    /// Lines (`\n`) in `waiting`.
+    complete: usize,
+    /// Shown bytes of the line being written, since its last piece ended.
+    line_len: usize,
+    /// A CR was written and is held to see whether LF follows (CR LF is a line end).
+    cr_pending: bool,
+    /// Its bytes go through unescaped.
+    raw: bool,
+    /// Bytes refused because `waiting` was full, not yet reported.
+    dropped: u64,
+    /// Its last line on the UART is a partial one, still open.
     continued: bool,
+}
+
+impl VmOutput {
+    const EMPTY: Self = Self {
+        waiting: Ring::EMPTY,
+        complete: 0,
+        line_len: 0,
+        cr_pending: false,
+        raw: false,
+        dropped: 0,
+        continued: false,
+    };
+
+    /// Queues one byte as the console shows it; false if it was refused (buffer full).
+    fn push_byte(&mut self, byte: u8) -> bool {
+        if self.cr_pending {
+            self.cr_pending = false;
+            if byte == b'\n' {
+                return self.end_line();
+            }
+            if !self.push_shown(b'\r') {
+                return false;
+            }
+        }
+        match byte {
+            b'\n' => self.end_line(),
+            b'\r' => {
+                self.cr_pending = true;
+                true
+            }
+            _ => self.push_shown(byte),
+        }
+    }
+
+    fn end_line(&mut self) -> bool {
+        if self.waiting.push(b"\n") {
+            self.complete += 1;
+            self.line_len = 0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Queues `byte` shown: itself if printable (or raw), else escaped as `\xNN`; a piece
+    /// that reaches [`LINE_CAPACITY`] is ended.
+    fn push_shown(&mut self, byte: u8) -> bool {
+        let printable = byte == b'\t' || (0x20..0x7f).contains(&byte) || byte >= 0x80;
+        let escaped;
+        let shown: &[u8] = if printable || self.raw {
+            core::slice::from_ref(&byte)
+        } else {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            escaped = [
+                b'\\',
+                b'x',
+                HEX[usize::from(byte >> 4)],
+                HEX[usize::from(byte & 0xf)],
+            ];
+            &escaped
+        };
+        // Room for the piece's end too, so a split never fails half-way.
+        if shown.len() + 1 > self.waiting.room() {
+            return false;
+        }
+        self.waiting.push(shown);
+        self.line_len += shown.len();
+        if self.line_len >= LINE_CAPACITY {
+            self.end_line();
+        }
+        true
+    }
 }
 
 /// The multiplexer's state.
 pub struct ConsoleMux {
-    names: [&'static str; MAX_VMS],
+    /// `None` beyond `count` (and all `None` in [`ConsoleMux::EMPTY`], which is all zero
+    /// bytes, so that a static multiplexer costs no image space).
+    names: [Option<&'static str>; MAX_VMS],
     has_console: [bool; MAX_VMS],
     count: usize,
     focus: usize,
     escape_pending: bool,
-    lines: [Line; MAX_VMS],
-    /// The VM whose line is open on the UART (written without its newline yet).
+    vms: [VmOutput; MAX_VMS],
+    /// Keel's own lines (each ending in `\n`).
+    keel: Ring<KEEL_BUFFER>,
+    /// Keel's lines refused because `keel` was full.
+    keel_dropped: u64,
+    /// The VM whose line is open on the UART (written without its line end yet).
     open: Option<usize>,
+    /// The VM served next, for round-robin fairness.
+    next_vm: usize,
+    /// Partial lines are to be written out.
+    flush_requested: bool,
+    /// The bytes being written to the UART, and how many of them are written.
+    out: [u8; 2 + ATTRIBUTE_RESET.len() + 1 + NAME_MAX + 2 + LINE_CAPACITY + 8 + 2],
+    out_len: usize,
+    out_sent: usize,
+}
+
+/// Appends `bytes` to `out` at `*len` (truncated to what fits).
+fn put(out: &mut [u8], len: &mut usize, bytes: &[u8]) {
+    let take = bytes.len().min(out.len() - *len);
+    out[*len..*len + take].copy_from_slice(&bytes[..take]);
+    *len += take;
+}
+
+/// Formats `value` in decimal into `buffer`; returns the digits.
+fn decimal(value: u64, buffer: &mut [u8; 20]) -> &[u8] {
+    let mut at = buffer.len();
+    let mut rest = value;
+    loop {
+        at -= 1;
+        buffer[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    &buffer[at..]
 }
 
 impl ConsoleMux {
+    /// A multiplexer for no VM, all zero bytes: for static storage, set up with
+    /// [`configure`](Self::configure).
+    pub const EMPTY: Self = Self {
+        names: [None; MAX_VMS],
+        has_console: [false; MAX_VMS],
+        count: 0,
+        focus: 0,
+        escape_pending: false,
+        vms: [VmOutput::EMPTY; MAX_VMS],
+        keel: Ring::EMPTY,
+        keel_dropped: 0,
+        open: None,
+        next_vm: 0,
+        flush_requested: false,
+        out: [0; 2 + ATTRIBUTE_RESET.len() + 1 + NAME_MAX + 2 + LINE_CAPACITY + 8 + 2],
+        out_len: 0,
+        out_sent: 0,
+    };
+
     /// A multiplexer for VMs named `names` (indexed by VM id); only those with
     /// `has_console[id]` can hold the focus. The focus starts on the first of them.
     pub fn new(names: &[&'static str], has_console: &[bool]) -> Self {
+        let mut mux = Self::EMPTY;
+        mux.configure(names, has_console);
+        mux
+    }
+
+    /// Names the VMs of a multiplexer that is still [`EMPTY`](Self::EMPTY), in place (a
+    /// multiplexer is too large to build on a small stack), as [`new`](Self::new) does.
+    pub fn configure(&mut self, names: &[&'static str], has_console: &[bool]) {
         let count = names.len().min(MAX_VMS);
-        let mut mux = Self {
-            names: [""; MAX_VMS],
-            has_console: [false; MAX_VMS],
-            count,
-            focus: 0,
-            escape_pending: false,
-            lines: [Line {
-                bytes: [0; LINE_CAPACITY],
-                len: 0,
-                continued: false,
-            }; MAX_VMS],
-            open: None,
-        };
-        mux.names[..count].copy_from_slice(&names[..count]);
-        for (slot, &console) in mux.has_console[..count].iter_mut().zip(has_console) {
+        self.count = count;
+        for (slot, &name) in self.names.iter_mut().zip(&names[..count]) {
+            *slot = Some(name);
+        }
+        for (slot, &console) in self.has_console[..count].iter_mut().zip(has_console) {
             *slot = console;
         }
-        mux.focus = (0..count).find(|&vm| mux.has_console[vm]).unwrap_or(0);
-        mux
+        self.focus = (0..count).find(|&vm| self.has_console[vm]).unwrap_or(0);
     }
 
     /// The VM that receives input.
@@ -96,62 +306,180 @@ impl ConsoleMux {
 
     /// Name of a VM.
     pub fn name(&self, vm: usize) -> &'static str {
-        self.names.get(vm).copied().unwrap_or("?")
+        self.names.get(vm).copied().flatten().unwrap_or("?")
     }
 
-    /// One byte of VM output. Returns true if a partial line is now waiting for
-    /// [`flush_partial`](Self::flush_partial).
-    pub fn output(&mut self, vm: usize, byte: u8, sink: &mut impl Sink) -> bool {
-        if vm >= self.count {
+    /// Bytes of VM `vm` refused so far because its buffer was full and not yet reported.
+    pub fn dropped(&self, vm: usize) -> u64 {
+        self.vms.get(vm).map_or(0, |output| output.dropped)
+    }
+
+    /// One byte of VM output, queued (never waiting for the UART): false if VM `vm`'s buffer
+    /// is full and the byte was refused (counted and reported later). Call [`drain`](Self::drain)
+    /// after. A partial line waits for [`flush_partial`](Self::flush_partial) (see
+    /// [`partial_waiting`](Self::partial_waiting)).
+    pub fn output(&mut self, vm: usize, byte: u8) -> bool {
+        let Some(output) = self.vms[..self.count].get_mut(vm) else {
+            return false;
+        };
+        let accepted = output.push_byte(byte);
+        if !accepted {
+            output.dropped += 1;
+        }
+        accepted
+    }
+
+    /// Whether some VM has a partial line waiting for [`flush_partial`](Self::flush_partial).
+    pub fn partial_waiting(&self) -> bool {
+        self.vms[..self.count]
+            .iter()
+            .any(|output| output.waiting.len > 0 && output.complete == 0)
+    }
+
+    /// Asks for every VM's partial line to be written out (called a short while after output
+    /// stopped), then drains.
+    pub fn flush_partial(&mut self, sink: &mut impl Sink) -> bool {
+        self.flush_requested = true;
+        self.drain(sink)
+    }
+
+    /// Queues one line of Keel's own, shown prefixed `[keel]`; false if Keel's buffer is full
+    /// (the line is counted and the count reported once there is room).
+    pub fn hypervisor_line(&mut self, text: &[u8]) -> bool {
+        let text = &text[..text.len().min(LINE_CAPACITY)];
+        // A line of Keel's own never contains a line end of its own making.
+        if text.len() + 1 > self.keel.room() || text.contains(&b'\n') {
+            self.keel_dropped += 1;
             return false;
         }
-        let line = &mut self.lines[vm];
-        line.bytes[line.len] = byte;
-        line.len += 1;
-        if byte == b'\n' {
-            self.emit(vm, true, sink);
-        } else if self.lines[vm].len == LINE_CAPACITY {
-            self.emit(vm, false, sink);
-        }
-        self.lines[vm].len > 0
+        self.keel.push(text);
+        self.keel.push(b"\n");
+        true
     }
 
-    /// Writes out every VM's partial line (called a short while after output stopped).
-    pub fn flush_partial(&mut self, sink: &mut impl Sink) {
-        for vm in 0..self.count {
-            if self.lines[vm].len > 0 {
-                self.emit(vm, false, sink);
+    /// Writes to `sink` what it takes without waiting, whole lines at a time as far as it
+    /// takes them: Keel's lines first, then each VM's in turn. Returns whether output still
+    /// waits (the caller drains again later, e.g. from a timer).
+    pub fn drain(&mut self, sink: &mut impl Sink) -> bool {
+        loop {
+            if self.out_sent < self.out_len {
+                let written = sink.write_some(&self.out[self.out_sent..self.out_len]);
+                self.out_sent += written.min(self.out_len - self.out_sent);
+                if self.out_sent < self.out_len {
+                    return true;
+                }
+            }
+            self.out_len = 0;
+            self.out_sent = 0;
+            if !self.compose_next() {
+                return false;
             }
         }
     }
 
-    /// Writes one line of the hypervisor's own, prefixed `[keel] `, closing any open VM line.
-    pub fn hypervisor_line(&mut self, text: &[u8], sink: &mut impl Sink) {
-        self.close_open_line(sink);
-        sink.write(b"[keel] ");
-        sink.write(text);
-        sink.write(b"\r\n");
-    }
-
-    fn close_open_line(&mut self, sink: &mut impl Sink) {
-        if let Some(other) = self.open.take() {
-            sink.write(b"\r\n");
-            self.lines[other].continued = false;
+    /// Closes an open partial VM line, and resets attributes if a VM is raw: Keel's lines and
+    /// other VMs' lines start clean.
+    fn start_fresh_line(&mut self, for_vm: Option<usize>) {
+        if let Some(open) = self.open {
+            if Some(open) != for_vm {
+                put(&mut self.out, &mut self.out_len, b"\r\n");
+                self.vms[open].continued = false;
+                self.open = None;
+            }
+        }
+        if self.vms[..self.count].iter().any(|output| output.raw) && for_vm.is_none() {
+            put(&mut self.out, &mut self.out_len, ATTRIBUTE_RESET);
         }
     }
 
-    fn emit(&mut self, vm: usize, complete: bool, sink: &mut impl Sink) {
-        if self.open != Some(vm) || !self.lines[vm].continued {
-            self.close_open_line(sink);
-            sink.write(b"[");
-            sink.write(self.names[vm].as_bytes());
-            sink.write(b"] ");
+    /// Puts the next line to write into `out`; false if nothing waits.
+    fn compose_next(&mut self) -> bool {
+        let mut text = [0u8; LINE_CAPACITY + 8];
+        if let Some((len, _)) = self.keel.pop_line(&mut text, false) {
+            self.start_fresh_line(None);
+            put(&mut self.out, &mut self.out_len, b"[keel] ");
+            put(&mut self.out, &mut self.out_len, &text[..len - 1]);
+            put(&mut self.out, &mut self.out_len, b"\r\n");
+            return true;
         }
-        let line = &mut self.lines[vm];
-        sink.write(&line.bytes[..line.len]);
-        line.len = 0;
-        line.continued = !complete;
-        self.open = if complete { None } else { Some(vm) };
+        if self.keel_dropped > 0 {
+            let mut digits = [0; 20];
+            let count = self.keel_dropped;
+            self.keel_dropped = 0;
+            self.start_fresh_line(None);
+            put(&mut self.out, &mut self.out_len, b"[keel] ");
+            put(
+                &mut self.out,
+                &mut self.out_len,
+                decimal(count, &mut digits),
+            );
+            put(
+                &mut self.out,
+                &mut self.out_len,
+                b" lines of Keel's own dropped (buffer full)\r\n",
+            );
+            return true;
+        }
+        for step in 0..self.count {
+            let vm = (self.next_vm + step) % self.count;
+            if self.vms[vm].dropped > 0 && self.vms[vm].waiting.room() > 0 {
+                let mut digits = [0; 20];
+                let count = self.vms[vm].dropped;
+                self.vms[vm].dropped = 0;
+                self.start_fresh_line(None);
+                put(&mut self.out, &mut self.out_len, b"[keel] vm '");
+                let name = self.name(vm);
+                put(&mut self.out, &mut self.out_len, name.as_bytes());
+                put(
+                    &mut self.out,
+                    &mut self.out_len,
+                    b"': console output full: ",
+                );
+                put(
+                    &mut self.out,
+                    &mut self.out_len,
+                    decimal(count, &mut digits),
+                );
+                put(&mut self.out, &mut self.out_len, b" bytes dropped\r\n");
+                return true;
+            }
+            let partial = self.flush_requested;
+            if self.vms[vm].complete == 0 && !partial {
+                continue;
+            }
+            let Some((len, complete)) = self.vms[vm].waiting.pop_line(&mut text, partial) else {
+                continue;
+            };
+            self.next_vm = (vm + 1) % self.count;
+            let continuing = self.open == Some(vm) && self.vms[vm].continued;
+            self.start_fresh_line(Some(vm));
+            if !continuing {
+                let name = self.name(vm).as_bytes();
+                put(&mut self.out, &mut self.out_len, b"[");
+                put(
+                    &mut self.out,
+                    &mut self.out_len,
+                    &name[..name.len().min(NAME_MAX)],
+                );
+                put(&mut self.out, &mut self.out_len, b"] ");
+            }
+            let output = &mut self.vms[vm];
+            if complete {
+                output.complete -= 1;
+                put(&mut self.out, &mut self.out_len, &text[..len - 1]);
+                put(&mut self.out, &mut self.out_len, b"\r\n");
+                output.continued = false;
+                self.open = None;
+            } else {
+                put(&mut self.out, &mut self.out_len, &text[..len]);
+                output.line_len = 0;
+                output.continued = true;
+                self.open = Some(vm);
+            }
+            return true;
+        }
+        self.flush_requested = false;
+        false
     }
 
     /// One byte of physical input.
@@ -169,7 +497,7 @@ impl ConsoleMux {
             b'0'..=b'9' => {
                 let vm = (byte - b'0') as usize;
                 if vm < self.count && self.has_console[vm] {
-                    self.focus = vm;
+                    self.set_focus(vm);
                     Input::Focus(vm)
                 } else {
                     Input::Nothing
@@ -181,16 +509,29 @@ impl ConsoleMux {
                     .find(|&vm| self.has_console[vm]);
                 match next {
                     Some(vm) => {
-                        self.focus = vm;
+                        self.set_focus(vm);
                         Input::Focus(vm)
                     }
                     None => Input::Nothing,
                 }
             }
+            b'r' if self.count > 0 && self.has_console[self.focus] => {
+                let output = &mut self.vms[self.focus];
+                output.raw = !output.raw;
+                Input::Raw(self.focus, output.raw)
+            }
             b'x' => Input::PowerOff,
             b'?' | b'h' => Input::Help,
             _ => Input::Nothing,
         }
+    }
+
+    /// Moves the input focus; the VM losing it leaves raw mode.
+    fn set_focus(&mut self, vm: usize) {
+        if vm != self.focus {
+            self.vms[self.focus].raw = false;
+        }
+        self.focus = vm;
     }
 
     fn deliver(&self, byte: u8) -> Input {
@@ -209,66 +550,195 @@ impl ConsoleMux {
 mod tests {
     use super::*;
 
-    struct Capture(Vec<u8>);
+    /// A UART that takes at most `room` bytes per drain call (`usize::MAX`: all).
+    struct Capture {
+        bytes: Vec<u8>,
+        room: usize,
+    }
+
     impl Sink for Capture {
-        fn write(&mut self, bytes: &[u8]) {
-            self.0.extend_from_slice(bytes);
+        fn write_some(&mut self, bytes: &[u8]) -> usize {
+            let take = bytes.len().min(self.room);
+            self.bytes.extend_from_slice(&bytes[..take]);
+            take
+        }
+    }
+
+    fn uart() -> Capture {
+        Capture {
+            bytes: Vec::new(),
+            room: usize::MAX,
         }
     }
 
     fn text(capture: &Capture) -> String {
-        String::from_utf8(capture.0.clone()).unwrap()
+        String::from_utf8(capture.bytes.clone()).unwrap()
     }
 
     fn print(mux: &mut ConsoleMux, vm: usize, s: &str, out: &mut Capture) {
         for b in s.bytes() {
-            mux.output(vm, b, out);
+            mux.output(vm, b);
         }
+        mux.drain(out);
     }
 
     #[test]
     fn lines_are_prefixed_and_never_interleaved() {
         let mut mux = ConsoleMux::new(&["a", "b"], &[true, true]);
-        let mut out = Capture(Vec::new());
+        let mut out = uart();
         print(&mut mux, 0, "hel", &mut out);
         print(&mut mux, 1, "world\n", &mut out);
-        print(&mut mux, 0, "lo\n", &mut out);
-        assert_eq!(text(&out), "[b] world\n[a] hello\n");
+        print(&mut mux, 0, "lo\r\n", &mut out);
+        assert_eq!(text(&out), "[b] world\r\n[a] hello\r\n");
     }
 
     #[test]
     fn partial_line_flush_and_continuation() {
         let mut mux = ConsoleMux::new(&["a", "b"], &[true, true]);
-        let mut out = Capture(Vec::new());
+        let mut out = uart();
         print(&mut mux, 0, "# ", &mut out);
+        assert!(mux.partial_waiting());
         mux.flush_partial(&mut out);
         print(&mut mux, 0, "ls\n", &mut out);
-        assert_eq!(text(&out), "[a] # ls\n");
+        assert_eq!(text(&out), "[a] # ls\r\n");
         print(&mut mux, 0, "# ", &mut out);
         mux.flush_partial(&mut out);
         print(&mut mux, 1, "tick\n", &mut out);
         print(&mut mux, 0, "x\n", &mut out);
-        assert_eq!(text(&out), "[a] # ls\n[a] # \r\n[b] tick\n[a] x\n");
+        assert_eq!(text(&out), "[a] # ls\r\n[a] # \r\n[b] tick\r\n[a] x\r\n");
     }
 
     #[test]
     fn long_lines_are_split_not_lost() {
         let mut mux = ConsoleMux::new(&["a"], &[true]);
-        let mut out = Capture(Vec::new());
-        let long = "x".repeat(LINE_CAPACITY + 10) + "\n";
-        print(&mut mux, 0, &long, &mut out);
-        assert_eq!(text(&out), format!("[a] {long}"));
+        let mut out = uart();
+        let long = "x".repeat(LINE_CAPACITY + 10);
+        print(&mut mux, 0, &(long.clone() + "\n"), &mut out);
+        assert_eq!(
+            text(&out),
+            format!(
+                "[a] {}\r\n[a] {}\r\n",
+                &long[..LINE_CAPACITY],
+                &long[LINE_CAPACITY..]
+            )
+        );
     }
 
     #[test]
-    fn hypervisor_lines_close_open_lines() {
+    fn hypervisor_lines_close_open_lines_and_come_first() {
         let mut mux = ConsoleMux::new(&["a"], &[true]);
-        let mut out = Capture(Vec::new());
+        let mut out = uart();
         print(&mut mux, 0, "$ ", &mut out);
         mux.flush_partial(&mut out);
-        mux.hypervisor_line(b"vm 'a' stopped", &mut out);
+        mux.hypervisor_line(b"vm 'a' stopped");
+        mux.drain(&mut out);
         print(&mut mux, 0, "z\n", &mut out);
-        assert_eq!(text(&out), "[a] $ \r\n[keel] vm 'a' stopped\r\n[a] z\n");
+        assert_eq!(text(&out), "[a] $ \r\n[keel] vm 'a' stopped\r\n[a] z\r\n");
+    }
+
+    #[test]
+    fn control_characters_cannot_forge_a_line() {
+        let mut mux = ConsoleMux::new(&["victim", "evil"], &[true, true]);
+        let mut out = uart();
+        print(
+            &mut mux,
+            1,
+            "x\r[keel] vm 'victim' (id 0) stopped\r\n\x1b[2K\x1b[1G[victim] tick\x08\x7f\n",
+            &mut out,
+        );
+        assert_eq!(
+            text(&out),
+            "[evil] x\\x0d[keel] vm 'victim' (id 0) stopped\r\n\
+             [evil] \\x1b[2K\\x1b[1G[victim] tick\\x08\\x7f\r\n"
+        );
+        for line in text(&out).split("\r\n").filter(|l| !l.is_empty()) {
+            assert!(line.starts_with("[evil] "), "{line:?}");
+            assert!(!line.contains('\r') && !line.contains('\x1b'), "{line:?}");
+        }
+    }
+
+    #[test]
+    fn raw_mode_is_for_the_focused_vm_only_and_keel_lines_stay_distinct() {
+        let mut mux = ConsoleMux::new(&["a", "b"], &[true, true]);
+        let mut out = uart();
+        assert_eq!(mux.input(ESCAPE), Input::Nothing);
+        assert_eq!(mux.input(b'r'), Input::Raw(0, true));
+        print(&mut mux, 0, "\x1b[1mbold\r\n", &mut out);
+        print(&mut mux, 1, "\x1b[1m\n", &mut out);
+        mux.hypervisor_line(b"note");
+        mux.drain(&mut out);
+        assert_eq!(
+            text(&out),
+            "[a] \x1b[1mbold\r\n[b] \\x1b[1m\r\n\x1b[0m[keel] note\r\n"
+        );
+        assert_eq!(mux.input(ESCAPE), Input::Nothing);
+        assert_eq!(mux.input(b'1'), Input::Focus(1));
+        out.bytes.clear();
+        print(&mut mux, 0, "\x1b\n", &mut out);
+        assert_eq!(
+            text(&out),
+            "[a] \\x1b\r\n",
+            "the focus left: raw mode ended"
+        );
+    }
+
+    #[test]
+    fn a_flooding_vm_fills_only_its_own_buffer_and_is_told_so() {
+        let mut mux = ConsoleMux::new(&["quiet", "flood"], &[true, true]);
+        let mut out = Capture {
+            bytes: Vec::new(),
+            room: 0,
+        };
+        let line = "0123456789abcdef0123456789abcdef\n";
+        let mut refused = 0;
+        for _ in 0..200 {
+            for b in line.bytes() {
+                if !mux.output(1, b) {
+                    refused += 1;
+                }
+            }
+            assert!(mux.drain(&mut out), "the UART takes nothing: output waits");
+        }
+        assert!(refused > 0);
+        assert_eq!(mux.dropped(1), refused);
+        for b in "still here\n".bytes() {
+            assert!(mux.output(0, b), "another VM's buffer is its own");
+        }
+        out.room = 7;
+        while mux.drain(&mut out) {}
+        let shown = text(&out);
+        assert!(shown.contains("[quiet] still here\r\n"));
+        assert!(shown.contains(&format!(
+            "[keel] vm 'flood': console output full: {refused} bytes dropped\r\n"
+        )));
+        let quiet_at = shown.find("[quiet]").unwrap();
+        assert!(
+            quiet_at < shown.len() / 2,
+            "the quiet VM waits for one flood line at most, not for the whole flood"
+        );
+        assert!(shown.split("\r\n").all(|l| l.is_empty()
+            || l.starts_with("[quiet] ")
+            || l.starts_with("[flood] ")
+            || l.starts_with("[keel] ")));
+    }
+
+    #[test]
+    fn keel_lines_beyond_the_buffer_are_counted() {
+        let mut mux = ConsoleMux::new(&["a"], &[true]);
+        let mut accepted = 0;
+        for _ in 0..1000 {
+            if mux.hypervisor_line(b"a diagnostic of some length") {
+                accepted += 1;
+            }
+        }
+        let mut out = uart();
+        mux.drain(&mut out);
+        let shown = text(&out);
+        assert_eq!(shown.matches("a diagnostic").count(), accepted);
+        assert!(shown.ends_with(&format!(
+            "[keel] {} lines of Keel's own dropped (buffer full)\r\n",
+            1000 - accepted
+        )));
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod devices;
 pub mod esr;
 pub mod fdt;
 pub mod hypercall;
+pub mod ratelimit;
 pub mod seed;
 pub mod stage2;
 pub mod system;

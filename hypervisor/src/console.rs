@@ -1,32 +1,49 @@
 //! Keel's console: the physical PL011 shared by the VMs' emulated consoles and Keel itself.
 //!
-//! Lock order: the console lock is a leaf. It is never held while a VM's device lock is
-//! taken; input is collected under it and delivered to VMs after it is released.
+//! Output never waits for the UART under a lock: bytes are queued in the multiplexer's
+//! bounded per-VM buffers and written as far as the transmit FIFO takes them at once; what
+//! is left is written from the EL2 timer (see [`keel_core::console`]). Keel's diagnostics that
+//! a guest can trigger at will are rate-limited per kind and VM ([`keel_println_limited`]).
+//!
+//! Lock order: the console lock and the rate limiter's lock are leaves, never held together
+//! and never held while a VM's device lock is taken; input is collected under the console
+//! lock and delivered to VMs after it is released.
 
 use core::fmt::Write;
 
 use keel_core::console::{ConsoleMux, Input, Sink};
+use keel_core::ratelimit::{DiagnosticKind, RateLimiter, Verdict};
 use spin::Mutex;
 
 use crate::arch::{timer, uart::Uart};
 
-/// How long a partial output line may wait before it is written anyway (a shell prompt).
+/// How long a partial output line may wait before it is written anyway (a shell prompt), and
+/// how soon output the UART could not take yet is tried again.
 const PARTIAL_LINE_DELAY_US: u64 = 20_000;
 
 struct Console {
     mux: ConsoleMux,
-    uart: Uart,
+    /// Set by [`init`]; until then nothing is multiplexed.
+    uart: Option<Uart>,
 }
 
 struct UartSink(Uart);
 
 impl Sink for UartSink {
-    fn write(&mut self, bytes: &[u8]) {
-        self.0.write(bytes);
+    fn write_some(&mut self, bytes: &[u8]) -> usize {
+        self.0.write_some(bytes)
     }
 }
 
-static CONSOLE: Mutex<Option<Console>> = Mutex::new(None);
+/// All zero bytes until [`init`] (in .bss: the multiplexer's buffers take no image space).
+static CONSOLE: Mutex<Console> = Mutex::new(Console {
+    mux: ConsoleMux::EMPTY,
+    uart: None,
+});
+
+/// Rate limits of guest-triggered diagnostics, in windows of one second of counter time
+/// (the window length is set by [`init`] from the counter frequency).
+static LIMITER: Mutex<RateLimiter> = Mutex::new(RateLimiter::new(u64::MAX));
 static EARLY_UART: Mutex<Option<Uart>> = Mutex::new(None);
 
 /// Uses `uart` for Keel's own messages until [`init`].
@@ -37,10 +54,10 @@ pub fn init_early(uart: Uart) {
 /// Starts multiplexing: `names[i]` is VM `i`, `has_console[i]` whether it may take input.
 pub fn init(uart: Uart, names: &[&'static str], has_console: &[bool]) {
     uart.enable_rx_interrupt();
-    *CONSOLE.lock() = Some(Console {
-        mux: ConsoleMux::new(names, has_console),
-        uart,
-    });
+    *LIMITER.lock() = RateLimiter::new(timer::frequency());
+    let mut console = CONSOLE.lock();
+    console.mux.configure(names, has_console);
+    console.uart = Some(uart);
 }
 
 /// A fixed buffer that formats one line; longer text is cut.
@@ -67,13 +84,36 @@ pub fn hypervisor_line(args: core::fmt::Arguments<'_>) {
     };
     let _ = line.write_fmt(args);
     let text = &line.bytes[..line.len];
-    if let Some(console) = CONSOLE.lock().as_mut() {
-        let mut sink = UartSink(console.uart);
-        console.mux.hypervisor_line(text, &mut sink);
+    let mut console = CONSOLE.lock();
+    if let Some(uart) = console.uart {
+        console.mux.hypervisor_line(text);
+        drain(&mut console.mux, uart);
     } else if let Some(uart) = *EARLY_UART.lock() {
         uart.write(b"[keel] ");
         uart.write(text);
         uart.write(b"\r\n");
+    }
+}
+
+/// Prints a diagnostic that VM `vm` can trigger at will, unless its kind has been printed too
+/// often for that VM lately; the first line printed after some were left out says how many.
+pub fn limited_line(kind: DiagnosticKind, vm: usize, args: core::fmt::Arguments<'_>) {
+    let verdict = LIMITER.lock().check(kind, vm, timer::now());
+    match verdict {
+        Verdict::Print { suppressed: 0 } => hypervisor_line(args),
+        Verdict::Print { suppressed } => hypervisor_line(format_args!(
+            "{args} ({suppressed} more like it suppressed)"
+        )),
+        Verdict::Suppress => {}
+    }
+}
+
+/// Writes what the UART takes now; if output is left, or a partial line waits, the EL2 timer
+/// of this pCPU comes back to it.
+fn drain(mux: &mut ConsoleMux, uart: Uart) {
+    let mut sink = UartSink(uart);
+    if mux.drain(&mut sink) || mux.partial_waiting() {
+        timer::arm_hyp_timer(timer::frequency() * PARTIAL_LINE_DELAY_US / 1_000_000);
     }
 }
 
@@ -86,7 +126,7 @@ pub fn emergency_line(args: core::fmt::Arguments<'_>) {
     let _ = line.write_fmt(args);
     let uart = CONSOLE
         .try_lock()
-        .and_then(|c| c.as_ref().map(|c| c.uart))
+        .and_then(|c| c.uart)
         .or_else(|| *EARLY_UART.try_lock()?);
     if let Some(uart) = uart {
         uart.write(b"\r\n[keel] ");
@@ -95,24 +135,26 @@ pub fn emergency_line(args: core::fmt::Arguments<'_>) {
     }
 }
 
-/// One byte a VM wrote to its console.
+/// One byte a VM wrote to its console: queued in that VM's buffer (refused and counted if it
+/// is full), and written as far as the UART takes it now.
 pub fn vm_output(vm: usize, byte: u8) {
-    let mut guard = CONSOLE.lock();
-    let Some(console) = guard.as_mut() else {
+    let mut console = CONSOLE.lock();
+    let Some(uart) = console.uart else {
         return;
     };
-    let mut sink = UartSink(console.uart);
-    if console.mux.output(vm, byte, &mut sink) {
-        timer::arm_hyp_timer(timer::frequency() * PARTIAL_LINE_DELAY_US / 1_000_000);
-    }
+    console.mux.output(vm, byte);
+    drain(&mut console.mux, uart);
 }
 
-/// The partial-line timer fired: write out waiting partial lines.
+/// The EL2 timer fired: write out waiting partial lines and what the UART could not take.
 pub fn flush_partial() {
     timer::disarm_hyp_timer();
-    if let Some(console) = CONSOLE.lock().as_mut() {
-        let mut sink = UartSink(console.uart);
-        console.mux.flush_partial(&mut sink);
+    let mut console = CONSOLE.lock();
+    if let Some(uart) = console.uart {
+        let mut sink = UartSink(uart);
+        if console.mux.flush_partial(&mut sink) {
+            timer::arm_hyp_timer(timer::frequency() * PARTIAL_LINE_DELAY_US / 1_000_000);
+        }
     }
 }
 
@@ -131,12 +173,12 @@ pub fn receive() -> Received {
         inputs: [Input::Nothing; 32],
         count: 0,
     };
-    let mut guard = CONSOLE.lock();
-    let Some(console) = guard.as_mut() else {
+    let mut console = CONSOLE.lock();
+    let Some(uart) = console.uart else {
         return received;
     };
     while received.count < received.inputs.len() {
-        let Some(byte) = console.uart.read() else {
+        let Some(byte) = uart.read() else {
             break;
         };
         received.inputs[received.count] = console.mux.input(byte);
@@ -147,7 +189,16 @@ pub fn receive() -> Received {
 
 /// Name of VM `vm` as the console shows it.
 pub fn focus_name(vm: usize) -> &'static str {
-    CONSOLE.lock().as_ref().map_or("?", |c| c.mux.name(vm))
+    CONSOLE.lock().mux.name(vm)
+}
+
+/// Prints a diagnostic a guest can trigger at will, rate-limited per kind and VM:
+/// `keel_println_limited!(DiagnosticKind::Smc, vm, "...", ...)`.
+#[macro_export]
+macro_rules! keel_println_limited {
+    ($kind:expr, $vm:expr, $($arg:tt)*) => {
+        $crate::console::limited_line($kind, $vm, format_args!($($arg)*))
+    };
 }
 
 /// Prints a line of Keel's own.

@@ -8,10 +8,11 @@ use core::sync::atomic::Ordering;
 
 use keel_core::abi::layout;
 use keel_core::console::Input;
+use keel_core::ratelimit::DiagnosticKind;
 
 use crate::arch::gic;
 use crate::vm::{self, VmState};
-use crate::{console, keel_println};
+use crate::{console, keel_println, keel_println_limited};
 
 /// The SGI one pCPU sends another to make it look at its vCPU again.
 pub const KICK_SGI: u32 = 0;
@@ -130,8 +131,18 @@ fn console_input() {
                 keel_println!("power off requested from the console");
                 crate::arch::psci::system_off();
             }
+            Input::Raw(id, raw) => keel_println!(
+                "vm '{}' (id {}): console output {}",
+                console::focus_name(id),
+                id,
+                if raw {
+                    "raw (its control characters reach the terminal; Ctrl-A r again to end)"
+                } else {
+                    "escaped"
+                }
+            ),
             Input::Help => keel_println!(
-                "Ctrl-A then: 0-9 focus VM, n next VM, x power off, Ctrl-A a literal Ctrl-A"
+                "Ctrl-A then: 0-9 focus VM, n next VM, r raw output for the focused VM, x power off, Ctrl-A a literal Ctrl-A"
             ),
             Input::Nothing => {}
         }
@@ -152,7 +163,9 @@ fn deliver_input(id: usize, byte: u8) {
         let target = devices.vgic.spi_target(layout::UART_INTID);
         if overrun {
             drop(guard);
-            keel_println!(
+            keel_println_limited!(
+                DiagnosticKind::InputOverrun,
+                id,
                 "vm '{}': console input overrun, byte refused (the guest is not reading)",
                 vm::desc(id).name
             );

@@ -8,12 +8,13 @@ use keel_core::cpu_features;
 use keel_core::devices::DeviceError;
 use keel_core::esr::{sysregs, DataAbort, Esr, ExceptionClass, SysRegAccess};
 use keel_core::hypercall::{self, Call};
+use keel_core::ratelimit::DiagnosticKind;
 
 use crate::arch::cpu;
 use crate::arch::regs::{read_id_register, read_sysreg};
 use crate::arch::vectors::{self, GuestRegs};
 use crate::vm::{self, VcpuPower};
-use crate::{console, irq, keel_println, vcpu};
+use crate::{console, irq, keel_println_limited, vcpu};
 
 /// Why a VM is stopped.
 enum Fault {
@@ -99,7 +100,9 @@ extern "C" fn keel_guest_sync(regs: &mut GuestRegs) {
 fn other_trap(id: usize, vcpu: usize, esr: Esr, regs: &mut GuestRegs) {
     let next = match esr.class() {
         ExceptionClass::Smc64 => {
-            keel_println!(
+            keel_println_limited!(
+                DiagnosticKind::Smc,
+                id,
                 "vm '{}': SMC (function {:#010x}) not forwarded: answered NOT_SUPPORTED",
                 vm::desc(id).name,
                 regs.x[0] as u32

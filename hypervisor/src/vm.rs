@@ -10,6 +10,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use keel_core::abi::layout;
 use keel_core::addr::{GuestPhysAddr, VmId};
 use keel_core::devices::{pl011::Pl011, vgic::Vgic};
+use keel_core::ratelimit::DiagnosticKind;
 use keel_core::seed;
 use keel_core::stage2::MemoryKind;
 use keel_core::system::VmDesc;
@@ -17,7 +18,7 @@ use spin::{Mutex, Once};
 
 use crate::arch::{boot::MAX_CPUS, cpu, gic, stage2};
 use crate::config::SYSTEM;
-use crate::keel_println;
+use crate::{keel_println, keel_println_limited};
 
 /// Most VMs (as many as VMIDs Keel hands out from its stage-2 pool).
 pub const MAX_VMS: usize = stage2::MAX_VMS;
@@ -364,7 +365,13 @@ pub fn power_off(id: usize) {
 /// vCPU 0 is left pending to start at the image's entry on its own pCPU. The caller parks.
 pub fn reset(id: usize) {
     let desc = desc(id);
-    keel_println!("vm '{}' (id {}) resets", desc.name, id);
+    keel_println_limited!(
+        DiagnosticKind::Reset,
+        id,
+        "vm '{}' (id {}) resets",
+        desc.name,
+        id
+    );
     let vm = &VMS[id];
     vm.generation.fetch_add(1, Ordering::AcqRel);
     for vcpu in 0..desc.pcpus.len() {

@@ -550,34 +550,122 @@ fn broken_device_tree() -> Result<()> {
     }
 }
 
-/// The hostile guest's attacks and the probes each must pass (`probe <name>: ok`).
-const ATTACKS: &[(&str, &[&str])] = &[
-    ("sgi-self", &["sgi-self-16-masked"]),
-    ("sgi-cross", &["sgi-cross-16-masked"]),
-    (
-        "timer-cpu-off",
-        &[
+/// One attack of the hostile guest: the probes it must pass (`probe <name>: ok`), and what
+/// else its console output must show.
+struct Attack {
+    name: &'static str,
+    probes: &'static [&'static str],
+    check: fn(&Ended) -> Result<()>,
+}
+
+fn no_more_checks(_: &Ended) -> Result<()> {
+    Ok(())
+}
+
+/// The flood: Keel's line about the attacker's SMCs comes a few times per second with a
+/// count of the rest, not once per SMC.
+fn flood_is_rate_limited(ended: &Ended) -> Result<()> {
+    let smc = Regex::new(r"^\[keel\] vm 'hostile': SMC \(function 0x[0-9a-f]{8}\) not forwarded: answered NOT_SUPPORTED( \((\d+) more like it suppressed\))?$").unwrap();
+    let lines: Vec<&String> = ended.lines.iter().filter(|l| smc.is_match(l)).collect();
+    let suppressed: u64 = lines
+        .iter()
+        .filter_map(|l| smc.captures(l)?.get(2)?.as_str().parse::<u64>().ok())
+        .sum();
+    let rounds = ended
+        .lines
+        .iter()
+        .find_map(|l| {
+            l.strip_prefix("[hostile] hostile: flood: ")?
+                .strip_suffix(" rounds")?
+                .parse::<u64>()
+                .ok()
+        })
+        .ok_or("the flood did not report its rounds")?;
+    if lines.len() > 5 * 3 {
+        return Err(format!(
+            "{} lines about the attacker's SMCs: not rate-limited",
+            lines.len()
+        ));
+    }
+    if suppressed < 1000 || rounds < 100 {
+        return Err(format!(
+            "{rounds} flood rounds and {suppressed} SMC lines reported as suppressed: the flood did not run"
+        ));
+    }
+    Ok(())
+}
+
+/// The forgery: what the attacker printed is on its own prefixed lines, its CR and ESC
+/// shown escaped, so no line passes for Keel's or the victim's.
+fn forgery_is_escaped(ended: &Ended) -> Result<()> {
+    for expected in [
+        r"[hostile] innocent\x0d[keel] vm 'victim' (id 0) stopped: forged",
+        r"[hostile] \x1b[2K\x1b[1G[victim] tick: s=999 forged",
+        "[hostile] [keel] all VMs have ended: powering off",
+    ] {
+        if !ended.lines.iter().any(|l| l == expected) {
+            return Err(format!("no console line '{expected}'"));
+        }
+    }
+    if let Some(forged) = ended
+        .lines
+        .iter()
+        .find(|l| l.contains('\x1b') || (l.contains("forged") && !l.starts_with("[hostile] ")))
+    {
+        return Err(format!("a forged line reached the console: {forged:?}"));
+    }
+    Ok(())
+}
+
+/// The hostile guest's attacks.
+const ATTACKS: &[Attack] = &[
+    Attack {
+        name: "sgi-self",
+        probes: &["sgi-self-16-masked"],
+        check: no_more_checks,
+    },
+    Attack {
+        name: "sgi-cross",
+        probes: &["sgi-cross-16-masked"],
+        check: no_more_checks,
+    },
+    Attack {
+        name: "timer-cpu-off",
+        probes: &[
             "cpu-off-with-timer-pending",
             "timer-after-cpu-off-pending",
             "cpu-off-with-timer-active",
             "timer-after-cpu-off-active",
         ],
-    ),
-    (
-        "timer-reset",
-        &[
+        check: no_more_checks,
+    },
+    Attack {
+        name: "timer-reset",
+        probes: &[
             "timer-after-reset-active",
             "reset-with-timer-pending",
             "timer-after-reset-pending",
             "timer-after-clean-reset",
         ],
-    ),
+        check: no_more_checks,
+    },
+    Attack {
+        name: "flood",
+        probes: &[],
+        check: flood_is_rate_limited,
+    },
+    Attack {
+        name: "forge",
+        probes: &[],
+        check: forgery_is_escaped,
+    },
 ];
 
 /// Runs attack `name` of the hostile guest (`configs/tests/attack.toml` with `keel.attack=name`)
 /// next to a 1 kHz victim: every probe passes, every vCPU start of the attacker is entered in
 /// the documented state, and the victim keeps every tick.
-fn attack(name: &str, probes: &[&str]) -> Result<()> {
+fn attack(attack: &Attack) -> Result<()> {
+    let (name, probes) = (attack.name, attack.probes);
     let template = config("attack");
     let text =
         std::fs::read_to_string(&template).map_err(|e| format!("{}: {e}", template.display()))?;
@@ -619,6 +707,7 @@ fn attack(name: &str, probes: &[&str]) -> Result<()> {
             "a vCPU was not entered in its documented state: {dirty}"
         ));
     }
+    (attack.check)(&ended).map_err(fail)?;
     check_ticks(&ended, "victim", 3)?;
     expect_clean_exit(&ended)
 }
@@ -686,10 +775,13 @@ pub fn all() -> Vec<Scenario> {
             run: Box::new(move || hostile(mode)),
         });
     }
-    for (name, probes) in ATTACKS {
+    for attack_kind in ATTACKS {
         scenarios.push(Scenario {
-            name: format!("hostile guest attack '{name}': contained, victim ticks on"),
-            run: Box::new(move || attack(name, probes)),
+            name: format!(
+                "hostile guest attack '{}': contained, victim ticks on",
+                attack_kind.name
+            ),
+            run: Box::new(move || attack(attack_kind)),
         });
     }
     let bad: BTreeMap<&str, &str> = BTreeMap::from([

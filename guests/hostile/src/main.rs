@@ -8,7 +8,7 @@
 //! | `sgi-cross` | vCPU 0 raises 16 SGIs at vCPU 1 while vCPU 1 has IRQs masked |
 //! | `timer-cpu-off` | CPU_OFF with the virtual timer interrupt pending, then active; CPU_ON must give a working timer |
 //! | `timer-reset` | SYSTEM_RESET with the timer interrupt active, then pending, then a clean one; the timer must work after each |
-//! | `flood` | prints and issues SMCs flat out for `keel.seconds` seconds |
+//! | `flood` | prints and issues SMCs flat out for `keel.millis` milliseconds |
 //! | `forge` | prints lines made to pass for Keel's or another VM's, with CR and ANSI escapes |
 //!
 //! Every vCPU start (boot, CPU_ON, reset) also reports what the SDK's entry check found.

@@ -36,6 +36,20 @@ impl Uart {
         }
     }
 
+    /// Writes the leading bytes of `bytes` that the transmit FIFO takes now, without
+    /// waiting; returns how many.
+    pub fn write_some(&self, bytes: &[u8]) -> usize {
+        let mut written = 0;
+        for &byte in bytes {
+            if self.regs.read32(FR) & FR_TXFF != 0 {
+                break;
+            }
+            self.regs.write32(DR, u32::from(byte));
+            written += 1;
+        }
+        written
+    }
+
     /// Takes one received byte, if any.
     pub fn read(&self) -> Option<u8> {
         (self.regs.read32(FR) & FR_RXFE == 0).then(|| self.regs.read32(DR) as u8)
