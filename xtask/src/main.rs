@@ -119,30 +119,21 @@ fn test(filter: Option<&str>) -> ExitCode {
         return ExitCode::FAILURE;
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    if filter.is_none() {
-        tally.check(
-            "formatting",
-            Command::new(&cargo).args(["fmt", "--all", "--check"]),
-        );
-        tally.check(
-            "clippy (host crates)",
-            Command::new(&cargo).args([
-                "clippy",
-                "--quiet",
-                "--all-targets",
-                "--",
-                "-D",
-                "warnings",
-            ]),
-        );
-        tally.check(
-            "clippy (aarch64 crates)",
-            Command::new(&cargo)
-                .args(["clippy", "--quiet", "--target", setup::TARGET])
-                .args(AARCH64_CRATES.iter().flat_map(|name| ["-p", name]))
-                .args(["--", "-D", "warnings"]),
-        );
-    }
+    tally.check(
+        "formatting",
+        Command::new(&cargo).args(["fmt", "--all", "--check"]),
+    );
+    tally.check(
+        "clippy (host crates)",
+        Command::new(&cargo).args(["clippy", "--quiet", "--all-targets", "--", "-D", "warnings"]),
+    );
+    tally.check(
+        "clippy (aarch64 crates)",
+        Command::new(&cargo)
+            .args(["clippy", "--quiet", "--target", setup::TARGET])
+            .args(AARCH64_CRATES.iter().flat_map(|name| ["-p", name]))
+            .args(["--", "-D", "warnings"]),
+    );
     step("host tests: cargo test");
     let output = Command::new(&cargo)
         .args(["test", "--quiet"])
