@@ -68,6 +68,7 @@ pub fn prepare(vmid: u16, stage2_root: u64, vcpu: usize, trap_wfi: bool, own_pmu
     reset_el1_state();
     // SAFETY: the EL1 state is now the documented entry state; synchronize before entry.
     unsafe { core::arch::asm!("isb", options(nostack)) };
+    deny_implementation_defined_registers(midr);
     super::stage2::install(vmid, stage2_root);
     super::gic::reset_virtual_interface();
 }
@@ -118,5 +119,22 @@ pub fn stop_virtual_timer() {
     unsafe {
         write_sysreg!("cntv_ctl_el0", 0u64);
         core::arch::asm!("isb", options(nostack));
+    }
+}
+
+/// Cortex-A53, A57 and A72 (MIDR_EL1 implementer Arm, these part numbers) let EL1 reach their
+/// implementation-defined CPU and L2 control registers (CPUACTLR_EL1, CPUECTLR_EL1,
+/// L2CTLR_EL1, L2ECTLR_EL1, L2ACTLR_EL1) only where ACTLR_EL2 grants it (bits 0, 1, 4, 5, 6;
+/// each core's TRM, "Auxiliary Control Register, EL2"). Firmware may have granted it; Keel
+/// takes it back, a defence that does not rest on HCR_EL2.TIDCP alone (which QEMU 7.2 does
+/// not implement). On other cores ACTLR_EL2's layout is unknown and it is left alone.
+fn deny_implementation_defined_registers(midr: u64) {
+    const IMPLEMENTER_ARM: u64 = 0x41;
+    const PARTS: [u64; 3] = [0xd03, 0xd07, 0xd08];
+    let implementer = (midr >> 24) & 0xff;
+    let part = (midr >> 4) & 0xfff;
+    if implementer == IMPLEMENTER_ARM && PARTS.contains(&part) {
+        // SAFETY: on these cores ACTLR_EL2 holds only the lower-EL access grants cleared here.
+        unsafe { write_sysreg!("actlr_el2", 0u64) };
     }
 }
