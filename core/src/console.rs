@@ -118,6 +118,39 @@ impl<const N: usize> Ring<N> {
     }
 }
 
+/// A byte as the console shows it: itself if printable (tab and bytes of UTF-8 sequences
+/// included), else `\xNN`.
+struct Escaped {
+    bytes: [u8; 4],
+    len: usize,
+}
+
+impl Escaped {
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+fn escape(byte: u8) -> Escaped {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    if byte == b'\t' || (0x20..0x7f).contains(&byte) || byte >= 0x80 {
+        Escaped {
+            bytes: [byte, 0, 0, 0],
+            len: 1,
+        }
+    } else {
+        Escaped {
+            bytes: [
+                b'\\',
+                b'x',
+                HEX[usize::from(byte >> 4)],
+                HEX[usize::from(byte & 0xf)],
+            ],
+            len: 4,
+        }
+    }
+}
+
 /// One VM's output on its way to the UART.
 #[derive(Clone, Copy)]
 struct VmOutput {
@@ -182,19 +215,11 @@ impl VmOutput {
     /// Queues `byte` shown: itself if printable (or raw), else escaped as `\xNN`; a piece
     /// that reaches [`LINE_CAPACITY`] is ended.
     fn push_shown(&mut self, byte: u8) -> bool {
-        let printable = byte == b'\t' || (0x20..0x7f).contains(&byte) || byte >= 0x80;
-        let escaped;
-        let shown: &[u8] = if printable || self.raw {
+        let escaped = escape(byte);
+        let shown: &[u8] = if self.raw {
             core::slice::from_ref(&byte)
         } else {
-            const HEX: &[u8; 16] = b"0123456789abcdef";
-            escaped = [
-                b'\\',
-                b'x',
-                HEX[usize::from(byte >> 4)],
-                HEX[usize::from(byte & 0xf)],
-            ];
-            &escaped
+            escaped.as_slice()
         };
         // Room for the piece's end too, so a split never fails half-way.
         if shown.len() + 1 > self.waiting.room() {
@@ -346,14 +371,24 @@ impl ConsoleMux {
     /// Queues one line of Keel's own, shown prefixed `[keel]`; false if Keel's buffer is full
     /// (the line is counted and the count reported once there is room).
     pub fn hypervisor_line(&mut self, text: &[u8]) -> bool {
-        let text = &text[..text.len().min(LINE_CAPACITY)];
-        // A line of Keel's own never contains a line end of its own making.
-        if text.len() + 1 > self.keel.room() || text.contains(&b'\n') {
+        // Shown as VM text is (control characters escaped), so that nothing a message
+        // quotes can break its line; cut at the line capacity.
+        let mut shown = [0u8; LINE_CAPACITY + 1];
+        let mut len = 0;
+        for &byte in text {
+            let escaped = escape(byte);
+            let bytes = escaped.as_slice();
+            if len + bytes.len() > LINE_CAPACITY {
+                break;
+            }
+            shown[len..len + bytes.len()].copy_from_slice(bytes);
+            len += bytes.len();
+        }
+        shown[len] = b'\n';
+        if !self.keel.push(&shown[..=len]) {
             self.keel_dropped += 1;
             return false;
         }
-        self.keel.push(text);
-        self.keel.push(b"\n");
         true
     }
 

@@ -17,3 +17,5 @@ pub mod system;
 
 #[cfg(feature = "std")]
 pub mod config;
+#[cfg(feature = "std")]
+pub mod fuzz;

@@ -5,6 +5,7 @@
 mod bench;
 mod debian;
 mod dtb;
+mod fuzz;
 mod image;
 mod process;
 mod qemu;
@@ -41,6 +42,8 @@ const USAGE: &str = "usage: cargo xtask <command>
   test [TEXT]      run every test: host unit tests, then QEMU scenarios (with TEXT: only the
                    scenarios whose name contains it)
   bench            print the micro-benchmarks (instructions, QEMU icount), Keel vs native
+  fuzz [TARGET] [SECONDS]  run the core's fuzz targets (all, or TARGET) SECONDS each (default 10);
+                   `fuzz TARGET --replay FILE` runs one saved input
   build CONFIG     compile CONFIG and build its image under target/keel/<name>/keel.bin";
 
 fn main() -> ExitCode {
@@ -49,6 +52,7 @@ fn main() -> ExitCode {
         Some("run") => run(args.get(1).map(PathBuf::from)),
         Some("test") => return test(args.get(1).map(String::as_str)),
         Some("bench") => setup::ensure_tools().and_then(|()| bench::run()),
+        Some("fuzz") => setup::ensure_tools().and_then(|()| fuzz::run(&args[1..])),
         Some("build") => match args.get(1) {
             Some(config) => setup::ensure_tools().and_then(|()| build(Path::new(config))),
             None => Err(USAGE.into()),

@@ -110,7 +110,7 @@ impl Builder {
 }
 
 /// A small tree shaped like QEMU's virt machine.
-pub(super) fn sample() -> Vec<u8> {
+pub(crate) fn sample() -> Vec<u8> {
     let mut b = Builder::new();
     b.reservations.push((0x4800_0000, 0x1000));
     b.begin("")
