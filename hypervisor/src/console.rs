@@ -11,9 +11,9 @@
 
 use core::fmt::Write;
 
+use crate::arch::cpu::Mutex;
 use keel_core::console::{ConsoleMux, Input, Sink};
 use keel_core::ratelimit::{DiagnosticKind, RateLimiter, Verdict};
-use spin::Mutex;
 
 use crate::arch::{timer, uart::Uart};
 

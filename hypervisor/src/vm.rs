@@ -14,7 +14,9 @@ use keel_core::ratelimit::DiagnosticKind;
 use keel_core::seed;
 use keel_core::stage2::MemoryKind;
 use keel_core::system::VmDesc;
-use spin::{Mutex, Once};
+use spin::Once;
+
+use crate::arch::cpu::Mutex;
 
 use crate::arch::{boot::MAX_CPUS, cpu, gic, stage2};
 use crate::config::SYSTEM;
@@ -54,6 +56,9 @@ pub enum VcpuPower {
     /// CPU_ON accepted; the pCPU will start it.
     Pending = 2,
 }
+
+/// [`Vcpu::power`] while a CPU_ON is being recorded: reported as pending, taken by no one.
+const CLAIMED: u8 = 3;
 
 /// Per-vCPU start request and power state.
 pub struct Vcpu {
@@ -117,7 +122,7 @@ impl Vm {
     pub fn vcpu_power(&self, vcpu: usize) -> VcpuPower {
         match self.vcpus[vcpu].power.load(Ordering::Acquire) {
             1 => VcpuPower::On,
-            2 => VcpuPower::Pending,
+            2 | CLAIMED => VcpuPower::Pending,
             _ => VcpuPower::Off,
         }
     }
@@ -138,26 +143,30 @@ impl Vm {
     }
 
     /// Asks for `vcpu` to start at `entry` with `context` in x0 (PSCI CPU_ON).
-    /// Fails if it is not off.
+    /// Fails if it is not off, and then changes nothing: the vCPU is first claimed (a state
+    /// no one else acts on), then given its entry, then made pending, so a refused call can
+    /// never overwrite the entry point of a start that is already pending.
     pub fn request_start(&self, vcpu: usize, entry: u64, context: u64) -> Result<(), VcpuPower> {
         let slot = &self.vcpus[vcpu];
-        slot.entry.store(entry, Ordering::Relaxed);
-        slot.context.store(context, Ordering::Relaxed);
         slot.power
             .compare_exchange(
                 VcpuPower::Off as u8,
-                VcpuPower::Pending as u8,
+                CLAIMED,
                 Ordering::AcqRel,
                 Ordering::Acquire,
             )
-            .map(|_| ())
             .map_err(|now| {
                 if now == VcpuPower::On as u8 {
                     VcpuPower::On
                 } else {
                     VcpuPower::Pending
                 }
-            })
+            })?;
+        slot.entry.store(entry, Ordering::Relaxed);
+        slot.context.store(context, Ordering::Relaxed);
+        slot.power
+            .store(VcpuPower::Pending as u8, Ordering::Release);
+        Ok(())
     }
 
     /// Takes a pending start request: `(entry, context)`.

@@ -620,6 +620,29 @@ fn forgery_is_escaped(ended: &Ended) -> Result<()> {
 /// The hostile guest's attacks.
 const ATTACKS: &[Attack] = &[
     Attack {
+        name: "calls",
+        probes: &[
+            "hvc-unknown-ids",
+            "psci-features-unknown",
+            "arch-features-unknown",
+            "affinity-info-level-1",
+            "affinity-info-no-such-vcpu",
+            "affinity-info-aff1-set",
+            "affinity-info-aff3-set",
+            "cpu-on-no-such-vcpu",
+            "cpu-on-self",
+            "cpu-on-foreign-aff1",
+            "cpu-on-entry-zero",
+            "cpu-on-entry-gic",
+            "cpu-on-entry-other-vm",
+            "cpu-on-entry-past-ram",
+            "cpu-on-entry-top",
+            "smc-any",
+            "cpu-on-off-cycles",
+        ],
+        check: no_more_checks,
+    },
+    Attack {
         name: "sgi-self",
         probes: &["sgi-self-16-masked"],
         check: no_more_checks,
@@ -712,6 +735,277 @@ fn attack(attack: &Attack) -> Result<()> {
     expect_clean_exit(&ended)
 }
 
+/// How the matrix expects a probe to be contained.
+#[derive(Clone, Copy)]
+enum Containment {
+    /// Keel stops the VM with a diagnostic containing this text.
+    Stopped(&'static str),
+    /// The VM survives it, for the reason given (shown in the matrix).
+    Survives(&'static str),
+}
+
+/// The access probes of the attack matrix: `keel.probe` and how each is contained. The
+/// attacker has 16 MiB at IPA 0x4000_0000, one vCPU, and a console.
+const ACCESS_PROBES: &[(&str, &str, Containment)] = &[
+    (
+        "memory",
+        "read64:0x0",
+        Containment::Stopped("stage-2 fault: 8-byte read at IPA 0x0,"),
+    ),
+    (
+        "memory",
+        "write32:0x4000000",
+        Containment::Stopped("stage-2 fault: 4-byte write at IPA 0x4000000,"),
+    ),
+    (
+        "memory",
+        "read32:0x8010000",
+        Containment::Stopped("stage-2 fault: 4-byte read at IPA 0x8010000,"),
+    ),
+    (
+        "memory",
+        "read32:0x80c0000",
+        Containment::Stopped("stage-2 fault: 4-byte read at IPA 0x80c0000,"),
+    ),
+    (
+        "memory",
+        "read32:0x9010000",
+        Containment::Stopped("stage-2 fault: 4-byte read at IPA 0x9010000,"),
+    ),
+    (
+        "memory",
+        "write32:0x9030000",
+        Containment::Stopped("stage-2 fault: 4-byte write at IPA 0x9030000,"),
+    ),
+    (
+        "memory",
+        "read32:0xa000000",
+        Containment::Stopped("stage-2 fault: 4-byte read at IPA 0xa000000,"),
+    ),
+    (
+        "memory",
+        "read64:0x3ffff000",
+        Containment::Stopped("stage-2 fault: 8-byte read at IPA 0x3ffff000,"),
+    ),
+    (
+        "memory",
+        "write64:0x41000000",
+        Containment::Stopped("stage-2 fault: 8-byte write at IPA 0x41000000,"),
+    ),
+    (
+        "memory",
+        "read64:0x50000000",
+        Containment::Stopped("stage-2 fault: 8-byte read at IPA 0x50000000,"),
+    ),
+    (
+        "memory",
+        "read64:0x100000000",
+        Containment::Stopped("stage-2 fault: 8-byte read at IPA 0x100000000,"),
+    ),
+    (
+        "memory",
+        "read64:0xfffffff000",
+        Containment::Stopped("stage-2 fault: 8-byte read at IPA 0xfffffff000,"),
+    ),
+    (
+        "memory",
+        "fetch:0x50000000",
+        Containment::Stopped("instruction fetch at IPA 0x50000000,"),
+    ),
+    (
+        "memory",
+        "fetch:0x9000000",
+        Containment::Stopped("instruction fetch at IPA 0x9000000,"),
+    ),
+    (
+        "memory",
+        "read64:0xfffffffffffff000",
+        Containment::Stopped("guest reported a fatal exception"),
+    ),
+    (
+        "gic",
+        "write32:0x8000104",
+        Containment::Stopped("GIC distributor at IPA 0x8000104: "),
+    ),
+    (
+        "gic",
+        "write32:0x8000204",
+        Containment::Stopped("GIC distributor at IPA 0x8000204: "),
+    ),
+    (
+        "gic",
+        "read32:0x80004c8",
+        Containment::Stopped("GIC distributor at IPA 0x80004c8: "),
+    ),
+    (
+        "gic",
+        "read64:0x8000004",
+        Containment::Stopped("GIC distributor at IPA 0x8000004: "),
+    ),
+    (
+        "gic",
+        "write64:0x8006100",
+        Containment::Survives("write ignored: SPI 32 is not the VM's (its GICD_IROUTER is RAZ/WI)"),
+    ),
+    (
+        "devices",
+        "write64:0x9000000",
+        Containment::Stopped("PL011 console at IPA 0x9000000: "),
+    ),
+    (
+        "sysreg",
+        "sysreg:actlr_el1-read",
+        Containment::Stopped("illegal system register access: read of ACTLR_EL1"),
+    ),
+    (
+        "sysreg",
+        "sysreg:pmccntr_el0",
+        Containment::Stopped("illegal system register access: read of PMCCNTR_EL0"),
+    ),
+    (
+        "sysreg",
+        "sysreg:pmcr_el0-write",
+        Containment::Stopped("illegal system register access: write to PMCR_EL0"),
+    ),
+    (
+        "sysreg",
+        "sysreg:cntp_ctl_el0",
+        Containment::Stopped("illegal system register access: read of CNTP_CTL_EL0"),
+    ),
+    (
+        "sysreg",
+        "sysreg:cntp_cval_el0-write",
+        Containment::Stopped("illegal system register access: write to CNTP_CVAL_EL0"),
+    ),
+    (
+        "sysreg",
+        "sysreg:icc_sgi0r_el1",
+        Containment::Stopped("illegal system register access: write to ICC_SGI0R_EL1"),
+    ),
+    (
+        "sysreg",
+        "sysreg:icc_asgi1r_el1",
+        Containment::Stopped("illegal system register access: write to ICC_ASGI1R_EL1"),
+    ),
+    (
+        "sysreg",
+        "sysreg:hcr_el2",
+        Containment::Stopped("guest reported a fatal exception"),
+    ),
+    (
+        "sysreg",
+        "sysreg:vttbr_el2-write",
+        Containment::Stopped("guest reported a fatal exception"),
+    ),
+    (
+        "sysreg",
+        "sysreg:cpuactlr_el1",
+        Containment::Survives(QEMU_NO_TIDCP),
+    ),
+    (
+        "sysreg",
+        "sysreg:l2ctlr_el1-write",
+        Containment::Survives(QEMU_NO_TIDCP),
+    ),
+];
+
+/// Why an implementation-defined register is not contained on the reference platform.
+const QEMU_NO_TIDCP: &str = "not trapped by QEMU 7.2 (HCR_EL2.TIDCP unmodelled): the VM reached it";
+
+/// Attackers per boot of the matrix (pCPUs 2-7; the victim has pCPU 1).
+const ATTACKERS_PER_BOOT: usize = 6;
+
+/// The attack matrix: every access probe in a VM of its own, six per boot next to a 1 kHz
+/// victim; each is contained as the table says, and the victim keeps every tick. Writes the
+/// outcome of each probe to `target/keel/attack-matrix.txt`.
+fn access_matrix() -> Result<()> {
+    let dir = output_dir().join("attack-configs");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let mut report = String::new();
+    let mut problems = Vec::new();
+    for (boot, chunk) in ACCESS_PROBES.chunks(ATTACKERS_PER_BOOT).enumerate() {
+        let mut text = String::from(
+            "[system]\nname = \"attack-matrix\"\nram = { base = 0x4000_0000, size = \"1G\" }\n\
+             hypervisor = { base = 0x4000_0000, size = \"32M\" }\npcpus = 8\n\n\
+             [[vm]]\nname = \"victim\"\nimage = { guest = \"test-guest\" }\n\
+             memory = { base = 0x5000_0000, size = \"16M\" }\npcpus = [1]\ndevices = [\"console\"]\n\
+             cmdline = \"keel.mode=ticks keel.off=2\"\n",
+        );
+        for (i, (_, probe, _)) in chunk.iter().enumerate() {
+            text.push_str(&format!(
+                "\n[[vm]]\nname = \"h{i}\"\nimage = {{ guest = \"hostile\" }}\n\
+                 memory = {{ base = {:#x}, size = \"16M\" }}\npcpus = [{}]\ndevices = [\"console\"]\n\
+                 cmdline = \"keel.attack=probe keel.probe={probe}\"\n",
+                0x5100_0000 + i * 0x100_0000,
+                i + 2
+            ));
+        }
+        let path = dir.join(format!("attack-matrix-{boot}.toml"));
+        std::fs::write(&path, text).map_err(|e| e.to_string())?;
+        let image = build_system(&path)?;
+        let mut machine = Machine::keel(&image.path, image.system.pcpus);
+        machine.icount = true;
+        let ended = machine
+            .spawn(&log_path(&format!("attack-matrix-{boot}")))?
+            .finish(DEADLINE);
+        for (i, (kind, probe, containment)) in chunk.iter().enumerate() {
+            let vm = format!("h{i}");
+            let stopped_prefix = format!("[keel] vm '{vm}' (id {}) stopped: ", i + 1);
+            let stopped = ended
+                .lines
+                .iter()
+                .find_map(|l| l.strip_prefix(stopped_prefix.as_str()));
+            let survived = lines_of(&ended, &vm)
+                .iter()
+                .any(|l| l.starts_with("hostile: probe survived"));
+            let outcome = match (containment, stopped) {
+                (Containment::Stopped(expected), Some(diagnostic))
+                    if diagnostic.contains(expected) =>
+                {
+                    format!("stopped: {diagnostic}")
+                }
+                (Containment::Survives(why), None) if survived => why.to_string(),
+                (_, other) => {
+                    problems.push(format!(
+                        "probe {probe}: expected {}, got {}",
+                        match containment {
+                            Containment::Stopped(text) => format!("a stop with '{text}'"),
+                            Containment::Survives(why) => format!("survival ({why})"),
+                        },
+                        other.map_or_else(
+                            || format!("no stop (survived: {survived})"),
+                            |d| format!("'{d}'")
+                        )
+                    ));
+                    "UNEXPECTED".to_string()
+                }
+            };
+            report.push_str(&format!("{kind}\t{probe}\t{outcome}\n"));
+        }
+        check_ticks(&ended, "victim", 2).map_err(|e| format!("boot {boot}: {e}"))?;
+        let late = tick_lateness(&ended, "victim");
+        report.push_str(&format!("boot {boot}: victim worst lateness {late} us\n"));
+        expect_clean_exit(&ended).map_err(|e| with_console_tail(e, &ended))?;
+    }
+    let _ = std::fs::write(output_dir().join("attack-matrix.txt"), &report);
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n    "))
+    }
+}
+
+/// The worst `late_max_us` VM `vm` reported.
+fn tick_lateness(ended: &Ended, vm: &str) -> u64 {
+    let late = Regex::new(r"late_max_us=(\d+)$").unwrap();
+    lines_of(ended, vm)
+        .iter()
+        .filter(|l| l.starts_with("tick: "))
+        .filter_map(|l| late.captures(l)?[1].parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
 /// Every scenario, in the order they run.
 pub fn all() -> Vec<Scenario> {
     let mut scenarios: Vec<Scenario> = vec![
@@ -775,6 +1069,10 @@ pub fn all() -> Vec<Scenario> {
             run: Box::new(move || hostile(mode)),
         });
     }
+    scenarios.push(Scenario {
+        name: "attack matrix: every access outside the VM is contained, victim ticks on".into(),
+        run: Box::new(access_matrix),
+    });
     for attack_kind in ATTACKS {
         scenarios.push(Scenario {
             name: format!(

@@ -10,11 +10,15 @@
 //! | `timer-reset` | SYSTEM_RESET with the timer interrupt active, then pending, then a clean one; the timer must work after each |
 //! | `flood` | prints and issues SMCs flat out for `keel.millis` milliseconds |
 //! | `forge` | prints lines made to pass for Keel's or another VM's, with CR and ANSI escapes |
+//! | `calls` | unknown and malformed hypercalls and SMCs, PSCI on invalid CPUs and entry points, CPU_ON/CPU_OFF cycles and races |
+//! | `probe` | one access outside what the VM owns (`keel.probe=<kind>:<address>`, see [`access`]) |
 //!
 //! Every vCPU start (boot, CPU_ON, reset) also reports what the SDK's entry check found.
 #![no_std]
 #![no_main]
 
+mod access;
+mod calls;
 mod console_attacks;
 mod interrupts;
 mod lifecycle;
@@ -72,6 +76,11 @@ fn run(attack: &str, args: &BootArgs<'_>, info: &BootInfo<'_>) {
         "timer-reset" => lifecycle::timer_reset(info),
         "flood" => console_attacks::flood(args),
         "forge" => console_attacks::forge(),
+        "calls" => calls::calls(),
+        "probe" => match args.value("keel.probe") {
+            Some(spec) => access::probe(spec),
+            None => println!("hostile: keel.attack=probe needs keel.probe=<kind>:<address>"),
+        },
         other => println!("hostile: unknown attack '{other}'"),
     }
 }

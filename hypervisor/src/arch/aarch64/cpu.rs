@@ -181,3 +181,20 @@ pub fn zero_fp_simd() {
     // belong to the vCPU about to start on this pCPU; it follows the C calling convention.
     unsafe { keel_zero_fp_simd() }
 }
+
+/// How Keel's spin locks wait: `yield`, the architecture's spin-wait hint (Linux's
+/// `cpu_relax()` on arm64). Under QEMU's single-threaded round-robin emulation it also ends the
+/// waiting CPU's turn, so the lock holder runs instead of the waiter spinning out a whole time
+/// slice (100 ms of virtual time).
+pub struct YieldRelax;
+
+impl spin::RelaxStrategy for YieldRelax {
+    #[inline(always)]
+    fn relax() {
+        // SAFETY: `yield` has no architectural effect.
+        unsafe { core::arch::asm!("yield", options(nomem, nostack, preserves_flags)) };
+    }
+}
+
+/// Keel's lock: a spin lock that waits with [`YieldRelax`].
+pub type Mutex<T> = spin::mutex::SpinMutex<T, YieldRelax>;
