@@ -757,6 +757,16 @@ mod tests {
             || l.starts_with("[keel] ")));
     }
 
+    /// Found by the `console` fuzz target: Keel's own lines passed control bytes through.
+    #[test]
+    fn keel_lines_are_escaped_too() {
+        let mut mux = ConsoleMux::new(&["a"], &[true]);
+        let mut out = uart();
+        mux.hypervisor_line(b"quoted \x00\x1b[2J\r");
+        mux.drain(&mut out);
+        assert_eq!(text(&out), "[keel] quoted \\x00\\x1b[2J\\x0d\r\n");
+    }
+
     #[test]
     fn keel_lines_beyond_the_buffer_are_counted() {
         let mut mux = ConsoleMux::new(&["a"], &[true]);

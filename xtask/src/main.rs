@@ -41,7 +41,8 @@ const USAGE: &str = "usage: cargo xtask <command>
                    (Ctrl-A then 0-9 focus a VM, n next VM, x power off)
   test [TEXT]      run every test: host unit tests, then QEMU scenarios (with TEXT: only the
                    scenarios whose name contains it)
-  bench            print the micro-benchmarks (instructions, QEMU icount), Keel vs native
+  bench [micro]    print the micro-benchmarks (instructions, QEMU icount), Keel vs native, then the
+                   Linux benchmarks (native, Keel, Xen) unless `micro`
   fuzz [TARGET] [SECONDS]  run the core's fuzz targets (all, or TARGET) SECONDS each (default 10);
                    `fuzz TARGET --replay FILE` runs one saved input
   build CONFIG     compile CONFIG and build its image under target/keel/<name>/keel.bin";
@@ -51,7 +52,8 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("run") => run(args.get(1).map(PathBuf::from)),
         Some("test") => return test(args.get(1).map(String::as_str)),
-        Some("bench") => setup::ensure_tools().and_then(|()| bench::run()),
+        Some("bench") => setup::ensure_tools()
+            .and_then(|()| bench::run(args.get(1).is_some_and(|a| a == "micro"))),
         Some("fuzz") => setup::ensure_tools().and_then(|()| fuzz::run(&args[1..])),
         Some("build") => match args.get(1) {
             Some(config) => setup::ensure_tools().and_then(|()| build(Path::new(config))),
