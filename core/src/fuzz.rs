@@ -10,6 +10,7 @@ use crate::devices::{pl011::Pl011, vgic::Vgic};
 use crate::esr::{Esr, ExceptionClass};
 use crate::fdt::Fdt;
 use crate::hypercall::{self, Call};
+pub use crate::rng::Rng;
 
 /// A fuzz target: a name and the function that takes one input.
 pub struct Target {
@@ -279,15 +280,22 @@ pub fn console(data: &[u8]) {
 
 /// The device tree reader on any blob: every node, property and helper.
 pub fn device_tree(data: &[u8]) {
-    let Ok(fdt) = Fdt::new(data) else {
-        return;
+    walk_device_tree(data);
+}
+
+/// Walks every node, property and helper of the device tree reader over `blob`; returns the
+/// nodes visited (0 if the blob is refused), at most 10,000.
+pub fn walk_device_tree(blob: &[u8]) -> usize {
+    let _ = crate::fdt::total_size(blob);
+    let Ok(fdt) = Fdt::new(blob) else {
+        return 0;
     };
     let _ = fdt.reserved_memory().count();
     let mut stack = vec![fdt.root()];
     let mut visited = 0;
     while let Some(node) = stack.pop() {
         visited += 1;
-        if visited > 10_000 {
+        if visited >= 10_000 {
             break;
         }
         let _ = (node.name(), node.base_name(), node.unit_address());
@@ -304,17 +312,20 @@ pub fn device_tree(data: &[u8]) {
         }
         let _ = node.reg().map(|r| r.map(|r| r.count()));
         let _ = node.interrupts().map(|r| r.map(|r| r.count()));
+        let _ = node.is_compatible("arm,pl011");
         for child in node.children() {
             let Ok(child) = child else { break };
             stack.push(child);
         }
     }
-    for path in ["/", "/chosen", "/memory", "/cpus/cpu@1", "/a/b/c"] {
+    for path in ["/", "/chosen", "/memory", "/cpus/cpu@1", "/soc/uart/x"] {
         let _ = fdt
             .find_node(path)
             .map(|n| n.map(|n| n.reg().map(|r| r.map(|r| r.count()))));
     }
-    let _ = fdt.compatible_nodes("arm,pl011").count();
+    let _ = fdt.compatible_nodes("arm,cortex-a72").count();
+    let _ = fdt.find_compatible("ns16550a");
+    visited
 }
 
 /// The configuration compiler on any text: it answers with a system or an error, never a
@@ -338,25 +349,9 @@ pub fn config(data: &[u8]) {
     }
 }
 
-/// A small, fast pseudo-random generator (xorshift64*), seeded for repeatable runs.
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator from `seed` (any value).
-    pub fn new(seed: u64) -> Self {
-        Self(seed | 1)
-    }
-    /// The next value.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    /// A value below `bound` (at least 1).
-    pub fn below(&mut self, bound: usize) -> usize {
-        (self.next_u64() % bound.max(1) as u64) as usize
-    }
+/// A value below `bound`, as an index.
+fn pick(rng: &mut Rng, bound: usize) -> usize {
+    rng.below(bound as u64) as usize
 }
 
 /// Values that find edge cases: zero, ones, sign and size boundaries.
@@ -375,60 +370,60 @@ const INTERESTING: [u64; 10] = [
 
 /// Changes `input` in one to four random ways, sometimes splicing in part of a seed.
 pub fn mutate(rng: &mut Rng, input: &mut Vec<u8>, seeds: &[Vec<u8>]) {
-    for _ in 0..1 + rng.below(4) {
+    for _ in 0..1 + pick(rng, 4) {
         let len = input.len();
-        match rng.below(8) {
+        match pick(rng, 8) {
             0 if len > 0 => {
-                let at = rng.below(len);
-                input[at] ^= 1 << rng.below(8);
+                let at = pick(rng, len);
+                input[at] ^= 1 << pick(rng, 8);
             }
             1 if len > 0 => {
-                let at = rng.below(len);
-                input[at] = INTERESTING[rng.below(INTERESTING.len())] as u8;
+                let at = pick(rng, len);
+                input[at] = INTERESTING[pick(rng, INTERESTING.len())] as u8;
             }
             2 if len >= 8 => {
-                let at = rng.below(len - 7);
-                let value = INTERESTING[rng.below(INTERESTING.len())];
-                let bytes = if rng.below(2) == 0 {
+                let at = pick(rng, len - 7);
+                let value = INTERESTING[pick(rng, INTERESTING.len())];
+                let bytes = if pick(rng, 2) == 0 {
                     value.to_le_bytes()
                 } else {
                     value.to_be_bytes()
                 };
-                let width = [1, 2, 4, 8][rng.below(4)];
+                let width = [1, 2, 4, 8][pick(rng, 4)];
                 input[at..at + width].copy_from_slice(&bytes[..width]);
             }
             3 => {
-                let at = rng.below(len + 1);
-                let count = 1 + rng.below(16);
+                let at = pick(rng, len + 1);
+                let count = 1 + pick(rng, 16);
                 for _ in 0..count {
                     input.insert(at, rng.next_u64() as u8);
                 }
             }
             4 if len > 0 => {
-                let at = rng.below(len);
-                let count = 1 + rng.below((len - at).min(32));
+                let at = pick(rng, len);
+                let count = 1 + pick(rng, (len - at).min(32));
                 input.drain(at..at + count);
             }
             5 if len > 0 => {
-                let from = rng.below(len);
-                let count = 1 + rng.below((len - from).min(64));
+                let from = pick(rng, len);
+                let count = 1 + pick(rng, (len - from).min(64));
                 let chunk: Vec<u8> = input[from..from + count].to_vec();
-                let at = rng.below(len + 1);
+                let at = pick(rng, len + 1);
                 input.splice(at..at, chunk);
             }
             6 if !seeds.is_empty() => {
-                let seed = &seeds[rng.below(seeds.len())];
+                let seed = &seeds[pick(rng, seeds.len())];
                 if !seed.is_empty() {
-                    let from = rng.below(seed.len());
-                    let count = 1 + rng.below((seed.len() - from).min(64));
-                    let at = rng.below(len + 1);
+                    let from = pick(rng, seed.len());
+                    let count = 1 + pick(rng, (seed.len() - from).min(64));
+                    let at = pick(rng, len + 1);
                     let end = (at + count).min(len);
                     input.splice(at..end, seed[from..from + count].iter().copied());
                 }
             }
             _ => {
                 if len > 0 {
-                    input.truncate(rng.below(len));
+                    input.truncate(pick(rng, len));
                 }
             }
         }
@@ -490,9 +485,9 @@ pub fn fuzz(
     let mut input = Vec::new();
     while keep_going(executions) {
         // Half the time keep walking from the last input, else restart from a seed.
-        if input.is_empty() || rng.below(2) == 0 {
+        if input.is_empty() || pick(&mut rng, 2) == 0 {
             input = seeds
-                .get(rng.below(seeds.len()))
+                .get(pick(&mut rng, seeds.len()))
                 .cloned()
                 .unwrap_or_default();
         }

@@ -11,6 +11,7 @@ pub mod esr;
 pub mod fdt;
 pub mod hypercall;
 pub mod ratelimit;
+pub mod rng;
 pub mod seed;
 pub mod stage2;
 pub mod system;

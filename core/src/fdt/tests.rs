@@ -4,7 +4,7 @@ extern crate std;
 
 use super::header::{HEADER_SIZE_V17, MAGIC};
 use super::structure::{FDT_BEGIN_NODE, FDT_END, FDT_END_NODE, FDT_NOP, FDT_PROP};
-use super::{total_size, Fdt, Node};
+use super::{Fdt, Node};
 use std::vec::Vec;
 
 /// A minimal blob writer for tests (§5): header, reservations, structure, strings.
@@ -171,43 +171,7 @@ pub(super) fn regs(node: Node<'_>) -> Vec<(u64, u64)> {
 
 /// Reads everything reachable in `blob`, returning how many nodes were visited.
 fn walk_everything(blob: &[u8]) -> usize {
-    let _ = total_size(blob);
-    let Ok(fdt) = Fdt::new(blob) else {
-        return 0;
-    };
-    let _ = fdt.reserved_memory().count();
-    let mut stack = std::vec![fdt.root()];
-    let mut visited = 0;
-    while let Some(node) = stack.pop() {
-        visited += 1;
-        let _ = (node.name(), node.base_name(), node.unit_address());
-        for property in node.properties() {
-            let Ok(property) = property else { break };
-            let _ = node.property(property.name);
-            let _ = node.property_str(property.name);
-            let _ = node.property_u32(property.name);
-            let _ = node.property_u64(property.name);
-            let _ = node.strings(property.name).map(|s| s.map(|s| s.count()));
-            let _ = node
-                .property_cells(property.name)
-                .map(|c| c.map(|c| c.count()));
-        }
-        let _ = node.reg().map(|r| r.map(|r| r.count()));
-        let _ = node.interrupts().map(|r| r.map(|r| r.count()));
-        let _ = node.is_compatible("arm,pl011");
-        for child in node.children() {
-            let Ok(child) = child else { break };
-            stack.push(child);
-        }
-    }
-    for path in ["/", "/chosen", "/memory", "/cpus/cpu@1", "/soc/uart/x"] {
-        let _ = fdt
-            .find_node(path)
-            .map(|n| n.map(|n| n.reg().map(|r| r.map(|r| r.count()))));
-    }
-    let _ = fdt.compatible_nodes("arm,cortex-a72").count();
-    let _ = fdt.find_compatible("ns16550a");
-    visited
+    crate::fuzz::walk_device_tree(blob)
 }
 
 #[test]

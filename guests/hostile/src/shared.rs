@@ -163,23 +163,4 @@ pub fn timer_works(vcpu: usize) -> bool {
     timer_taken(vcpu) != before
 }
 
-/// A small pseudo-random generator (xorshift64*), seeded for repeatable runs.
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator from `seed`.
-    pub fn new(seed: u64) -> Self {
-        Self(seed | 1)
-    }
-    /// The next value.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    /// A value below `bound` (at least 1).
-    pub fn below(&mut self, bound: u64) -> u64 {
-        self.next_u64() % bound.max(1)
-    }
-}
+pub use keel_core::rng::Rng;
