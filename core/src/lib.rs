@@ -4,6 +4,7 @@
 
 pub mod abi;
 pub mod addr;
+pub mod admission;
 pub mod console;
 pub mod cpu_features;
 pub mod devices;

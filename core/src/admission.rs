@@ -1,0 +1,450 @@
+//! Schedulability tests for real-time vCPUs (and later tasks) sharing one pCPU: the same
+//! code for the configuration compiler and for admission at run time.
+//!
+//! A task is (period T, budget C, relative deadline D ≤ T), released periodically. Keel's own
+//! cost of switching vCPUs, `s`, is charged twice per job (dispatching it, and resuming the
+//! job it preempted): each job is tested with budget C + 2s.
+//!
+//! - EDF, implicit deadlines (D = T): utilisation Σ C/T ≤ 1 (Liu and Layland 1973).
+//! - EDF, constrained deadlines: the processor-demand criterion, dbf(L) ≤ L at every absolute
+//!   deadline L up to the synchronous busy-period bound (Baruah, Rosier and Howell 1990).
+//! - Fixed priority (index 0 highest): response-time analysis, R ≤ D for each task (Joseph
+//!   and Pandya 1986; Audsley et al. 1993).
+//!
+//! All arithmetic is in integers (durations in any unit, e.g. nanoseconds): a set is admitted
+//! only if it provably fits.
+
+/// One periodic real-time task or vCPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Task {
+    /// Release period.
+    pub period: u64,
+    /// Execution budget per period.
+    pub budget: u64,
+    /// Relative deadline (at most the period).
+    pub deadline: u64,
+}
+
+/// A task's utilisation with the switch cost, (C + 2s) / T, in parts per million rounded up.
+pub fn utilisation_ppm(task: &Task, switch_cost: u64) -> u64 {
+    let budget = u128::from(task.budget) + 2 * u128::from(switch_cost);
+    (budget * 1_000_000)
+        .div_ceil(u128::from(task.period.max(1)))
+        .min(u128::from(u64::MAX)) as u64
+}
+
+/// Why a set is refused, with the figures a message shows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Task `task` has a zero budget, a budget above its deadline, or a deadline above its
+    /// period (with the switch cost included in the budget).
+    Invalid {
+        /// Index of the task.
+        task: usize,
+    },
+    /// EDF utilisation above one, in parts per million (each task's share, for a message
+    /// that lists them, is [`utilisation_ppm`]).
+    Utilisation {
+        /// Σ (C + 2s) / T, ppm, each share rounded up.
+        total_ppm: u64,
+    },
+    /// EDF demand above the time available at an absolute deadline.
+    Demand {
+        /// The instant L (from a synchronous release).
+        at: u64,
+        /// The processor demand dbf(L).
+        demand: u64,
+    },
+    /// Fixed priority: task `task`'s worst response time exceeds its deadline.
+    ResponseTime {
+        /// Index of the task.
+        task: usize,
+        /// Its worst-case response time (or the first value found above its deadline).
+        response: u64,
+        /// Its deadline.
+        deadline: u64,
+    },
+    /// More tasks than [`MAX_TASKS`], or checking would take too long (more than
+    /// [`MAX_CHECK_POINTS`] deadlines): refused rather than guessed.
+    TooComplex,
+}
+
+impl core::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let two_places = |ppm: u64| (ppm / 1_000_000, (ppm % 1_000_000) / 10_000);
+        match self {
+            Refusal::Invalid { task } => write!(
+                f,
+                "task {task}: budget (with the switch cost) must be above 0 and within its deadline, and the deadline within the period"
+            ),
+            Refusal::Utilisation { total_ppm } => {
+                let (units, hundredths) = two_places(*total_ppm);
+                write!(f, "EDF utilisation {units}.{hundredths:02} > 1")
+            }
+            Refusal::Demand { at, demand } => {
+                write!(f, "EDF demand {demand} > {at} available by time {at}")
+            }
+            Refusal::ResponseTime {
+                task,
+                response,
+                deadline,
+            } => write!(
+                f,
+                "task {task}: worst response time {response} > deadline {deadline}"
+            ),
+            Refusal::TooComplex => write!(f, "too many tasks or deadlines to check"),
+        }
+    }
+}
+
+/// Most tasks on one pCPU.
+pub const MAX_TASKS: usize = 64;
+/// Most absolute deadlines the demand test examines.
+pub const MAX_CHECK_POINTS: u64 = 1_000_000;
+
+/// The tasks with the switch cost added to each budget; refuses invalid ones.
+fn inflated(tasks: &[Task], switch_cost: u64) -> Result<[Task; MAX_TASKS], Refusal> {
+    if tasks.len() > MAX_TASKS {
+        return Err(Refusal::TooComplex);
+    }
+    let mut out = [Task {
+        period: 1,
+        budget: 0,
+        deadline: 1,
+    }; MAX_TASKS];
+    for (i, task) in tasks.iter().enumerate() {
+        let budget = task.budget.saturating_add(switch_cost.saturating_mul(2));
+        if task.budget == 0 || task.deadline > task.period || budget > task.deadline {
+            return Err(Refusal::Invalid { task: i });
+        }
+        out[i] = Task { budget, ..*task };
+    }
+    Ok(out)
+}
+
+/// EDF: whether `tasks` meet every deadline on one pCPU with `switch_cost` per switch.
+pub fn edf(tasks: &[Task], switch_cost: u64) -> Result<(), Refusal> {
+    let all = inflated(tasks, switch_cost)?;
+    let tasks = &all[..tasks.len()];
+    // Exact utilisation: Σ C/T ≤ 1  ⇔  Σ C·(P/T) ≤ P with P the product would overflow, so
+    // compare in u128 fractions one task at a time: keep the sum as num / den.
+    let (mut num, mut den) = (0u128, 1u128);
+    for task in tasks {
+        let (c, t) = (u128::from(task.budget), u128::from(task.period));
+        let g = gcd(den, t);
+        let Some(new_den) = (den / g).checked_mul(t) else {
+            return Err(Refusal::TooComplex);
+        };
+        let Some(new_num) = num
+            .checked_mul(new_den / den)
+            .and_then(|a| c.checked_mul(new_den / t).and_then(|b| a.checked_add(b)))
+        else {
+            return Err(Refusal::TooComplex);
+        };
+        let g = gcd(new_num, new_den).max(1);
+        (num, den) = (new_num / g, new_den / g);
+    }
+    if num > den {
+        return Err(Refusal::Utilisation {
+            total_ppm: tasks.iter().map(|t| utilisation_ppm(t, 0)).sum(),
+        });
+    }
+    if tasks.iter().all(|t| t.deadline == t.period) {
+        return Ok(());
+    }
+    demand_test(tasks, num == den)
+}
+
+/// The processor-demand criterion for constrained deadlines (utilisation already ≤ 1).
+fn demand_test(tasks: &[Task], full: bool) -> Result<(), Refusal> {
+    // Busy-period bound: the hyperperiod (+ the largest deadline) when U = 1, else
+    // max(D_max, Σ (T−D)·U / (1−U)) (the La bound), and never beyond the hyperperiod bound.
+    let d_max = tasks.iter().map(|t| t.deadline).max().unwrap_or(0);
+    let mut hyperperiod = 1u128;
+    for task in tasks {
+        hyperperiod =
+            hyperperiod / gcd(hyperperiod, u128::from(task.period)) * u128::from(task.period);
+        if hyperperiod > u128::from(u64::MAX) {
+            return Err(Refusal::TooComplex);
+        }
+    }
+    let mut bound = hyperperiod as u64 + d_max;
+    if !full {
+        // La = Σ (T−D)·C/T / (1 − Σ C/T), computed as Σ(T−D)·C·P/T / (P − Σ C·P/T)
+        // with P = hyperperiod (exact: every T divides P).
+        let p = hyperperiod;
+        let used: u128 = tasks
+            .iter()
+            .map(|t| u128::from(t.budget) * (p / u128::from(t.period)))
+            .sum();
+        let slack: u128 = tasks
+            .iter()
+            .map(|t| {
+                u128::from(t.period - t.deadline)
+                    * u128::from(t.budget)
+                    * (p / u128::from(t.period))
+            })
+            .sum();
+        if p > used {
+            let la = slack.div_ceil(p - used);
+            bound = bound.min(la.max(u128::from(d_max)).min(u128::from(u64::MAX)) as u64);
+        }
+    }
+    // Every absolute deadline k·T + D ≤ bound, in increasing order (merge by repeated min).
+    let mut next: [u64; MAX_TASKS] = [u64::MAX; MAX_TASKS];
+    for (i, task) in tasks.iter().enumerate() {
+        next[i] = task.deadline;
+    }
+    let mut checked = 0;
+    loop {
+        let at = *next[..tasks.len()].iter().min().unwrap_or(&u64::MAX);
+        if at > bound {
+            return Ok(());
+        }
+        checked += 1;
+        if checked > MAX_CHECK_POINTS {
+            return Err(Refusal::TooComplex);
+        }
+        let demand: u128 = tasks
+            .iter()
+            .filter(|t| at >= t.deadline)
+            .map(|t| (u128::from((at - t.deadline) / t.period) + 1) * u128::from(t.budget))
+            .sum();
+        if demand > u128::from(at) {
+            return Err(Refusal::Demand {
+                at,
+                demand: demand.min(u128::from(u64::MAX)) as u64,
+            });
+        }
+        for (i, task) in tasks.iter().enumerate() {
+            if next[i] == at {
+                next[i] = next[i].saturating_add(task.period);
+            }
+        }
+    }
+}
+
+/// Fixed priority (index 0 highest): whether every task's worst response time is within its
+/// deadline, with `switch_cost` per switch.
+pub fn fixed_priority(tasks: &[Task], switch_cost: u64) -> Result<(), Refusal> {
+    let all = inflated(tasks, switch_cost)?;
+    let tasks = &all[..tasks.len()];
+    for (i, task) in tasks.iter().enumerate() {
+        let mut response = task.budget;
+        loop {
+            let interference: u128 = tasks[..i]
+                .iter()
+                .map(|h| u128::from(response.div_ceil(h.period)) * u128::from(h.budget))
+                .sum();
+            let next = u128::from(task.budget) + interference;
+            if next > u128::from(task.deadline) {
+                return Err(Refusal::ResponseTime {
+                    task: i,
+                    response: next.min(u128::from(u64::MAX)) as u64,
+                    deadline: task.deadline,
+                });
+            }
+            if next as u64 == response {
+                break;
+            }
+            response = next as u64;
+        }
+    }
+    Ok(())
+}
+
+fn gcd(mut a: u128, mut b: u128) -> u128 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::Rng;
+
+    fn task(period: u64, budget: u64, deadline: u64) -> Task {
+        Task {
+            period,
+            budget,
+            deadline,
+        }
+    }
+
+    #[test]
+    fn utilisation_exactly_one_is_admitted_above_is_not() {
+        assert_eq!(edf(&[task(10, 5, 10), task(20, 10, 20)], 0), Ok(()));
+        assert_eq!(
+            edf(&[task(10, 10, 10)], 0),
+            Ok(()),
+            "budget equal to the period"
+        );
+        let refusal = edf(&[task(10, 3, 10), task(4, 3, 4)], 0).unwrap_err();
+        assert_eq!(refusal.to_string(), "EDF utilisation 1.05 > 1");
+        assert_eq!(utilisation_ppm(&task(10, 3, 10), 0), 300_000);
+        assert_eq!(utilisation_ppm(&task(3, 1, 3), 0), 333_334, "rounded up");
+    }
+
+    #[test]
+    fn the_switch_cost_is_charged_twice_per_job() {
+        assert_eq!(edf(&[task(10, 3, 10), task(10, 3, 10)], 1), Ok(()));
+        assert!(matches!(
+            edf(&[task(10, 3, 10), task(10, 3, 10)], 2),
+            Err(Refusal::Utilisation { .. })
+        ));
+    }
+
+    #[test]
+    fn invalid_parameters_are_refused() {
+        assert_eq!(
+            edf(&[task(10, 0, 10)], 0),
+            Err(Refusal::Invalid { task: 0 })
+        );
+        assert_eq!(
+            edf(&[task(10, 2, 10), task(10, 5, 4)], 0),
+            Err(Refusal::Invalid { task: 1 })
+        );
+        assert_eq!(
+            fixed_priority(&[task(10, 3, 12)], 0),
+            Err(Refusal::Invalid { task: 0 })
+        );
+    }
+
+    #[test]
+    fn constrained_deadlines_need_the_demand_test() {
+        // U = 0.6 but both jobs due by time 3 need 4 units.
+        assert_eq!(
+            edf(&[task(10, 2, 3), task(10, 2, 3)], 0),
+            Err(Refusal::Demand { at: 3, demand: 4 })
+        );
+        assert_eq!(edf(&[task(10, 2, 4), task(10, 2, 4)], 0), Ok(()));
+    }
+
+    #[test]
+    fn response_time_analysis() {
+        // The textbook set: (T, C) = (7, 3), (12, 3), (20, 5): R = 3, 6, 20.
+        let set = [task(7, 3, 7), task(12, 3, 12), task(20, 5, 20)];
+        assert_eq!(fixed_priority(&set, 0), Ok(()));
+        let tight = [task(7, 3, 7), task(12, 3, 12), task(20, 5, 19)];
+        assert_eq!(
+            fixed_priority(&tight, 0),
+            Err(Refusal::ResponseTime {
+                task: 2,
+                response: 20,
+                deadline: 19
+            })
+        );
+    }
+
+    /// Which job runs: EDF (earliest absolute deadline) or fixed priority (lowest index).
+    #[derive(Clone, Copy)]
+    enum Policy {
+        Edf,
+        FixedPriority,
+    }
+
+    /// Simulates a synchronous release of `tasks` tick by tick over `horizon`, charging
+    /// `switch_cost` ticks whenever the CPU turns to a job other than the one it ran last.
+    /// Returns whether a deadline was missed.
+    fn misses(tasks: &[Task], switch_cost: u64, policy: Policy, horizon: u64) -> bool {
+        // Per task: remaining work of its current job, its absolute deadline.
+        let mut remaining = vec![0u64; tasks.len()];
+        let mut deadline = vec![0u64; tasks.len()];
+        let mut last: Option<usize> = None;
+        let mut switching = 0u64;
+        let mut target: Option<usize> = None;
+        for t in 0..horizon {
+            for (i, task) in tasks.iter().enumerate() {
+                if t % task.period == 0 {
+                    if remaining[i] > 0 {
+                        return true;
+                    }
+                    remaining[i] = task.budget;
+                    deadline[i] = t + task.deadline;
+                }
+                if remaining[i] > 0 && t >= deadline[i] {
+                    return true;
+                }
+            }
+            let ready = (0..tasks.len()).filter(|&i| remaining[i] > 0);
+            let chosen = match policy {
+                Policy::Edf => ready.min_by_key(|&i| (deadline[i], i)),
+                Policy::FixedPriority => ready.min(),
+            };
+            let Some(job) = chosen else {
+                continue;
+            };
+            if target != Some(job) {
+                target = Some(job);
+                switching = if last == Some(job) { 0 } else { switch_cost };
+            }
+            if switching > 0 {
+                switching -= 1;
+                continue;
+            }
+            remaining[job] -= 1;
+            last = Some(job);
+        }
+        false
+    }
+
+    fn random_set(rng: &mut Rng, constrained: bool) -> Vec<Task> {
+        const PERIODS: [u64; 8] = [4, 5, 6, 8, 10, 12, 15, 20];
+        let n = 2 + rng.below(3) as usize;
+        (0..n)
+            .map(|_| {
+                let period = PERIODS[rng.below(8) as usize] * 2;
+                let budget = 1 + rng.below(period / 2);
+                let deadline = if constrained {
+                    budget + rng.below(period - budget + 1)
+                } else {
+                    period
+                };
+                task(period, budget, deadline)
+            })
+            .collect()
+    }
+
+    /// Random task sets from a fixed seed: whatever admission accepts never misses a deadline
+    /// in simulation over the hyperperiod (switch cost included); without switch cost the
+    /// tests are exact, so whatever they refuse does miss.
+    #[test]
+    fn admitted_sets_meet_every_deadline_in_simulation() {
+        let mut rng = Rng::new(0x6b65_656c);
+        let (mut admitted, mut refused) = (0, 0);
+        for round in 0..3000 {
+            let constrained = round % 2 == 1;
+            let set = random_set(&mut rng, constrained);
+            let switch_cost = rng.below(3);
+            let horizon = 2 * 120 * 2 + 40;
+            for (policy, verdict) in [
+                (Policy::Edf, edf(&set, switch_cost)),
+                (Policy::FixedPriority, fixed_priority(&set, switch_cost)),
+            ] {
+                let missed = misses(&set, switch_cost, policy, horizon);
+                match verdict {
+                    Ok(()) => {
+                        admitted += 1;
+                        assert!(
+                            !missed,
+                            "admitted but missed: {set:?}, switch cost {switch_cost}"
+                        );
+                    }
+                    Err(Refusal::Invalid { .. }) => {}
+                    Err(reason) => {
+                        refused += 1;
+                        if switch_cost == 0 {
+                            assert!(missed, "refused ({reason}) but met every deadline: {set:?}");
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            admitted > 500 && refused > 500,
+            "{admitted} admitted, {refused} refused"
+        );
+    }
+}
