@@ -108,7 +108,12 @@ impl<const N: usize> Ring<N> {
             None if partial && self.len > 0 => (self.len, false),
             None => return None,
         };
-        let count = count.min(out.len());
+        // A line longer than `out` (never, with the pieces the queues hold) comes as pieces.
+        let (count, complete) = if count > out.len() {
+            (out.len(), false)
+        } else {
+            (count, complete)
+        };
         for slot in out.iter_mut().take(count) {
             *slot = self.bytes[self.head];
             self.head = (self.head + 1) % N;
@@ -166,8 +171,6 @@ struct VmOutput {
     raw: bool,
     /// Bytes refused because `waiting` was full, not yet reported.
     dropped: u64,
-    /// Its last line on the UART is a partial one, still open.
-    continued: bool,
 }
 
 impl VmOutput {
@@ -178,7 +181,6 @@ impl VmOutput {
         cr_pending: false,
         raw: false,
         dropped: 0,
-        continued: false,
     };
 
     /// Queues one byte as the console shows it; false if it was refused (buffer full).
@@ -248,23 +250,51 @@ pub struct ConsoleMux {
     keel: Ring<KEEL_BUFFER>,
     /// Keel's lines refused because `keel` was full.
     keel_dropped: u64,
-    /// The VM whose line is open on the UART (written without its line end yet).
+    /// The VM whose partial line is open on the UART (written without its line end yet): its
+    /// next bytes continue that line without a prefix.
     open: Option<usize>,
     /// The VM served next, for round-robin fairness.
     next_vm: usize,
     /// Partial lines are to be written out.
     flush_requested: bool,
-    /// The bytes being written to the UART, and how many of them are written.
-    out: [u8; 2 + ATTRIBUTE_RESET.len() + 1 + NAME_MAX + 2 + LINE_CAPACITY + 8 + 2],
-    out_len: usize,
-    out_sent: usize,
+    /// The line being written to the UART.
+    out: OutLine,
 }
 
-/// Appends `bytes` to `out` at `*len` (truncated to what fits).
-fn put(out: &mut [u8], len: &mut usize, bytes: &[u8]) {
-    let take = bytes.len().min(out.len() - *len);
-    out[*len..*len + take].copy_from_slice(&bytes[..take]);
-    *len += take;
+/// The bytes of one line on their way to the UART, and how many of them are written.
+struct OutLine {
+    bytes: [u8; 2 + ATTRIBUTE_RESET.len() + 1 + NAME_MAX + 2 + LINE_CAPACITY + 8 + 2],
+    len: usize,
+    sent: usize,
+}
+
+impl OutLine {
+    const EMPTY: Self = Self {
+        bytes: [0; 2 + ATTRIBUTE_RESET.len() + 1 + NAME_MAX + 2 + LINE_CAPACITY + 8 + 2],
+        len: 0,
+        sent: 0,
+    };
+
+    /// Appends `bytes` (truncated to what fits).
+    fn put(&mut self, bytes: &[u8]) {
+        let take = bytes.len().min(self.bytes.len() - self.len);
+        self.bytes[self.len..self.len + take].copy_from_slice(&bytes[..take]);
+        self.len += take;
+    }
+
+    /// Writes what `sink` takes; whether all of the line is written.
+    fn write_to(&mut self, sink: &mut impl Sink) -> bool {
+        if self.sent < self.len {
+            let written = sink.write_some(&self.bytes[self.sent..self.len]);
+            self.sent += written.min(self.len - self.sent);
+        }
+        if self.sent < self.len {
+            return false;
+        }
+        self.len = 0;
+        self.sent = 0;
+        true
+    }
 }
 
 /// Formats `value` in decimal into `buffer`; returns the digits.
@@ -297,9 +327,7 @@ impl ConsoleMux {
         open: None,
         next_vm: 0,
         flush_requested: false,
-        out: [0; 2 + ATTRIBUTE_RESET.len() + 1 + NAME_MAX + 2 + LINE_CAPACITY + 8 + 2],
-        out_len: 0,
-        out_sent: 0,
+        out: OutLine::EMPTY,
     };
 
     /// A multiplexer for VMs named `names` (indexed by VM id); only those with
@@ -397,15 +425,9 @@ impl ConsoleMux {
     /// waits (the caller drains again later, e.g. from a timer).
     pub fn drain(&mut self, sink: &mut impl Sink) -> bool {
         loop {
-            if self.out_sent < self.out_len {
-                let written = sink.write_some(&self.out[self.out_sent..self.out_len]);
-                self.out_sent += written.min(self.out_len - self.out_sent);
-                if self.out_sent < self.out_len {
-                    return true;
-                }
+            if !self.out.write_to(sink) {
+                return true;
             }
-            self.out_len = 0;
-            self.out_sent = 0;
             if !self.compose_next() {
                 return false;
             }
@@ -417,13 +439,12 @@ impl ConsoleMux {
     fn start_fresh_line(&mut self, for_vm: Option<usize>) {
         if let Some(open) = self.open {
             if Some(open) != for_vm {
-                put(&mut self.out, &mut self.out_len, b"\r\n");
-                self.vms[open].continued = false;
+                self.out.put(b"\r\n");
                 self.open = None;
             }
         }
         if self.vms[..self.count].iter().any(|output| output.raw) && for_vm.is_none() {
-            put(&mut self.out, &mut self.out_len, ATTRIBUTE_RESET);
+            self.out.put(ATTRIBUTE_RESET);
         }
     }
 
@@ -431,51 +452,28 @@ impl ConsoleMux {
     fn compose_next(&mut self) -> bool {
         let mut text = [0u8; LINE_CAPACITY + 8];
         if let Some((len, _)) = self.keel.pop_line(&mut text, false) {
-            self.start_fresh_line(None);
-            put(&mut self.out, &mut self.out_len, b"[keel] ");
-            put(&mut self.out, &mut self.out_len, &text[..len - 1]);
-            put(&mut self.out, &mut self.out_len, b"\r\n");
+            self.keel_line(&[&text[..len - 1]]);
             return true;
         }
         if self.keel_dropped > 0 {
             let mut digits = [0; 20];
-            let count = self.keel_dropped;
-            self.keel_dropped = 0;
-            self.start_fresh_line(None);
-            put(&mut self.out, &mut self.out_len, b"[keel] ");
-            put(
-                &mut self.out,
-                &mut self.out_len,
-                decimal(count, &mut digits),
-            );
-            put(
-                &mut self.out,
-                &mut self.out_len,
-                b" lines of Keel's own dropped (buffer full)\r\n",
-            );
+            let count = decimal(core::mem::take(&mut self.keel_dropped), &mut digits);
+            self.keel_line(&[count, b" lines of Keel's own dropped (buffer full)"]);
             return true;
         }
         for step in 0..self.count {
             let vm = (self.next_vm + step) % self.count;
             if self.vms[vm].dropped > 0 && self.vms[vm].waiting.room() > 0 {
                 let mut digits = [0; 20];
-                let count = self.vms[vm].dropped;
-                self.vms[vm].dropped = 0;
-                self.start_fresh_line(None);
-                put(&mut self.out, &mut self.out_len, b"[keel] vm '");
-                let name = self.name(vm);
-                put(&mut self.out, &mut self.out_len, name.as_bytes());
-                put(
-                    &mut self.out,
-                    &mut self.out_len,
+                let count = decimal(core::mem::take(&mut self.vms[vm].dropped), &mut digits);
+                let name = self.name(vm).as_bytes();
+                self.keel_line(&[
+                    b"vm '",
+                    name,
                     b"': console output full: ",
-                );
-                put(
-                    &mut self.out,
-                    &mut self.out_len,
-                    decimal(count, &mut digits),
-                );
-                put(&mut self.out, &mut self.out_len, b" bytes dropped\r\n");
+                    count,
+                    b" bytes dropped",
+                ]);
                 return true;
             }
             let partial = self.flush_requested;
@@ -486,35 +484,38 @@ impl ConsoleMux {
                 continue;
             };
             self.next_vm = (vm + 1) % self.count;
-            let continuing = self.open == Some(vm) && self.vms[vm].continued;
+            let continuing = self.open == Some(vm);
             self.start_fresh_line(Some(vm));
             if !continuing {
                 let name = self.name(vm).as_bytes();
-                put(&mut self.out, &mut self.out_len, b"[");
-                put(
-                    &mut self.out,
-                    &mut self.out_len,
-                    &name[..name.len().min(NAME_MAX)],
-                );
-                put(&mut self.out, &mut self.out_len, b"] ");
+                self.out.put(b"[");
+                self.out.put(&name[..name.len().min(NAME_MAX)]);
+                self.out.put(b"] ");
             }
-            let output = &mut self.vms[vm];
             if complete {
-                output.complete -= 1;
-                put(&mut self.out, &mut self.out_len, &text[..len - 1]);
-                put(&mut self.out, &mut self.out_len, b"\r\n");
-                output.continued = false;
+                self.vms[vm].complete -= 1;
+                self.out.put(&text[..len - 1]);
+                self.out.put(b"\r\n");
                 self.open = None;
             } else {
-                put(&mut self.out, &mut self.out_len, &text[..len]);
-                output.line_len = 0;
-                output.continued = true;
+                self.out.put(&text[..len]);
+                self.vms[vm].line_len = 0;
                 self.open = Some(vm);
             }
             return true;
         }
         self.flush_requested = false;
         false
+    }
+
+    /// Puts one line of Keel's own, made of `parts`, into `out`, on a fresh line.
+    fn keel_line(&mut self, parts: &[&[u8]]) {
+        self.start_fresh_line(None);
+        self.out.put(b"[keel] ");
+        for part in parts {
+            self.out.put(part);
+        }
+        self.out.put(b"\r\n");
     }
 
     /// One byte of physical input.

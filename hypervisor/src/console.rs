@@ -11,11 +11,10 @@
 
 use core::fmt::Write;
 
-use crate::arch::cpu::Mutex;
 use keel_core::console::{ConsoleMux, Input, Sink};
 use keel_core::ratelimit::{DiagnosticKind, RateLimiter, Verdict};
 
-use crate::arch::{timer, uart::Uart};
+use crate::arch::{cpu::Mutex, timer, uart::Uart};
 
 /// How long a partial output line may wait before it is written anyway (a shell prompt), and
 /// how soon output the UART could not take yet is tried again.
@@ -113,8 +112,13 @@ pub fn limited_line(kind: DiagnosticKind, vm: usize, args: core::fmt::Arguments<
 fn drain(mux: &mut ConsoleMux, uart: Uart) {
     let mut sink = UartSink(uart);
     if mux.drain(&mut sink) || mux.partial_waiting() {
-        timer::arm_hyp_timer(timer::frequency() * PARTIAL_LINE_DELAY_US / 1_000_000);
+        arm_flush_timer();
     }
+}
+
+/// Brings this pCPU back to the console ([`flush_partial`]) after the partial-line delay.
+fn arm_flush_timer() {
+    timer::arm_hyp_timer(timer::frequency() * PARTIAL_LINE_DELAY_US / 1_000_000);
 }
 
 /// Prints a line from the panic path without waiting for a lock that may never be released.
@@ -156,7 +160,7 @@ pub fn flush_partial() {
     if let Some(uart) = console.uart {
         let mut sink = UartSink(uart);
         if console.mux.flush_partial(&mut sink) {
-            timer::arm_hyp_timer(timer::frequency() * PARTIAL_LINE_DELAY_US / 1_000_000);
+            arm_flush_timer();
         }
     }
 }

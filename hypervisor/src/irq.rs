@@ -178,7 +178,8 @@ fn deliver_input(id: usize, byte: u8) {
 /// vCPU `vcpu` of VM `id` stops on this pCPU (CPU_OFF, reset, VM stopped): its list registers
 /// and virtual timer are discarded. The vGIC takes back the VM's SPIs they held (still
 /// pending if they were; not active, since the vCPU that had them active is gone), unless the
-/// VM was reset since the vCPU started (`generation`): its vGIC is then a new one. The
+/// VM was reset since the vCPU started (`generation`): its vGIC is then a new one. Its SGIs
+/// and PPIs need nothing here: every start resets the vCPU's redistributor. The
 /// virtual timer's physical interrupt, active while its hardware-linked list register waited
 /// for the guest's EOI, is deactivated, or it would never be signalled on this pCPU again.
 pub fn discard_vcpu_interrupts(id: usize, vcpu: usize, generation: u32) {
@@ -198,7 +199,6 @@ pub fn discard_vcpu_interrupts(id: usize, vcpu: usize, generation: u32) {
                     vgic.unlisted(vcpu, intid, gic::list_register_is_pending(value), false);
                 }
             }
-            vgic.reset_vcpu(vcpu);
         }
     }
     gic::reset_virtual_interface();

@@ -63,8 +63,6 @@ pub fn park() -> ! {
     cpu::disable_irqs();
     if let Some((id, vcpu)) = vm::current() {
         irq::discard_vcpu_interrupts(id, vcpu, vm::this_cpu().generation.load(Ordering::Relaxed));
-    }
-    if let Some((id, vcpu)) = vm::current() {
         // Only On becomes Off: a start requested meanwhile (CPU_ON, reset) must survive.
         vm::vm(id).power_off_if_on(vcpu);
     }

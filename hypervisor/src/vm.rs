@@ -16,9 +16,8 @@ use keel_core::stage2::MemoryKind;
 use keel_core::system::VmDesc;
 use spin::Once;
 
-use crate::arch::cpu::Mutex;
-
-use crate::arch::{boot::MAX_CPUS, cpu, gic, stage2};
+use crate::arch::cpu::{self, Mutex};
+use crate::arch::{boot::MAX_CPUS, gic, stage2};
 use crate::config::SYSTEM;
 use crate::{keel_println, keel_println_limited};
 

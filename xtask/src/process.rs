@@ -5,7 +5,7 @@ use std::process::{Command, Output};
 use crate::Result;
 
 /// How many of a failed program's last stderr lines an error quotes.
-const STDERR_LINES: usize = 12;
+pub const STDERR_LINES: usize = 12;
 
 /// The command line as a user would type it.
 pub fn command_line(command: &Command) -> String {

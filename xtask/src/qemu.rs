@@ -311,7 +311,8 @@ pub struct Ended {
 impl Ended {
     /// QEMU's last stderr lines, as a suffix for an error message (empty if it wrote none).
     pub fn stderr_note(&self) -> String {
-        let tail = crate::process::stderr_tail(self.stderr.as_bytes(), 12);
+        let tail =
+            crate::process::stderr_tail(self.stderr.as_bytes(), crate::process::STDERR_LINES);
         if tail.is_empty() {
             tail
         } else {

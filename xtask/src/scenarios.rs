@@ -37,10 +37,15 @@ fn log_path(name: &str) -> std::path::PathBuf {
 
 /// Builds configuration `name` and boots it under icount, its console logged.
 fn boot(name: &str) -> Result<Session> {
-    let image = build_system(&config(name))?;
+    boot_config(&config(name), name)
+}
+
+/// Builds the configuration at `path` and boots it under icount, its console logged as `log`.
+fn boot_config(path: &std::path::Path, log: &str) -> Result<Session> {
+    let image = build_system(path)?;
     let mut machine = Machine::keel(&image.path, image.system.pcpus);
     machine.icount = true;
-    machine.spawn(&log_path(name))
+    machine.spawn(&log_path(log))
 }
 
 /// Boots configuration `name` under icount and waits for QEMU to end by itself.
@@ -63,6 +68,8 @@ struct TickReport {
     second: u64,
     ticks: u64,
     expected: u64,
+    /// The worst lateness of a tick interrupt since the previous report, in µs.
+    late_us: u64,
 }
 
 /// VM `vm`'s `tick:` reports, in order.
@@ -77,6 +84,7 @@ fn tick_reports(ended: &Ended, vm: &str) -> Vec<TickReport> {
                 second: number(1),
                 ticks: number(2),
                 expected: number(3),
+                late_us: number(4),
             })
         })
         .collect()
@@ -465,10 +473,7 @@ fn console_focus() -> Result<()> {
 /// The demo as a user meets it (`configs/demo.toml`, under icount): Linux's shell answers
 /// what is typed, and the real-time partition's heartbeat comes once a minute, not through it.
 fn demo() -> Result<()> {
-    let image = build_system(&workspace().join("configs/demo.toml"))?;
-    let mut machine = Machine::keel(&image.path, image.system.pcpus);
-    machine.icount = true;
-    let mut session = machine.spawn(&log_path("demo"))?;
+    let mut session = boot_config(&workspace().join("configs/demo.toml"), "demo")?;
     let wait = Duration::from_secs(600);
     let mut steps = || -> Result<()> {
         session.wait_for(r"^\[linux\] KEEL-INIT-END shell$", wait)?;
@@ -703,12 +708,7 @@ fn attack(attack: &Attack) -> Result<()> {
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let path = dir.join(format!("attack-{name}.toml"));
     std::fs::write(&path, text).map_err(|e| e.to_string())?;
-    let image = build_system(&path)?;
-    let mut machine = Machine::keel(&image.path, image.system.pcpus);
-    machine.icount = true;
-    let ended = machine
-        .spawn(&log_path(&format!("attack-{name}")))?
-        .finish(DEADLINE);
+    let ended = boot_config(&path, &format!("attack-{name}"))?.finish(DEADLINE);
     let fail = |message: String| with_console_tail(message, &ended);
     expect_line(&ended, &format!(r"^\[hostile\] attack {name}: done$")).map_err(fail)?;
     let hostile = lines_of(&ended, "hostile");
@@ -942,12 +942,7 @@ fn access_matrix() -> Result<()> {
         }
         let path = dir.join(format!("attack-matrix-{boot}.toml"));
         std::fs::write(&path, text).map_err(|e| e.to_string())?;
-        let image = build_system(&path)?;
-        let mut machine = Machine::keel(&image.path, image.system.pcpus);
-        machine.icount = true;
-        let ended = machine
-            .spawn(&log_path(&format!("attack-matrix-{boot}")))?
-            .finish(DEADLINE);
+        let ended = boot_config(&path, &format!("attack-matrix-{boot}"))?.finish(DEADLINE);
         for (i, (kind, probe, containment)) in chunk.iter().enumerate() {
             let vm = format!("h{i}");
             let stopped_prefix = format!("[keel] vm '{vm}' (id {}) stopped: ", i + 1);
@@ -997,11 +992,9 @@ fn access_matrix() -> Result<()> {
 
 /// The worst `late_max_us` VM `vm` reported.
 fn tick_lateness(ended: &Ended, vm: &str) -> u64 {
-    let late = Regex::new(r"late_max_us=(\d+)$").unwrap();
-    lines_of(ended, vm)
+    tick_reports(ended, vm)
         .iter()
-        .filter(|l| l.starts_with("tick: "))
-        .filter_map(|l| late.captures(l)?[1].parse().ok())
+        .map(|report| report.late_us)
         .max()
         .unwrap_or(0)
 }

@@ -13,8 +13,8 @@ use keel_guest::{println, system_reset};
 
 use crate::probe;
 use crate::shared::{
-    arm_timer, init_interrupts, micros_to_ticks, secondary_stack_top, spin_for, timer_works,
-    Mailbox, TIMER_ACTION, TIMER_CPU_OFF, TIMER_RESET,
+    arm_timer, init_interrupts, secondary_stack_top, spin_for, timer_works, wait_until, Mailbox,
+    TIMER_ACTION, TIMER_CPU_OFF, TIMER_RESET,
 };
 
 /// What vCPU 1 does when started.
@@ -58,14 +58,7 @@ pub fn start_secondary(task: SecondaryTask) -> bool {
 
 /// Waits up to 100 ms for vCPU 1 to be off; whether it is.
 fn wait_secondary_off() -> bool {
-    let deadline = keel_guest::timer::counter() + micros_to_ticks(100_000);
-    while affinity_info(1) != AFFINITY_OFF {
-        if keel_guest::timer::counter() >= deadline {
-            return false;
-        }
-        keel_guest::cpu::spin_hint();
-    }
-    true
+    wait_until(100_000, || affinity_info(1) == AFFINITY_OFF)
 }
 
 /// Tells vCPU 1 to turn off and waits until it has.
@@ -87,11 +80,11 @@ pub fn secondary_main(_stack_top: usize) -> ! {
         disable_irqs();
         arm_timer(10);
         // Keel lists the timer interrupt once it fires: ISR_EL1.I then shows it pending.
-        let deadline = keel_guest::timer::counter() + micros_to_ticks(10_000);
-        while !irq_pending() && keel_guest::timer::counter() < deadline {
-            keel_guest::cpu::spin_hint();
-        }
-        RESULT.set(if irq_pending() { 1 } else { 2 });
+        RESULT.set(if wait_until(10_000, irq_pending) {
+            1
+        } else {
+            2
+        });
         cpu_off();
     } else if task == SecondaryTask::TimerActiveOff as u64 {
         init_interrupts(1);
@@ -221,13 +214,9 @@ pub fn timer_reset(info: &BootInfo<'_>) {
             write_reset_count(address, 2);
             disable_irqs();
             arm_timer(10);
-            let deadline = keel_guest::timer::counter() + micros_to_ticks(10_000);
-            while !irq_pending() && keel_guest::timer::counter() < deadline {
-                keel_guest::cpu::spin_hint();
-            }
             probe!(
                 "reset-with-timer-pending",
-                irq_pending(),
+                wait_until(10_000, irq_pending),
                 "the timer interrupt is pending at the reset"
             );
             system_reset();

@@ -65,14 +65,22 @@ impl Mailbox {
     }
     /// Waits up to `micros` for the value to become `value`; whether it did.
     pub fn wait_for(&self, value: u64, micros: u64) -> bool {
-        let deadline = timer::counter() + micros_to_ticks(micros);
-        while self.get() != value {
-            if timer::counter() >= deadline {
-                return false;
-            }
-            keel_guest::cpu::spin_hint();
+        wait_until(micros, || self.get() == value)
+    }
+}
+
+/// Spins (no WFI: a held-back interrupt must not be hidden by a wake-up) until `done` holds
+/// or `micros` have passed; whether `done` held.
+pub fn wait_until(micros: u64, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = timer::counter() + micros_to_ticks(micros);
+    loop {
+        if done() {
+            return true;
         }
-        true
+        if timer::counter() >= deadline {
+            return false;
+        }
+        keel_guest::cpu::spin_hint();
     }
 }
 
@@ -83,10 +91,7 @@ pub fn micros_to_ticks(micros: u64) -> u64 {
 
 /// Spins (no WFI: a held-back interrupt must not be hidden by a wake-up) for `micros`.
 pub fn spin_for(micros: u64) {
-    let deadline = timer::counter() + micros_to_ticks(micros);
-    while timer::counter() < deadline {
-        keel_guest::cpu::spin_hint();
-    }
+    wait_until(micros, || false);
 }
 
 /// The running vCPU's index (MPIDR_EL1.Aff0).
@@ -155,12 +160,9 @@ pub fn timer_works(vcpu: usize) -> bool {
     let before = timer_taken(vcpu);
     arm_timer(100);
     keel_guest::cpu::enable_irqs();
-    let deadline = timer::counter() + micros_to_ticks(20_000);
-    while timer_taken(vcpu) == before && timer::counter() < deadline {
-        keel_guest::cpu::spin_hint();
-    }
+    let fired = wait_until(20_000, || timer_taken(vcpu) != before);
     keel_guest::cpu::disable_irqs();
-    timer_taken(vcpu) != before
+    fired
 }
 
 pub use keel_core::rng::Rng;
