@@ -13,6 +13,7 @@ pub mod fdt;
 pub mod hypercall;
 pub mod ratelimit;
 pub mod rng;
+pub mod sched;
 pub mod seed;
 pub mod stage2;
 pub mod system;

@@ -2,6 +2,7 @@
 //! configuration compiler (`keel_core::config`), never parsed at run time.
 
 use crate::addr::{GuestPhysAddr, MemoryRegion, PhysAddr, VmId};
+use crate::sched::{Params, Policy};
 
 /// Most VMs Keel runs (its stage-2 table pool and VMIDs are sized for this).
 pub const MAX_VMS: usize = 16;
@@ -28,8 +29,10 @@ pub struct VmDesc {
     pub name: &'static str,
     /// Guest RAM.
     pub memory: MemoryRegion,
-    /// vCPU `i` runs pinned on pCPU `pcpus[i]`.
+    /// vCPU `i` runs on pCPU `pcpus[i]`.
     pub pcpus: &'static [u32],
+    /// vCPU `i`'s scheduling parameters (durations in nanoseconds).
+    pub sched: &'static [Params],
     /// Flash at IPA 0 (firmware VMs): erased to 0xff with the image at its start at every boot.
     pub flash: Option<MemoryRegion>,
     /// The kernel image, copied to `image_ipa` at boot.
@@ -63,6 +66,10 @@ pub struct SystemDesc {
     pub ram_size: u64,
     /// Number of pCPUs the configuration uses (pCPU ids `0..pcpus`).
     pub pcpus: u32,
+    /// pCPU `i`'s scheduling policy (durations in nanoseconds); one per pCPU.
+    pub policies: &'static [Policy],
+    /// Keel's cost of one vCPU switch, in nanoseconds, as charged by admission.
+    pub switch_cost_ns: u64,
     /// The VMs.
     pub vms: &'static [VmDesc],
 }
@@ -97,6 +104,10 @@ mod tests {
             memory: region(0x4000_0000, 0x6000_0000, 0x400_0000),
             flash: Some(region(0, 0x7000_0000, 0x800_0000)),
             pcpus: &[1],
+            sched: &[Params {
+                priority: 0,
+                reservation: None,
+            }],
             image: &[],
             image_ipa: GuestPhysAddr(0),
             dtb: &[],

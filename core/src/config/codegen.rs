@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use super::model::System;
+use crate::sched::{Params, Policy};
 use crate::system::WfiPolicy;
 
 /// Emits Rust source defining `pub static SYSTEM: ::keel_core::system::SystemDesc`.
@@ -40,6 +41,9 @@ pub fn emit_rust(system: &System, dtb_paths: &[PathBuf]) -> String {
     ));
     line(format!("    ram_size: {:#x},", system.ram_size));
     line(format!("    pcpus: {},", system.pcpus));
+    let policies: Vec<String> = system.policies.iter().map(|p| policy(*p)).collect();
+    line(format!("    policies: &[{}],", policies.join(", ")));
+    line(format!("    switch_cost_ns: {},", system.switch_cost_ns));
     line("    vms: &[".into());
     for (vm, dtb_path) in system.vms.iter().zip(dtb_paths) {
         let wfi = match vm.wfi {
@@ -65,6 +69,8 @@ pub fn emit_rust(system: &System, dtb_paths: &[PathBuf]) -> String {
         line(format!("                size: {:#x},", vm.size));
         line("            },".into());
         line(format!("            pcpus: &[{}],", pcpus.join(", ")));
+        let sched: Vec<String> = vm.sched.iter().map(|p| params(*p)).collect();
+        line(format!("            sched: &[{}],", sched.join(", ")));
         match vm.flash_region() {
             Some(flash) => {
                 line("            flash: Some(::keel_core::addr::MemoryRegion {".into());
@@ -140,6 +146,7 @@ mod tests {
             phys,
             ipa: 0x4000_0000,
             size: 0x100_0000,
+            sched: vec![Params::default(); pcpus.len()],
             pcpus,
             image: ImageSource::Guest("test-guest".to_string()),
             image_path: PathBuf::from("/images/test-guest.bin"),
@@ -162,6 +169,8 @@ mod tests {
             hypervisor_base: 0x4000_0000,
             hypervisor_size: 0x200_0000,
             pcpus: 4,
+            policies: vec![Policy::Pinned; 4],
+            switch_cost_ns: 0,
             vms: vec![
                 vm(0, "rt-a", 0x5000_0000, vec![1], WfiPolicy::Native),
                 vm(1, "rt \"b\"", 0x5100_0000, vec![2, 3], WfiPolicy::Trap),
@@ -228,4 +237,32 @@ mod tests {
     fn dtb_count_must_match() {
         emit_rust(&system(), &[]);
     }
+}
+
+/// A policy as a Rust expression.
+fn policy(policy: Policy) -> String {
+    let path = "::keel_core::sched::Policy";
+    match policy {
+        Policy::Pinned => format!("{path}::Pinned"),
+        Policy::FixedPriority { quantum } => {
+            format!("{path}::FixedPriority {{ quantum: {quantum} }}")
+        }
+        Policy::Edf { quantum } => format!("{path}::Edf {{ quantum: {quantum} }}"),
+        Policy::RoundRobin { quantum } => format!("{path}::RoundRobin {{ quantum: {quantum} }}"),
+    }
+}
+
+/// A vCPU's scheduling parameters as a Rust expression.
+fn params(params: Params) -> String {
+    let reservation = match params.reservation {
+        Some(r) => format!(
+            "Some(::keel_core::sched::Reservation {{ period: {}, budget: {}, deadline: {} }})",
+            r.period, r.budget, r.deadline
+        ),
+        None => "None".into(),
+    };
+    format!(
+        "::keel_core::sched::Params {{ priority: {}, reservation: {reservation} }}",
+        params.priority
+    )
 }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use super::error::Backing;
 use crate::abi::layout;
 use crate::addr::{GuestPhysAddr, MemoryRegion, PhysAddr};
+use crate::sched::{Params, Policy};
 use crate::system::WfiPolicy;
 
 /// Guest-physical base of a VM's memory when `ipa` is not given: QEMU `virt`'s RAM base.
@@ -50,6 +51,10 @@ pub struct System {
     pub hypervisor_size: u64,
     /// Number of pCPUs (ids `0..pcpus`).
     pub pcpus: u32,
+    /// pCPU `i`'s scheduling policy (durations in nanoseconds); one per pCPU.
+    pub policies: Vec<Policy>,
+    /// Keel's cost of one vCPU switch in nanoseconds, charged twice per job by admission.
+    pub switch_cost_ns: u64,
     /// The VMs; `vms[i].id == i`.
     pub vms: Vec<Vm>,
 }
@@ -78,8 +83,10 @@ pub struct Vm {
     pub ipa: u64,
     /// Memory size in bytes.
     pub size: u64,
-    /// vCPU `i` is pinned on pCPU `pcpus[i]`.
+    /// vCPU `i` runs on pCPU `pcpus[i]`.
     pub pcpus: Vec<u32>,
+    /// vCPU `i`'s scheduling parameters (durations in nanoseconds).
+    pub sched: Vec<Params>,
     /// Where the image came from.
     pub image: ImageSource,
     /// The image file: absolute, and it exists.

@@ -400,6 +400,7 @@ fn check_vm(table: &VmTable, index: usize, context: &Context) -> Result<Vm, Conf
         ipa,
         size: memory.size(),
         pcpus: table.pcpus.clone(),
+        sched: vec![crate::sched::Params::default(); table.pcpus.len()],
         image: source,
         image_path,
         flash,
@@ -449,6 +450,8 @@ pub fn validate(
         hypervisor_base: hypervisor.start,
         hypervisor_size: hypervisor.size(),
         pcpus: file.system.pcpus,
+        policies: vec![crate::sched::Policy::Pinned; file.system.pcpus as usize],
+        switch_cost_ns: 0,
         vms,
     })
 }
