@@ -134,6 +134,34 @@ fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
+/// A policy as a Rust expression.
+fn policy(policy: Policy) -> String {
+    let path = "::keel_core::sched::Policy";
+    match policy {
+        Policy::Pinned => format!("{path}::Pinned"),
+        Policy::FixedPriority { quantum } => {
+            format!("{path}::FixedPriority {{ quantum: {quantum} }}")
+        }
+        Policy::Edf { quantum } => format!("{path}::Edf {{ quantum: {quantum} }}"),
+        Policy::RoundRobin { quantum } => format!("{path}::RoundRobin {{ quantum: {quantum} }}"),
+    }
+}
+
+/// A vCPU's scheduling parameters as a Rust expression.
+fn params(params: Params) -> String {
+    let reservation = match params.reservation {
+        Some(r) => format!(
+            "Some(::keel_core::sched::Reservation {{ period: {}, budget: {}, deadline: {} }})",
+            r.period, r.budget, r.deadline
+        ),
+        None => "None".into(),
+    };
+    format!(
+        "::keel_core::sched::Params {{ priority: {}, reservation: {reservation} }}",
+        params.priority
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,32 +265,4 @@ mod tests {
     fn dtb_count_must_match() {
         emit_rust(&system(), &[]);
     }
-}
-
-/// A policy as a Rust expression.
-fn policy(policy: Policy) -> String {
-    let path = "::keel_core::sched::Policy";
-    match policy {
-        Policy::Pinned => format!("{path}::Pinned"),
-        Policy::FixedPriority { quantum } => {
-            format!("{path}::FixedPriority {{ quantum: {quantum} }}")
-        }
-        Policy::Edf { quantum } => format!("{path}::Edf {{ quantum: {quantum} }}"),
-        Policy::RoundRobin { quantum } => format!("{path}::RoundRobin {{ quantum: {quantum} }}"),
-    }
-}
-
-/// A vCPU's scheduling parameters as a Rust expression.
-fn params(params: Params) -> String {
-    let reservation = match params.reservation {
-        Some(r) => format!(
-            "Some(::keel_core::sched::Reservation {{ period: {}, budget: {}, deadline: {} }})",
-            r.period, r.budget, r.deadline
-        ),
-        None => "None".into(),
-    };
-    format!(
-        "::keel_core::sched::Params {{ priority: {}, reservation: {reservation} }}",
-        params.priority
-    )
 }
