@@ -329,7 +329,8 @@ pub fn walk_device_tree(blob: &[u8]) -> usize {
 }
 
 /// The configuration compiler on any text: it answers with a system or an error, never a
-/// panic, and an accepted system keeps the rules (no overlapping memory, no pCPU twice).
+/// panic, and an accepted system keeps the rules (no overlapping memory, no pinned pCPU twice,
+/// scheduling parameters for every vCPU).
 pub fn config(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
@@ -342,8 +343,13 @@ pub fn config(data: &[u8]) {
     };
     let mut pcpus = Vec::new();
     for vm in &system.vms {
+        assert_eq!(vm.sched.len(), vm.pcpus.len(), "parameters for every vCPU");
         for &pcpu in &vm.pcpus {
-            assert!(!pcpus.contains(&pcpu), "pCPU {pcpu} given twice");
+            let shared = system.policies[pcpu as usize].is_shared();
+            assert!(
+                shared || !pcpus.contains(&pcpu),
+                "pinned pCPU {pcpu} given twice"
+            );
             pcpus.push(pcpu);
         }
     }

@@ -7,7 +7,8 @@ compile_error!("the configuration rule tests need keel-core's `std` feature (on 
 
 use std::path::{Path, PathBuf};
 
-use keel_core::config::{load, parse_str, ImageSource, System};
+use keel_core::config::{emit_rust, load, parse_str, ImageSource, System};
+use keel_core::sched::{Params, Policy, Reservation};
 use keel_core::system::WfiPolicy;
 
 /// Cargo runs integration tests from the crate root, so relative paths keep messages exact.
@@ -96,6 +97,103 @@ fn valid_system_resolves_every_field() {
 }
 
 #[test]
+fn valid_system_is_pinned_with_the_default_switch_cost() {
+    let system = load_fixture("valid.toml");
+    assert_eq!(system.policies, [Policy::Pinned; 4]);
+    assert_eq!(system.switch_cost_ns, 2_000);
+    for vm in &system.vms {
+        assert_eq!(vm.sched, [Params::default()]);
+    }
+}
+
+#[test]
+fn shared_pcpus_resolve_policies_and_parameters_in_nanoseconds() {
+    let system = load_fixture("valid-shared.toml");
+    assert_eq!(system.switch_cost_ns, 5_000);
+    assert_eq!(
+        system.policies,
+        [
+            Policy::Pinned,
+            Policy::FixedPriority { quantum: 500_000 },
+            Policy::Edf { quantum: 1_000_000 },
+            Policy::RoundRobin { quantum: 2_000_000 },
+        ]
+    );
+    let reservation = |period, budget, deadline| {
+        Some(Reservation {
+            period,
+            budget,
+            deadline,
+        })
+    };
+    assert_eq!(
+        system.vms[0].sched,
+        [
+            Params {
+                priority: 10,
+                reservation: reservation(1_000_000, 200_000, 1_000_000),
+            },
+            Params {
+                priority: 0,
+                reservation: reservation(2_000_000, 500_000, 1_500_000),
+            },
+        ]
+    );
+    assert_eq!(
+        system.vms[1].sched,
+        [
+            Params {
+                priority: 5,
+                reservation: reservation(10_000_000, 2_000_000, 10_000_000),
+            },
+            Params::default(),
+        ]
+    );
+    let best_effort = Params {
+        priority: 1,
+        reservation: None,
+    };
+    assert_eq!(
+        system.vms[2].pcpus,
+        [1, 3, 3],
+        "a shared pCPU takes several vCPUs"
+    );
+    assert_eq!(
+        system.vms[2].sched,
+        [best_effort, Params::default(), Params::default()]
+    );
+}
+
+#[test]
+fn shared_pcpus_are_emitted() {
+    let system = load_fixture("valid-shared.toml");
+    let dtbs: Vec<PathBuf> = system
+        .vms
+        .iter()
+        .map(|vm| PathBuf::from(format!("/out/{}.dtb", vm.name)))
+        .collect();
+    let source = emit_rust(&system, &dtbs);
+    for expected in [
+        "policies: &[::keel_core::sched::Policy::Pinned, \
+         ::keel_core::sched::Policy::FixedPriority { quantum: 500000 }, \
+         ::keel_core::sched::Policy::Edf { quantum: 1000000 }, \
+         ::keel_core::sched::Policy::RoundRobin { quantum: 2000000 }],",
+        "switch_cost_ns: 5000,",
+        "pcpus: &[1, 3, 3],",
+        "sched: &[::keel_core::sched::Params { priority: 10, reservation: \
+         Some(::keel_core::sched::Reservation { period: 1000000, budget: 200000, deadline: 1000000 }) }, \
+         ::keel_core::sched::Params { priority: 0, reservation: \
+         Some(::keel_core::sched::Reservation { period: 2000000, budget: 500000, deadline: 1500000 }) }],",
+        "sched: &[::keel_core::sched::Params { priority: 1, reservation: None }, \
+         ::keel_core::sched::Params { priority: 0, reservation: None }, \
+         ::keel_core::sched::Params { priority: 0, reservation: None }],",
+    ] {
+        assert!(source.contains(expected), "missing {expected:?} in:\n{source}");
+    }
+    syn::parse_file(&source).expect("emitted Rust parses");
+}
+
+#[test]
 fn linux_image_loads_at_text_offset() {
     let system = load_fixture("valid-linux.toml");
     let vm = &system.vms[0];
@@ -158,7 +256,8 @@ fn bad_scenario_configs_fail() {
         ),
         (
             "bad-pcpu-twice.toml",
-            "vm 'rt-b': pcpus: pCPU 1 is already claimed by vm 'rt-a'",
+            "vm 'rt-b': pcpus: pCPU 1 is already claimed by vm 'rt-a', and it is pinned \
+             (one vCPU only): a [[pcpu]] policy lets vCPUs share it",
         ),
         (
             "bad-hypervisor-overlap.toml",
@@ -189,7 +288,7 @@ fn rule_1_toml_syntax_error_has_line_and_column() {
 fn rule_1_unknown_field() {
     assert_rejected(
         "toml-unknown-field.toml",
-        "14:1: unknown field `memroy`, expected one of `name`, `image`, `initrd`, `memory`, `ipa`, `flash`, `pcpus`, `devices`, `cmdline`, `wfi`, `pmu`",
+        "14:1: unknown field `memroy`, expected one of `name`, `image`, `initrd`, `memory`, `ipa`, `flash`, `pcpus`, `schedule`, `devices`, `cmdline`, `wfi`, `pmu`",
     );
 }
 
@@ -373,7 +472,8 @@ fn rule_6_hypervisor_too_small() {
 fn rule_7_pcpu_claimed_by_two_vms() {
     assert_rejected(
         "pcpu-claimed-twice.toml",
-        "vm 'rt-b': pcpus: pCPU 1 is already claimed by vm 'rt-a'",
+        "vm 'rt-b': pcpus: pCPU 1 is already claimed by vm 'rt-a', and it is pinned \
+         (one vCPU only): a [[pcpu]] policy lets vCPUs share it",
     );
 }
 
@@ -381,7 +481,8 @@ fn rule_7_pcpu_claimed_by_two_vms() {
 fn rule_7_pcpu_listed_twice() {
     assert_rejected(
         "pcpu-listed-twice.toml",
-        "vm 'rt-a': pcpus: pCPU 1 is listed twice",
+        "vm 'rt-a': pcpus: pCPU 1 is listed twice, but it is pinned (one vCPU only): \
+         a [[pcpu]] policy lets vCPUs share it",
     );
 }
 

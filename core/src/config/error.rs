@@ -3,6 +3,8 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use super::duration::{format_duration, DurationError};
+
 /// A rejected configuration. Displays as `<config path>: <message>`, or as
 /// `<config path>:<line>:<column>: <message>` when the TOML itself is at fault.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,6 +78,13 @@ pub enum ConfigErrorKind {
         /// The broken rule.
         problem: Problem,
     },
+    /// `pCPU <pcpu>: <problem>`: the reservations on a shared pCPU cannot all be guaranteed.
+    Unschedulable {
+        /// The pCPU.
+        pcpu: u32,
+        /// Why admission refuses them.
+        problem: Unschedulable,
+    },
 }
 
 impl fmt::Display for ConfigErrorKind {
@@ -93,6 +102,7 @@ impl fmt::Display for ConfigErrorKind {
                 field,
                 problem,
             } => write!(f, "{subject}: {field}: {problem}"),
+            Self::Unschedulable { pcpu, problem } => write!(f, "pCPU {pcpu}: {problem}"),
         }
     }
 }
@@ -106,6 +116,25 @@ pub enum Subject {
     Vm(String),
     /// `vm #<index>`: a `[[vm]]` table without a usable name (0-based index in the file).
     UnnamedVm(usize),
+    /// `vm '<name>' vCPU <index>`: one vCPU's entry in its VM's `schedule`.
+    Vcpu(VcpuName),
+    /// `pCPU <id>`: a `[[pcpu]]` table.
+    Pcpu(u32),
+}
+
+/// A vCPU as messages name it: `vm '<vm>' vCPU <vcpu>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VcpuName {
+    /// Its VM's name.
+    pub vm: String,
+    /// Its index in the VM.
+    pub vcpu: usize,
+}
+
+impl fmt::Display for VcpuName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "vm '{}' vCPU {}", self.vm, self.vcpu)
+    }
 }
 
 impl fmt::Display for Subject {
@@ -114,6 +143,8 @@ impl fmt::Display for Subject {
             Self::System => f.write_str("system"),
             Self::Vm(name) => write!(f, "vm '{name}'"),
             Self::UnnamedVm(index) => write!(f, "vm #{index}"),
+            Self::Vcpu(vcpu) => write!(f, "{vcpu}"),
+            Self::Pcpu(pcpu) => write!(f, "pCPU {pcpu}"),
         }
     }
 }
@@ -284,12 +315,14 @@ pub enum Problem {
         /// `system.pcpus`.
         count: u32,
     },
-    /// `pCPU <pcpu> is listed twice`.
+    /// `pCPU <pcpu> is listed twice, but it is pinned (one vCPU only): a [[pcpu]] policy lets
+    /// vCPUs share it`.
     PcpuListedTwice {
         /// The pCPU id.
         pcpu: u32,
     },
-    /// `pCPU <pcpu> is already claimed by vm '<other>'`.
+    /// `pCPU <pcpu> is already claimed by vm '<other>', and it is pinned (one vCPU only): a
+    /// [[pcpu]] policy lets vCPUs share it`.
     PcpuClaimed {
         /// The pCPU id.
         pcpu: u32,
@@ -388,6 +421,235 @@ pub enum Problem {
     },
     /// `contains a NUL character`.
     NulInCmdline,
+    /// The duration's own message (see [`DurationError`]).
+    BadDuration(DurationError),
+    /// `listed in two [[pcpu]] tables`.
+    PcpuTableTwice,
+    /// `unknown policy '<value>' (expected 'pinned', 'fixed-priority', 'edf' or 'round-robin')`.
+    UnknownSchedulingPolicy {
+        /// The value given.
+        value: String,
+    },
+    /// `must be above 0`.
+    Zero,
+    /// `a pinned pCPU has one vCPU and no time slice`.
+    QuantumOnPinned,
+    /// `<count> entries for <vcpus> vCPUs: give one per vCPU, in vCPU order` (singular for 1).
+    ScheduleCount {
+        /// Entries in `schedule`.
+        count: usize,
+        /// Length of `pcpus`.
+        vcpus: usize,
+    },
+    /// `<value> is outside 0..=255`.
+    PriorityOutOfRange {
+        /// The value given.
+        value: i64,
+    },
+    /// `pCPU <pcpu> is <policy>, which takes no scheduling parameters`, with `policy` one of
+    /// `pinned (its one vCPU runs whenever it is ready)` or `shared by round robin`.
+    ParameterNotAllowed {
+        /// The vCPU's pCPU.
+        pcpu: u32,
+        /// `pinned ...` or `shared by round robin`.
+        policy: &'static str,
+    },
+    /// `pCPU <pcpu> is scheduled by EDF, which takes no priority (a period and budget make a
+    /// reservation)`.
+    PriorityOnEdf {
+        /// The vCPU's pCPU.
+        pcpu: u32,
+    },
+    /// `missing: a period of <period> needs a budget`.
+    PeriodWithoutBudget {
+        /// The period given.
+        period: u64,
+    },
+    /// `missing: a budget of <budget> needs a period`.
+    BudgetWithoutPeriod {
+        /// The budget given.
+        budget: u64,
+    },
+    /// `missing: a deadline of <deadline> needs a period and a budget`.
+    DeadlineWithoutPeriod {
+        /// The deadline given.
+        deadline: u64,
+    },
+    /// `<value> is above the <limit_name> <limit>`: a budget above the period or the deadline,
+    /// a deadline above the period.
+    Above {
+        /// The value given.
+        value: u64,
+        /// `period` or `deadline`.
+        limit_name: &'static str,
+        /// The limit.
+        limit: u64,
+    },
+    /// `<other> has priority <priority> too on fixed-priority pCPU <pcpu>: vCPUs with a
+    /// reservation need distinct priorities`.
+    PriorityShared {
+        /// The vCPU declared earlier with the same priority and a reservation.
+        other: VcpuName,
+        /// The priority.
+        priority: u8,
+        /// The pCPU.
+        pcpu: u32,
+    },
+    /// `<priority> does not rank above best-effort <other> (priority <other_priority>) on
+    /// fixed-priority pCPU <pcpu>, so its budget cannot be guaranteed`.
+    ReservationBelowBestEffort {
+        /// This vCPU's priority.
+        priority: u8,
+        /// The best-effort vCPU at or above it.
+        other: VcpuName,
+        /// Its priority.
+        other_priority: u8,
+        /// The pCPU.
+        pcpu: u32,
+    },
+}
+
+/// How a pinned pCPU's refusal tells the reader to share it.
+const SHARE_HINT: &str = "a [[pcpu]] policy lets vCPUs share it";
+
+/// Why admission refuses the reservations of a shared pCPU (durations in nanoseconds, shown
+/// with units); the doc comment of each variant is its message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unschedulable {
+    /// `EDF utilisation <total> > 1 (<vcpu>: <share>, ...)`: shares are (budget + 2 × switch
+    /// cost) / period, rounded up to two decimals.
+    EdfUtilisation {
+        /// Σ of the shares, parts per million.
+        total_ppm: u64,
+        /// Each reservation's share, parts per million.
+        shares: Vec<(VcpuName, u64)>,
+    },
+    /// `EDF processor demand <demand> at <at> after a synchronous release exceeds the time
+    /// available (<vcpu>: <n> job(s) of <length>, ...; each job is its budget plus twice the
+    /// switch cost of <switch_cost>)`.
+    EdfDemand {
+        /// The instant, from a synchronous release.
+        at: u64,
+        /// The work due by then.
+        demand: u64,
+        /// The vCPUs with a deadline by then: how many jobs, and each job's length.
+        jobs: Vec<(VcpuName, u64, u64)>,
+        /// The switch cost charged twice per job.
+        switch_cost: u64,
+    },
+    /// `<policy>: <vcpu>'s budget <budget> plus twice the switch cost of <switch_cost> is above
+    /// its deadline <deadline>`.
+    SwitchCostAboveDeadline {
+        /// `EDF` or `fixed-priority`.
+        policy: &'static str,
+        /// The vCPU.
+        vcpu: VcpuName,
+        /// Its budget.
+        budget: u64,
+        /// The switch cost.
+        switch_cost: u64,
+        /// Its deadline.
+        deadline: u64,
+    },
+    /// `<policy> admission cannot decide for <count> reservations (at most <max_tasks>, and at
+    /// most <max_points> deadlines to check): refused rather than guessed`.
+    TooComplex {
+        /// `EDF` or `fixed-priority`.
+        policy: &'static str,
+        /// Number of reservations on the pCPU.
+        count: usize,
+    },
+    /// `fixed-priority response time of <vcpu> reaches <response> > its deadline <deadline>`.
+    ResponseTime {
+        /// The vCPU.
+        vcpu: VcpuName,
+        /// Its worst-case response time (or the first value found above its deadline).
+        response: u64,
+        /// Its deadline.
+        deadline: u64,
+    },
+}
+
+/// Parts per million with two decimals, rounded up: `1.05`.
+fn ppm_two_places(ppm: u64) -> String {
+    let hundredths = ppm.div_ceil(10_000);
+    format!("{}.{:02}", hundredths / 100, hundredths % 100)
+}
+
+impl fmt::Display for Unschedulable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::EdfUtilisation { total_ppm, shares } => {
+                let shares: Vec<String> = shares
+                    .iter()
+                    .map(|(vcpu, ppm)| format!("{vcpu}: {}", ppm_two_places(*ppm)))
+                    .collect();
+                write!(
+                    f,
+                    "EDF utilisation {} > 1 ({})",
+                    ppm_two_places(*total_ppm),
+                    shares.join(", ")
+                )
+            }
+            Self::EdfDemand {
+                at,
+                demand,
+                jobs,
+                switch_cost,
+            } => {
+                let jobs: Vec<String> = jobs
+                    .iter()
+                    .map(|(vcpu, count, length)| {
+                        let plural = if *count == 1 { "" } else { "s" };
+                        format!(
+                            "{vcpu}: {count} job{plural} of {}",
+                            format_duration(*length)
+                        )
+                    })
+                    .collect();
+                write!(
+                    f,
+                    "EDF processor demand {} at {} after a synchronous release exceeds the time \
+                     available ({}; each job is its budget plus twice the switch cost of {})",
+                    format_duration(*demand),
+                    format_duration(*at),
+                    jobs.join(", "),
+                    format_duration(*switch_cost)
+                )
+            }
+            Self::SwitchCostAboveDeadline {
+                policy,
+                vcpu,
+                budget,
+                switch_cost,
+                deadline,
+            } => write!(
+                f,
+                "{policy}: {vcpu}'s budget {} plus twice the switch cost of {} is above its \
+                 deadline {}",
+                format_duration(*budget),
+                format_duration(*switch_cost),
+                format_duration(*deadline)
+            ),
+            Self::TooComplex { policy, count } => write!(
+                f,
+                "{policy} admission cannot decide for {count} reservations (at most {}, and at \
+                 most {} deadlines to check): refused rather than guessed",
+                crate::admission::MAX_TASKS,
+                crate::admission::MAX_CHECK_POINTS
+            ),
+            Self::ResponseTime {
+                vcpu,
+                response,
+                deadline,
+            } => write!(
+                f,
+                "fixed-priority response time of {vcpu} reaches {} > its deadline {}",
+                format_duration(*response),
+                format_duration(*deadline)
+            ),
+        }
+    }
 }
 
 impl fmt::Display for Problem {
@@ -449,10 +711,15 @@ impl fmt::Display for Problem {
             Self::PcpuOutOfRange { pcpu, count } => {
                 write!(f, "pCPU {pcpu} does not exist (system.pcpus = {count})")
             }
-            Self::PcpuListedTwice { pcpu } => write!(f, "pCPU {pcpu} is listed twice"),
-            Self::PcpuClaimed { pcpu, other } => {
-                write!(f, "pCPU {pcpu} is already claimed by vm '{other}'")
-            }
+            Self::PcpuListedTwice { pcpu } => write!(
+                f,
+                "pCPU {pcpu} is listed twice, but it is pinned (one vCPU only): {SHARE_HINT}"
+            ),
+            Self::PcpuClaimed { pcpu, other } => write!(
+                f,
+                "pCPU {pcpu} is already claimed by vm '{other}', and it is pinned \
+                 (one vCPU only): {SHARE_HINT}"
+            ),
             Self::InitrdDoesNotFit {
                 size,
                 image_end,
@@ -513,6 +780,77 @@ impl fmt::Display for Problem {
                 write!(f, "unknown policy '{value}' (expected 'native' or 'trap')")
             }
             Self::NulInCmdline => f.write_str("contains a NUL character"),
+            Self::BadDuration(error) => write!(f, "{error}"),
+            Self::PcpuTableTwice => f.write_str("listed in two [[pcpu]] tables"),
+            Self::UnknownSchedulingPolicy { value } => write!(
+                f,
+                "unknown policy '{value}' (expected 'pinned', 'fixed-priority', 'edf' or \
+                 'round-robin')"
+            ),
+            Self::Zero => f.write_str("must be above 0"),
+            Self::QuantumOnPinned => f.write_str("a pinned pCPU has one vCPU and no time slice"),
+            Self::ScheduleCount { count, vcpus } => {
+                let entries = if *count == 1 { "entry" } else { "entries" };
+                let plural = if *vcpus == 1 { "" } else { "s" };
+                write!(
+                    f,
+                    "{count} {entries} for {vcpus} vCPU{plural}: give one per vCPU, in vCPU order"
+                )
+            }
+            Self::PriorityOutOfRange { value } => write!(f, "{value} is outside 0..=255"),
+            Self::ParameterNotAllowed { pcpu, policy } => write!(
+                f,
+                "pCPU {pcpu} is {policy}, which takes no scheduling parameters"
+            ),
+            Self::PriorityOnEdf { pcpu } => write!(
+                f,
+                "pCPU {pcpu} is scheduled by EDF, which takes no priority \
+                 (a period and budget make a reservation)"
+            ),
+            Self::PeriodWithoutBudget { period } => write!(
+                f,
+                "missing: a period of {} needs a budget",
+                format_duration(*period)
+            ),
+            Self::BudgetWithoutPeriod { budget } => write!(
+                f,
+                "missing: a budget of {} needs a period",
+                format_duration(*budget)
+            ),
+            Self::DeadlineWithoutPeriod { deadline } => write!(
+                f,
+                "missing: a deadline of {} needs a period and a budget",
+                format_duration(*deadline)
+            ),
+            Self::Above {
+                value,
+                limit_name,
+                limit,
+            } => write!(
+                f,
+                "{} is above the {limit_name} {}",
+                format_duration(*value),
+                format_duration(*limit)
+            ),
+            Self::PriorityShared {
+                other,
+                priority,
+                pcpu,
+            } => write!(
+                f,
+                "{other} has priority {priority} too on fixed-priority pCPU {pcpu}: \
+                 vCPUs with a reservation need distinct priorities"
+            ),
+            Self::ReservationBelowBestEffort {
+                priority,
+                other,
+                other_priority,
+                pcpu,
+            } => write!(
+                f,
+                "{priority} does not rank above best-effort {other} (priority {other_priority}) \
+                 on fixed-priority pCPU {pcpu}, so its budget cannot be guaranteed"
+            ),
         }
     }
 }

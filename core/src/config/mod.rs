@@ -5,16 +5,21 @@
 //! [`SystemDesc`](crate::system::SystemDesc) the hypervisor links in. EL2 never parses TOML.
 
 mod codegen;
+mod duration;
 mod error;
 mod image;
 mod load;
 mod model;
+mod schedule;
 mod schema;
 mod size;
 mod validate;
 
 pub use codegen::emit_rust;
-pub use error::{AddressRange, Backing, ConfigError, ConfigErrorKind, Problem, Subject};
+pub use duration::{format_duration, parse_duration, DurationError};
+pub use error::{
+    AddressRange, Backing, ConfigError, ConfigErrorKind, Problem, Subject, Unschedulable, VcpuName,
+};
 pub use image::{inspect as inspect_image, ImageLayout};
 pub use load::{load, parse_str};
 pub use model::{
@@ -22,4 +27,5 @@ pub use model::{
     DTB_REGION_SIZE, FLASH_WINDOW_SIZE, HYPERVISOR_IMAGE_OFFSET, IPA_BITS, KNOWN_DEVICES,
     LINUX_IMAGE_BASE_ALIGN, MAX_VCPUS, MAX_VMS, MIN_VM_MEMORY, PAGE_SIZE,
 };
+pub use schedule::{DEFAULT_QUANTUM_NS, DEFAULT_SWITCH_COST_NS};
 pub use size::{parse_size, ByteSize};

@@ -51,9 +51,13 @@ pub struct System {
     pub hypervisor_size: u64,
     /// Number of pCPUs (ids `0..pcpus`).
     pub pcpus: u32,
-    /// pCPU `i`'s scheduling policy (durations in nanoseconds); one per pCPU.
+    /// pCPU `i`'s scheduling policy, from its `[[pcpu]]` table ([`Policy::Pinned`] when it has
+    /// none); one per pCPU, quanta in nanoseconds (default
+    /// [`DEFAULT_QUANTUM_NS`](super::DEFAULT_QUANTUM_NS)).
     pub policies: Vec<Policy>,
-    /// Keel's cost of one vCPU switch in nanoseconds, charged twice per job by admission.
+    /// Keel's cost of one vCPU switch in nanoseconds (`[system] switch_cost`, default
+    /// [`DEFAULT_SWITCH_COST_NS`](super::DEFAULT_SWITCH_COST_NS)), charged twice per job by
+    /// admission.
     pub switch_cost_ns: u64,
     /// The VMs; `vms[i].id == i`.
     pub vms: Vec<Vm>,
@@ -83,9 +87,12 @@ pub struct Vm {
     pub ipa: u64,
     /// Memory size in bytes.
     pub size: u64,
-    /// vCPU `i` runs on pCPU `pcpus[i]`.
+    /// vCPU `i` runs on pCPU `pcpus[i]`: alone if that pCPU is pinned, else sharing it under
+    /// its policy with the other vCPUs placed there.
     pub pcpus: Vec<u32>,
-    /// vCPU `i`'s scheduling parameters (durations in nanoseconds).
+    /// vCPU `i`'s scheduling parameters, from `schedule[i]` (durations in nanoseconds): they
+    /// fit its pCPU's policy ([`Params::default`], best effort, on a pinned or round-robin
+    /// pCPU), and the reservations on each shared pCPU passed admission.
     pub sched: Vec<Params>,
     /// Where the image came from.
     pub image: ImageSource,

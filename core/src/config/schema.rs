@@ -2,6 +2,7 @@
 
 use serde::Deserialize;
 
+use super::duration::DurationText;
 use super::size::ByteSize;
 
 /// A whole configuration file.
@@ -13,6 +14,9 @@ pub struct ConfigFile {
     /// The `[[vm]]` tables, in file order (a VM's index is its id).
     #[serde(default)]
     pub vm: Vec<VmTable>,
+    /// The `[[pcpu]]` tables: a scheduling policy for each shared pCPU (unlisted: pinned).
+    #[serde(default)]
+    pub pcpu: Vec<PcpuTable>,
 }
 
 /// The `[system]` table: the board and what Keel keeps for itself.
@@ -27,6 +31,36 @@ pub struct SystemTable {
     pub hypervisor: RegionTable,
     /// Number of pCPUs: ids `0..pcpus`.
     pub pcpus: u32,
+    /// Keel's cost of one vCPU switch, charged twice per job by admission (default 2 µs).
+    pub switch_cost: Option<DurationText>,
+}
+
+/// One `[[pcpu]]` table: how a pCPU is shared.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PcpuTable {
+    /// The pCPU.
+    pub id: u32,
+    /// `"pinned"`, `"fixed-priority"`, `"edf"` or `"round-robin"` (checked later, so the
+    /// message names the pCPU).
+    pub policy: String,
+    /// Time slice among vCPUs that share by round robin (default 1 ms; not for `pinned`).
+    pub quantum: Option<DurationText>,
+}
+
+/// One vCPU's entry in a VM's `schedule`: none of period, budget and deadline is best effort.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VcpuScheduleTable {
+    /// Fixed priority, 0..=255, higher first (an integer of any width, so the range check can
+    /// name the vCPU).
+    pub priority: Option<i64>,
+    /// Release period of the reservation.
+    pub period: Option<DurationText>,
+    /// Budget per period.
+    pub budget: Option<DurationText>,
+    /// Relative deadline (default: the period).
+    pub deadline: Option<DurationText>,
 }
 
 /// `{ base = ..., size = ... }`.
@@ -55,8 +89,10 @@ pub struct VmTable {
     pub ipa: Option<u64>,
     /// Physical backing of a flash bank at IPA 0 that the image boots from (firmware VMs).
     pub flash: Option<RegionTable>,
-    /// vCPU `i` is pinned on pCPU `pcpus[i]`.
+    /// vCPU `i` runs on pCPU `pcpus[i]`.
     pub pcpus: Vec<u32>,
+    /// vCPU `i`'s scheduling parameters are `schedule[i]` (default: none, best effort).
+    pub schedule: Option<Vec<VcpuScheduleTable>>,
     /// Emulated devices by name.
     #[serde(default)]
     pub devices: Vec<String>,

@@ -1,7 +1,8 @@
 //! The rejection rules: turns the TOML as written into a [`System`], or names the first broken rule.
 //!
-//! Rules are checked in file order — `[system]` first, then each `[[vm]]` against itself and
-//! against the VMs before it — so the same file always yields the same error.
+//! Rules are checked in file order — `[system]` and the `[[pcpu]]` tables first, then each
+//! `[[vm]]` against itself and against the VMs before it, then each shared pCPU across the
+//! VMs on it (`schedule`) — so the same file always yields the same error.
 
 use std::path::{Path, PathBuf};
 
@@ -12,7 +13,9 @@ use super::model::{
     DTB_REGION_SIZE, FLASH_WINDOW_SIZE, HYPERVISOR_IMAGE_OFFSET, IPA_BITS, KNOWN_DEVICES,
     LINUX_IMAGE_BASE_ALIGN, MAX_VCPUS, MAX_VMS, MIN_VM_MEMORY, PAGE_SIZE,
 };
+use super::schedule;
 use super::schema::{ConfigFile, RegionTable, SystemTable, VmTable};
+use crate::sched::Policy;
 use crate::system::WfiPolicy;
 
 /// Builds the error for `subject`'s `field` breaking `problem`.
@@ -84,6 +87,7 @@ struct Context<'a> {
     config_dir: &'a Path,
     guest_image: &'a dyn Fn(&str) -> Option<PathBuf>,
     pcpu_count: u32,
+    policies: &'a [Policy],
     ram: AddressRange,
     hypervisor: AddressRange,
     earlier: &'a [Vm],
@@ -221,7 +225,8 @@ fn check_ipa(ipa: u64, size: u64) -> Result<AddressRange, Problem> {
     Ok(range)
 }
 
-/// pCPU rules: at least one, not too many, each existing and claimed once in the system.
+/// pCPU rules: at least one, not too many, each existing, and a pinned one claimed once in
+/// the system (a shared one takes any number of vCPUs).
 fn check_pcpus(pcpus: &[u32], context: &Context) -> Result<(), Problem> {
     if pcpus.is_empty() {
         return Err(Problem::NoVcpus);
@@ -238,6 +243,9 @@ fn check_pcpus(pcpus: &[u32], context: &Context) -> Result<(), Problem> {
                 pcpu,
                 count: context.pcpu_count,
             });
+        }
+        if context.policies[pcpu as usize].is_shared() {
+            continue;
         }
         if pcpus[..position].contains(&pcpu) {
             return Err(Problem::PcpuListedTwice { pcpu });
@@ -357,6 +365,7 @@ fn check_vm(table: &VmTable, index: usize, context: &Context) -> Result<Vm, Conf
     let flash = check_flash(table, memory, guest_memory, context)
         .map_err(|problem| at("flash", problem))?;
     check_pcpus(&table.pcpus, context).map_err(|problem| at("pcpus", problem))?;
+    let sched = schedule::vcpu_params(table, &subject, context.policies)?;
     let console = check_devices(&table.devices).map_err(|problem| at("devices", problem))?;
     let wfi = check_wfi(table.wfi.as_deref()).map_err(|problem| at("wfi", problem))?;
     if table.cmdline.contains('\0') {
@@ -400,7 +409,7 @@ fn check_vm(table: &VmTable, index: usize, context: &Context) -> Result<Vm, Conf
         ipa,
         size: memory.size(),
         pcpus: table.pcpus.clone(),
-        sched: vec![crate::sched::Params::default(); table.pcpus.len()],
+        sched,
         image: source,
         image_path,
         flash,
@@ -421,6 +430,8 @@ pub fn validate(
     guest_image: &dyn Fn(&str) -> Option<PathBuf>,
 ) -> Result<System, ConfigErrorKind> {
     let (ram, hypervisor) = check_system(&file.system)?;
+    let switch_cost_ns = schedule::switch_cost(&file.system)?;
+    let policies = schedule::policies(&file.pcpu, file.system.pcpus)?;
     if file.vm.is_empty() {
         return Err(ConfigErrorKind::NoVms);
     }
@@ -436,6 +447,7 @@ pub fn validate(
             config_dir,
             guest_image,
             pcpu_count: file.system.pcpus,
+            policies: &policies,
             ram,
             hypervisor,
             earlier: &vms,
@@ -443,6 +455,7 @@ pub fn validate(
         let vm = check_vm(table, index, &context)?;
         vms.push(vm);
     }
+    schedule::check_shared_pcpus(&policies, &vms, switch_cost_ns)?;
     Ok(System {
         name: file.system.name.clone(),
         ram_base: ram.start,
@@ -450,8 +463,8 @@ pub fn validate(
         hypervisor_base: hypervisor.start,
         hypervisor_size: hypervisor.size(),
         pcpus: file.system.pcpus,
-        policies: vec![crate::sched::Policy::Pinned; file.system.pcpus as usize],
-        switch_cost_ns: 0,
+        policies,
+        switch_cost_ns,
         vms,
     })
 }
