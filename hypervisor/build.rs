@@ -32,6 +32,8 @@ pub static SYSTEM: keel_core::system::SystemDesc = keel_core::system::SystemDesc
     ram_base: keel_core::addr::PhysAddr(0x4000_0000),
     ram_size: 0,
     pcpus: 1,
+    policies: &[keel_core::sched::Policy::Pinned],
+    switch_cost_ns: 0,
     vms: &[],
 };
 "#;

@@ -26,6 +26,10 @@ pub const KEEL_YIELD: u32 = keel_call(0x02);
 /// The guest reports a fatal exception it cannot handle (x1 = ESR_EL1, x2 = ELR_EL1, x3 = FAR_EL1);
 /// Keel stops the VM with a diagnostic. Does not return.
 pub const KEEL_CRASH: u32 = keel_call(0x03);
+/// The caller's scheduling statistics on a shared pCPU: x0 = jobs released, x1 = deadline
+/// misses, x2 = budget overruns, x3 = worst response time in nanoseconds. NOT_SUPPORTED on a
+/// pinned pCPU (no scheduler counts anything there).
+pub const KEEL_SCHED_STATS: u32 = keel_call(0x04);
 
 /// Keel's version as returned by [`KEEL_VERSION`].
 pub const KEEL_VERSION_VALUE: u64 = 0x0001_0000;

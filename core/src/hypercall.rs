@@ -14,6 +14,8 @@ pub enum Call {
     KeelVmId,
     /// [`abi::KEEL_YIELD`].
     KeelYield,
+    /// [`abi::KEEL_SCHED_STATS`].
+    KeelSchedStats,
     /// [`abi::KEEL_CRASH`]: the guest reports a fatal exception.
     KeelCrash {
         /// The guest's ESR_EL1.
@@ -78,6 +80,7 @@ pub fn decode(regs: [u64; 4]) -> Call {
         abi::KEEL_VERSION => Call::KeelVersion,
         abi::KEEL_VM_ID => Call::KeelVmId,
         abi::KEEL_YIELD => Call::KeelYield,
+        abi::KEEL_SCHED_STATS => Call::KeelSchedStats,
         abi::KEEL_CRASH => Call::KeelCrash {
             esr: a(1),
             elr: a(2),
@@ -141,6 +144,7 @@ mod tests {
         assert_eq!(decode([0xC600_0000, 0, 0, 0]), Call::KeelVersion);
         assert_eq!(decode([0xC600_0001, 0, 0, 0]), Call::KeelVmId);
         assert_eq!(decode([0xC600_0002, 0, 0, 0]), Call::KeelYield);
+        assert_eq!(decode([0xC600_0004, 0, 0, 0]), Call::KeelSchedStats);
         assert_eq!(
             decode([0xC600_0003, 1, 2, 3]),
             Call::KeelCrash {

@@ -15,6 +15,7 @@ use keel_core::console::{ConsoleMux, Input, Sink};
 use keel_core::ratelimit::{DiagnosticKind, RateLimiter, Verdict};
 
 use crate::arch::{cpu::Mutex, timer, uart::Uart};
+use crate::timers::{self, Deadline};
 
 /// How long a partial output line may wait before it is written anyway (a shell prompt), and
 /// how soon output the UART could not take yet is tried again.
@@ -118,7 +119,8 @@ fn drain(mux: &mut ConsoleMux, uart: Uart) {
 
 /// Brings this pCPU back to the console ([`flush_partial`]) after the partial-line delay.
 fn arm_flush_timer() {
-    timer::arm_hyp_timer(timer::frequency() * PARTIAL_LINE_DELAY_US / 1_000_000);
+    let delay = timer::frequency() * PARTIAL_LINE_DELAY_US / 1_000_000;
+    timers::set(Deadline::Console, timer::now() + delay);
 }
 
 /// Prints a line from the panic path without waiting for a lock that may never be released.
@@ -155,7 +157,6 @@ pub fn vm_output(vm: usize, byte: u8) {
 /// virtual timer's path (10 instructions more per timer interrupt).
 #[inline(never)]
 pub fn flush_partial() {
-    timer::disarm_hyp_timer();
     let mut console = CONSOLE.lock();
     if let Some(uart) = console.uart {
         let mut sink = UartSink(uart);

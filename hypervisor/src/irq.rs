@@ -11,16 +11,26 @@ use keel_core::console::Input;
 use keel_core::ratelimit::DiagnosticKind;
 
 use crate::arch::gic;
+use crate::timers::{self, Deadline};
 use crate::vm::{self, VmState};
 use crate::{console, keel_println, keel_println_limited};
 
 /// The SGI one pCPU sends another to make it look at its vCPU again.
 pub const KICK_SGI: u32 = 0;
 
-/// Handles every pending physical interrupt. Runs with IRQs masked at EL2. Returns whether
-/// this pCPU's vCPU may have new virtual interrupts to list ([`sync_list_registers`]).
-pub fn handle_pending() -> bool {
-    let mut sync = false;
+/// What the physical interrupts handled mean for the vCPU on this pCPU.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Handled {
+    /// Its vCPU may have new virtual interrupts to list ([`sync_list_registers`]).
+    pub sync: bool,
+    /// A shared pCPU's scheduler has something to look at: a deadline passed or a vCPU
+    /// placed here was kicked ([`crate::sched::reschedule`]).
+    pub reschedule: bool,
+}
+
+/// Handles every pending physical interrupt. Runs with IRQs masked at EL2.
+pub fn handle_pending() -> Handled {
+    let mut handled = Handled::default();
     loop {
         let intid = gic::acknowledge();
         if intid >= gic::SPECIAL_INTID {
@@ -28,22 +38,33 @@ pub fn handle_pending() -> bool {
         }
         gic::end_of_interrupt(intid);
         if intid == layout::VTIMER_INTID {
-            sync |= !virtual_timer();
+            handled.sync |= !virtual_timer();
             continue;
         }
-        sync = true;
+        handled.sync = true;
         match intid {
-            layout::HYP_TIMER_INTID => console::flush_partial(),
+            layout::HYP_TIMER_INTID => handled.reschedule |= hyp_timer(),
             // The maintenance interrupt stays asserted until its cause (an EOI'd or underflowing
             // list register) is dealt with: sync now, or it would fire again at once.
             layout::MAINTENANCE_INTID => sync_list_registers(),
-            KICK_SGI => {}
+            KICK_SGI => handled.reschedule = true,
             _ if intid == crate::uart_intid() => console_input(),
             _ => {}
         }
         gic::deactivate(intid);
     }
-    sync
+    handled
+}
+
+/// The EL2 timer fired: serves the deadlines that are due (see [`crate::timers`]). Returns
+/// whether the scheduler's own are among them.
+#[inline(never)]
+fn hyp_timer() -> bool {
+    let due = timers::take_due(crate::arch::timer::now());
+    if timers::is_due(due, Deadline::Console) {
+        console::flush_partial();
+    }
+    timers::is_due(due, Deadline::Schedule) || timers::is_due(due, Deadline::VirtualTimers)
 }
 
 /// The guest's virtual timer fired. The physical interrupt stays active until the guest's EOI

@@ -6,6 +6,8 @@ mod arch;
 mod console;
 mod irq;
 mod platform;
+mod sched;
+mod timers;
 mod trap;
 mod vcpu;
 mod vm;
@@ -247,6 +249,11 @@ fn cpu_main(index: usize) -> ! {
     }
     this.redistributor.call_once(|| redistributor);
     gic::init_cpu_interface();
+    if sched::is_shared() {
+        // Guest settings that do not change between the vCPUs placed here.
+        arch::guest::configure_pcpu(false, true);
+        sched::init(index);
+    }
     vcpu::run_this_cpu()
 }
 

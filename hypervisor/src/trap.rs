@@ -14,7 +14,7 @@ use crate::arch::cpu;
 use crate::arch::regs::{read_id_register, read_sysreg};
 use crate::arch::vectors::{self, GuestRegs};
 use crate::vm::{self, VcpuPower};
-use crate::{console, irq, keel_println_limited, vcpu};
+use crate::{console, irq, keel_println_limited, sched, vcpu};
 
 /// Why a VM is stopped.
 enum Fault {
@@ -76,6 +76,10 @@ enum Next {
     Reset,
     /// This vCPU turned itself off.
     VcpuOff,
+    /// WFI (or CPU_SUSPEND) on a shared pCPU: give the pCPU away unless an interrupt waits.
+    Wait,
+    /// KEEL_YIELD on a shared pCPU: give the pCPU away.
+    Yield,
 }
 
 /// A synchronous exception from a guest. Hypercalls take a short path; everything else
@@ -89,7 +93,7 @@ extern "C" fn keel_guest_sync(regs: &mut GuestRegs) {
     if esr.class() == ExceptionClass::Hvc64 {
         match hypercall(id, vcpu, regs) {
             Next::Resume => {}
-            next => finish(id, vcpu, esr, next),
+            next => finish(id, vcpu, esr, next, regs),
         }
     } else {
         other_trap(id, vcpu, esr, regs);
@@ -124,23 +128,39 @@ fn other_trap(id: usize, vcpu: usize, esr: Esr, regs: &mut GuestRegs) {
         }),
         ExceptionClass::WfiWfe => {
             vectors::skip_instruction();
-            if esr.wfx() == Some(false) && !crate::arch::gic::any_interrupt_listed() {
-                crate::arch::cpu::wait_for_interrupt();
+            if esr.wfx() != Some(false) {
+                Next::Resume
+            } else if sched::is_shared() {
+                Next::Wait
+            } else {
+                if !crate::arch::gic::any_interrupt_listed() {
+                    crate::arch::cpu::wait_for_interrupt();
+                }
+                Next::Resume
             }
+        }
+        ExceptionClass::FpAccess if sched::is_shared() => {
+            sched::fp_trap();
             Next::Resume
         }
         _ => Next::Stop(Fault::Unexpected),
     };
     match next {
         Next::Resume => {}
-        next => finish(id, vcpu, esr, next),
+        next => finish(id, vcpu, esr, next, regs),
     }
 }
 
 #[inline(never)]
-fn finish(id: usize, vcpu: usize, esr: Esr, next: Next) {
+fn finish(id: usize, vcpu: usize, esr: Esr, next: Next, regs: &GuestRegs) {
     match next {
         Next::Resume => {}
+        Next::Wait => {
+            if !sched::running_has_work(id, vcpu) {
+                sched::give_away(regs, false);
+            }
+        }
+        Next::Yield => sched::give_away(regs, true),
         Next::ResumeWithInterrupts => irq::sync_list_registers(),
         Next::Stop(fault) => {
             let pc = vectors::guest_pc();
@@ -167,19 +187,22 @@ fn finish(id: usize, vcpu: usize, esr: Esr, next: Next) {
 
 /// IRQs (and FIQs) taken while a guest ran.
 #[unsafe(no_mangle)]
-extern "C" fn keel_guest_irq(_regs: &mut GuestRegs) {
-    let sync = irq::handle_pending();
+extern "C" fn keel_guest_irq(regs: &mut GuestRegs) {
+    let handled = irq::handle_pending();
     if !vcpu::still_valid() {
         vcpu::park();
     }
-    if sync {
+    if handled.reschedule && sched::is_shared() {
+        sched::reschedule(regs);
+    }
+    if handled.sync {
         irq::sync_list_registers();
     }
 }
 
 /// An SError from a guest: contained to its VM.
 #[unsafe(no_mangle)]
-extern "C" fn keel_guest_serror(_regs: &mut GuestRegs) {
+extern "C" fn keel_guest_serror(regs: &mut GuestRegs) {
     let Some((id, vcpu)) = vm::current() else {
         vcpu::park()
     };
@@ -188,6 +211,7 @@ extern "C" fn keel_guest_serror(_regs: &mut GuestRegs) {
         vcpu,
         Esr(read_sysreg!("esr_el2")),
         Next::Stop(Fault::Unexpected),
+        regs,
     );
 }
 
@@ -212,7 +236,24 @@ fn hypercall(id: usize, vcpu: usize, regs: &mut GuestRegs) -> Next {
             regs.x[1] = vcpu as u64;
             u64::from(vm::vm_id(id).0)
         }
+        Call::KeelYield if sched::is_shared() => {
+            regs.x[0] = 0;
+            return Next::Yield;
+        }
+        Call::PsciCpuSuspend if sched::is_shared() => {
+            regs.x[0] = 0;
+            return Next::Wait;
+        }
         Call::KeelYield | Call::PsciCpuSuspend => 0,
+        Call::KeelSchedStats => match sched::stats(id, vcpu) {
+            Some(stats) => {
+                regs.x[1] = stats.deadline_misses;
+                regs.x[2] = stats.overruns;
+                regs.x[3] = crate::arch::timer::ticks_to_ns(stats.worst_response);
+                stats.jobs
+            }
+            None => CallError::NotSupported.to_x0(),
+        },
         Call::KeelCrash { esr, elr, far } => {
             return Next::Stop(Fault::GuestCrash { esr, elr, far })
         }

@@ -31,18 +31,23 @@ pub fn start(id: usize, vcpu: usize, entry: u64, x0: u64) -> ! {
         redistributor.enable_private(layout::VTIMER_INTID);
     }
     if vcpu == 0 {
-        // Time since power-on, so boot times under Keel can count what came before the guest.
-        let micros = u128::from(timer::now()) * 1_000_000 / u128::from(timer::frequency().max(1));
-        keel_println!(
-            "vm '{}' (id {id}) starts at {}.{:06} s",
-            desc.name,
-            micros / 1_000_000,
-            micros % 1_000_000
-        );
+        announce_start(id);
     }
     let mut regs = vectors::GuestRegs::default();
     regs.x[0] = x0;
     vectors::enter_guest(&regs, entry, boot::stack_top(cpu::index()))
+}
+
+/// Says that VM `id` starts (its vCPU 0), with the time since power-on, so boot times under
+/// Keel can count what came before the guest.
+pub fn announce_start(id: usize) {
+    let micros = u128::from(timer::now()) * 1_000_000 / u128::from(timer::frequency().max(1));
+    keel_println!(
+        "vm '{}' (id {id}) starts at {}.{:06} s",
+        vm::desc(id).name,
+        micros / 1_000_000,
+        micros % 1_000_000
+    );
 }
 
 /// Whether the vCPU on this pCPU may keep running: its VM runs and has not been reset under it.
@@ -66,6 +71,9 @@ pub fn park() -> ! {
         // Only On becomes Off: a start requested meanwhile (CPU_ON, reset) must survive.
         vm::vm(id).power_off_if_on(vcpu);
     }
+    if crate::sched::is_shared() {
+        crate::sched::stop_running()
+    }
     idle()
 }
 
@@ -85,8 +93,12 @@ pub fn idle() -> ! {
     }
 }
 
-/// First run of this pCPU's vCPU: vCPU 0 boots the VM's image; others wait for CPU_ON.
+/// First run of this pCPU's vCPU: vCPU 0 boots the VM's image; others wait for CPU_ON. A
+/// shared pCPU enters its run loop.
 pub fn run_this_cpu() -> ! {
+    if crate::sched::is_shared() {
+        crate::sched::run_loop()
+    }
     match vm::current() {
         Some((id, 0)) => {
             let desc = vm::desc(id);

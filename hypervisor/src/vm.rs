@@ -5,7 +5,7 @@
 //! pCPU running its vCPU (traps) and by pCPU 0 (console input). Lock order: a VM's device
 //! lock, then nothing (the console lock is never taken while holding it).
 
-use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use keel_core::abi::layout;
 use keel_core::addr::{GuestPhysAddr, VmId};
@@ -214,6 +214,8 @@ pub struct PerCpu {
     pub redistributor: Once<gic::Redistributor>,
     /// The VM generation the vCPU here was started in.
     pub generation: AtomicU32,
+    /// Whether this pCPU is shared by several vCPUs (its policy is not `pinned`).
+    pub shared: AtomicBool,
 }
 
 static CPUS: [PerCpu; MAX_CPUS] = [const {
@@ -224,6 +226,7 @@ static CPUS: [PerCpu; MAX_CPUS] = [const {
         listed: AtomicU64::new(0),
         redistributor: Once::new(),
         generation: AtomicU32::new(0),
+        shared: AtomicBool::new(false),
     }
 }; MAX_CPUS];
 
@@ -238,7 +241,7 @@ pub fn this_cpu() -> &'static PerCpu {
     &CPUS[cpu::index()]
 }
 
-/// The vCPU pinned on this pCPU: `(vm, vcpu)`.
+/// The vCPU running on this pCPU (pinned here, or loaded on a shared pCPU): `(vm, vcpu)`.
 #[inline(always)]
 pub fn current() -> Option<(usize, usize)> {
     let cpu = this_cpu();
@@ -246,11 +249,20 @@ pub fn current() -> Option<(usize, usize)> {
     (vm != usize::MAX).then(|| (vm, cpu.vcpu.load(Ordering::Relaxed)))
 }
 
-/// Records which vCPU runs where (from the configuration's pinning).
+/// Records which vCPU runs where (from the configuration's pinning) and which pCPUs are
+/// shared; a shared pCPU's vCPUs are placed by [`crate::sched::init`].
 pub fn assign_pcpus() {
+    for (index, policy) in SYSTEM.policies.iter().enumerate().take(MAX_CPUS) {
+        CPUS[index]
+            .shared
+            .store(policy.is_shared(), Ordering::Relaxed);
+    }
     for (vm_index, desc) in SYSTEM.vms.iter().enumerate() {
         for (vcpu, &pcpu) in desc.pcpus.iter().enumerate() {
             let cpu = &CPUS[pcpu as usize];
+            if cpu.shared.load(Ordering::Relaxed) {
+                continue;
+            }
             cpu.vm.store(vm_index, Ordering::Relaxed);
             cpu.vcpu.store(vcpu, Ordering::Relaxed);
         }
@@ -289,7 +301,12 @@ pub fn build(id: usize) -> Result<(), LoadError> {
         .store(tables.root_phys(), Ordering::Relaxed);
     load_images(desc, VMS[id].generation());
     reset_devices(id);
-    VMS[id].set_vcpu_power(0, VcpuPower::On);
+    if is_shared_pcpu(desc.pcpus[0]) {
+        // A shared pCPU's run loop starts it like a CPU_ON (cannot fail: it is off).
+        let _ = VMS[id].request_start(0, desc.image_ipa.0, desc.dtb_ipa.0);
+    } else {
+        VMS[id].set_vcpu_power(0, VcpuPower::On);
+    }
     Ok(())
 }
 
@@ -410,12 +427,19 @@ pub fn kick_vm(id: usize) {
     }
 }
 
-/// Interrupts the pCPU of vCPU `vcpu` of VM `id` (if it is not this one).
+fn is_shared_pcpu(pcpu: u32) -> bool {
+    CPUS.get(pcpu as usize)
+        .is_some_and(|cpu| cpu.shared.load(Ordering::Relaxed))
+}
+
+/// Interrupts the pCPU of vCPU `vcpu` of VM `id` so it looks at the vCPU again: a pinned
+/// pCPU unless it is this one; a shared pCPU always (also this one: its scheduler may have
+/// a vCPU to wake or start, and does that from the kick).
 pub fn kick_vcpu(id: usize, vcpu: usize) {
     let Some(&pcpu) = desc(id).pcpus.get(vcpu) else {
         return;
     };
-    if pcpu as usize != cpu::index() {
+    if pcpu as usize != cpu::index() || is_shared_pcpu(pcpu) {
         gic::send_sgi(
             crate::irq::KICK_SGI,
             CPUS[pcpu as usize].mpidr.load(Ordering::Relaxed),

@@ -27,6 +27,34 @@ pub fn yield_now() {
     unsafe { hvc_call(abi::KEEL_YIELD, [0; 3]) };
 }
 
+/// What Keel's scheduler counted for the calling vCPU (KEEL_SCHED_STATS).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SchedStats {
+    /// Jobs released (periods begun).
+    pub jobs: u64,
+    /// Jobs not complete by their deadline.
+    pub deadline_misses: u64,
+    /// Periods in which the vCPU used its whole budget and was throttled.
+    pub overruns: u64,
+    /// Worst response time, in nanoseconds.
+    pub worst_response_ns: u64,
+}
+
+/// KEEL_SCHED_STATS: the calling vCPU's statistics; an error on a pinned pCPU.
+pub fn sched_stats() -> Result<SchedStats, CallError> {
+    // SAFETY: KEEL_SCHED_STATS has no side effect.
+    let result = unsafe { hvc_call(abi::KEEL_SCHED_STATS, [0; 3]) };
+    if (result.x0 as i64) < 0 {
+        return Err(CallError::NotSupported);
+    }
+    Ok(SchedStats {
+        jobs: result.x0,
+        deadline_misses: result.x1,
+        overruns: result.x2,
+        worst_response_ns: result.x3,
+    })
+}
+
 /// KEEL_CRASH: reports a fatal exception (ESR_EL1, ELR_EL1, FAR_EL1); Keel stops the VM.
 pub fn crash(esr: u64, elr: u64, far: u64) -> ! {
     // SAFETY: the call does not return; if it did, the loop below keeps the promise of `!`.

@@ -9,6 +9,7 @@ mod bench;
 mod hostile;
 mod interrupts;
 mod options;
+mod shares;
 mod ticks;
 
 use keel_guest::bootargs::BootArgs;
@@ -72,6 +73,8 @@ fn main(device_tree_address: usize) -> ! {
         Mode::Spin => loop {
             core::hint::spin_loop();
         },
+        Mode::Job => shares::job(options.work_us, options.report_every_seconds),
+        Mode::Share => shares::share(options.report_every_seconds),
     }
 }
 

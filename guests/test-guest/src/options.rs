@@ -3,7 +3,8 @@
 //! | token | meaning |
 //! | --- | --- |
 //! | `keel.native` | running on bare QEMU: no Keel hypercalls |
-//! | `keel.mode=ticks\|bench` | what to run (default `ticks`) |
+//! | `keel.mode=ticks\|bench\|spin\|job\|share` | what to run (default `ticks`) |
+//! | `keel.work=<us>\|forever` | job mode: work per job before yielding (default 100) |
 //! | `keel.report=<seconds>` | ticks mode: report every that many seconds (default 1) |
 //! | `keel.off=<seconds>` | ticks mode: SYSTEM_OFF after that many seconds |
 //! | `keel.reset=<seconds>` | ticks mode: SYSTEM_RESET once, after that many seconds |
@@ -24,6 +25,10 @@ pub enum Mode {
     Bench,
     /// A CPU hog: spin forever with interrupts masked and no trap (an interference source).
     Spin,
+    /// A periodic job released by Keel's scheduler (`keel.work`), with Keel's statistics.
+    Job,
+    /// A best-effort hog that reports the pCPU time it got.
+    Share,
 }
 
 impl fmt::Display for Mode {
@@ -32,6 +37,8 @@ impl fmt::Display for Mode {
             Mode::Ticks => "ticks",
             Mode::Bench => "bench",
             Mode::Spin => "spin",
+            Mode::Job => "job",
+            Mode::Share => "share",
         })
     }
 }
@@ -58,6 +65,8 @@ pub struct Options<'a> {
     pub hostile_after_seconds: u64,
     /// `keel.target`.
     pub target: Option<u64>,
+    /// `keel.work`: job mode's work per job in microseconds; `None` for `forever`.
+    pub work_us: Option<u64>,
 }
 
 /// A boot argument the guest cannot use.
@@ -85,11 +94,13 @@ impl<'a> Options<'a> {
             None | Some("ticks") => Mode::Ticks,
             Some("bench") => Mode::Bench,
             Some("spin") => Mode::Spin,
+            Some("job") => Mode::Job,
+            Some("share") => Mode::Share,
             Some(value) => {
                 return Err(OptionError {
                     key: "keel.mode",
                     value,
-                    expected: "ticks or bench",
+                    expected: "ticks, bench, spin, job or share",
                 })
             }
         };
@@ -128,7 +139,17 @@ impl<'a> Options<'a> {
             }
             Some(every) => every,
         };
+        let work_us = match args.value("keel.work") {
+            Some("forever") => None,
+            None => Some(100),
+            Some(value) => Some(value.parse().map_err(|_| OptionError {
+                key: "keel.work",
+                value,
+                expected: "microseconds or forever",
+            })?),
+        };
         Ok(Self {
+            work_us,
             native: args.has_flag("keel.native"),
             mode,
             report_every_seconds,

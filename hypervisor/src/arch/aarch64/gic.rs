@@ -13,6 +13,8 @@ const GICD_IGROUPR: usize = 0x0080;
 const GICD_ISENABLER: usize = 0x0100;
 /// Clear-active registers (GICD_ICACTIVER<n>; GICR_ICACTIVER0 at the same offset of the SGI frame).
 const GICD_ICACTIVER: usize = 0x0380;
+/// Set-active registers (GICD_ISACTIVER<n>; GICR_ISACTIVER0 in the SGI frame).
+const GICD_ISACTIVER: usize = 0x0300;
 const GICD_IPRIORITYR: usize = 0x0400;
 const GICD_IROUTER: usize = 0x6000;
 const CTLR_ENABLE_GRP1: u32 = 1 << 1;
@@ -141,6 +143,23 @@ impl Redistributor {
     pub fn clear_active_private(&self, intid: u32) {
         self.sgi.write32(GICD_ICACTIVER, 1 << intid);
     }
+
+    /// Takes SGI or PPI `intid`'s active state off this pCPU: returns whether it was active,
+    /// and clears it (GICR_ISACTIVER0/ICACTIVER0). A vCPU leaving a shared pCPU with its
+    /// hardware-linked timer interrupt unfinished takes the state with it.
+    pub fn take_active_private(&self, intid: u32) -> bool {
+        let active = self.sgi.read32(GICD_ISACTIVER) & (1 << intid) != 0;
+        if active {
+            self.clear_active_private(intid);
+        }
+        active
+    }
+
+    /// Makes SGI or PPI `intid` active on this pCPU (GICR_ISACTIVER0): the state
+    /// [`Redistributor::take_active_private`] took, given back when its vCPU returns.
+    pub fn set_active_private(&self, intid: u32) {
+        self.sgi.write32(GICD_ISACTIVER, 1 << intid);
+    }
 }
 
 /// Sets up this pCPU's system-register CPU interface and the virtual interface.
@@ -211,6 +230,11 @@ pub fn any_interrupt_listed() -> bool {
     read_sysreg!("ich_elrsr_el2") & implemented != implemented
 }
 
+/// Whether any list register holds a virtual interrupt in the pending state.
+pub fn any_interrupt_pending() -> bool {
+    (0..list_registers()).any(|lr| list_register_is_pending(read_lr(lr)))
+}
+
 /// Sets or clears ICH_HCR_EL2.UIE (maintenance interrupt when at most one list register is in use).
 pub fn set_underflow_interrupt(enabled: bool) {
     let hcr = read_sysreg!("ich_hcr_el2");
@@ -255,6 +279,44 @@ fn clear_active_priorities() {
             write_sysreg!("ich_ap1r3_el2", 0u64);
         }
         core::arch::asm!("isb", options(nostack));
+    }
+}
+
+/// Saves the virtual active priority registers (the implemented ones; see
+/// [`clear_active_priorities`]).
+pub fn save_active_priorities(ap0r: &mut [u64; 4], ap1r: &mut [u64; 4]) {
+    let priority_bits = ((read_sysreg!("ich_vtr_el2") >> 29) & 0x7) + 1;
+    ap0r[0] = read_sysreg!("ich_ap0r0_el2");
+    ap1r[0] = read_sysreg!("ich_ap1r0_el2");
+    if priority_bits >= 6 {
+        ap0r[1] = read_sysreg!("ich_ap0r1_el2");
+        ap1r[1] = read_sysreg!("ich_ap1r1_el2");
+    }
+    if priority_bits >= 7 {
+        ap0r[2] = read_sysreg!("ich_ap0r2_el2");
+        ap1r[2] = read_sysreg!("ich_ap1r2_el2");
+        ap0r[3] = read_sysreg!("ich_ap0r3_el2");
+        ap1r[3] = read_sysreg!("ich_ap1r3_el2");
+    }
+}
+
+/// Loads the virtual active priority registers saved by [`save_active_priorities`].
+pub fn restore_active_priorities(ap0r: &[u64; 4], ap1r: &[u64; 4]) {
+    let priority_bits = ((read_sysreg!("ich_vtr_el2") >> 29) & 0x7) + 1;
+    // SAFETY: the active priorities of the vCPU about to run on this pCPU, as it left them.
+    unsafe {
+        write_sysreg!("ich_ap0r0_el2", ap0r[0]);
+        write_sysreg!("ich_ap1r0_el2", ap1r[0]);
+        if priority_bits >= 6 {
+            write_sysreg!("ich_ap0r1_el2", ap0r[1]);
+            write_sysreg!("ich_ap1r1_el2", ap1r[1]);
+        }
+        if priority_bits >= 7 {
+            write_sysreg!("ich_ap0r2_el2", ap0r[2]);
+            write_sysreg!("ich_ap1r2_el2", ap1r[2]);
+            write_sysreg!("ich_ap0r3_el2", ap0r[3]);
+            write_sysreg!("ich_ap1r3_el2", ap1r[3]);
+        }
     }
 }
 

@@ -6,6 +6,27 @@ use super::regs::{cnthctl, cptr, hcr, mdcr, read_sysreg, write_sysreg, SCTLR_EL1
 /// Sets EL2 up to run vCPU `vcpu` of the VM with VMID `vmid` on this pCPU, with its EL1
 /// state as at power-on. `own_pmu`: the VM owns this pCPU's PMU, else the PMU is trapped.
 pub fn prepare(vmid: u16, stage2_root: u64, vcpu: usize, trap_wfi: bool, own_pmu: bool) {
+    configure_pcpu(own_pmu, false);
+    // SAFETY: these registers configure how this pCPU runs its (only) guest vCPU.
+    unsafe {
+        write_sysreg!("hcr_el2", hcr_value(trap_wfi));
+        write_sysreg!("vmpidr_el2", vmpidr(vcpu));
+    }
+    reset_el1_state();
+    // SAFETY: the EL1 state is now the documented entry state; synchronize before entry.
+    unsafe { core::arch::asm!("isb", options(nostack)) };
+    super::stage2::install(vmid, stage2_root);
+    super::gic::reset_virtual_interface();
+}
+
+/// The MPIDR vCPU `vcpu` reads (VMPIDR_EL2): affinity 0.0.0.vcpu, U = 0, bit 31 RES1.
+pub fn vmpidr(vcpu: usize) -> u64 {
+    (1u64 << 31) | vcpu as u64
+}
+
+/// HCR_EL2 for a guest: stage 2 on, interrupts and SErrors to EL2, the traps Keel needs, and
+/// WFI trapped if `trap_wfi`.
+pub fn hcr_value(trap_wfi: bool) -> u64 {
     let mut hcr_value = hcr::VM
         | hcr::SWIO
         | hcr::FMO
@@ -26,6 +47,14 @@ pub fn prepare(vmid: u16, stage2_root: u64, vcpu: usize, trap_wfi: bool, own_pmu
     if read_sysreg!("id_aa64isar1_el1") & 0xff0 != 0 {
         hcr_value |= hcr::APK | hcr::API;
     }
+    hcr_value
+}
+
+/// The EL2 settings of a pCPU that do not depend on which vCPU runs: debug, PMU and
+/// profiling traps, FP/SIMD/SVE and activity-monitor traps, timer access, CNTVOFF, VPIDR and
+/// the implementation-defined register grants. `shared`: the pCPU switches vCPUs, so SVE is
+/// trapped (its state is not switched) and FP/SIMD is switched lazily ([`set_fp_trap`]).
+pub fn configure_pcpu(own_pmu: bool, shared: bool) {
     // A VM that owns the PMU gets every counter (HPMN = all); otherwise the PMU and the
     // statistical profiler trap, as do debug registers (read as zero, see trap.rs).
     // Each trap bit is set only where its feature exists (elsewhere the bit is RES0).
@@ -45,32 +74,42 @@ pub fn prepare(vmid: u16, stage2_root: u64, vcpu: usize, trap_wfi: bool, own_pmu
     };
     let spe_traps = if has_spe { mdcr::TPMS } else { 0 };
     let mdcr_value = mdcr::TDA | mdcr::TDOSA | mdcr::TDRA | spe_traps | pmu_traps | counters;
-    // FP/SIMD and SVE (where present) run untrapped: the vCPU is this pCPU's only context and
-    // Keel itself never uses them, so their state never needs switching. The activity
-    // monitors trap (the ID registers hide them).
+    // On a pinned pCPU FP/SIMD and SVE (where present) run untrapped: the vCPU is the pCPU's
+    // only context and Keel itself never uses them. The activity monitors trap (the ID
+    // registers hide them).
     let pfr0 = read_sysreg!("id_aa64pfr0_el1");
     let has_sve = (pfr0 >> 32) & 0xf != 0;
     let has_amu = (pfr0 >> 44) & 0xf != 0;
-    let cptr_value =
-        cptr::RES1 | if has_amu { cptr::TAM } else { 0 } | if has_sve { 0 } else { cptr::TZ };
+    let cptr_value = cptr::RES1
+        | if has_amu { cptr::TAM } else { 0 }
+        | if has_sve && !shared { 0 } else { cptr::TZ };
     let midr = read_sysreg!("midr_el1");
-    // SAFETY: these registers configure how this pCPU runs its (only) guest vCPU; the stage-2
-    // root is a complete table for the VM, and the EL1 state written is its reset state.
+    // SAFETY: these registers configure how this pCPU runs guests; none gives a guest more
+    // than its own VM.
     unsafe {
-        write_sysreg!("hcr_el2", hcr_value);
         write_sysreg!("mdcr_el2", mdcr_value);
         write_sysreg!("cptr_el2", cptr_value);
         write_sysreg!("cnthctl_el2", cnthctl::EL1PCTEN);
         write_sysreg!("cntvoff_el2", 0u64);
         write_sysreg!("vpidr_el2", midr);
-        write_sysreg!("vmpidr_el2", (1u64 << 31) | vcpu as u64);
     }
-    reset_el1_state();
-    // SAFETY: the EL1 state is now the documented entry state; synchronize before entry.
-    unsafe { core::arch::asm!("isb", options(nostack)) };
     deny_implementation_defined_registers(midr);
-    super::stage2::install(vmid, stage2_root);
-    super::gic::reset_virtual_interface();
+}
+
+/// Traps (or untraps) FP/SIMD at EL2 (CPTR_EL2.TFP): set when a vCPU that does not own the
+/// pCPU's FP/SIMD registers runs, so its first FP/SIMD instruction switches them.
+pub fn set_fp_trap(trapped: bool) {
+    let value = read_sysreg!("cptr_el2");
+    let value = if trapped {
+        value | cptr::TFP
+    } else {
+        value & !cptr::TFP
+    };
+    // SAFETY: only the FP/SIMD trap changes; Keel itself never uses FP/SIMD.
+    unsafe {
+        write_sysreg!("cptr_el2", value);
+        core::arch::asm!("isb", options(nostack));
+    }
 }
 
 /// Writes every EL1 (and EL0) register a guest can read to its documented entry state (the
@@ -109,6 +148,12 @@ fn reset_el1_state() {
         write_sysreg!("cntv_cval_el0", 0u64);
     }
     super::cpu::zero_fp_simd();
+}
+
+/// Whether the running guest's virtual timer asserts its interrupt: enabled, unmasked and
+/// its condition met (CNTV_CTL_EL0 ENABLE, IMASK, ISTATUS).
+pub fn virtual_timer_expired() -> bool {
+    read_sysreg!("cntv_ctl_el0") & 0b111 == 0b101
 }
 
 /// Stops the guest's virtual timer on this pCPU (CNTV_CTL_EL0 = 0): a vCPU that is not running

@@ -1,6 +1,7 @@
 //! AArch64 at EL2: boot, MMU, vectors, traps, GICv3, generic timer, PSCI.
 
 pub mod boot;
+pub mod context;
 pub mod cpu;
 pub mod gic;
 pub mod guest;

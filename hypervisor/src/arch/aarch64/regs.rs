@@ -81,6 +81,8 @@ pub mod cptr {
     pub const RES1: u64 = 0x32ff;
     /// Trap SVE (also RES1 where SVE does not exist).
     pub const TZ: u64 = 1 << 8;
+    /// Trap FP/SIMD (EC 0x07).
+    pub const TFP: u64 = 1 << 10;
     /// Trap the activity monitors.
     pub const TAM: u64 = 1 << 30;
 }

@@ -47,3 +47,14 @@ pub fn install(vmid: u16, root: u64) {
         core::arch::asm!("isb", "tlbi vmalls12e1", "dsb nsh", "isb", options(nostack));
     }
 }
+
+/// Switches this pCPU to another VM's stage-2 translation (`vttbr`: VMID and root, as
+/// [`install`] wrote it). No TLB maintenance: the VMID tags every entry, and a VM's tables
+/// never change after [`install`] first cleaned its VMID.
+pub fn switch_to(vttbr: u64) {
+    // SAFETY: `vttbr` names a complete stage-2 table built at boot, installed before.
+    unsafe {
+        write_sysreg!("vttbr_el2", vttbr);
+        core::arch::asm!("isb", options(nostack));
+    }
+}

@@ -21,6 +21,12 @@ const _: () = assert!(
 );
 
 impl GuestRegs {
+    /// All zero.
+    pub const ZERO: Self = Self {
+        x: [0; 31],
+        padding: 0,
+    };
+
     /// Reads register `n` as an instruction's Rt/Rn field names it (31 is xzr).
     pub fn get(&self, n: u8) -> u64 {
         self.x.get(n as usize).copied().unwrap_or(0)
@@ -219,6 +225,19 @@ pub fn enter_guest(regs: &GuestRegs, pc: u64, stack_top: u64) -> ! {
     unsafe {
         write_sysreg!("elr_el2", pc);
         write_sysreg!("spsr_el2", super::regs::SPSR_EL1H_MASKED);
+        keel_enter_guest(regs, stack_top)
+    }
+}
+
+/// Enters the guest at `pc` with PSTATE `pstate` and the given registers, on a fresh stack:
+/// a vCPU resuming on a shared pCPU where it was switched out. Its context must be loaded.
+pub fn resume_guest(regs: &GuestRegs, pc: u64, pstate: u64, stack_top: u64) -> ! {
+    // SAFETY: ELR/SPSR are the values saved when the vCPU left (or its entry state), at EL1 or
+    // EL0 of its own VM, whose stage 2, traps and EL1 state are loaded; keel_enter_guest
+    // loads `regs` before anything is written to the new stack.
+    unsafe {
+        write_sysreg!("elr_el2", pc);
+        write_sysreg!("spsr_el2", pstate);
         keel_enter_guest(regs, stack_top)
     }
 }

@@ -1,0 +1,421 @@
+//! A vCPU's context: everything it owns on a pCPU, saved when it leaves the pCPU and restored
+//! when it comes back (Arm ARM D1.2 for the EL1 state, GICv3 12.4 for the virtual CPU interface,
+//! D11 for the generic timer). Only shared pCPUs switch contexts; a pinned vCPU's state never
+//! leaves its pCPU.
+//!
+//! FP/SIMD is switched lazily: a switch only traps FP/SIMD (CPTR_EL2.TFP); the first FP/SIMD
+//! instruction of the incoming vCPU saves the previous owner's registers and loads its own
+//! ([`FpState`]). SVE is trapped on shared pCPUs (CPTR_EL2.TZ), so there is no SVE state to keep.
+
+use keel_core::abi::layout::VTIMER_INTID;
+
+use super::regs::{read_sysreg, write_sysreg};
+use super::vectors::GuestRegs;
+use super::{gic, stage2};
+
+/// The EL1/EL0 system registers a guest owns, in the order [`El1State::save`] keeps them.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct El1State {
+    sctlr: u64,
+    vbar: u64,
+    tcr: u64,
+    ttbr0: u64,
+    ttbr1: u64,
+    mair: u64,
+    amair: u64,
+    contextidr: u64,
+    cpacr: u64,
+    csselr: u64,
+    mdscr: u64,
+    sp_el0: u64,
+    sp_el1: u64,
+    elr_el1: u64,
+    spsr_el1: u64,
+    esr: u64,
+    far: u64,
+    afsr0: u64,
+    afsr1: u64,
+    par: u64,
+    tpidr_el0: u64,
+    tpidrro_el0: u64,
+    tpidr_el1: u64,
+    cntkctl: u64,
+}
+
+impl El1State {
+    /// The documented entry state (README "Entry state"): everything zero but SCTLR_EL1.
+    pub const RESET: Self = Self {
+        sctlr: super::regs::SCTLR_EL1_RESET,
+        vbar: 0,
+        tcr: 0,
+        ttbr0: 0,
+        ttbr1: 0,
+        mair: 0,
+        amair: 0,
+        contextidr: 0,
+        cpacr: 0,
+        csselr: 0,
+        mdscr: 0,
+        sp_el0: 0,
+        sp_el1: 0,
+        elr_el1: 0,
+        spsr_el1: 0,
+        esr: 0,
+        far: 0,
+        afsr0: 0,
+        afsr1: 0,
+        par: 0,
+        tpidr_el0: 0,
+        tpidrro_el0: 0,
+        tpidr_el1: 0,
+        cntkctl: 0,
+    };
+
+    /// Reads the state of the vCPU leaving this pCPU.
+    fn save(&mut self) {
+        self.sctlr = read_sysreg!("sctlr_el1");
+        self.vbar = read_sysreg!("vbar_el1");
+        self.tcr = read_sysreg!("tcr_el1");
+        self.ttbr0 = read_sysreg!("ttbr0_el1");
+        self.ttbr1 = read_sysreg!("ttbr1_el1");
+        self.mair = read_sysreg!("mair_el1");
+        self.amair = read_sysreg!("amair_el1");
+        self.contextidr = read_sysreg!("contextidr_el1");
+        self.cpacr = read_sysreg!("cpacr_el1");
+        self.csselr = read_sysreg!("csselr_el1");
+        self.mdscr = read_sysreg!("mdscr_el1");
+        self.sp_el0 = read_sysreg!("sp_el0");
+        self.sp_el1 = read_sysreg!("sp_el1");
+        self.elr_el1 = read_sysreg!("elr_el1");
+        self.spsr_el1 = read_sysreg!("spsr_el1");
+        self.esr = read_sysreg!("esr_el1");
+        self.far = read_sysreg!("far_el1");
+        self.afsr0 = read_sysreg!("afsr0_el1");
+        self.afsr1 = read_sysreg!("afsr1_el1");
+        self.par = read_sysreg!("par_el1");
+        self.tpidr_el0 = read_sysreg!("tpidr_el0");
+        self.tpidrro_el0 = read_sysreg!("tpidrro_el0");
+        self.tpidr_el1 = read_sysreg!("tpidr_el1");
+        self.cntkctl = read_sysreg!("cntkctl_el1");
+    }
+
+    /// Writes the state of the vCPU about to run on this pCPU.
+    fn restore(&self) {
+        // SAFETY: these are the incoming vCPU's own EL1/EL0 registers, as it left them (or its
+        // entry state); none of them affects EL2, and the guest does not run until the eret.
+        unsafe {
+            write_sysreg!("sctlr_el1", self.sctlr);
+            write_sysreg!("vbar_el1", self.vbar);
+            write_sysreg!("tcr_el1", self.tcr);
+            write_sysreg!("ttbr0_el1", self.ttbr0);
+            write_sysreg!("ttbr1_el1", self.ttbr1);
+            write_sysreg!("mair_el1", self.mair);
+            write_sysreg!("amair_el1", self.amair);
+            write_sysreg!("contextidr_el1", self.contextidr);
+            write_sysreg!("cpacr_el1", self.cpacr);
+            write_sysreg!("csselr_el1", self.csselr);
+            write_sysreg!("mdscr_el1", self.mdscr);
+            write_sysreg!("sp_el0", self.sp_el0);
+            write_sysreg!("sp_el1", self.sp_el1);
+            write_sysreg!("elr_el1", self.elr_el1);
+            write_sysreg!("spsr_el1", self.spsr_el1);
+            write_sysreg!("esr_el1", self.esr);
+            write_sysreg!("far_el1", self.far);
+            write_sysreg!("afsr0_el1", self.afsr0);
+            write_sysreg!("afsr1_el1", self.afsr1);
+            write_sysreg!("par_el1", self.par);
+            write_sysreg!("tpidr_el0", self.tpidr_el0);
+            write_sysreg!("tpidrro_el0", self.tpidrro_el0);
+            write_sysreg!("tpidr_el1", self.tpidr_el1);
+            write_sysreg!("cntkctl_el1", self.cntkctl);
+        }
+    }
+}
+
+/// The EL1 virtual timer (CNTV_CTL_EL0, CNTV_CVAL_EL0; CNTVOFF_EL2 is zero for every vCPU).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct VirtualTimer {
+    /// CNTV_CTL_EL0 (ENABLE bit 0, IMASK bit 1).
+    pub control: u64,
+    /// CNTV_CVAL_EL0: the counter value it fires at.
+    pub compare: u64,
+    /// Whether its physical interrupt (PPI 27) was active, listed hardware-linked and waiting
+    /// for the guest's EOI, when the vCPU left.
+    physical_active: bool,
+}
+
+impl VirtualTimer {
+    /// When the timer will assert its interrupt, if it is enabled and unmasked.
+    pub fn deadline(&self) -> Option<u64> {
+        (self.control & 0b11 == 0b01).then_some(self.compare)
+    }
+}
+
+/// The virtual CPU interface (GICv3 12.4): list registers, VMCR, active priorities, and the
+/// underflow request of ICH_HCR_EL2.
+#[derive(Clone, Copy, Debug)]
+pub struct VirtualInterface {
+    lrs: [u64; 16],
+    vmcr: u64,
+    hcr: u64,
+    ap0r: [u64; 4],
+    ap1r: [u64; 4],
+    /// Which list registers hold an interrupt Keel put there (bit n = ICH_LR<n>_EL2).
+    pub listed: u64,
+}
+
+impl VirtualInterface {
+    /// Nothing listed, interface enabled, no active priority: a vCPU's start.
+    pub const RESET: Self = Self {
+        lrs: [0; 16],
+        vmcr: 0,
+        hcr: 1,
+        ap0r: [0; 4],
+        ap1r: [0; 4],
+        listed: 0,
+    };
+
+    /// Whether a saved list register holds an interrupt pending for the vCPU.
+    pub fn any_pending(&self) -> bool {
+        self.lrs.iter().any(|&lr| gic::list_register_is_pending(lr))
+    }
+
+    /// Calls `f(intid, pending)` for each saved list register Keel filled.
+    pub fn for_each_listed(&self, mut f: impl FnMut(u32, bool)) {
+        let mut scan = self.listed;
+        while scan != 0 {
+            let lr = scan.trailing_zeros() as usize;
+            scan &= scan - 1;
+            if let Some(&value) = self.lrs.get(lr) {
+                f(value as u32, gic::list_register_is_pending(value));
+            }
+        }
+    }
+}
+
+/// V0-V31, FPCR and FPSR.
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(16))]
+pub struct FpState {
+    v: [u128; 32],
+    fpcr: u64,
+    fpsr: u64,
+}
+
+impl FpState {
+    /// All zero, as at a vCPU's start.
+    pub const ZERO: Self = Self {
+        v: [0; 32],
+        fpcr: 0,
+        fpsr: 0,
+    };
+}
+
+const _: () = assert!(
+    core::mem::size_of::<FpState>() == 32 * 16 + 16,
+    "keel_fp_save/restore store 528 bytes"
+);
+
+core::arch::global_asm!(
+    r#"
+// x0 = FpState. Keel is built soft-float; the FP/SIMD instructions are enabled here alone.
+    .pushsection .text.keel_fp_state, "ax"
+    .balign 4
+    .arch_extension fp
+    .arch_extension simd
+    .global keel_fp_save
+keel_fp_save:
+    stp     q0, q1, [x0, #32 * 0]
+    stp     q2, q3, [x0, #32 * 1]
+    stp     q4, q5, [x0, #32 * 2]
+    stp     q6, q7, [x0, #32 * 3]
+    stp     q8, q9, [x0, #32 * 4]
+    stp     q10, q11, [x0, #32 * 5]
+    stp     q12, q13, [x0, #32 * 6]
+    stp     q14, q15, [x0, #32 * 7]
+    stp     q16, q17, [x0, #32 * 8]
+    stp     q18, q19, [x0, #32 * 9]
+    stp     q20, q21, [x0, #32 * 10]
+    stp     q22, q23, [x0, #32 * 11]
+    stp     q24, q25, [x0, #32 * 12]
+    stp     q26, q27, [x0, #32 * 13]
+    stp     q28, q29, [x0, #32 * 14]
+    stp     q30, q31, [x0, #32 * 15]
+    mrs     x1, fpcr
+    mrs     x2, fpsr
+    add     x3, x0, #512
+    stp     x1, x2, [x3]
+    ret
+    .global keel_fp_restore
+keel_fp_restore:
+    ldp     q0, q1, [x0, #32 * 0]
+    ldp     q2, q3, [x0, #32 * 1]
+    ldp     q4, q5, [x0, #32 * 2]
+    ldp     q6, q7, [x0, #32 * 3]
+    ldp     q8, q9, [x0, #32 * 4]
+    ldp     q10, q11, [x0, #32 * 5]
+    ldp     q12, q13, [x0, #32 * 6]
+    ldp     q14, q15, [x0, #32 * 7]
+    ldp     q16, q17, [x0, #32 * 8]
+    ldp     q18, q19, [x0, #32 * 9]
+    ldp     q20, q21, [x0, #32 * 10]
+    ldp     q22, q23, [x0, #32 * 11]
+    ldp     q24, q25, [x0, #32 * 12]
+    ldp     q26, q27, [x0, #32 * 13]
+    ldp     q28, q29, [x0, #32 * 14]
+    ldp     q30, q31, [x0, #32 * 15]
+    add     x3, x0, #512
+    ldp     x1, x2, [x3]
+    msr     fpcr, x1
+    msr     fpsr, x2
+    ret
+    .arch_extension nosimd
+    .arch_extension nofp
+    .popsection
+"#
+);
+
+unsafe extern "C" {
+    fn keel_fp_save(state: *mut FpState);
+    fn keel_fp_restore(state: *const FpState);
+}
+
+impl FpState {
+    /// Saves this pCPU's FP/SIMD registers here. FP/SIMD must be untrapped at EL2.
+    pub fn save(&mut self) {
+        // SAFETY: writes 528 bytes into `self` (size asserted above, 16-byte aligned); reads only
+        // FP/SIMD registers, which Keel never uses; follows the C calling convention.
+        unsafe { keel_fp_save(self) }
+    }
+
+    /// Loads this pCPU's FP/SIMD registers from here. FP/SIMD must be untrapped at EL2.
+    pub fn restore(&self) {
+        // SAFETY: reads 528 bytes of `self`; writes only FP/SIMD registers, which belong to the
+        // vCPU about to run.
+        unsafe { keel_fp_restore(self) }
+    }
+}
+
+/// Everything a vCPU owns on a shared pCPU.
+#[derive(Clone, Debug)]
+pub struct VcpuContext {
+    /// x0-x30.
+    pub regs: GuestRegs,
+    /// Where it resumes (ELR_EL2).
+    pub pc: u64,
+    /// Its PSTATE (SPSR_EL2).
+    pub pstate: u64,
+    /// EL1/EL0 system registers.
+    pub el1: El1State,
+    /// Its virtual timer.
+    pub timer: VirtualTimer,
+    /// Its virtual CPU interface.
+    pub interface: VirtualInterface,
+    /// VMPIDR_EL2: the MPIDR the vCPU reads.
+    pub vmpidr: u64,
+    /// HCR_EL2 for its VM.
+    pub hcr: u64,
+    /// VMID and stage-2 root (VTTBR_EL2).
+    pub vttbr: u64,
+    /// FP/SIMD registers, valid while another vCPU (or none) owns the pCPU's FP/SIMD unit.
+    pub fp: FpState,
+}
+
+impl VcpuContext {
+    /// An empty context (no vCPU).
+    pub const EMPTY: Self = Self {
+        regs: GuestRegs::ZERO,
+        pc: 0,
+        pstate: super::regs::SPSR_EL1H_MASKED,
+        el1: El1State::RESET,
+        timer: VirtualTimer {
+            control: 0,
+            compare: 0,
+            physical_active: false,
+        },
+        interface: VirtualInterface::RESET,
+        vmpidr: 0,
+        hcr: 0,
+        vttbr: 0,
+        fp: FpState::ZERO,
+    };
+
+    /// The vCPU's power-on state: entry at `pc` with `x0`, EL1h with interrupts masked, EL1
+    /// registers, timer, interface and FP/SIMD as the README's entry state says.
+    pub fn reset(&mut self, pc: u64, x0: u64, vmpidr: u64, hcr: u64, vttbr: u64) {
+        *self = Self::EMPTY;
+        self.regs.x[0] = x0;
+        self.pc = pc;
+        self.vmpidr = vmpidr;
+        self.hcr = hcr;
+        self.vttbr = vttbr;
+    }
+
+    /// Forgets the saved virtual interrupts of a vCPU that stops while switched out: its
+    /// interface and timer as at reset (the caller gave its SPIs back to the vGIC).
+    pub fn discard_interrupts(&mut self) {
+        self.interface = VirtualInterface::RESET;
+        self.timer = VirtualTimer::default();
+    }
+
+    /// Saves the state of the vCPU leaving this pCPU: `frame` holds its general registers as
+    /// the trap saved them. Its virtual timer is stopped and its timer interrupt's physical
+    /// active state taken off the pCPU (to be put back by [`VcpuContext::restore`]).
+    pub fn save(&mut self, frame: &GuestRegs, redistributor: Option<&gic::Redistributor>) {
+        self.regs = frame.clone();
+        self.pc = read_sysreg!("elr_el2");
+        self.pstate = read_sysreg!("spsr_el2");
+        self.el1.save();
+        self.timer.control = read_sysreg!("cntv_ctl_el0");
+        self.timer.compare = read_sysreg!("cntv_cval_el0");
+        // SAFETY: stops the leaving vCPU's timer; its settings are saved above.
+        unsafe { write_sysreg!("cntv_ctl_el0", 0u64) };
+        self.timer.physical_active = redistributor
+            .map(|r| r.take_active_private(VTIMER_INTID))
+            .unwrap_or(false);
+        let count = gic::list_registers();
+        for (lr, slot) in self.interface.lrs.iter_mut().enumerate().take(count) {
+            *slot = gic::read_lr(lr);
+        }
+        self.interface.vmcr = read_sysreg!("ich_vmcr_el2");
+        self.interface.hcr = read_sysreg!("ich_hcr_el2");
+        gic::save_active_priorities(&mut self.interface.ap0r, &mut self.interface.ap1r);
+    }
+
+    /// Loads this context onto the pCPU, all but the general registers and ELR/SPSR, which
+    /// the entry loads. `same_vm_other_vcpu`: the previous vCPU on this pCPU was another vCPU
+    /// of the same VM (same VMID), whose EL1 TLB entries must not be used by this one.
+    pub fn restore(&self, redistributor: Option<&gic::Redistributor>, same_vm_other_vcpu: bool) {
+        self.el1.restore();
+        // SAFETY: the incoming vCPU's identity, traps and stage-2 root (a complete table built
+        // at boot); VMIDs keep VMs apart in the TLB, so only a switch between two vCPUs of one
+        // VM needs its EL1 entries dropped.
+        unsafe {
+            write_sysreg!("vmpidr_el2", self.vmpidr);
+            write_sysreg!("hcr_el2", self.hcr);
+            stage2::switch_to(self.vttbr);
+            if same_vm_other_vcpu {
+                core::arch::asm!("tlbi vmalle1", "dsb nsh", options(nostack));
+            }
+            write_sysreg!("cntv_cval_el0", self.timer.compare);
+            write_sysreg!("cntv_ctl_el0", self.timer.control);
+        }
+        if self.timer.physical_active {
+            if let Some(redistributor) = redistributor {
+                redistributor.set_active_private(VTIMER_INTID);
+            }
+        }
+        let count = gic::list_registers();
+        for (lr, &value) in self.interface.lrs.iter().enumerate().take(count) {
+            gic::write_lr(lr, value);
+        }
+        gic::restore_active_priorities(&self.interface.ap0r, &self.interface.ap1r);
+        // SAFETY: the incoming vCPU's virtual interface control, as it left it.
+        unsafe {
+            write_sysreg!("ich_vmcr_el2", self.interface.vmcr);
+            write_sysreg!("ich_hcr_el2", self.interface.hcr);
+            core::arch::asm!("isb", options(nostack));
+        }
+    }
+}

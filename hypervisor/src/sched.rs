@@ -1,0 +1,407 @@
+//! Shared pCPUs: the run loop that picks a vCPU and runs it, the switch between vCPU
+//! contexts, and the events that feed the portable scheduler ([`keel_core::sched`]).
+//!
+//! Ownership: a shared pCPU's [`SharedCpu`] (its scheduler and the contexts of the vCPUs
+//! placed on it) is touched by that pCPU alone; other pCPUs reach its vCPUs by a kick SGI
+//! ([`crate::vm::kick_vcpu`]). Lock order: a pCPU's `SharedCpu`, then a VM's device lock.
+//! Neither is held while entering a guest or waiting for an interrupt.
+//!
+//! Exits are handled in place on the exception stack, as on a pinned pCPU; an exit that
+//! makes the scheduler choose another vCPU saves the running one ([`switch_away`]) and
+//! enters the [`run_loop`], which restores the next and enters it on a fresh stack.
+
+use core::sync::atomic::Ordering;
+
+use keel_core::sched::{Decision, Scheduler, Stats, MAX_SLOTS};
+
+use crate::arch::boot::{self, MAX_CPUS};
+use crate::arch::context::VcpuContext;
+use crate::arch::cpu::{self, Mutex};
+use crate::arch::vectors::{self, GuestRegs};
+use crate::arch::{gic, guest, timer};
+use crate::config::SYSTEM;
+use crate::timers::{self, Deadline};
+use crate::vm::{self, VmState};
+use crate::{irq, keel_println};
+
+/// A vCPU placed on a shared pCPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Placed {
+    vm: usize,
+    vcpu: usize,
+}
+
+/// What a shared pCPU owns.
+struct SharedCpu {
+    scheduler: Scheduler,
+    placed: [Option<Placed>; MAX_SLOTS],
+    contexts: [VcpuContext; MAX_SLOTS],
+    /// The VM generation each slot was started in.
+    generations: [u32; MAX_SLOTS],
+    /// The slot whose state is on the pCPU.
+    loaded: Option<usize>,
+    /// The slot that last ran here (its VMID and EL1 TLB entries may still be cached).
+    last: Option<usize>,
+    /// The slot whose FP/SIMD registers the pCPU holds.
+    fp_owner: Option<usize>,
+    /// Slots started since their last restore: their VMID's TLB entries are cleaned first.
+    fresh: u32,
+    /// Slots started (powered on) and not stopped since.
+    started: u32,
+}
+
+impl SharedCpu {
+    const fn new() -> Self {
+        Self {
+            scheduler: Scheduler::new(keel_core::sched::Policy::Pinned),
+            placed: [None; MAX_SLOTS],
+            contexts: [VcpuContext::EMPTY; MAX_SLOTS],
+            generations: [0; MAX_SLOTS],
+            loaded: None,
+            last: None,
+            fp_owner: None,
+            fresh: 0,
+            started: 0,
+        }
+    }
+
+    fn is_started(&self, slot: usize) -> bool {
+        self.started & (1 << slot) != 0
+    }
+
+    fn slot_of(&self, vm: usize, vcpu: usize) -> Option<usize> {
+        self.placed
+            .iter()
+            .position(|placed| *placed == Some(Placed { vm, vcpu }))
+    }
+}
+
+static SHARED: [Mutex<SharedCpu>; MAX_CPUS] = [const { Mutex::new(SharedCpu::new()) }; MAX_CPUS];
+
+fn this_shared() -> &'static Mutex<SharedCpu> {
+    &SHARED[cpu::index()]
+}
+
+/// Whether this pCPU is shared between vCPUs (its policy is not `pinned`).
+#[inline(always)]
+pub fn is_shared() -> bool {
+    vm::this_cpu().shared.load(Ordering::Relaxed)
+}
+
+/// Converts configuration nanoseconds into counter ticks: `(numerator, denominator)`.
+fn ticks_per_ns() -> (u64, u64) {
+    (timer::frequency(), 1_000_000_000)
+}
+
+/// Sets up pCPU `index`'s scheduler with the vCPUs the configuration places on it.
+pub fn init(index: usize) {
+    let (numerator, denominator) = ticks_per_ns();
+    let mut shared = SHARED[index].lock();
+    let policy = SYSTEM.policies[index].scaled(numerator, denominator);
+    shared.scheduler = Scheduler::new(policy);
+    for (vm_index, desc) in SYSTEM.vms.iter().enumerate() {
+        for (vcpu, &pcpu) in desc.pcpus.iter().enumerate() {
+            if pcpu as usize != index {
+                continue;
+            }
+            let params = desc.sched[vcpu].scaled(numerator, denominator);
+            match shared.scheduler.add(params) {
+                Ok(slot) => shared.placed[slot] = Some(Placed { vm: vm_index, vcpu }),
+                Err(error) => keel_println!(
+                    "pCPU {index}: vm '{}' vCPU {vcpu} not scheduled: {error}",
+                    desc.name
+                ),
+            }
+        }
+    }
+}
+
+/// The run loop of a shared pCPU: take start requests and wake-ups, ask the scheduler, run
+/// the vCPU it picks (never returns from that: the vCPU's exits come back through the
+/// vectors), or wait for an interrupt when it picks none. Entered with no vCPU loaded.
+pub fn run_loop() -> ! {
+    loop {
+        let next = {
+            let mut shared = this_shared().lock();
+            let now = timer::now();
+            refresh(&mut shared, now);
+            let decision = shared.scheduler.decide(now);
+            program(&shared, decision);
+            decision.run
+        };
+        if let Some(slot) = next {
+            enter(slot);
+        }
+        cpu::wait_for_interrupt();
+        irq::handle_pending();
+    }
+}
+
+/// Restores `slot`'s context on this pCPU and enters it.
+fn enter(slot: usize) -> ! {
+    let (regs, pc, pstate) = {
+        let mut guard = this_shared().lock();
+        let shared = &mut *guard;
+        let Some(placed) = shared.placed[slot] else {
+            drop(guard);
+            run_loop()
+        };
+        let cpu = vm::this_cpu();
+        let same_vm_other_vcpu = shared.last.is_some_and(|last| {
+            last != slot && shared.placed[last].map(|p| p.vm) == Some(placed.vm)
+        });
+        let context = &shared.contexts[slot];
+        let redistributor = cpu.redistributor.get();
+        if let Some(redistributor) = redistributor {
+            redistributor.enable_private(keel_core::abi::layout::VTIMER_INTID);
+        }
+        if shared.fresh & (1 << slot) != 0 {
+            shared.fresh &= !(1 << slot);
+            context.restore(redistributor, false);
+            crate::arch::stage2::install(
+                vm::desc(placed.vm).id.0 + 1,
+                vm::vm(placed.vm).stage2_root(),
+            );
+        } else {
+            context.restore(redistributor, same_vm_other_vcpu);
+        }
+        guest::set_fp_trap(shared.fp_owner != Some(slot));
+        cpu.listed
+            .store(context.interface.listed, Ordering::Relaxed);
+        cpu.generation
+            .store(shared.generations[slot], Ordering::Relaxed);
+        cpu.vcpu.store(placed.vcpu, Ordering::Relaxed);
+        cpu.vm.store(placed.vm, Ordering::Relaxed);
+        shared.loaded = Some(slot);
+        shared.last = Some(slot);
+        (context.regs.clone(), context.pc, context.pstate)
+    };
+    vectors::resume_guest(&regs, pc, pstate, boot::stack_top(cpu::index()))
+}
+
+/// Saves the running vCPU (general registers in `frame`) into its context and leaves the
+/// pCPU with none loaded. Returns the slot that was loaded.
+fn save_running(shared: &mut SharedCpu, frame: &GuestRegs) -> Option<usize> {
+    let slot = shared.loaded.take()?;
+    let cpu = vm::this_cpu();
+    let context = &mut shared.contexts[slot];
+    context.save(frame, cpu.redistributor.get());
+    context.interface.listed = cpu.listed.load(Ordering::Relaxed);
+    cpu.vm.store(usize::MAX, Ordering::Relaxed);
+    cpu.listed.store(0, Ordering::Relaxed);
+    Some(slot)
+}
+
+/// The running vCPU gives the pCPU away: WFI with nothing pending, or KEEL_YIELD. A
+/// real-time vCPU's job is complete; it waits for an interrupt or its next release. A
+/// best-effort vCPU that yields (`yielding`) goes behind the others and runs again
+/// when its turn comes.
+pub fn give_away(frame: &GuestRegs, yielding: bool) -> ! {
+    {
+        let mut shared = this_shared().lock();
+        let now = timer::now();
+        if let Some(slot) = shared.loaded {
+            shared.scheduler.block(slot, now);
+            let best_effort = shared.placed[slot]
+                .is_some_and(|p| vm::desc(p.vm).sched[p.vcpu].reservation.is_none());
+            if yielding && best_effort {
+                shared.scheduler.wake(slot, now);
+            }
+        }
+        save_running(&mut shared, frame);
+    }
+    run_loop()
+}
+
+/// Something may have changed what should run (a deadline passed, a vCPU here was woken or
+/// started): asks the scheduler and, if it picks another vCPU, switches to it. Returns if the
+/// running vCPU keeps the pCPU.
+pub fn reschedule(frame: &GuestRegs) {
+    {
+        let mut shared = this_shared().lock();
+        let now = timer::now();
+        refresh(&mut shared, now);
+        let decision = shared.scheduler.decide(now);
+        if decision.run.is_some() && decision.run == shared.loaded {
+            program(&shared, decision);
+            return;
+        }
+        save_running(&mut shared, frame);
+    }
+    run_loop()
+}
+
+/// The running vCPU stops (CPU_OFF, its VM ended or reset): the scheduler forgets it until
+/// its next start. Its interrupts were discarded by the caller.
+pub fn stop_running() -> ! {
+    {
+        let mut shared = this_shared().lock();
+        if let Some(slot) = shared.loaded.take() {
+            shared.scheduler.stop(slot, timer::now());
+            shared.started &= !(1 << slot);
+            if shared.fp_owner == Some(slot) {
+                shared.fp_owner = None;
+            }
+        }
+        vm::this_cpu().vm.store(usize::MAX, Ordering::Relaxed);
+    }
+    run_loop()
+}
+
+/// The first FP/SIMD instruction of the running vCPU since it was switched in: the pCPU's
+/// FP/SIMD registers go to their owner's context, the running vCPU's come in.
+pub fn fp_trap() {
+    let mut guard = this_shared().lock();
+    let shared = &mut *guard;
+    let Some(slot) = shared.loaded else {
+        return;
+    };
+    guest::set_fp_trap(false);
+    if let Some(owner) = shared.fp_owner {
+        shared.contexts[owner].fp.save();
+    }
+    shared.contexts[slot].fp.restore();
+    shared.fp_owner = Some(slot);
+}
+
+/// Brings the scheduler up to date with the world: vCPUs whose VM ended or was reset stop,
+/// start requests (CPU_ON, reset) start, and stopped-waiting vCPUs with an interrupt pending
+/// wake. Bounded by the slots of one pCPU.
+fn refresh(shared: &mut SharedCpu, now: u64) {
+    for slot in 0..MAX_SLOTS {
+        let Some(Placed { vm: id, vcpu }) = shared.placed[slot] else {
+            continue;
+        };
+        let vm = vm::vm(id);
+        let running = vm.state() == VmState::Running;
+        let current_generation = vm.generation() == shared.generations[slot];
+        if shared.loaded == Some(slot) {
+            continue;
+        }
+        if (!running || !current_generation) && shared.is_started(slot) {
+            discard_saved(shared, slot);
+            shared.scheduler.stop(slot, now);
+            shared.started &= !(1 << slot);
+            vm.power_off_if_on(vcpu);
+        }
+        if !running {
+            continue;
+        }
+        if let Some((entry, x0)) = vm.take_start(vcpu) {
+            start_slot(shared, slot, id, vcpu, entry, x0, now);
+            continue;
+        }
+        if shared.is_started(slot)
+            && !shared.scheduler.is_runnable(slot)
+            && has_pending(shared, slot, id, vcpu, now)
+        {
+            shared.scheduler.wake(slot, now);
+        }
+    }
+}
+
+/// Gives a stopping, switched-out vCPU's listed SPIs back to its vGIC (unless its VM was
+/// reset since: the vGIC is a new one) and forgets its interface and timer.
+fn discard_saved(shared: &mut SharedCpu, slot: usize) {
+    let Some(Placed { vm: id, vcpu }) = shared.placed[slot] else {
+        return;
+    };
+    let context = &mut shared.contexts[slot];
+    if vm::vm(id).generation() == shared.generations[slot] {
+        let mut devices = vm::vm(id).devices.lock();
+        context.interface.for_each_listed(|intid, pending| {
+            if intid >= 32 {
+                devices.vgic.unlisted(vcpu, intid, pending, false);
+            }
+        });
+    }
+    context.discard_interrupts();
+    if shared.fp_owner == Some(slot) {
+        shared.fp_owner = None;
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn start_slot(
+    shared: &mut SharedCpu,
+    slot: usize,
+    id: usize,
+    vcpu: usize,
+    entry: u64,
+    x0: u64,
+    now: u64,
+) {
+    let desc = vm::desc(id);
+    let vm = vm::vm(id);
+    let vttbr = (u64::from(desc.id.0 + 1) << 48) | vm.stage2_root();
+    shared.contexts[slot].reset(
+        entry,
+        x0,
+        guest::vmpidr(vcpu),
+        guest::hcr_value(true),
+        vttbr,
+    );
+    shared.generations[slot] = vm.generation();
+    shared.fresh |= 1 << slot;
+    if shared.fp_owner == Some(slot) {
+        shared.fp_owner = None;
+    }
+    vm.devices.lock().vgic.reset_vcpu(vcpu);
+    if vcpu == 0 {
+        crate::vcpu::announce_start(id);
+    }
+    shared.scheduler.start(slot, now);
+    shared.started |= 1 << slot;
+}
+
+/// Whether a switched-out vCPU has an interrupt to take: one pending in its saved list
+/// registers or its vGIC, or its virtual timer's deadline passed.
+fn has_pending(shared: &SharedCpu, slot: usize, id: usize, vcpu: usize, now: u64) -> bool {
+    let context = &shared.contexts[slot];
+    if context.interface.any_pending() {
+        return true;
+    }
+    if context.timer.deadline().is_some_and(|at| at <= now) {
+        return true;
+    }
+    vm::vm(id).devices.lock().vgic.next_pending(vcpu).is_some()
+}
+
+/// Arms this pCPU's timer queue for a decision: the scheduler's next call, and the earliest
+/// virtual-timer deadline of a vCPU here that waits.
+fn program(shared: &SharedCpu, decision: Decision) {
+    match decision.until {
+        Some(at) => timers::set(Deadline::Schedule, at),
+        None => timers::clear(Deadline::Schedule),
+    }
+    let earliest = (0..MAX_SLOTS)
+        .filter(|&slot| {
+            shared.placed[slot].is_some()
+                && shared.loaded != Some(slot)
+                && shared.is_started(slot)
+                && !shared.scheduler.is_runnable(slot)
+        })
+        .filter_map(|slot| shared.contexts[slot].timer.deadline())
+        .min();
+    match earliest {
+        Some(at) => timers::set(Deadline::VirtualTimers, at),
+        None => timers::clear(Deadline::VirtualTimers),
+    }
+}
+
+/// Whether the running vCPU on this shared pCPU has something to do now, so that its WFI
+/// must not give the pCPU away: an interrupt listed pending or pending in its vGIC, or its
+/// virtual timer's condition met.
+pub fn running_has_work(id: usize, vcpu: usize) -> bool {
+    gic::any_interrupt_pending()
+        || guest::virtual_timer_expired()
+        || vm::vm(id).devices.lock().vgic.next_pending(vcpu).is_some()
+}
+
+/// Statistics of vCPU `vcpu` of VM `id` on this pCPU's scheduler, if it is placed here.
+pub fn stats(id: usize, vcpu: usize) -> Option<Stats> {
+    let shared = this_shared().lock();
+    shared
+        .slot_of(id, vcpu)
+        .map(|slot| shared.scheduler.stats(slot))
+}
