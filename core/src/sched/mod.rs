@@ -1,5 +1,13 @@
 //! vCPU scheduling on one pCPU: policies fed with events, answering with decisions.
 
 mod params;
+mod scheduler;
+#[cfg(any(test, feature = "std"))]
+pub mod sim;
+mod slot;
+#[cfg(test)]
+mod tests;
 
 pub use params::{Params, Policy, Reservation, Time};
+pub use scheduler::{Decision, SchedError, Scheduler, MAX_SLOTS};
+pub use slot::Stats;

@@ -1,0 +1,425 @@
+//! The scheduler of one pCPU: vCPU slots fed with events (start, stop, block, wake) and asked
+//! what to run and until when ([`Scheduler::decide`]).
+//!
+//! Time accounting: every call that takes `now` first charges the time since the previous
+//! call to the vCPU the last [`Scheduler::decide`] chose, as long as that vCPU holds the pCPU
+//! (it stops holding it when it blocks or is stopped: the time from then until the next
+//! `decide` is the hypervisor's and is charged to no one). The same call then counts
+//! deadline misses and releases the jobs due by `now`. A `now` earlier than a previous one is
+//! taken as the previous one.
+
+use core::fmt;
+
+use super::slot::{Slot, Stats};
+use super::{Params, Policy, Time};
+
+/// Most vCPUs one pCPU's scheduler holds.
+pub const MAX_SLOTS: usize = 8;
+
+/// Why a vCPU cannot be added to a pCPU's scheduler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SchedError {
+    /// The pCPU holds as many vCPUs as it can ([`MAX_SLOTS`], or one when pinned).
+    Full,
+    /// The parameters do not fit the policy: a reservation under round robin, or a
+    /// reservation without `0 < budget ≤ deadline ≤ period`.
+    Invalid,
+}
+
+impl fmt::Display for SchedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SchedError::Full => "no room for another vCPU on this pCPU",
+            SchedError::Invalid => {
+                "scheduling parameters do not fit the policy (a reservation needs 0 < budget ≤ deadline ≤ period, and round robin takes none)"
+            }
+        })
+    }
+}
+
+/// What to run now, and when to ask again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// The slot to run now; `None`: the pCPU idles until an interrupt.
+    pub run: Option<usize>,
+    /// The absolute time at which [`Scheduler::decide`] must be called again (budget
+    /// exhaustion, a release that may change the choice, a quantum's end); `None`: only an
+    /// event (wake, start, block, stop) can change the choice.
+    pub until: Option<Time>,
+}
+
+/// How the policy ranks a runnable slot: lower runs first. The first field is the class
+/// (vCPUs of one class that share by round robin have the same first field).
+type Rank = (u64, u64, u64);
+
+/// The vCPU scheduler of one pCPU. Const-constructible, so that it can live in a static.
+#[derive(Clone, Debug)]
+pub struct Scheduler {
+    policy: Policy,
+    /// Keel's cost of one switch, which a preempting real-time vCPU pays for the one it
+    /// preempts (see [`Scheduler::with_switch_cost`]).
+    switch_cost: Time,
+    slots: [Slot; MAX_SLOTS],
+    len: usize,
+    /// What the last decision chose.
+    current: Option<usize>,
+    /// `current` still holds the pCPU: time is charged to it.
+    holding: bool,
+    /// The latest `now` seen.
+    clock: Time,
+    /// When the running vCPU's quantum ends.
+    quantum_end: Time,
+    /// The last decision armed a quantum timer (another vCPU of the running one's round-robin
+    /// class was runnable).
+    quantum_armed: bool,
+    /// The next round-robin ticket: the back of every queue.
+    next_ticket: u64,
+}
+
+impl Scheduler {
+    /// An empty scheduler with `policy`, which does not know Keel's switch cost.
+    pub const fn new(policy: Policy) -> Self {
+        Self::with_switch_cost(policy, 0)
+    }
+
+    /// An empty scheduler with `policy`, told Keel's cost of one vCPU switch. Admission
+    /// charges that cost twice per job (dispatching it, and resuming the job it preempted),
+    /// but on the pCPU the resumption is paid by the preempted vCPU, which may be preempted
+    /// many times in one job. So when a vCPU with a reservation preempts another one (that
+    /// was running and is still runnable), `switch_cost` of the preempting vCPU's budget moves
+    /// to the preempted one (up to its full budget): each job then pays at most twice the cost
+    /// from its own budget, as admission assumes.
+    pub const fn with_switch_cost(policy: Policy, switch_cost: Time) -> Self {
+        Self {
+            policy,
+            switch_cost,
+            slots: [Slot::EMPTY; MAX_SLOTS],
+            len: 0,
+            current: None,
+            holding: false,
+            clock: 0,
+            quantum_end: 0,
+            quantum_armed: false,
+            next_ticket: 1,
+        }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// Adds a vCPU, stopped; returns its slot (0, 1, … in the order of addition).
+    /// A pinned pCPU takes one vCPU and ignores its parameters.
+    pub fn add(&mut self, params: Params) -> Result<usize, SchedError> {
+        let capacity = if self.policy == Policy::Pinned {
+            1
+        } else {
+            MAX_SLOTS
+        };
+        if self.len >= capacity {
+            return Err(SchedError::Full);
+        }
+        let reservation = match (self.policy, params.reservation) {
+            (Policy::Pinned, _) | (_, None) => None,
+            (Policy::RoundRobin { .. }, Some(_)) => return Err(SchedError::Invalid),
+            (_, Some(r)) => {
+                if r.budget == 0 || r.budget > r.deadline || r.deadline > r.period {
+                    return Err(SchedError::Invalid);
+                }
+                Some(r)
+            }
+        };
+        let slot = self.len;
+        self.slots[slot] = Slot {
+            priority: params.priority,
+            reservation,
+            ..Slot::EMPTY
+        };
+        self.len += 1;
+        Ok(slot)
+    }
+
+    /// Powers `slot` on at `now`: runnable, at the back of its round-robin queue; a vCPU with
+    /// a reservation has its first job released at `now`. Ignored if already started.
+    pub fn start(&mut self, slot: usize, now: Time) {
+        if slot >= self.len || self.slots[slot].started {
+            return;
+        }
+        let now = self.account(now, true);
+        let ticket = self.take_ticket();
+        self.slots[slot].start(now, ticket);
+    }
+
+    /// Powers `slot` off at `now` (CPU_OFF, its VM ended): never picked until started again.
+    /// If it holds the pCPU, it is charged up to `now` and stops holding it.
+    pub fn stop(&mut self, slot: usize, now: Time) {
+        if slot >= self.len {
+            return;
+        }
+        let now = self.charge(now, self.current != Some(slot));
+        self.slots[slot].count_miss(now);
+        self.slots[slot].stop();
+        self.leave(slot);
+        self.catch_up();
+    }
+
+    /// `slot` executed WFI or KEEL_YIELD at `now`: it waits for [`Scheduler::wake`] or (with a
+    /// reservation) its next release. Its current job is complete at `now` (before a release
+    /// due at `now`, which makes it runnable again with a new job). If it holds the pCPU, it
+    /// is charged up to `now` and stops holding it (using up its budget exactly then is not
+    /// an overrun).
+    pub fn block(&mut self, slot: usize, now: Time) {
+        if slot >= self.len {
+            return;
+        }
+        let now = self.charge(now, self.current != Some(slot));
+        self.slots[slot].block(now);
+        self.leave(slot);
+        self.catch_up();
+    }
+
+    /// An interrupt is pending for `slot` at `now`: a blocked vCPU becomes runnable, at the
+    /// back of its round-robin queue (under EDF, a real-time vCPU keeps what is left of its
+    /// budget, clipped to its bandwidth until its deadline). Returns whether the caller should
+    /// call [`Scheduler::decide`] now: `slot` is runnable and ranks before the running vCPU,
+    /// or the pCPU is idle, or `slot` shares the running vCPU's round-robin class and no
+    /// quantum timer is armed.
+    pub fn wake(&mut self, slot: usize, now: Time) -> bool {
+        if slot >= self.len {
+            return false;
+        }
+        let now = self.account(now, true);
+        if !self.slots[slot].started {
+            return false;
+        }
+        if self.slots[slot].blocked {
+            self.slots[slot].blocked = false;
+            self.slots[slot].ticket = self.take_ticket();
+            if matches!(self.policy, Policy::Edf { .. }) {
+                self.slots[slot].clip_budget(now);
+            }
+        }
+        self.should_preempt(slot)
+    }
+
+    /// Charges the time since the previous call to the vCPU holding the pCPU, counts misses,
+    /// releases jobs, throttles a vCPU out of budget, rotates a vCPU whose quantum ended,
+    /// and picks what runs from `now`.
+    pub fn decide(&mut self, now: Time) -> Decision {
+        let now = self.account(now, true);
+        let previous = self.current;
+        let held = previous.filter(|_| self.holding);
+        if let Some(running) = held {
+            if self.slots[running].runnable()
+                && now >= self.quantum_end
+                && self.peer_runnable(running)
+            {
+                self.slots[running].ticket = self.take_ticket();
+            }
+        }
+        let pick = self.best();
+        if let Some(chosen) = pick {
+            if held != Some(chosen) || now >= self.quantum_end {
+                self.quantum_end = now.saturating_add(self.quantum());
+            }
+            if previous != Some(chosen) {
+                self.slots[chosen].stats.dispatches += 1;
+                if let Some(preempted) = held {
+                    self.pay_for_resumption(chosen, preempted);
+                }
+            }
+        }
+        self.current = pick;
+        self.holding = pick.is_some();
+        let until = self.until(now, pick);
+        Decision { run: pick, until }
+    }
+
+    /// What the last [`Scheduler::decide`] chose.
+    pub fn current(&self) -> Option<usize> {
+        self.current
+    }
+
+    /// `slot`'s statistics (all zero for a slot out of range).
+    pub fn stats(&self, slot: usize) -> Stats {
+        self.slots[..self.len]
+            .get(slot)
+            .map_or(Stats::ZERO, |s| s.stats)
+    }
+
+    /// Number of vCPUs added.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no vCPU was added.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether `slot` may be picked: started, not blocked, not throttled.
+    pub fn is_runnable(&self, slot: usize) -> bool {
+        self.slots[..self.len].get(slot).is_some_and(Slot::runnable)
+    }
+
+    /// Charges the time since the last call, then counts misses and releases jobs, at
+    /// `max(now, latest now)`, which it returns.
+    fn account(&mut self, now: Time, may_overrun: bool) -> Time {
+        let now = self.charge(now, may_overrun);
+        self.catch_up();
+        now
+    }
+
+    /// Charges the time since the last call to the vCPU holding the pCPU; returns
+    /// `max(now, latest now)`.
+    fn charge(&mut self, now: Time, may_overrun: bool) -> Time {
+        let elapsed = now.saturating_sub(self.clock);
+        self.clock = self.clock.max(now);
+        if let Some(running) = self.current.filter(|_| self.holding) {
+            self.slots[running].charge(elapsed, may_overrun);
+        }
+        self.clock
+    }
+
+    /// Counts misses and releases the jobs due at the latest `now` seen.
+    fn catch_up(&mut self) {
+        let clock = self.clock;
+        for slot in &mut self.slots[..self.len] {
+            slot.catch_up(clock);
+        }
+    }
+
+    /// `slot` no longer holds the pCPU (it blocked or stopped).
+    fn leave(&mut self, slot: usize) {
+        if self.current == Some(slot) {
+            self.holding = false;
+        }
+    }
+
+    fn take_ticket(&mut self) -> u64 {
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        ticket
+    }
+
+    fn quantum(&self) -> Time {
+        match self.policy {
+            Policy::Pinned => Time::MAX,
+            Policy::RoundRobin { quantum }
+            | Policy::FixedPriority { quantum }
+            | Policy::Edf { quantum } => quantum.max(1),
+        }
+    }
+
+    /// How the policy ranks `slot` (lower first).
+    fn rank(&self, slot: usize) -> Rank {
+        let s = &self.slots[slot];
+        match self.policy {
+            Policy::Pinned | Policy::RoundRobin { .. } => (0, 0, s.ticket),
+            Policy::FixedPriority { .. } => (u64::from(u8::MAX - s.priority), 0, s.ticket),
+            Policy::Edf { .. } => match s.reservation {
+                Some(_) => (0, s.deadline, slot as u64),
+                None => (1, 0, s.ticket),
+            },
+        }
+    }
+
+    /// Whether `slot` shares the pCPU by round robin with the others of its class.
+    fn round_robin(&self, slot: usize) -> bool {
+        match self.policy {
+            Policy::Pinned => false,
+            Policy::RoundRobin { .. } | Policy::FixedPriority { .. } => true,
+            Policy::Edf { .. } => self.slots[slot].reservation.is_none(),
+        }
+    }
+
+    /// Whether another runnable vCPU shares `slot`'s round-robin class.
+    fn peer_runnable(&self, slot: usize) -> bool {
+        self.round_robin(slot)
+            && (0..self.len).any(|other| {
+                other != slot
+                    && self.slots[other].runnable()
+                    && self.rank(other).0 == self.rank(slot).0
+            })
+    }
+
+    /// The runnable slot that ranks first.
+    fn best(&self) -> Option<usize> {
+        (0..self.len)
+            .filter(|&slot| self.slots[slot].runnable())
+            .min_by_key(|&slot| self.rank(slot))
+    }
+
+    /// Whether a `decide` now may change what runs, `slot` being runnable.
+    fn should_preempt(&self, slot: usize) -> bool {
+        if !self.slots[slot].runnable() {
+            return false;
+        }
+        let Some(running) = self
+            .current
+            .filter(|&c| self.holding && self.slots[c].runnable())
+        else {
+            return true;
+        };
+        if running == slot {
+            return false;
+        }
+        let (woken, current) = (self.rank(slot), self.rank(running));
+        if woken.0 != current.0 {
+            return woken.0 < current.0;
+        }
+        if self.round_robin(running) {
+            return !self.quantum_armed;
+        }
+        woken < current
+    }
+
+    /// `chosen` preempts `preempted` (which held the pCPU): if both have reservations and
+    /// `preempted` is still runnable, `chosen` pays for `preempted`'s coming resumption.
+    fn pay_for_resumption(&mut self, chosen: usize, preempted: usize) {
+        let (Some(full), Some(_)) = (
+            self.slots[preempted].reservation,
+            self.slots[chosen].reservation,
+        ) else {
+            return;
+        };
+        if self.switch_cost == 0 || !self.slots[preempted].runnable() {
+            return;
+        }
+        // Leave the chosen vCPU at least one unit: it was picked to run.
+        let amount = self
+            .switch_cost
+            .min(self.slots[chosen].budget.saturating_sub(1));
+        self.slots[chosen].budget -= amount;
+        let credited = self.slots[preempted].budget.saturating_add(amount);
+        self.slots[preempted].budget = credited.min(full.budget);
+    }
+
+    /// When to decide again after choosing `pick` at `now`.
+    fn until(&mut self, now: Time, pick: Option<usize>) -> Option<Time> {
+        self.quantum_armed = false;
+        if self.policy == Policy::Pinned {
+            return None;
+        }
+        let mut until: Option<Time> = None;
+        let mut earliest = |at: Time| until = Some(until.map_or(at, |u| u.min(at)));
+        if let Some(running) = pick {
+            let slot = &self.slots[running];
+            if slot.reservation.is_some() {
+                earliest(now.saturating_add(slot.budget));
+                earliest(slot.next_release);
+            }
+            if self.peer_runnable(running) {
+                earliest(self.quantum_end);
+                self.quantum_armed = true;
+            }
+        }
+        for slot in &self.slots[..self.len] {
+            if slot.started && slot.reservation.is_some() && !slot.runnable() {
+                earliest(slot.next_release);
+            }
+        }
+        until
+    }
+}

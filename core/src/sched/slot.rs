@@ -1,0 +1,198 @@
+//! One vCPU's scheduling state on its pCPU: run state, budget, current job and statistics.
+
+use super::{Reservation, Time};
+
+/// What the scheduler counts for one vCPU.
+///
+/// Jobs exist for vCPUs with a reservation only (fixed priority or EDF): a job is released
+/// at each period, and is complete when the vCPU blocks (WFI, KEEL_YIELD) after its release.
+#[derive(Default, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stats {
+    /// Jobs released.
+    pub jobs: u64,
+    /// Jobs not complete by their absolute deadline (each counted once).
+    pub deadline_misses: u64,
+    /// Times the vCPU used up its budget while still runnable, and was throttled.
+    pub overruns: u64,
+    /// Longest response time (completion − release) of a completed job.
+    pub worst_response: Time,
+    /// Response time of the last completed job.
+    pub last_response: Time,
+    /// Times [`decide`](super::Scheduler::decide) switched to this vCPU from another one or
+    /// from idle.
+    pub dispatches: u64,
+}
+
+impl Stats {
+    /// All zero (as [`Default`], usable in a `const`).
+    pub const ZERO: Stats = Stats {
+        jobs: 0,
+        deadline_misses: 0,
+        overruns: 0,
+        worst_response: 0,
+        last_response: 0,
+        dispatches: 0,
+    };
+}
+
+/// One vCPU's state, as the scheduler keeps it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Slot {
+    /// Fixed-priority policy: its priority (higher runs first).
+    pub(super) priority: u8,
+    /// The reservation the policy enforces (`None`: best effort, or a pinned pCPU).
+    pub(super) reservation: Option<Reservation>,
+    /// Powered on (between `start` and `stop`).
+    pub(super) started: bool,
+    /// Waiting for `wake` or (with a reservation) its next release.
+    pub(super) blocked: bool,
+    /// Budget left in the current period (reservation only); 0 = throttled.
+    pub(super) budget: Time,
+    /// Release time of the current job.
+    pub(super) release: Time,
+    /// Absolute deadline of the current job.
+    pub(super) deadline: Time,
+    /// Release time of the next job.
+    pub(super) next_release: Time,
+    /// The current job is released and not complete.
+    pub(super) job_pending: bool,
+    /// The current job was already counted as a deadline miss.
+    pub(super) job_missed: bool,
+    /// Place in the round-robin queue of its class: lower runs first.
+    pub(super) ticket: u64,
+    /// What happened so far.
+    pub(super) stats: Stats,
+}
+
+impl Slot {
+    /// A slot holding no vCPU.
+    pub(super) const EMPTY: Slot = Slot {
+        priority: 0,
+        reservation: None,
+        started: false,
+        blocked: false,
+        budget: 0,
+        release: 0,
+        deadline: 0,
+        next_release: 0,
+        job_pending: false,
+        job_missed: false,
+        ticket: 0,
+        stats: Stats::ZERO,
+    };
+
+    /// Started, not blocked, and (with a reservation) not throttled.
+    pub(super) fn runnable(&self) -> bool {
+        self.started && !self.blocked && (self.reservation.is_none() || self.budget > 0)
+    }
+
+    /// Powers the vCPU on at `now`: runnable, first job released at `now`.
+    pub(super) fn start(&mut self, now: Time, ticket: u64) {
+        self.started = true;
+        self.blocked = false;
+        self.ticket = ticket;
+        self.job_pending = false;
+        if let Some(reservation) = self.reservation {
+            self.release_job(now, reservation);
+        }
+    }
+
+    /// Powers the vCPU off: its current job is dropped (not counted as a miss unless its
+    /// deadline had already passed, which the caller's catch-up counted).
+    pub(super) fn stop(&mut self) {
+        self.started = false;
+        self.blocked = false;
+        self.job_pending = false;
+        self.budget = 0;
+    }
+
+    /// Charges `elapsed` execution to the budget. Running out counts an overrun when
+    /// `may_overrun` (the vCPU is still running, not blocking or stopping at that instant).
+    pub(super) fn charge(&mut self, elapsed: Time, may_overrun: bool) {
+        if self.reservation.is_none() || !self.started {
+            return;
+        }
+        let before = self.budget;
+        self.budget = before.saturating_sub(elapsed);
+        if before > 0 && self.budget == 0 && may_overrun && !self.blocked {
+            self.stats.overruns += 1;
+        }
+    }
+
+    /// Counts a deadline miss of the current job if its deadline is at or before `now`, and
+    /// releases the jobs due by `now`. Jobs whose whole period passed without the scheduler
+    /// being called (the caller ignored `until`) are counted as released and missed.
+    pub(super) fn catch_up(&mut self, now: Time) {
+        let Some(reservation) = self.reservation else {
+            return;
+        };
+        if !self.started {
+            return;
+        }
+        self.count_miss(now);
+        if now < self.next_release {
+            return;
+        }
+        // The deadline is within the period, so a pending job was counted as missed above.
+        let period = reservation.period.max(1);
+        let skipped = (now - self.next_release) / period;
+        self.stats.jobs = self.stats.jobs.saturating_add(skipped);
+        self.stats.deadline_misses = self.stats.deadline_misses.saturating_add(skipped);
+        let at = self
+            .next_release
+            .saturating_add(skipped.saturating_mul(period));
+        self.release_job(at, reservation);
+    }
+
+    /// Counts a deadline miss if the current job is not complete at its deadline, `now` or
+    /// before (once per job).
+    pub(super) fn count_miss(&mut self, now: Time) {
+        if self.started && self.job_pending && !self.job_missed && now >= self.deadline {
+            self.stats.deadline_misses += 1;
+            self.job_missed = true;
+        }
+    }
+
+    /// Releases a job at `at`: full budget, new deadline, runnable.
+    fn release_job(&mut self, at: Time, reservation: Reservation) {
+        self.stats.jobs += 1;
+        self.release = at;
+        self.deadline = at.saturating_add(reservation.deadline);
+        self.next_release = at.saturating_add(reservation.period.max(1));
+        self.budget = reservation.budget;
+        self.job_pending = true;
+        self.job_missed = false;
+        self.blocked = false;
+    }
+
+    /// The vCPU blocks at `now`: its current job (if any) is complete.
+    pub(super) fn block(&mut self, now: Time) {
+        if !self.started {
+            return;
+        }
+        self.blocked = true;
+        if self.job_pending {
+            self.job_pending = false;
+            let response = now.saturating_sub(self.release);
+            self.stats.last_response = response;
+            self.stats.worst_response = self.stats.worst_response.max(response);
+            if now > self.deadline && !self.job_missed {
+                self.stats.deadline_misses += 1;
+                self.job_missed = true;
+            }
+        }
+    }
+
+    /// The constant-bandwidth clip at a wake-up (Abeni and Buttazzo 1998): the budget left
+    /// may not exceed what the reserved bandwidth allows until the current deadline,
+    /// ⌊(deadline − now) · budget / relative deadline⌋.
+    pub(super) fn clip_budget(&mut self, now: Time) {
+        let Some(reservation) = self.reservation else {
+            return;
+        };
+        let left = u128::from(self.deadline.saturating_sub(now));
+        let allowed =
+            left * u128::from(reservation.budget) / u128::from(reservation.deadline.max(1));
+        self.budget = self.budget.min(allowed.min(u128::from(Time::MAX)) as Time);
+    }
+}
