@@ -166,6 +166,7 @@ fn params(params: Params) -> String {
 mod tests {
     use super::*;
     use crate::config::{ImageSource, Vm};
+    use crate::sched::Reservation;
 
     fn system() -> System {
         let vm = |id: u16, name: &str, phys: u64, pcpus: Vec<u32>, wfi| Vm {
@@ -197,11 +198,35 @@ mod tests {
             hypervisor_base: 0x4000_0000,
             hypervisor_size: 0x200_0000,
             pcpus: 4,
-            policies: vec![Policy::Pinned; 4],
-            switch_cost_ns: 0,
+            policies: vec![
+                Policy::Pinned,
+                Policy::Edf { quantum: 1_000_000 },
+                Policy::FixedPriority { quantum: 500_000 },
+                Policy::RoundRobin { quantum: 2_000_000 },
+            ],
+            switch_cost_ns: 2_000,
             vms: vec![
-                vm(0, "rt-a", 0x5000_0000, vec![1], WfiPolicy::Native),
-                vm(1, "rt \"b\"", 0x5100_0000, vec![2, 3], WfiPolicy::Trap),
+                Vm {
+                    sched: vec![Params {
+                        priority: 0,
+                        reservation: Some(Reservation {
+                            period: 1_000_000,
+                            budget: 200_000,
+                            deadline: 800_000,
+                        }),
+                    }],
+                    ..vm(0, "rt-a", 0x5000_0000, vec![1], WfiPolicy::Native)
+                },
+                Vm {
+                    sched: vec![
+                        Params {
+                            priority: 7,
+                            reservation: None,
+                        },
+                        Params::default(),
+                    ],
+                    ..vm(1, "rt \"b\"", 0x5100_0000, vec![2, 3], WfiPolicy::Trap)
+                },
             ],
         }
     }
@@ -248,6 +273,16 @@ mod tests {
             "size: 0x200000,",
             "wfi: ::keel_core::system::WfiPolicy::Native,",
             "wfi: ::keel_core::system::WfiPolicy::Trap,",
+            "policies: &[::keel_core::sched::Policy::Pinned, \
+             ::keel_core::sched::Policy::Edf { quantum: 1000000 }, \
+             ::keel_core::sched::Policy::FixedPriority { quantum: 500000 }, \
+             ::keel_core::sched::Policy::RoundRobin { quantum: 2000000 }],",
+            "switch_cost_ns: 2000,",
+            "sched: &[::keel_core::sched::Params { priority: 0, reservation: \
+             Some(::keel_core::sched::Reservation { period: 1000000, budget: 200000, \
+             deadline: 800000 }) }],",
+            "sched: &[::keel_core::sched::Params { priority: 7, reservation: None }, \
+             ::keel_core::sched::Params { priority: 0, reservation: None }],",
         ] {
             assert!(source.contains(expected), "missing {expected:?} in:\n{source}");
         }

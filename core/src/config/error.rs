@@ -4,6 +4,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use super::duration::{format_duration, DurationError};
+use super::unschedulable::Unschedulable;
 
 /// A rejected configuration. Displays as `<config path>: <message>`, or as
 /// `<config path>:<line>:<column>: <message>` when the TOML itself is at fault.
@@ -120,6 +121,8 @@ pub enum Subject {
     Vcpu(VcpuName),
     /// `pCPU <id>`: a `[[pcpu]]` table.
     Pcpu(u32),
+    /// `[[pcpu]] #<index>`: a `[[pcpu]]` table whose id names no pCPU (0-based index in the file).
+    PcpuTable(usize),
 }
 
 /// A vCPU as messages name it: `vm '<vm>' vCPU <vcpu>`.
@@ -145,6 +148,7 @@ impl fmt::Display for Subject {
             Self::UnnamedVm(index) => write!(f, "vm #{index}"),
             Self::Vcpu(vcpu) => write!(f, "{vcpu}"),
             Self::Pcpu(pcpu) => write!(f, "pCPU {pcpu}"),
+            Self::PcpuTable(index) => write!(f, "[[pcpu]] #{index}"),
         }
     }
 }
@@ -299,6 +303,13 @@ pub enum Problem {
     },
     /// `must be at least 1`.
     NoPcpus,
+    /// `<count> pCPUs exceed Keel's maximum of <max>`.
+    TooManyPcpus {
+        /// `system.pcpus`.
+        count: u32,
+        /// The limit.
+        max: u32,
+    },
     /// `must not be empty: a VM needs at least one vCPU`.
     NoVcpus,
     /// `<count> vCPUs exceed Keel's maximum of <max> per VM`.
@@ -485,7 +496,7 @@ pub enum Problem {
         /// The limit.
         limit: u64,
     },
-    /// `<other> has priority <priority> too on fixed-priority pCPU <pcpu>: vCPUs with a
+    /// `<priority> is also the priority of <other> on fixed-priority pCPU <pcpu>: vCPUs with a
     /// reservation need distinct priorities`.
     PriorityShared {
         /// The vCPU declared earlier with the same priority and a reservation.
@@ -511,146 +522,6 @@ pub enum Problem {
 
 /// How a pinned pCPU's refusal tells the reader to share it.
 const SHARE_HINT: &str = "a [[pcpu]] policy lets vCPUs share it";
-
-/// Why admission refuses the reservations of a shared pCPU (durations in nanoseconds, shown
-/// with units); the doc comment of each variant is its message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Unschedulable {
-    /// `EDF utilisation <total> > 1 (<vcpu>: <share>, ...)`: shares are (budget + 2 × switch
-    /// cost) / period, rounded up to two decimals.
-    EdfUtilisation {
-        /// Σ of the shares, parts per million.
-        total_ppm: u64,
-        /// Each reservation's share, parts per million.
-        shares: Vec<(VcpuName, u64)>,
-    },
-    /// `EDF processor demand <demand> at <at> after a synchronous release exceeds the time
-    /// available (<vcpu>: <n> job(s) of <length>, ...; each job is its budget plus twice the
-    /// switch cost of <switch_cost>)`.
-    EdfDemand {
-        /// The instant, from a synchronous release.
-        at: u64,
-        /// The work due by then.
-        demand: u64,
-        /// The vCPUs with a deadline by then: how many jobs, and each job's length.
-        jobs: Vec<(VcpuName, u64, u64)>,
-        /// The switch cost charged twice per job.
-        switch_cost: u64,
-    },
-    /// `<policy>: <vcpu>'s budget <budget> plus twice the switch cost of <switch_cost> is above
-    /// its deadline <deadline>`.
-    SwitchCostAboveDeadline {
-        /// `EDF` or `fixed-priority`.
-        policy: &'static str,
-        /// The vCPU.
-        vcpu: VcpuName,
-        /// Its budget.
-        budget: u64,
-        /// The switch cost.
-        switch_cost: u64,
-        /// Its deadline.
-        deadline: u64,
-    },
-    /// `<policy> admission cannot decide for <count> reservations (at most <max_tasks>, and at
-    /// most <max_points> deadlines to check): refused rather than guessed`.
-    TooComplex {
-        /// `EDF` or `fixed-priority`.
-        policy: &'static str,
-        /// Number of reservations on the pCPU.
-        count: usize,
-    },
-    /// `fixed-priority response time of <vcpu> reaches <response> > its deadline <deadline>`.
-    ResponseTime {
-        /// The vCPU.
-        vcpu: VcpuName,
-        /// Its worst-case response time (or the first value found above its deadline).
-        response: u64,
-        /// Its deadline.
-        deadline: u64,
-    },
-}
-
-/// Parts per million with two decimals, rounded up: `1.05`.
-fn ppm_two_places(ppm: u64) -> String {
-    let hundredths = ppm.div_ceil(10_000);
-    format!("{}.{:02}", hundredths / 100, hundredths % 100)
-}
-
-impl fmt::Display for Unschedulable {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::EdfUtilisation { total_ppm, shares } => {
-                let shares: Vec<String> = shares
-                    .iter()
-                    .map(|(vcpu, ppm)| format!("{vcpu}: {}", ppm_two_places(*ppm)))
-                    .collect();
-                write!(
-                    f,
-                    "EDF utilisation {} > 1 ({})",
-                    ppm_two_places(*total_ppm),
-                    shares.join(", ")
-                )
-            }
-            Self::EdfDemand {
-                at,
-                demand,
-                jobs,
-                switch_cost,
-            } => {
-                let jobs: Vec<String> = jobs
-                    .iter()
-                    .map(|(vcpu, count, length)| {
-                        let plural = if *count == 1 { "" } else { "s" };
-                        format!(
-                            "{vcpu}: {count} job{plural} of {}",
-                            format_duration(*length)
-                        )
-                    })
-                    .collect();
-                write!(
-                    f,
-                    "EDF processor demand {} at {} after a synchronous release exceeds the time \
-                     available ({}; each job is its budget plus twice the switch cost of {})",
-                    format_duration(*demand),
-                    format_duration(*at),
-                    jobs.join(", "),
-                    format_duration(*switch_cost)
-                )
-            }
-            Self::SwitchCostAboveDeadline {
-                policy,
-                vcpu,
-                budget,
-                switch_cost,
-                deadline,
-            } => write!(
-                f,
-                "{policy}: {vcpu}'s budget {} plus twice the switch cost of {} is above its \
-                 deadline {}",
-                format_duration(*budget),
-                format_duration(*switch_cost),
-                format_duration(*deadline)
-            ),
-            Self::TooComplex { policy, count } => write!(
-                f,
-                "{policy} admission cannot decide for {count} reservations (at most {}, and at \
-                 most {} deadlines to check): refused rather than guessed",
-                crate::admission::MAX_TASKS,
-                crate::admission::MAX_CHECK_POINTS
-            ),
-            Self::ResponseTime {
-                vcpu,
-                response,
-                deadline,
-            } => write!(
-                f,
-                "fixed-priority response time of {vcpu} reaches {} > its deadline {}",
-                format_duration(*response),
-                format_duration(*deadline)
-            ),
-        }
-    }
-}
 
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -704,6 +575,9 @@ impl fmt::Display for Problem {
                 offset >> 20
             ),
             Self::NoPcpus => f.write_str("must be at least 1"),
+            Self::TooManyPcpus { count, max } => {
+                write!(f, "{count} pCPUs exceed Keel's maximum of {max}")
+            }
             Self::NoVcpus => f.write_str("must not be empty: a VM needs at least one vCPU"),
             Self::TooManyVcpus { count, max } => {
                 write!(f, "{count} vCPUs exceed Keel's maximum of {max} per VM")
@@ -838,7 +712,7 @@ impl fmt::Display for Problem {
                 pcpu,
             } => write!(
                 f,
-                "{other} has priority {priority} too on fixed-priority pCPU {pcpu}: \
+                "{priority} is also the priority of {other} on fixed-priority pCPU {pcpu}: \
                  vCPUs with a reservation need distinct priorities"
             ),
             Self::ReservationBelowBestEffort {

@@ -1,7 +1,8 @@
 //! The configuration compiler (host only): a system described in TOML, validated, emitted as Rust tables.
 //!
-//! [`load`] parses a file (`schema`) and checks every rejection rule in file order (`validate`;
-//! each rule's exact message is a [`Problem`] variant); [`emit_rust`] turns the result into the
+//! [`load`] parses a file (`schema`) and checks every rejection rule in file order (`validate`,
+//! with the scheduling rules and build-time admission in `schedule`; each rule's exact message
+//! is a [`Problem`] or [`Unschedulable`] variant); [`emit_rust`] turns the result into the
 //! [`SystemDesc`](crate::system::SystemDesc) the hypervisor links in. EL2 never parses TOML.
 
 mod codegen;
@@ -13,19 +14,19 @@ mod model;
 mod schedule;
 mod schema;
 mod size;
+mod unschedulable;
 mod validate;
 
 pub use codegen::emit_rust;
 pub use duration::{format_duration, parse_duration, DurationError};
-pub use error::{
-    AddressRange, Backing, ConfigError, ConfigErrorKind, Problem, Subject, Unschedulable, VcpuName,
-};
+pub use error::{AddressRange, Backing, ConfigError, ConfigErrorKind, Problem, Subject, VcpuName};
 pub use image::{inspect as inspect_image, ImageLayout};
 pub use load::{load, parse_str};
 pub use model::{
     Flash, ImageSource, Initrd, System, Vm, DEFAULT_IPA, DEVICE_WINDOW_END, DEVICE_WINDOW_START,
     DTB_REGION_SIZE, FLASH_WINDOW_SIZE, HYPERVISOR_IMAGE_OFFSET, IPA_BITS, KNOWN_DEVICES,
-    LINUX_IMAGE_BASE_ALIGN, MAX_VCPUS, MAX_VMS, MIN_VM_MEMORY, PAGE_SIZE,
+    LINUX_IMAGE_BASE_ALIGN, MAX_PCPUS, MAX_VCPUS, MAX_VMS, MIN_VM_MEMORY, PAGE_SIZE,
 };
 pub use schedule::{DEFAULT_QUANTUM_NS, DEFAULT_SWITCH_COST_NS};
 pub use size::{parse_size, ByteSize};
+pub use unschedulable::Unschedulable;

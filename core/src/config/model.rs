@@ -29,6 +29,8 @@ pub const DEVICE_WINDOW_END: u64 = 0x0A00_0000;
 pub const IPA_BITS: u32 = crate::system::IPA_BITS;
 /// Most VMs a system may have.
 pub const MAX_VMS: usize = crate::system::MAX_VMS;
+/// Most pCPUs a system may have (each has a policy in the tables; far above what boards give).
+pub const MAX_PCPUS: u32 = 256;
 /// Most vCPUs a VM may have.
 pub const MAX_VCPUS: usize = crate::system::MAX_VCPUS;
 /// Size of QEMU `virt`'s flash window at IPA 0 (two 64 MiB banks): the most a VM's flash covers.

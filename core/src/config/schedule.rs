@@ -5,9 +5,10 @@
 //! VM's `schedule` against the policies of its pCPUs, then every shared pCPU across the VMs
 //! placed on it (fixed-priority ranks, then [`crate::admission`] with the switch cost).
 
-use super::error::{ConfigErrorKind, Problem, Subject, Unschedulable, VcpuName};
+use super::error::{ConfigErrorKind, Problem, Subject, VcpuName};
 use super::model::Vm;
 use super::schema::{PcpuTable, SystemTable, VcpuScheduleTable, VmTable};
+use super::unschedulable::Unschedulable;
 use crate::admission::{self, Refusal, Task};
 use crate::sched::{Params, Policy, Reservation};
 
@@ -43,7 +44,8 @@ pub fn policies(tables: &[PcpuTable], pcpu_count: u32) -> Result<Vec<Policy>, Co
         let subject = Subject::Pcpu(table.id);
         let at = |field: &'static str, problem: Problem| invalid(&subject, field, problem);
         if table.id >= pcpu_count {
-            return Err(at(
+            return Err(invalid(
+                &Subject::PcpuTable(position),
                 "id",
                 Problem::PcpuOutOfRange {
                     pcpu: table.id,

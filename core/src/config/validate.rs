@@ -11,7 +11,7 @@ use super::image;
 use super::model::{
     Flash, Initrd, System, Vm, DEFAULT_IPA, DEVICE_WINDOW_END, DEVICE_WINDOW_START,
     DTB_REGION_SIZE, FLASH_WINDOW_SIZE, HYPERVISOR_IMAGE_OFFSET, IPA_BITS, KNOWN_DEVICES,
-    LINUX_IMAGE_BASE_ALIGN, MAX_VCPUS, MAX_VMS, MIN_VM_MEMORY, PAGE_SIZE,
+    LINUX_IMAGE_BASE_ALIGN, MAX_PCPUS, MAX_VCPUS, MAX_VMS, MIN_VM_MEMORY, PAGE_SIZE,
 };
 use super::schedule;
 use super::schema::{ConfigFile, RegionTable, SystemTable, VmTable};
@@ -55,6 +55,16 @@ fn check_system(system: &SystemTable) -> Result<(AddressRange, AddressRange), Co
     }
     if system.pcpus == 0 {
         return Err(invalid(&subject, "pcpus", Problem::NoPcpus));
+    }
+    if system.pcpus > MAX_PCPUS {
+        return Err(invalid(
+            &subject,
+            "pcpus",
+            Problem::TooManyPcpus {
+                count: system.pcpus,
+                max: MAX_PCPUS,
+            },
+        ));
     }
     let ram = check_region(&system.ram).map_err(|problem| invalid(&subject, "ram", problem))?;
     let hypervisor = check_region(&system.hypervisor)
