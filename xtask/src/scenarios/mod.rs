@@ -3,6 +3,8 @@
 //! Scenarios that judge timing run under `-icount shift=0,sleep=off`, where virtual time is
 //! one nanosecond per instruction and repeats exactly, so a loaded machine cannot fail them.
 
+mod sched;
+
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
@@ -1080,7 +1082,9 @@ pub fn all() -> Vec<Scenario> {
         ("bad-pcpu-twice", "vm 'rt-b': pcpus: pCPU 1 is already claimed by vm 'rt-a'"),
         ("bad-hypervisor-overlap", "overlaps the hypervisor region"),
         ("bad-unknown-field", "unknown field"),
+        ("bad-edf", "pCPU 1: EDF utilisation 1.06 > 1 (vm 'rt-a' vCPU 0: 0.61, vm 'rt-b' vCPU 0: 0.46)"),
     ]);
+    scenarios.extend(sched::all());
     for (name, message) in bad {
         scenarios.push(Scenario {
             name: format!("bad configuration {name} fails the build with its message"),
