@@ -70,7 +70,10 @@ fn share_reports(ended: &Ended, vm: &str) -> Vec<(u64, u64)> {
 fn check_jobs(ended: &Ended, vm: &str, period_us: u64, min_reports: usize) -> Result<()> {
     let reports = job_reports(ended, vm);
     if reports.len() < min_reports {
-        return Err(format!("vm '{vm}' reported its jobs {} times", reports.len()));
+        return Err(format!(
+            "vm '{vm}' reported its jobs {} times",
+            reports.len()
+        ));
     }
     for r in &reports {
         let expected = r.second * 1_000_000 / period_us;
@@ -124,7 +127,10 @@ fn m5150() -> Result<()> {
         .and_then(|_| session.wait_for_count(r"^\[rt-20ms\] \[job\]", 3, wait));
     let ended = session.kill();
     outcome.map_err(|m| with_console_tail(m, &ended))?;
-    expect_line(&ended, r"^\[linux\] stress-ng: info: .* successful run completed")?;
+    expect_line(
+        &ended,
+        r"^\[linux\] stress-ng: info: .* successful run completed",
+    )?;
     expect_line(&ended, r"^\[linux\] KEEL-INIT-END status=0$")?;
     check_jobs(&ended, "rt-1ms", 1_000, 3)?;
     check_jobs(&ended, "rt-5ms", 5_000, 3)?;
@@ -168,7 +174,10 @@ fn gandalf() -> Result<()> {
         .and_then(|_| session.wait_for(r"^\[rt\] tick: ", wait));
     let ended = session.kill();
     outcome.map_err(|m| with_console_tail(m, &ended))?;
-    expect_line(&ended, r"^\[linux\] stress-ng: info: .* successful run completed")?;
+    expect_line(
+        &ended,
+        r"^\[linux\] stress-ng: info: .* successful run completed",
+    )?;
     expect_line(&ended, r"^\[linux\] KEEL-INIT-END status=0$")?;
     check_tick_counts(&ended, "rt", 5)?;
     let late = tick_lateness(&ended, "rt");
@@ -184,13 +193,13 @@ fn gandalf() -> Result<()> {
 pub fn all() -> Vec<Scenario> {
     vec![
         Scenario {
-            name: "round robin: two VMs on one pCPU each get their share within one quantum"
-                .into(),
+            name: "round robin: two VMs on one pCPU each get their share within one quantum".into(),
             run: Box::new(round_robin),
         },
         Scenario {
-            name: "EDF (M5150): three real-time vCPUs and Debian Linux on one pCPU, no deadline miss"
-                .into(),
+            name:
+                "EDF (M5150): three real-time vCPUs and Debian Linux on one pCPU, no deadline miss"
+                    .into(),
             run: Box::new(m5150),
         },
         Scenario {
