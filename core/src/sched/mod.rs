@@ -4,6 +4,8 @@ mod params;
 mod scheduler;
 #[cfg(any(test, feature = "std"))]
 pub mod sim;
+#[cfg(test)]
+mod sim_tests;
 mod slot;
 #[cfg(test)]
 mod tests;

@@ -6,7 +6,18 @@
 //! (it stops holding it when it blocks or is stopped: the time from then until the next
 //! `decide` is the hypervisor's and is charged to no one). The same call then counts
 //! deadline misses and releases the jobs due by `now`. A `now` earlier than a previous one is
-//! taken as the previous one.
+//! taken as the previous one. [`Scheduler::block`] completes the blocking vCPU's job before
+//! releasing the jobs due at `now`, so a job that ends exactly at its deadline (or at its
+//! next release) is met.
+//!
+//! Quanta: a vCPU gets a fresh quantum whenever it is dispatched (switched to, or picked again
+//! after blocking); when its quantum has ended and another vCPU of its round-robin class is
+//! runnable, it goes to the back of the queue. Running alone, its quantum restarts at the
+//! first `decide` after it ends, and no quantum timer is set.
+//!
+//! Overruns: counted when a vCPU's budget runs out while it still runs (in `decide` or
+//! `wake`), not when it blocks or stops at that very instant, nor when the EDF wake-up clip
+//! leaves it nothing.
 
 use core::fmt;
 

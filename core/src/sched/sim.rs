@@ -191,7 +191,10 @@ impl Simulation {
                 next = next.min(until);
             }
             if let Some(slot) = running {
-                next = next.min(now + overhead_left + jobs[slot].left);
+                next = next.min(
+                    now.saturating_add(overhead_left)
+                        .saturating_add(jobs[slot].left),
+                );
             }
             // Run until then.
             let elapsed = next - now;
