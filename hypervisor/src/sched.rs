@@ -98,7 +98,10 @@ pub fn init(index: usize) {
     let (numerator, denominator) = ticks_per_ns();
     let mut shared = SHARED[index].lock();
     let policy = SYSTEM.policies[index].scaled(numerator, denominator);
-    shared.scheduler = Scheduler::new(policy);
+    // The switch cost admission charged, so that a preempting vCPU pays for the preempted
+    // one's resumption and every admitted job keeps its budget.
+    let switch_cost = keel_core::sched::scale(SYSTEM.switch_cost_ns, numerator, denominator);
+    shared.scheduler = Scheduler::with_switch_cost(policy, switch_cost);
     for (vm_index, desc) in SYSTEM.vms.iter().enumerate() {
         for (vcpu, &pcpu) in desc.pcpus.iter().enumerate() {
             if pcpu as usize != index {

@@ -10,6 +10,7 @@ mod image;
 mod process;
 mod qemu;
 mod scenarios;
+mod sched_bench;
 mod setup;
 
 use std::path::{Path, PathBuf};
@@ -43,6 +44,7 @@ const USAGE: &str = "usage: cargo xtask <command>
                    scenarios whose name contains it)
   bench [micro]    print the micro-benchmarks (instructions, QEMU icount), Keel vs native, then the
                    Linux benchmarks (native, Keel, Xen) unless `micro`
+  bench sched      the shared-pCPU benchmarks: vCPU switch cost, lazy FP, the M5150 overhead table
   fuzz [TARGET] [SECONDS]  run the core's fuzz targets (all, or TARGET) SECONDS each (default 10);
                    `fuzz TARGET --replay FILE` runs one saved input
   build CONFIG     compile CONFIG and build its image under target/keel/<name>/keel.bin";
@@ -52,6 +54,9 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("run") => run(args.get(1).map(PathBuf::from)),
         Some("test") => return test(args.get(1).map(String::as_str)),
+        Some("bench") if args.get(1).is_some_and(|a| a == "sched") => {
+            setup::ensure_tools().and_then(|()| sched_bench::run())
+        }
         Some("bench") => setup::ensure_tools()
             .and_then(|()| bench::run(args.get(1).is_some_and(|a| a == "micro"))),
         Some("fuzz") => setup::ensure_tools().and_then(|()| fuzz::run(&args[1..])),

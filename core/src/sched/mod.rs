@@ -10,6 +10,6 @@ mod slot;
 #[cfg(test)]
 mod tests;
 
-pub use params::{Params, Policy, Reservation, Time};
+pub use params::{scale, Params, Policy, Reservation, Time};
 pub use scheduler::{Decision, SchedError, Scheduler, MAX_SLOTS};
 pub use slot::Stats;

@@ -53,8 +53,9 @@ pub struct Params {
     pub reservation: Option<Reservation>,
 }
 
-/// `value * numerator / denominator`, rounded up, saturating.
-fn scale(value: Time, numerator: u64, denominator: u64) -> Time {
+/// `value * numerator / denominator`, rounded up, saturating: a duration converted between
+/// clocks (nanoseconds to counter ticks) never shrinks.
+pub fn scale(value: Time, numerator: u64, denominator: u64) -> Time {
     let scaled =
         (u128::from(value) * u128::from(numerator)).div_ceil(u128::from(denominator.max(1)));
     scaled.min(u128::from(u64::MAX)) as Time

@@ -5,6 +5,9 @@
 //! | `keel.native` | running on bare QEMU: no Keel hypercalls |
 //! | `keel.mode=ticks\|bench\|spin\|job\|share` | what to run (default `ticks`) |
 //! | `keel.work=<us>\|forever` | job mode: work per job before yielding (default 100) |
+//! | `keel.pingpong=measure\|partner` | pingpong mode: count instructions (owns the PMU) or only yield |
+//! | `keel.fp` | pingpong mode: touch FP/SIMD before each yield |
+//! | `keel.iterations=<n>` | work mode: rounds of the workload (default 10,000,000) |
 //! | `keel.report=<seconds>` | ticks mode: report every that many seconds (default 1) |
 //! | `keel.off=<seconds>` | ticks mode: SYSTEM_OFF after that many seconds |
 //! | `keel.reset=<seconds>` | ticks mode: SYSTEM_RESET once, after that many seconds |
@@ -29,6 +32,10 @@ pub enum Mode {
     Job,
     /// A best-effort hog that reports the pCPU time it got.
     Share,
+    /// Yield ping-pong with a partner vCPU (`keel.pingpong=measure|partner`, `keel.fp`).
+    Pingpong,
+    /// A fixed CPU-bound workload (`keel.iterations`), timed, then SYSTEM_OFF.
+    Work,
 }
 
 impl fmt::Display for Mode {
@@ -39,6 +46,8 @@ impl fmt::Display for Mode {
             Mode::Spin => "spin",
             Mode::Job => "job",
             Mode::Share => "share",
+            Mode::Pingpong => "pingpong",
+            Mode::Work => "work",
         })
     }
 }
@@ -67,6 +76,8 @@ pub struct Options<'a> {
     pub target: Option<u64>,
     /// `keel.work`: job mode's work per job in microseconds; `None` for `forever`.
     pub work_us: Option<u64>,
+    /// `keel.iterations`: work mode's rounds.
+    pub iterations: u64,
 }
 
 /// A boot argument the guest cannot use.
@@ -96,11 +107,13 @@ impl<'a> Options<'a> {
             Some("spin") => Mode::Spin,
             Some("job") => Mode::Job,
             Some("share") => Mode::Share,
+            Some("pingpong") => Mode::Pingpong,
+            Some("work") => Mode::Work,
             Some(value) => {
                 return Err(OptionError {
                     key: "keel.mode",
                     value,
-                    expected: "ticks, bench, spin, job or share",
+                    expected: "ticks, bench, spin, job, share, pingpong or work",
                 })
             }
         };
@@ -148,7 +161,16 @@ impl<'a> Options<'a> {
                 expected: "microseconds or forever",
             })?),
         };
+        let iterations = match args.value("keel.iterations") {
+            None => 10_000_000,
+            Some(value) => value.parse().map_err(|_| OptionError {
+                key: "keel.iterations",
+                value,
+                expected: "a whole number",
+            })?,
+        };
         Ok(Self {
+            iterations,
             work_us,
             native: args.has_flag("keel.native"),
             mode,

@@ -76,3 +76,83 @@ pub fn share(report_seconds: u64) -> ! {
         }
     }
 }
+
+/// Yields per measured round of `pingpong` mode.
+const PINGPONG_YIELDS: u64 = 1000;
+/// Measured rounds.
+const PINGPONG_ROUNDS: usize = 5;
+
+/// Writes an FP/SIMD register: the first FP/SIMD instruction after a switch, which Keel's
+/// lazy switch traps.
+fn touch_fp(value: u64) {
+    // SAFETY: writes D0 only, which nothing in this soft-float guest uses.
+    unsafe {
+        core::arch::asm!(
+            ".arch_extension fp",
+            "fmov d0, {value}",
+            ".arch_extension nofp",
+            value = in(reg) value,
+            options(nomem, nostack, preserves_flags)
+        )
+    };
+}
+
+/// `keel.mode=pingpong`: yields forever (touching FP/SIMD before each yield with `fp`); with
+/// `measure` (the VM owns the PMU), counts the instructions of [`PINGPONG_YIELDS`] yields in
+/// each of [`PINGPONG_ROUNDS`] rounds and prints them per yield as a benchmark figure. With a
+/// partner vCPU doing the same on one round-robin pCPU, one yield is two vCPU switches.
+pub fn pingpong(measure: bool, fp: bool) -> ! {
+    if !measure {
+        loop {
+            if fp {
+                touch_fp(1);
+            }
+            yield_now();
+        }
+    }
+    keel_guest::pmu::enable_cycle_counter();
+    // Warm up: let the partner start and both settle into alternation.
+    for _ in 0..PINGPONG_YIELDS {
+        yield_now();
+    }
+    let (mut min, mut max, mut total) = (u64::MAX, 0, 0);
+    for _ in 0..PINGPONG_ROUNDS {
+        let start = keel_guest::pmu::cycle_counter();
+        for i in 0..PINGPONG_YIELDS {
+            if fp {
+                touch_fp(i);
+            }
+            yield_now();
+        }
+        let per_yield = (keel_guest::pmu::cycle_counter() - start) / PINGPONG_YIELDS;
+        min = min.min(per_yield);
+        max = max.max(per_yield);
+        total += per_yield;
+    }
+    let name = if fp { "switch-pair-fp" } else { "switch-pair" };
+    println!(
+        "bench: {name} min={min} avg={} max={max}",
+        total / PINGPONG_ROUNDS as u64
+    );
+    println!("bench: done");
+    keel_guest::system_off()
+}
+
+/// `keel.mode=work`: a fixed CPU-bound workload (`iterations` rounds of xorshift64, the
+/// M5150 paper's kind of benchmark), timed with the counter, then SYSTEM_OFF. Run alone
+/// natively and as n VMs on one pCPU, it gives the scheduler's overhead.
+pub fn work(iterations: u64) -> ! {
+    let start = timer::counter();
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..iterations {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+    }
+    let end = timer::counter();
+    println!(
+        "[work] start={start} end={end} result={:#x}",
+        state & 0xffff
+    );
+    keel_guest::system_off()
+}
