@@ -341,7 +341,7 @@ fn start_slot(
         entry,
         x0,
         guest::vmpidr(vcpu),
-        guest::hcr_value(true),
+        (guest::hcr_value(true), guest::mdcr_value(desc.pmu)),
         vttbr,
     );
     shared.generations[slot] = vm.generation();

@@ -97,18 +97,22 @@ fn touch_fp(value: u64) {
     };
 }
 
-/// `keel.mode=pingpong`: yields forever (touching FP/SIMD before each yield with `fp`); with
+/// `keel.mode=pingpong`: yields (touching FP/SIMD before each yield with `fp`), then powers
+/// off; with
 /// `measure` (the VM owns the PMU), counts the instructions of [`PINGPONG_YIELDS`] yields in
 /// each of [`PINGPONG_ROUNDS`] rounds and prints them per yield as a benchmark figure. With a
 /// partner vCPU doing the same on one round-robin pCPU, one yield is two vCPU switches.
 pub fn pingpong(measure: bool, fp: bool) -> ! {
     if !measure {
-        loop {
+        // As many yields as the measuring vCPU makes, and some: then off, so that the system
+        // ends (alone on the pCPU, a yield returns at once).
+        for _ in 0..(PINGPONG_ROUNDS as u64 + 2) * PINGPONG_YIELDS {
             if fp {
                 touch_fp(1);
             }
             yield_now();
         }
+        keel_guest::system_off()
     }
     keel_guest::pmu::enable_cycle_counter();
     // Warm up: let the partner start and both settle into alternation.

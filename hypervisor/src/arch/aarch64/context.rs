@@ -316,6 +316,8 @@ pub struct VcpuContext {
     pub vmpidr: u64,
     /// HCR_EL2 for its VM.
     pub hcr: u64,
+    /// MDCR_EL2 for its VM (whether it owns the PMU).
+    pub mdcr: u64,
     /// VMID and stage-2 root (VTTBR_EL2).
     pub vttbr: u64,
     /// FP/SIMD registers, valid while another vCPU (or none) owns the pCPU's FP/SIMD unit.
@@ -337,18 +339,19 @@ impl VcpuContext {
         interface: VirtualInterface::RESET,
         vmpidr: 0,
         hcr: 0,
+        mdcr: 0,
         vttbr: 0,
         fp: FpState::ZERO,
     };
 
-    /// The vCPU's power-on state: entry at `pc` with `x0`, EL1h with interrupts masked, EL1
+    /// The vCPU's power-on state (`traps`: its HCR_EL2 and MDCR_EL2): entry at `pc` with `x0`, EL1h with interrupts masked, EL1
     /// registers, timer, interface and FP/SIMD as the README's entry state says.
-    pub fn reset(&mut self, pc: u64, x0: u64, vmpidr: u64, hcr: u64, vttbr: u64) {
+    pub fn reset(&mut self, pc: u64, x0: u64, vmpidr: u64, traps: (u64, u64), vttbr: u64) {
         *self = Self::EMPTY;
         self.regs.x[0] = x0;
         self.pc = pc;
         self.vmpidr = vmpidr;
-        self.hcr = hcr;
+        (self.hcr, self.mdcr) = traps;
         self.vttbr = vttbr;
     }
 
@@ -394,6 +397,7 @@ impl VcpuContext {
         unsafe {
             write_sysreg!("vmpidr_el2", self.vmpidr);
             write_sysreg!("hcr_el2", self.hcr);
+            write_sysreg!("mdcr_el2", self.mdcr);
             stage2::switch_to(self.vttbr);
             if same_vm_other_vcpu {
                 core::arch::asm!("tlbi vmalle1", "dsb nsh", options(nostack));

@@ -55,25 +55,7 @@ pub fn hcr_value(trap_wfi: bool) -> u64 {
 /// the implementation-defined register grants. `shared`: the pCPU switches vCPUs, so SVE is
 /// trapped (its state is not switched) and FP/SIMD is switched lazily ([`set_fp_trap`]).
 pub fn configure_pcpu(own_pmu: bool, shared: bool) {
-    // A VM that owns the PMU gets every counter (HPMN = all); otherwise the PMU and the
-    // statistical profiler trap, as do debug registers (read as zero, see trap.rs).
-    // Each trap bit is set only where its feature exists (elsewhere the bit is RES0).
-    let dfr0 = read_sysreg!("id_aa64dfr0_el1");
-    let has_pmu = !matches!((dfr0 >> 8) & 0xf, 0 | 0xf);
-    let has_spe = (dfr0 >> 32) & 0xf != 0;
-    // MDCR_EL2.HPMN: every counter stays the guest's (PMCR_EL0.N), where there is a PMU.
-    let counters = if has_pmu {
-        (read_sysreg!("pmcr_el0") >> 11) & 0x1f
-    } else {
-        0
-    };
-    let pmu_traps = if own_pmu || !has_pmu {
-        0
-    } else {
-        mdcr::TPM | mdcr::TPMCR
-    };
-    let spe_traps = if has_spe { mdcr::TPMS } else { 0 };
-    let mdcr_value = mdcr::TDA | mdcr::TDOSA | mdcr::TDRA | spe_traps | pmu_traps | counters;
+    let mdcr_value = mdcr_value(own_pmu);
     // On a pinned pCPU FP/SIMD and SVE (where present) run untrapped: the vCPU is the pCPU's
     // only context and Keel itself never uses them. The activity monitors trap (the ID
     // registers hide them).
@@ -94,6 +76,31 @@ pub fn configure_pcpu(own_pmu: bool, shared: bool) {
         write_sysreg!("vpidr_el2", midr);
     }
     deny_implementation_defined_registers(midr);
+}
+
+/// MDCR_EL2 for a guest: debug registers trapped; the PMU and the statistical profiler trapped
+/// unless the VM owns the PMU (`own_pmu`). On a shared pCPU the PMU's registers are not
+/// switched: a VM that owns it there counts whatever runs on the pCPU.
+pub fn mdcr_value(own_pmu: bool) -> u64 {
+    // A VM that owns the PMU gets every counter (HPMN = all); otherwise the PMU and the
+    // statistical profiler trap, as do debug registers (read as zero, see trap.rs).
+    // Each trap bit is set only where its feature exists (elsewhere the bit is RES0).
+    let dfr0 = read_sysreg!("id_aa64dfr0_el1");
+    let has_pmu = !matches!((dfr0 >> 8) & 0xf, 0 | 0xf);
+    let has_spe = (dfr0 >> 32) & 0xf != 0;
+    // MDCR_EL2.HPMN: every counter stays the guest's (PMCR_EL0.N), where there is a PMU.
+    let counters = if has_pmu {
+        (read_sysreg!("pmcr_el0") >> 11) & 0x1f
+    } else {
+        0
+    };
+    let pmu_traps = if own_pmu || !has_pmu {
+        0
+    } else {
+        mdcr::TPM | mdcr::TPMCR
+    };
+    let spe_traps = if has_spe { mdcr::TPMS } else { 0 };
+    mdcr::TDA | mdcr::TDOSA | mdcr::TDRA | spe_traps | pmu_traps | counters
 }
 
 /// Traps (or untraps) FP/SIMD at EL2 (CPTR_EL2.TFP): set when a vCPU that does not own the
