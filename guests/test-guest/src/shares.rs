@@ -82,6 +82,21 @@ const PINGPONG_YIELDS: u64 = 1000;
 /// Measured rounds.
 const PINGPONG_ROUNDS: usize = 5;
 
+/// Lets EL1 and EL0 use FP/SIMD (CPACR_EL1.FPEN = 0b11; the entry state traps it).
+fn enable_fp() {
+    // SAFETY: only changes whether this guest's own FP/SIMD instructions trap at EL1.
+    unsafe {
+        core::arch::asm!(
+            "mrs {tmp}, cpacr_el1",
+            "orr {tmp}, {tmp}, #(3 << 20)",
+            "msr cpacr_el1, {tmp}",
+            "isb",
+            tmp = out(reg) _,
+            options(nomem, nostack, preserves_flags)
+        )
+    };
+}
+
 /// Writes an FP/SIMD register: the first FP/SIMD instruction after a switch, which Keel's
 /// lazy switch traps.
 fn touch_fp(value: u64) {
@@ -103,6 +118,9 @@ fn touch_fp(value: u64) {
 /// each of [`PINGPONG_ROUNDS`] rounds and prints them per yield as a benchmark figure. With a
 /// partner vCPU doing the same on one round-robin pCPU, one yield is two vCPU switches.
 pub fn pingpong(measure: bool, fp: bool) -> ! {
+    if fp {
+        enable_fp();
+    }
     if !measure {
         // As many yields as the measuring vCPU makes, and some: then off, so that the system
         // ends (alone on the pCPU, a yield returns at once).

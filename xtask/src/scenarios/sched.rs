@@ -142,7 +142,10 @@ fn m5150() -> Result<()> {
 /// keep every deadline and the best-effort vCPU still runs.
 fn throttle() -> Result<()> {
     let mut session = boot("throttle")?;
-    let outcome = session.wait_for_count(r"^\[hog\] \[job\]", 3, Duration::from_secs(120));
+    let wait = Duration::from_secs(120);
+    let outcome = session
+        .wait_for_count(r"^\[rt-20ms\] \[job\]", 3, wait)
+        .and_then(|_| session.wait_for_count(r"^\[be\] \[share\]", 3, wait));
     let ended = session.kill();
     outcome.map_err(|m| with_console_tail(m, &ended))?;
     for r in job_reports(&ended, "hog") {
