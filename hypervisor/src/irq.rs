@@ -47,7 +47,10 @@ pub fn handle_pending() -> Handled {
             // The maintenance interrupt stays asserted until its cause (an EOI'd or underflowing
             // list register) is dealt with: sync now, or it would fire again at once.
             layout::MAINTENANCE_INTID => sync_list_registers(),
-            KICK_SGI => handled.reschedule = true,
+            KICK_SGI => {
+                crate::sched::mark_stale();
+                handled.reschedule = true;
+            }
             _ if intid == crate::uart_intid() => console_input(),
             _ => {}
         }
@@ -63,6 +66,9 @@ fn hyp_timer() -> bool {
     let due = timers::take_due(crate::arch::timer::now());
     if timers::is_due(due, Deadline::Console) {
         console::flush_partial();
+    }
+    if timers::is_due(due, Deadline::VirtualTimers) {
+        crate::sched::mark_stale();
     }
     timers::is_due(due, Deadline::Schedule) || timers::is_due(due, Deadline::VirtualTimers)
 }

@@ -10,14 +10,14 @@
 //! makes the scheduler choose another vCPU saves the running one ([`switch_away`]) and
 //! enters the [`run_loop`], which restores the next and enters it on a fresh stack.
 
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicBool, Ordering};
 
 use keel_core::sched::{Decision, Scheduler, Stats, MAX_SLOTS};
 
 use crate::arch::boot::{self, MAX_CPUS};
 use crate::arch::context::VcpuContext;
 use crate::arch::cpu::{self, Mutex};
-use crate::arch::vectors::{self, GuestRegs};
+use crate::arch::vectors::{self, GuestRegs, ResumeFrame};
 use crate::arch::{gic, guest, timer};
 use crate::config::SYSTEM;
 use crate::timers::{self, Deadline};
@@ -48,6 +48,9 @@ struct SharedCpu {
     fresh: u32,
     /// Slots started (powered on) and not stopped since.
     started: u32,
+    /// Slots that gave the pCPU away to wait for an interrupt, and have not run since: the
+    /// ones whose virtual timer the timer queue watches.
+    waiting: u32,
 }
 
 impl SharedCpu {
@@ -62,6 +65,7 @@ impl SharedCpu {
             fp_owner: None,
             fresh: 0,
             started: 0,
+            waiting: 0,
         }
     }
 
@@ -142,7 +146,8 @@ pub fn run_loop() -> ! {
 
 /// Restores `slot`'s context on this pCPU and enters it.
 fn enter(slot: usize) -> ! {
-    let (regs, pc, pstate) = {
+    let mut frame = ResumeFrame::new();
+    let (pc, pstate) = {
         let mut guard = this_shared().lock();
         let shared = &mut *guard;
         let Some(placed) = shared.placed[slot] else {
@@ -177,9 +182,11 @@ fn enter(slot: usize) -> ! {
         cpu.vm.store(placed.vm, Ordering::Relaxed);
         shared.loaded = Some(slot);
         shared.last = Some(slot);
-        (context.regs.clone(), context.pc, context.pstate)
+        shared.waiting &= !(1 << slot);
+        frame.fill(&context.regs);
+        (context.pc, context.pstate)
     };
-    vectors::resume_guest(&regs, pc, pstate, boot::stack_top(cpu::index()))
+    vectors::resume_guest(&frame, pc, pstate, boot::stack_top(cpu::index()))
 }
 
 /// Saves the running vCPU (general registers in `frame`) into its context and leaves the
@@ -209,6 +216,8 @@ pub fn give_away(frame: &GuestRegs, yielding: bool) -> ! {
                 .is_some_and(|p| vm::desc(p.vm).sched[p.vcpu].reservation.is_none());
             if yielding && best_effort {
                 shared.scheduler.wake(slot, now);
+            } else {
+                shared.waiting |= 1 << slot;
             }
         }
         save_running(&mut shared, frame);
@@ -267,10 +276,23 @@ pub fn fp_trap() {
     shared.fp_owner = Some(slot);
 }
 
-/// Brings the scheduler up to date with the world: vCPUs whose VM ended or was reset stop,
-/// start requests (CPU_ON, reset) start, and stopped-waiting vCPUs with an interrupt pending
-/// wake. Bounded by the slots of one pCPU.
+/// Whether each pCPU must look at its vCPUs again ([`refresh`]): set by a kick and by a
+/// passed virtual-timer deadline, and at boot (the first starts are pending).
+static STALE: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(true) }; MAX_CPUS];
+
+/// Something about this pCPU's switched-out vCPUs may have changed (a kick: an interrupt
+/// raised, a start requested, a VM ended or reset; or a virtual-timer deadline passed).
+pub fn mark_stale() {
+    STALE[cpu::index()].store(true, Ordering::Relaxed);
+}
+
+/// Brings the scheduler up to date with the world, if a kick or a deadline said it may have
+/// changed: vCPUs whose VM ended or was reset stop, start requests (CPU_ON, reset) start, and
+/// waiting vCPUs with an interrupt pending wake. Bounded by the slots of one pCPU.
 fn refresh(shared: &mut SharedCpu, now: u64) {
+    if !STALE[cpu::index()].swap(false, Ordering::Relaxed) {
+        return;
+    }
     for slot in 0..MAX_SLOTS {
         let Some(Placed { vm: id, vcpu }) = shared.placed[slot] else {
             continue;
@@ -373,23 +395,19 @@ fn has_pending(shared: &SharedCpu, slot: usize, id: usize, vcpu: usize, now: u64
 /// Arms this pCPU's timer queue for a decision: the scheduler's next call, and the earliest
 /// virtual-timer deadline of a vCPU here that waits.
 fn program(shared: &SharedCpu, decision: Decision) {
-    match decision.until {
-        Some(at) => timers::set(Deadline::Schedule, at),
-        None => timers::clear(Deadline::Schedule),
+    let mut earliest = None;
+    let mut scan = shared.waiting & shared.started;
+    while scan != 0 {
+        let slot = scan.trailing_zeros() as usize;
+        scan &= scan - 1;
+        if let Some(at) = shared.contexts[slot].timer.deadline() {
+            earliest = Some(earliest.map_or(at, |e: u64| e.min(at)));
+        }
     }
-    let earliest = (0..MAX_SLOTS)
-        .filter(|&slot| {
-            shared.placed[slot].is_some()
-                && shared.loaded != Some(slot)
-                && shared.is_started(slot)
-                && !shared.scheduler.is_runnable(slot)
-        })
-        .filter_map(|slot| shared.contexts[slot].timer.deadline())
-        .min();
-    match earliest {
-        Some(at) => timers::set(Deadline::VirtualTimers, at),
-        None => timers::clear(Deadline::VirtualTimers),
-    }
+    timers::set_all(&[
+        (Deadline::Schedule, decision.until),
+        (Deadline::VirtualTimers, earliest),
+    ]);
 }
 
 /// Whether the running vCPU on this shared pCPU has something to do now, so that its WFI

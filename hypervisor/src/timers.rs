@@ -42,9 +42,12 @@ pub fn set(kind: Deadline, at: u64) {
     program();
 }
 
-/// Clears this pCPU's `kind` deadline.
-pub fn clear(kind: Deadline) {
-    this_queue().at[kind as usize].store(NONE, Ordering::Relaxed);
+/// Sets (or clears, with `None`) several of this pCPU's deadlines, then arms the timer once.
+pub fn set_all(deadlines: &[(Deadline, Option<u64>)]) {
+    let queue = this_queue();
+    for &(kind, at) in deadlines {
+        queue.at[kind as usize].store(at.unwrap_or(NONE), Ordering::Relaxed);
+    }
     program();
 }
 

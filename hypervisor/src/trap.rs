@@ -93,6 +93,7 @@ extern "C" fn keel_guest_sync(regs: &mut GuestRegs) {
     if esr.class() == ExceptionClass::Hvc64 {
         match hypercall(id, vcpu, regs) {
             Next::Resume => {}
+            Next::Yield => sched::give_away(regs, true),
             next => finish(id, vcpu, esr, next, regs),
         }
     } else {
@@ -147,6 +148,11 @@ fn other_trap(id: usize, vcpu: usize, esr: Esr, regs: &mut GuestRegs) {
     };
     match next {
         Next::Resume => {}
+        Next::Wait => {
+            if !sched::running_has_work(id, vcpu) {
+                sched::give_away(regs, false);
+            }
+        }
         next => finish(id, vcpu, esr, next, regs),
     }
 }

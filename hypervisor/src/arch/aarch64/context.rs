@@ -366,7 +366,7 @@ impl VcpuContext {
     /// the trap saved them. Its virtual timer is stopped and its timer interrupt's physical
     /// active state taken off the pCPU (to be put back by [`VcpuContext::restore`]).
     pub fn save(&mut self, frame: &GuestRegs, redistributor: Option<&gic::Redistributor>) {
-        self.regs = frame.clone();
+        self.regs.copy_from(frame);
         self.pc = read_sysreg!("elr_el2");
         self.pstate = read_sysreg!("spsr_el2");
         self.el1.save();
