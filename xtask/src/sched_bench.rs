@@ -11,8 +11,11 @@ use crate::image::{build_guests, build_system, guest_image, output_dir};
 use crate::qemu::{Ended, Machine};
 use crate::Result;
 
-/// Rounds of the workload: about 0.3 s of virtual time natively, 30 quanta of 10 ms.
+/// Rounds of the workload: about 0.25 s of virtual time natively, 25 quanta of 10 ms.
 const WORK_ITERATIONS: u64 = 50_000_000;
+/// When every VM starts its workload (counter milliseconds): all have booted by then, so the
+/// time from here to the last VM's end is n workloads and the scheduler's cost alone.
+const WORK_START_MS: u64 = 100;
 
 /// A configuration with `vms` test-guest VMs on pCPU 1 under `policy`, each with `cmdline`
 /// (the first with `first_cmdline`, and the PMU if `pmu_first`).
@@ -82,6 +85,152 @@ fn work_spans(ended: &Ended) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// `(min, avg, max)` in ns over every `lateness:` report of VM `vm` (avg: of the reports' averages).
+fn lateness(ended: &Ended, vm: &str) -> Result<(u64, u64, u64)> {
+    let pattern = Regex::new(&format!(
+        r"^\[{vm}\] lateness: s=\d+ min_ns=(\d+) avg_ns=(\d+) max_ns=(\d+)$"
+    ))
+    .unwrap();
+    let reports: Vec<[u64; 3]> = ended
+        .lines
+        .iter()
+        .filter_map(|l| pattern.captures(l))
+        .map(|c| [1, 2, 3].map(|i| c[i].parse().unwrap()))
+        .collect();
+    if reports.is_empty() {
+        return Err(format!("vm '{vm}' reported no lateness"));
+    }
+    Ok((
+        reports.iter().map(|r| r[0]).min().unwrap_or(0),
+        reports.iter().map(|r| r[1]).sum::<u64>() / reports.len() as u64,
+        reports.iter().map(|r| r[2]).max().unwrap_or(0),
+    ))
+}
+
+/// Seconds between `KEEL-STEP <step> BEGIN t` and `END t` in `lines`.
+fn step_seconds(ended: &Ended, step: &str) -> Result<f64> {
+    let pattern = Regex::new(&format!(r"KEEL-STEP {step} (BEGIN|END) ([\d.]+)")).unwrap();
+    let mut begin = None;
+    for line in &ended.lines {
+        if let Some(c) = pattern.captures(line) {
+            let t: f64 = c[2].parse().unwrap_or(0.0);
+            match &c[1] {
+                "BEGIN" => begin = Some(t),
+                _ => {
+                    return begin
+                        .map(|b| t - b)
+                        .ok_or(format!("{step} ended before it began"))
+                }
+            }
+        }
+    }
+    Err(format!("no 'KEEL-STEP {step}' begin and end"))
+}
+
+const LINUX_VM: &str = "\n[[vm]]\nname = \"linux\"\nimage = { debian = \"cloud-arm64\" }\n\
+    initrd = { debian = \"cloud-arm64\" }\nmemory = { base = 0x4800_0000, size = \"512M\" }\n\
+    pcpus = [1]\ndevices = [\"console\"]\n";
+
+/// The 1 kHz partition's tick lateness alone on a pinned pCPU, then on one pCPU with Debian
+/// Linux running `stress-ng --cpu 1` below it (fixed priority); Linux's matrixprod time next
+/// to a real-time vCPU taking a quarter of the pCPU (EDF), against native / (1 - U).
+fn linux_sharing() -> Result<()> {
+    let header = |name: &str, policy: &str| {
+        format!(
+            "[system]\nname = \"{name}\"\nram = {{ base = 0x4000_0000, size = \"1G\" }}\n\
+             hypervisor = {{ base = 0x4000_0000, size = \"64M\" }}\npcpus = 2\n{policy}"
+        )
+    };
+    let rt = |schedule: &str, cmdline: &str| {
+        format!(
+            "\n[[vm]]\nname = \"rt\"\nimage = {{ guest = \"test-guest\" }}\n\
+             memory = {{ base = 0x6800_0000, size = \"16M\" }}\npcpus = [1]\ndevices = [\"console\"]\n\
+             {schedule}cmdline = \"{cmdline}\"\n"
+        )
+    };
+    let alone = run_config(
+        "bench-rt-alone",
+        &(header("bench-rt-alone", "") + &rt("", "keel.mode=ticks keel.lateness keel.off=5")),
+    )?;
+    let alone = lateness(&alone, "rt")?;
+
+    let shared_name = "bench-rt-linux";
+    let text = header(
+        shared_name,
+        "\n[[pcpu]]\nid = 1\npolicy = \"fixed-priority\"\n",
+    ) + LINUX_VM
+        + "schedule = [{ priority = 1 }]\ncmdline = \"console=ttyAMA0 keel.test=load\"\n"
+        + &rt(
+            "schedule = [{ priority = 10, period = \"1ms\", budget = \"500us\" }]\n",
+            "keel.mode=ticks keel.lateness",
+        );
+    let path = output_dir().join(format!("{shared_name}.toml"));
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let image = build_system(&path)?;
+    let mut machine = Machine::keel(&image.path, image.system.pcpus);
+    machine.icount = true;
+    let mut session = machine.spawn(&output_dir().join(format!("logs/{shared_name}.log")))?;
+    let outcome = session.wait_for(
+        r"^\[keel\] vm 'linux' \(id 0\) powered off$",
+        Duration::from_secs(900),
+    );
+    let shared = session.kill();
+    outcome?;
+    let with_linux = lateness(&shared, "rt")?;
+    println!();
+    println!("1 kHz partition's tick lateness (ns, from the timer's deadline to its handler; min / avg of each second's average / max):");
+    println!(
+        "  alone on a pinned pCPU:                         {} / {} / {}",
+        alone.0, alone.1, alone.2
+    );
+    println!(
+        "  above Debian Linux (stress-ng --cpu 1), one pCPU: {} / {} / {}",
+        with_linux.0, with_linux.1, with_linux.2
+    );
+
+    let throughput_name = "bench-linux-throughput";
+    let text = header(throughput_name, "\n[[pcpu]]\nid = 1\npolicy = \"edf\"\n")
+        + LINUX_VM
+        + "cmdline = \"console=ttyAMA0 keel.test=matrixprod\"\n"
+        + &rt(
+            "schedule = [{ period = \"1ms\", budget = \"300us\" }]\n",
+            "keel.mode=job keel.work=250 keel.report=1",
+        );
+    let path = output_dir().join(format!("{throughput_name}.toml"));
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let image = build_system(&path)?;
+    let linux = &image.system.vms[0];
+    let mut machine = Machine::keel(&image.path, image.system.pcpus);
+    machine.icount = true;
+    let mut session = machine.spawn(&output_dir().join(format!("logs/{throughput_name}.log")))?;
+    let outcome = session.wait_for(
+        r"^\[keel\] vm 'linux' \(id 0\) powered off$",
+        Duration::from_secs(900),
+    );
+    let under_keel = session.kill();
+    outcome?;
+    let shared_seconds = step_seconds(&under_keel, "matrixprod")?;
+    let native = Machine {
+        kernel: linux.image_path.clone(),
+        cpus: 1,
+        virtualization: false,
+        icount: true,
+        append: Some("console=ttyAMA0 keel.test=matrixprod".into()),
+        dtb: None,
+        initrd: linux.initrd.as_ref().map(|i| i.path.clone()),
+        modules: Vec::new(),
+    }
+    .spawn(&output_dir().join("logs/bench-linux-matrixprod-native.log"))?
+    .finish(Duration::from_secs(900));
+    let native_seconds = step_seconds(&native, "matrixprod")?;
+    let utilisation = 0.25;
+    println!(
+        "Linux matrixprod (stress-ng --cpu-ops 20) next to a real-time vCPU using U = {utilisation} of its pCPU (EDF, 250 us of work per 1 ms): {shared_seconds:.2} s; native {native_seconds:.2} s, native / (1 - U) = {:.2} s",
+        native_seconds / (1.0 - utilisation)
+    );
+    Ok(())
+}
+
 /// Runs the scheduling benchmarks and prints their table.
 pub fn run() -> Result<()> {
     build_guests()?;
@@ -117,7 +266,7 @@ pub fn run() -> Result<()> {
         virtualization: false,
         icount: true,
         append: Some(format!(
-            "keel.native keel.mode=work keel.iterations={WORK_ITERATIONS}"
+            "keel.native keel.mode=work keel.iterations={WORK_ITERATIONS} keel.start={WORK_START_MS}"
         )),
         dtb: None,
         initrd: None,
@@ -143,7 +292,9 @@ pub fn run() -> Result<()> {
         let mut row = format!("{:<10}", format!("{quantum} ms"));
         for vms in [1, 2, 4, 8] {
             let name = format!("bench-m5150-{quantum}ms-{vms}");
-            let cmdline = format!("keel.mode=work keel.iterations={WORK_ITERATIONS}");
+            let cmdline = format!(
+                "keel.mode=work keel.iterations={WORK_ITERATIONS} keel.start={WORK_START_MS}"
+            );
             let config = shared_config(
                 &name,
                 &format!("policy = \"round-robin\"\nquantum = \"{quantum}ms\""),
@@ -157,6 +308,7 @@ pub fn run() -> Result<()> {
             if spans.len() != vms {
                 return Err(format!("{name}: {} of {vms} VMs finished", spans.len()));
             }
+            // The work begins at WORK_START_MS for all of them (the first to run starts then).
             let first = spans.iter().map(|s| s.0).min().unwrap_or(0);
             let last = spans.iter().map(|s| s.1).max().unwrap_or(0);
             let overhead = (last - first) as f64 / (vms as u64 * single) as f64 - 1.0;
@@ -164,5 +316,5 @@ pub fn run() -> Result<()> {
         }
         println!("{row}");
     }
-    Ok(())
+    linux_sharing()
 }

@@ -75,7 +75,7 @@ fn main(device_tree_address: usize) -> ! {
         },
         Mode::Job => shares::job(options.work_us, options.report_every_seconds),
         Mode::Share => shares::share(options.report_every_seconds),
-        Mode::Work => shares::work(options.iterations),
+        Mode::Work => shares::work(options.iterations, options.start_ms),
         Mode::Pingpong => shares::pingpong(
             info.bootargs.contains("keel.pingpong=measure"),
             info.bootargs.split_whitespace().any(|t| t == "keel.fp"),

@@ -8,6 +8,8 @@
 //! | `keel.pingpong=measure\|partner` | pingpong mode: count instructions (owns the PMU) or only yield |
 //! | `keel.fp` | pingpong mode: touch FP/SIMD before each yield |
 //! | `keel.iterations=<n>` | work mode: rounds of the workload (default 10,000,000) |
+//! | `keel.lateness` | ticks mode: also report each second's min/avg/max tick lateness in ns |
+//! | `keel.start=<ms>` | work mode: start the work when the counter reaches this (default 0) |
 //! | `keel.report=<seconds>` | ticks mode: report every that many seconds (default 1) |
 //! | `keel.off=<seconds>` | ticks mode: SYSTEM_OFF after that many seconds |
 //! | `keel.reset=<seconds>` | ticks mode: SYSTEM_RESET once, after that many seconds |
@@ -78,6 +80,10 @@ pub struct Options<'a> {
     pub work_us: Option<u64>,
     /// `keel.iterations`: work mode's rounds.
     pub iterations: u64,
+    /// `keel.start`: when work mode starts, in counter milliseconds.
+    pub start_ms: u64,
+    /// `keel.lateness`: ticks mode reports min/avg/max lateness too.
+    pub lateness: bool,
 }
 
 /// A boot argument the guest cannot use.
@@ -169,7 +175,17 @@ impl<'a> Options<'a> {
                 expected: "a whole number",
             })?,
         };
+        let start_ms = match args.value("keel.start") {
+            None => 0,
+            Some(value) => value.parse().map_err(|_| OptionError {
+                key: "keel.start",
+                value,
+                expected: "milliseconds",
+            })?,
+        };
         Ok(Self {
+            lateness: args.has_flag("keel.lateness"),
+            start_ms,
             iterations,
             work_us,
             native: args.has_flag("keel.native"),

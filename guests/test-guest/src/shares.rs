@@ -163,7 +163,13 @@ pub fn pingpong(measure: bool, fp: bool) -> ! {
 /// `keel.mode=work`: a fixed CPU-bound workload (`iterations` rounds of xorshift64, the
 /// M5150 paper's kind of benchmark), timed with the counter, then SYSTEM_OFF. Run alone
 /// natively and as n VMs on one pCPU, it gives the scheduler's overhead.
-pub fn work(iterations: u64) -> ! {
+/// Work starts once the counter reaches `start_ms` (all VMs of a run have booted by then, so
+/// their boot is not timed).
+pub fn work(iterations: u64, start_ms: u64) -> ! {
+    let start_at = start_ms * timer::frequency() / 1000;
+    while timer::counter() < start_at {
+        core::hint::spin_loop();
+    }
     let start = timer::counter();
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
     for _ in 0..iterations {

@@ -26,6 +26,11 @@ static PERIOD: AtomicU64 = AtomicU64::new(0);
 /// Largest lateness of a tick interrupt (counter now minus its deadline, in counter ticks)
 /// since the last report; written by the IRQ handler, reset by the report.
 static MAX_LATENESS: AtomicU64 = AtomicU64::new(0);
+/// Smallest lateness since the last report (counter ticks); `u64::MAX` when none.
+static MIN_LATENESS: AtomicU64 = AtomicU64::new(u64::MAX);
+/// Sum of the latenesses since the last report, and their number.
+static SUM_LATENESS: AtomicU64 = AtomicU64::new(0);
+static COUNT_LATENESS: AtomicU64 = AtomicU64::new(0);
 
 fn handle_irq(intid: IntId) {
     if intid == layout::VTIMER_INTID {
@@ -34,6 +39,17 @@ fn handle_irq(intid: IntId) {
         if lateness > MAX_LATENESS.load(Ordering::Relaxed) {
             MAX_LATENESS.store(lateness, Ordering::Relaxed);
         }
+        if lateness < MIN_LATENESS.load(Ordering::Relaxed) {
+            MIN_LATENESS.store(lateness, Ordering::Relaxed);
+        }
+        SUM_LATENESS.store(
+            SUM_LATENESS.load(Ordering::Relaxed) + lateness,
+            Ordering::Relaxed,
+        );
+        COUNT_LATENESS.store(
+            COUNT_LATENESS.load(Ordering::Relaxed) + 1,
+            Ordering::Relaxed,
+        );
         // Absolute deadlines: the next one follows the last one, never "now", so lateness in
         // taking one interrupt is not carried into the following ones.
         let next = NEXT_DEADLINE.load(Ordering::Relaxed) + PERIOD.load(Ordering::Relaxed);
@@ -112,7 +128,7 @@ pub fn run(options: &Options<'_>, info: &BootInfo<'_>, redistributor: &Redistrib
         reported_seconds = seconds;
         // Timed actions are checked every second; the report only every `keel.report` seconds.
         if seconds.is_multiple_of(options.report_every_seconds) {
-            report(seconds, ticks, elapsed, frequency);
+            report(seconds, ticks, elapsed, frequency, options.lateness);
         }
 
         if reset_pending.is_some_and(|after| seconds >= after) {
@@ -134,18 +150,36 @@ pub fn run(options: &Options<'_>, info: &BootInfo<'_>, redistributor: &Redistrib
 }
 
 /// Prints one tick report: the seconds since start, ticks taken, ticks the counter says are due,
-/// and the worst lateness of a tick interrupt since the last report, in microseconds.
-fn report(seconds: u64, ticks: u64, elapsed: u64, frequency: u64) {
+/// and the worst lateness of a tick interrupt since the last report, in microseconds; with
+/// `lateness` (`keel.lateness`), a second line with the minimum, average and maximum in ns.
+fn report(seconds: u64, ticks: u64, elapsed: u64, frequency: u64, lateness: bool) {
     let expected =
         (u128::from(elapsed) * u128::from(TICKS_PER_SECOND) / u128::from(frequency)) as u64;
     // Load and store with IRQs masked: no exclusives (the guest runs with its MMU off).
-    let late = with_irqs_masked(|| {
-        let late = MAX_LATENESS.load(Ordering::Relaxed);
+    let (late, min, sum, count) = with_irqs_masked(|| {
+        let figures = (
+            MAX_LATENESS.load(Ordering::Relaxed),
+            MIN_LATENESS.load(Ordering::Relaxed),
+            SUM_LATENESS.load(Ordering::Relaxed),
+            COUNT_LATENESS.load(Ordering::Relaxed),
+        );
         MAX_LATENESS.store(0, Ordering::Relaxed);
-        late
+        MIN_LATENESS.store(u64::MAX, Ordering::Relaxed);
+        SUM_LATENESS.store(0, Ordering::Relaxed);
+        COUNT_LATENESS.store(0, Ordering::Relaxed);
+        figures
     });
     let late_us = late * 1_000_000 / frequency;
     println!("tick: s={seconds} ticks={ticks} expected={expected} late_max_us={late_us}");
+    if let (true, Some(average)) = (lateness, sum.checked_div(count)) {
+        let ns = |ticks: u64| ticks * 1_000_000_000 / frequency;
+        println!(
+            "lateness: s={seconds} min_ns={} avg_ns={} max_ns={}",
+            ns(min),
+            ns(average),
+            ns(late)
+        );
+    }
 }
 
 /// Prints one received byte: itself if printable ASCII, else `\x..`.

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use super::apt::{no_package, Apt, KernelPackage, Unpacked};
 use super::cpio::{Node, Tree};
 use super::elf::{is_elf, Elf};
-use super::scripts::{modules_test, BENCH_TEST, INIT, STRESS_TEST, TEST_LIBRARY};
+use super::scripts::{
+    modules_test, BENCH_TEST, INIT, LOAD_TEST, MATRIXPROD_TEST, STRESS_TEST, TEST_LIBRARY,
+};
 use crate::step;
 
 /// The packages whose programs go into the initramfs (libc6 for the dynamic loader).
@@ -126,6 +128,12 @@ fn base_system(image: &mut Tree) {
     image.insert("tests/lib.sh", 0o100644, Node::Data(TEST_LIBRARY.into()));
     image.insert("tests/stress.sh", 0o100755, Node::Data(STRESS_TEST.into()));
     image.insert("tests/bench.sh", 0o100755, Node::Data(BENCH_TEST.into()));
+    image.insert("tests/load.sh", 0o100755, Node::Data(LOAD_TEST.into()));
+    image.insert(
+        "tests/matrixprod.sh",
+        0o100755,
+        Node::Data(MATRIXPROD_TEST.into()),
+    );
 }
 
 /// busybox, the rt-tests programs, stress-ng, the dynamic loader and every library they need.

@@ -94,6 +94,20 @@ step shell-loop sh -c 'i=0; while [ $i -lt 30000 ]; do i=$((i + 1)); done'
 exit $status
 "#;
 
+/// `keel.test=load`: one CPU-bound stressor for 10 s (the neighbour of the shared-pCPU
+/// latency benchmark).
+pub(super) const LOAD_TEST: &str = r#". /tests/lib.sh
+step load stress-ng --cpu 1 --timeout 10s --metrics-brief
+exit $status
+"#;
+
+/// `keel.test=matrixprod`: the CPU-bound throughput figure alone (the shared-pCPU throughput
+/// benchmark runs it natively and next to a real-time partition).
+pub(super) const MATRIXPROD_TEST: &str = r#". /tests/lib.sh
+step matrixprod stress-ng --cpu 1 --cpu-method matrixprod --cpu-ops 20 --metrics-brief
+exit $status
+"#;
+
 /// `keel.test=modules`: loads each of `modules` with modprobe, then lists /proc/modules.
 pub(super) fn modules_test(modules: &[String]) -> String {
     let mut test = String::from(". /tests/lib.sh\n");
