@@ -195,11 +195,15 @@ fn finish(id: usize, vcpu: usize, esr: Esr, next: Next, regs: &GuestRegs) {
 #[unsafe(no_mangle)]
 extern "C" fn keel_guest_irq(regs: &mut GuestRegs) {
     let handled = irq::handle_pending();
-    if !vcpu::still_valid() {
-        vcpu::park();
-    }
-    if handled.reschedule && sched::is_shared() {
-        sched::reschedule(regs);
+    // A VM ended or reset by another pCPU comes with a kick, as does a vCPU woken on a shared
+    // pCPU: only then can the running vCPU have to stop or give way.
+    if handled.reschedule {
+        if !vcpu::still_valid() {
+            vcpu::park();
+        }
+        if sched::is_shared() {
+            sched::reschedule(regs);
+        }
     }
     if handled.sync {
         irq::sync_list_registers();

@@ -323,6 +323,7 @@ pub fn restore_active_priorities(ap0r: &[u64; 4], ap1r: &[u64; 4]) {
 macro_rules! list_register_access {
     ($($n:literal),*) => {
         /// Reads list register `n` (ICH_LR<n>_EL2).
+        #[inline(always)]
         pub fn read_lr(n: usize) -> u64 {
             match n {
                 $($n => {
@@ -338,6 +339,7 @@ macro_rules! list_register_access {
         }
 
         /// Writes list register `n`.
+        #[inline(always)]
         pub fn write_lr(n: usize, value: u64) {
             match n {
                 // SAFETY: list registers only describe virtual interrupts for the running vCPU.
