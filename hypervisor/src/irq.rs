@@ -40,7 +40,9 @@ pub fn handle_pending() -> Handled {
         if intid == layout::VTIMER_INTID {
             // The fast path: back to the guest at once. Anything else pending is taken as
             // soon as the guest runs again (the physical IRQ is still asserted).
-            handled.sync |= !virtual_timer();
+            if !relist_timer() {
+                handled.sync |= !virtual_timer();
+            }
             return handled;
         }
         handled.sync = true;
@@ -75,6 +77,38 @@ fn hyp_timer() -> bool {
     timers::is_due(due, Deadline::Schedule) || timers::is_due(due, Deadline::VirtualTimers)
 }
 
+/// The fast path of the virtual timer: it fired again, and nothing changed since Keel listed
+/// it last in list register `lr` (no other list register write on this pCPU, no guest write
+/// to its VM's vGIC: the cache in [`vm::PerCpu::timer_lr`] is cleared or outdated by both).
+/// The guest has finished with that interrupt (the register is invalid: its EOI deactivated
+/// the physical one, which is why it could fire again), so the vGIC's view (listed, enabled,
+/// this priority and group) still holds: the same value goes back in the same register.
+/// Returns false when [`virtual_timer`] must decide.
+#[inline(always)]
+fn relist_timer() -> bool {
+    let cpu = vm::this_cpu();
+    let cache = cpu.timer_lr.load(Ordering::Relaxed);
+    let Some(lr) = ((cache & 0xff) as usize).checked_sub(1) else {
+        return false;
+    };
+    let Some((id, _)) = vm::current() else {
+        return false;
+    };
+    if (cache >> 32) as u32 != vm::vm(id).gic_writes.load(Ordering::Relaxed)
+        || !gic::list_register_is_invalid(gic::read_lr(lr))
+    {
+        return false;
+    }
+    gic::write_lr(lr, cpu.timer_lr_value.load(Ordering::Relaxed));
+    true
+}
+
+/// Forgets the timer fast path's list register: something else wrote the list registers.
+#[inline(always)]
+pub fn forget_timer_lr() {
+    vm::this_cpu().timer_lr.store(0, Ordering::Relaxed);
+}
+
 /// The guest's virtual timer fired. The physical interrupt stays active until the guest's EOI
 /// deactivates it through the hardware-linked list register. In the common case (the timer
 /// enabled in the vGIC, a list register free) it is listed at once; returns false when a
@@ -97,7 +131,13 @@ fn virtual_timer() -> bool {
                 }
                 (free, Some((priority, group1))) => {
                     let lr = free.trailing_zeros() as usize;
-                    list(lr, layout::VTIMER_INTID, priority, group1);
+                    let value = list(lr, layout::VTIMER_INTID, priority, group1);
+                    let generation = vm::vm(id).gic_writes.load(Ordering::Relaxed);
+                    cpu.timer_lr_value.store(value, Ordering::Relaxed);
+                    cpu.timer_lr.store(
+                        u64::from(generation) << 32 | (lr as u64 + 1),
+                        Ordering::Relaxed,
+                    );
                     listed | (1 << lr)
                 }
             };
@@ -118,13 +158,12 @@ fn virtual_timer() -> bool {
 /// Writes virtual interrupt `intid` as pending into list register `lr`. The virtual timer is
 /// linked to its physical interrupt (the guest's EOI deactivates it); level-sensitive SPIs ask
 /// for a maintenance interrupt on EOI so their line is re-sampled.
-fn list(lr: usize, intid: u32, priority: u8, group1: bool) {
+fn list(lr: usize, intid: u32, priority: u8, group1: bool) -> u64 {
     let physical = (intid == layout::VTIMER_INTID).then_some(layout::VTIMER_INTID);
     let eoi_maintenance = intid >= 32;
-    gic::write_lr(
-        lr,
-        gic::list_register_value(intid, priority, group1, physical, eoi_maintenance),
-    );
+    let value = gic::list_register_value(intid, priority, group1, physical, eoi_maintenance);
+    gic::write_lr(lr, value);
+    value
 }
 
 /// Takes back the list registers in `listed` whose interrupt the guest has finished (state
@@ -213,6 +252,7 @@ fn deliver_input(id: usize, byte: u8) {
 /// for the guest's EOI, is deactivated, or it would never be signalled on this pCPU again.
 pub fn discard_vcpu_interrupts(id: usize, vcpu: usize, generation: u32) {
     let cpu = vm::this_cpu();
+    forget_timer_lr();
     crate::arch::guest::stop_virtual_timer();
     {
         let mut devices = vm::vm(id).devices.lock();
@@ -247,11 +287,19 @@ pub fn sync_list_registers() {
         return;
     };
     let cpu = vm::this_cpu();
+    forget_timer_lr();
     let mut devices = vm::vm(id).devices.lock();
     let vgic = &mut devices.vgic;
     let list_registers = gic::list_registers();
     let listed = reclaim_finished(vgic, vcpu, cpu.listed.load(Ordering::Relaxed));
-    let (listed, waiting) = vgic.fill_list_registers(vcpu, listed, list_registers, list);
+    let (listed, waiting) = vgic.fill_list_registers(
+        vcpu,
+        listed,
+        list_registers,
+        |lr, intid, priority, group1| {
+            list(lr, intid, priority, group1);
+        },
+    );
     gic::set_underflow_interrupt(waiting);
     cpu.listed.store(listed, Ordering::Relaxed);
 }

@@ -174,6 +174,7 @@ fn enter(slot: usize) -> ! {
             context.restore(redistributor, same_vm_other_vcpu);
         }
         guest::set_fp_trap(shared.fp_owner != Some(slot));
+        irq::forget_timer_lr();
         cpu.listed
             .store(context.interface.listed, Ordering::Relaxed);
         cpu.generation

@@ -2,6 +2,7 @@
 //! from ESR_EL2 and either emulated (the guest continues) or ends the VM with a diagnostic.
 
 use core::fmt;
+use core::sync::atomic::Ordering;
 
 use keel_core::abi::{self, layout, psci, CallError};
 use keel_core::cpu_features;
@@ -428,6 +429,7 @@ fn data_abort(id: usize, abort: DataAbort, regs: &mut GuestRegs) -> Next {
             if (layout::GICD_BASE..layout::GICD_BASE + layout::GICD_SIZE).contains(&ipa) {
                 let offset = ipa - layout::GICD_BASE;
                 let outcome = if abort.write {
+                    vm::vm(id).gic_writes.fetch_add(1, Ordering::Relaxed);
                     devices
                         .vgic
                         .distributor_write(offset, size, value)
@@ -439,6 +441,7 @@ fn data_abort(id: usize, abort: DataAbort, regs: &mut GuestRegs) -> Next {
             } else if (layout::GICR_BASE..layout::GICR_BASE + gicr_size).contains(&ipa) {
                 let offset = ipa - layout::GICR_BASE;
                 let outcome = if abort.write {
+                    vm::vm(id).gic_writes.fetch_add(1, Ordering::Relaxed);
                     devices
                         .vgic
                         .redistributor_write(offset, size, value)

@@ -21,6 +21,7 @@ pub fn start(id: usize, vcpu: usize, entry: u64, x0: u64) -> ! {
         desc.pmu,
     );
     this.listed.store(0, Ordering::Relaxed);
+    irq::forget_timer_lr();
     this.generation
         .store(vm::vm(id).generation(), Ordering::Relaxed);
     // A clean start: the vCPU's redistributor in its reset state, and the virtual timer's

@@ -73,6 +73,9 @@ pub struct Vm {
     generation: AtomicU32,
     /// The devices, set up by [`build`] before any vCPU of the VM runs.
     pub devices: Mutex<Devices>,
+    /// Bumped, under the device lock, by every guest write to the vGIC and every reset of it:
+    /// the timer fast path ([`crate::irq`]) reuses what it listed only while this is unchanged.
+    pub gic_writes: AtomicU32,
     stage2_root: AtomicU64,
     vcpus: [Vcpu; crate::MAX_VCPUS],
 }
@@ -87,6 +90,7 @@ impl Vm {
                 vgic: Vgic::EMPTY,
                 uart: Pl011::ZEROED,
             }),
+            gic_writes: AtomicU32::new(0),
             stage2_root: AtomicU64::new(0),
             vcpus: [const {
                 Vcpu {
@@ -216,6 +220,11 @@ pub struct PerCpu {
     pub generation: AtomicU32,
     /// Whether this pCPU is shared by several vCPUs (its policy is not `pinned`).
     pub shared: AtomicBool,
+    /// The timer fast path's cache: the list register (plus one; 0: none) the running vCPU's
+    /// virtual timer was last listed in (bits 0-7), and its VM's `gic_writes` then (32-63).
+    pub timer_lr: AtomicU64,
+    /// The value written to that list register.
+    pub timer_lr_value: AtomicU64,
 }
 
 static CPUS: [PerCpu; MAX_CPUS] = [const {
@@ -227,6 +236,8 @@ static CPUS: [PerCpu; MAX_CPUS] = [const {
         redistributor: Once::new(),
         generation: AtomicU32::new(0),
         shared: AtomicBool::new(false),
+        timer_lr: AtomicU64::new(0),
+        timer_lr_value: AtomicU64::new(0),
     }
 }; MAX_CPUS];
 
@@ -317,10 +328,12 @@ fn reset_devices(id: usize) {
     } else {
         &[]
     };
-    *VMS[id].devices.lock() = Devices {
+    let mut devices = VMS[id].devices.lock();
+    *devices = Devices {
         vgic: Vgic::new(desc.pcpus.len(), owned),
         uart: Pl011::new(),
     };
+    VMS[id].gic_writes.fetch_add(1, Ordering::Relaxed);
 }
 
 /// The VM's memory at `[ipa, ipa + len)` as a byte slice for loading; None if no region of

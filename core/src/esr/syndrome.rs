@@ -20,11 +20,13 @@ const fn bit(value: u64, bit: u32) -> bool {
 
 impl Esr {
     /// ESR_ELx.EC, bits \[31:26\].
+    #[inline(always)]
     pub fn ec(&self) -> u8 {
         bits(self.0, 26, 6) as u8
     }
 
     /// The decoded exception class.
+    #[inline(always)]
     pub fn class(&self) -> ExceptionClass {
         ExceptionClass::from_code(self.ec())
     }
@@ -44,6 +46,7 @@ impl Esr {
     }
 
     /// ESR_ELx.ISS, bits \[24:0\].
+    #[inline(always)]
     pub fn iss(&self) -> u32 {
         bits(self.0, 0, 25) as u32
     }
@@ -55,6 +58,7 @@ impl Esr {
 
     /// The data abort syndrome for EC 0x24/0x25 (Arm ARM D17.2.37, "ISS encoding for an
     /// exception from a Data Abort").
+    #[inline(always)]
     pub fn data_abort(&self) -> Option<DataAbort> {
         if !matches!(
             self.class(),
@@ -99,6 +103,7 @@ impl Esr {
 
     /// The trapped MSR/MRS/system instruction for EC 0x18 (Arm ARM D17.2.37, "ISS encoding
     /// for an exception from MSR, MRS, or System instruction execution in AArch64 state").
+    #[inline(always)]
     pub fn sysreg(&self) -> Option<SysRegAccess> {
         if self.class() != ExceptionClass::SysReg64 {
             return None;

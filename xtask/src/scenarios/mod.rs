@@ -693,24 +693,53 @@ const ATTACKS: &[Attack] = &[
 
 /// Runs attack `name` of the hostile guest (`configs/tests/attack.toml` with `keel.attack=name`)
 /// next to a 1 kHz victim: every probe passes, every vCPU start of the attacker is entered in
-/// the documented state, and the victim keeps every tick.
-fn attack(attack: &Attack) -> Result<()> {
+/// the documented state, and the victim keeps every tick. `shared`: the victim and both of the
+/// attacker's vCPUs share pCPU 1 (fixed priority: the victim above, with a budget of 500 µs
+/// per 1 ms; the attacker's vCPUs below, round robin between them).
+fn attack(attack: &Attack, shared: bool) -> Result<()> {
     let (name, probes) = (attack.name, attack.probes);
     let template = config("attack");
     let text =
         std::fs::read_to_string(&template).map_err(|e| format!("{}: {e}", template.display()))?;
-    let text = text.replace(
+    let mut text = text.replace(
         "cmdline = \"\"",
         &format!("cmdline = \"keel.attack={name}\""),
     );
     if !text.contains(&format!("keel.attack={name}")) {
         return Err(format!("{}: no empty cmdline to fill", template.display()));
     }
+    if shared {
+        let before = text.clone();
+        text = text
+            .replace(
+                "\n[[vm]]\nname = \"victim\"",
+                "\n[[pcpu]]\nid = 1\npolicy = \"fixed-priority\"\n\n[[vm]]\nname = \"victim\"",
+            )
+            .replace(
+                "pcpus = [1]\n",
+                "pcpus = [1]\nschedule = [{ priority = 10, period = \"1ms\", budget = \"500us\" }]\n",
+            )
+            .replace(
+                "pcpus = [2, 3]\n",
+                "pcpus = [1, 1]\nschedule = [{ priority = 1 }, { priority = 1 }]\n",
+            );
+        if text.matches("schedule").count() != 2 || before == text {
+            return Err(format!(
+                "{}: cannot make its pCPUs shared",
+                template.display()
+            ));
+        }
+    }
+    let label = if shared {
+        format!("attack-{name}-shared")
+    } else {
+        format!("attack-{name}")
+    };
     let dir = output_dir().join("attack-configs");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let path = dir.join(format!("attack-{name}.toml"));
+    let path = dir.join(format!("{label}.toml"));
     std::fs::write(&path, text).map_err(|e| e.to_string())?;
-    let ended = boot_config(&path, &format!("attack-{name}"))?.finish(DEADLINE);
+    let ended = boot_config(&path, &label)?.finish(DEADLINE);
     let fail = |message: String| with_console_tail(message, &ended);
     expect_line(&ended, &format!(r"^\[hostile\] attack {name}: done$")).map_err(fail)?;
     let hostile = lines_of(&ended, "hostile");
@@ -1074,7 +1103,16 @@ pub fn all() -> Vec<Scenario> {
                 "hostile guest attack '{}': contained, victim ticks on",
                 attack_kind.name
             ),
-            run: Box::new(move || attack(attack_kind)),
+            run: Box::new(move || attack(attack_kind, false)),
+        });
+    }
+    for attack_kind in ATTACKS {
+        scenarios.push(Scenario {
+            name: format!(
+                "hostile guest attack '{}' with attacker and victim on one pCPU: contained, victim ticks on",
+                attack_kind.name
+            ),
+            run: Box::new(move || attack(attack_kind, true)),
         });
     }
     let bad: BTreeMap<&str, &str> = BTreeMap::from([
