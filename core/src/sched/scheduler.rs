@@ -230,8 +230,16 @@ impl Scheduler {
             }
         }
         let pick = self.best();
+        if let (Some(preempted), Some(chosen)) = (held, pick) {
+            if preempted != chosen && self.slots[preempted].runnable() {
+                self.slots[preempted].quantum_left = self.quantum_end.saturating_sub(now);
+            }
+        }
         if let Some(chosen) = pick {
-            if held != Some(chosen) || now >= self.quantum_end {
+            if held != Some(chosen) {
+                let left = core::mem::take(&mut self.slots[chosen].quantum_left);
+                self.quantum_end = now.saturating_add(if left > 0 { left } else { self.quantum() });
+            } else if now >= self.quantum_end {
                 self.quantum_end = now.saturating_add(self.quantum());
             }
             if previous != Some(chosen) {

@@ -60,6 +60,10 @@ pub(super) struct Slot {
     pub(super) job_missed: bool,
     /// Place in the round-robin queue of its class: lower runs first.
     pub(super) ticket: u64,
+    /// What was left of its quantum when a vCPU of a higher class preempted it (0: none): it
+    /// resumes with that, not a fresh quantum, or a frequent preemptor would let it keep the
+    /// pCPU from its equals forever.
+    pub(super) quantum_left: Time,
     /// What happened so far.
     pub(super) stats: Stats,
 }
@@ -78,6 +82,7 @@ impl Slot {
         job_pending: false,
         job_missed: false,
         ticket: 0,
+        quantum_left: 0,
         stats: Stats::ZERO,
     };
 
@@ -102,6 +107,7 @@ impl Slot {
     pub(super) fn stop(&mut self) {
         self.started = false;
         self.blocked = false;
+        self.quantum_left = 0;
         self.job_pending = false;
         self.budget = 0;
     }
@@ -171,6 +177,7 @@ impl Slot {
             return;
         }
         self.blocked = true;
+        self.quantum_left = 0;
         if self.job_pending {
             self.job_pending = false;
             let response = now.saturating_sub(self.release);

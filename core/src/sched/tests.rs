@@ -468,3 +468,29 @@ fn a_preempting_vcpu_pays_for_the_resumption_of_the_one_it_preempted() {
     plain.start(1, 2);
     assert_eq!(plain.decide(2), decision(Some(1), Some(4)));
 }
+
+#[test]
+fn fixed_priority_a_preempted_vcpu_resumes_its_quantum_so_its_equals_get_their_turn() {
+    // Slot 0 (priority 5) wakes every 6 and runs 1; slots 1 and 2 share priority 1. Were the
+    // preempted slot 1 given a fresh quantum each time, slot 2 would never run.
+    let mut scheduler = started(FIXED, &[best_effort(5), best_effort(1), best_effort(1)]);
+    assert_eq!(scheduler.decide(0).run, Some(0));
+    scheduler.block(0, 1);
+    assert_eq!(scheduler.decide(1), decision(Some(1), Some(11)));
+    assert!(scheduler.wake(0, 6), "the higher priority preempts");
+    assert_eq!(scheduler.decide(6).run, Some(0));
+    scheduler.block(0, 7);
+    assert_eq!(
+        scheduler.decide(7),
+        decision(Some(1), Some(12)),
+        "slot 1 resumes with the 5 it had left"
+    );
+    assert!(scheduler.wake(0, 12));
+    assert_eq!(scheduler.decide(12).run, Some(0));
+    scheduler.block(0, 13);
+    assert_eq!(
+        scheduler.decide(13).run,
+        Some(2),
+        "slot 1's quantum ended at 12"
+    );
+}
