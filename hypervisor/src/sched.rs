@@ -51,6 +51,9 @@ struct SharedCpu {
     /// Slots that gave the pCPU away to wait for an interrupt, and have not run since: the
     /// ones whose virtual timer the timer queue watches.
     waiting: u32,
+    /// Switched-out slots that may have been sent interrupts (an SGI, an SPI) since they left:
+    /// their list registers are brought up to date from the vGIC when they next run.
+    needs_sync: u32,
 }
 
 impl SharedCpu {
@@ -66,6 +69,7 @@ impl SharedCpu {
             fresh: 0,
             started: 0,
             waiting: 0,
+            needs_sync: 0,
         }
     }
 
@@ -184,6 +188,10 @@ fn enter(slot: usize) -> ! {
         shared.loaded = Some(slot);
         shared.last = Some(slot);
         shared.waiting &= !(1 << slot);
+        if shared.needs_sync & (1 << slot) != 0 {
+            shared.needs_sync &= !(1 << slot);
+            irq::sync_list_registers();
+        }
         frame.fill(&context.regs);
         (context.pc, context.pstate)
     };
@@ -304,6 +312,8 @@ fn refresh(shared: &mut SharedCpu, now: u64) {
         if shared.loaded == Some(slot) {
             continue;
         }
+        // A kick may have raised an interrupt for it in its vGIC.
+        shared.needs_sync |= 1 << slot;
         if (!running || !current_generation) && shared.is_started(slot) {
             discard_saved(shared, slot);
             shared.scheduler.stop(slot, now);
