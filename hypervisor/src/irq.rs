@@ -52,7 +52,7 @@ pub fn handle_pending() -> Handled {
             // list register) is dealt with: sync now, or it would fire again at once.
             layout::MAINTENANCE_INTID => sync_list_registers(),
             KICK_SGI => {
-                crate::sched::mark_stale();
+                crate::sched::mark_stale(crate::sched::Stale::Kicked);
                 handled.reschedule = true;
             }
             _ if intid == crate::uart_intid() => console_input(),
@@ -72,7 +72,7 @@ fn hyp_timer() -> bool {
         console::flush_partial();
     }
     if timers::is_due(due, Deadline::VirtualTimers) {
-        crate::sched::mark_stale();
+        crate::sched::mark_stale(crate::sched::Stale::TimerDue);
     }
     timers::is_due(due, Deadline::Schedule) || timers::is_due(due, Deadline::VirtualTimers)
 }

@@ -10,7 +10,7 @@
 //! makes the scheduler choose another vCPU saves the running one ([`switch_away`]) and
 //! enters the [`run_loop`], which restores the next and enters it on a fresh stack.
 
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicU8, Ordering};
 
 use keel_core::sched::{Decision, Scheduler, Stats, MAX_SLOTS};
 
@@ -51,6 +51,9 @@ struct SharedCpu {
     /// Slots that gave the pCPU away to wait for an interrupt, and have not run since: the
     /// ones whose virtual timer the timer queue watches.
     waiting: u32,
+    /// Each slot's timer fast-path cache ([`vm::PerCpu::timer_lr`] and its value), kept with
+    /// its list registers while it is switched out.
+    timer_lr: [(u64, u64); MAX_SLOTS],
     /// Switched-out slots that may have been sent interrupts (an SGI, an SPI) since they left:
     /// their list registers are brought up to date from the vGIC when they next run.
     needs_sync: u32,
@@ -70,6 +73,7 @@ impl SharedCpu {
             started: 0,
             waiting: 0,
             needs_sync: 0,
+            timer_lr: [(0, 0); MAX_SLOTS],
         }
     }
 
@@ -132,14 +136,7 @@ pub fn init(index: usize) {
 /// vectors), or wait for an interrupt when it picks none. Entered with no vCPU loaded.
 pub fn run_loop() -> ! {
     loop {
-        let next = {
-            let mut shared = this_shared().lock();
-            let now = timer::now();
-            refresh(&mut shared, now);
-            let decision = shared.scheduler.decide(now);
-            program(&shared, decision);
-            decision.run
-        };
+        let next = decide(&mut this_shared().lock(), timer::now());
         if let Some(slot) = next {
             enter(slot);
         }
@@ -178,7 +175,9 @@ fn enter(slot: usize) -> ! {
             context.restore(redistributor, same_vm_other_vcpu);
         }
         guest::set_fp_trap(shared.fp_owner != Some(slot));
-        irq::forget_timer_lr();
+        let (timer_lr, timer_lr_value) = shared.timer_lr[slot];
+        cpu.timer_lr_value.store(timer_lr_value, Ordering::Relaxed);
+        cpu.timer_lr.store(timer_lr, Ordering::Relaxed);
         cpu.listed
             .store(context.interface.listed, Ordering::Relaxed);
         cpu.generation
@@ -206,6 +205,10 @@ fn save_running(shared: &mut SharedCpu, frame: &GuestRegs) -> Option<usize> {
     let context = &mut shared.contexts[slot];
     context.save(frame, cpu.redistributor.get());
     context.interface.listed = cpu.listed.load(Ordering::Relaxed);
+    shared.timer_lr[slot] = (
+        cpu.timer_lr.load(Ordering::Relaxed),
+        cpu.timer_lr_value.load(Ordering::Relaxed),
+    );
     cpu.vm.store(usize::MAX, Ordering::Relaxed);
     cpu.listed.store(0, Ordering::Relaxed);
     Some(slot)
@@ -216,7 +219,7 @@ fn save_running(shared: &mut SharedCpu, frame: &GuestRegs) -> Option<usize> {
 /// best-effort vCPU that yields (`yielding`) goes behind the others and runs again
 /// when its turn comes.
 pub fn give_away(frame: &GuestRegs, yielding: bool) -> ! {
-    {
+    let next = {
         let mut shared = this_shared().lock();
         let now = timer::now();
         if let Some(slot) = shared.loaded {
@@ -230,26 +233,46 @@ pub fn give_away(frame: &GuestRegs, yielding: bool) -> ! {
             }
         }
         save_running(&mut shared, frame);
+        decide(&mut shared, now)
+    };
+    switch_to(next)
+}
+
+/// Takes what changed ([`refresh`]), asks the scheduler, and arms the timer queue for its
+/// answer: the slot to run next, if any.
+fn decide(shared: &mut SharedCpu, now: u64) -> Option<usize> {
+    refresh(shared, now);
+    let decision = shared.scheduler.decide(now);
+    program(shared, decision);
+    decision.run
+}
+
+/// Enters `next`, or waits in the run loop if the scheduler picked none. The running vCPU,
+/// if any, was saved.
+fn switch_to(next: Option<usize>) -> ! {
+    match next {
+        Some(slot) => enter(slot),
+        None => run_loop(),
     }
-    run_loop()
 }
 
 /// Something may have changed what should run (a deadline passed, a vCPU here was woken or
 /// started): asks the scheduler and, if it picks another vCPU, switches to it. Returns if the
 /// running vCPU keeps the pCPU.
 pub fn reschedule(frame: &GuestRegs) {
-    {
+    let next = {
         let mut shared = this_shared().lock();
         let now = timer::now();
         refresh(&mut shared, now);
         let decision = shared.scheduler.decide(now);
+        program(&shared, decision);
         if decision.run.is_some() && decision.run == shared.loaded {
-            program(&shared, decision);
             return;
         }
         save_running(&mut shared, frame);
-    }
-    run_loop()
+        decision.run
+    };
+    switch_to(next)
 }
 
 /// The running vCPU stops (CPU_OFF, its VM ended or reset): the scheduler forgets it until
@@ -285,21 +308,49 @@ pub fn fp_trap() {
     shared.fp_owner = Some(slot);
 }
 
-/// Whether each pCPU must look at its vCPUs again ([`refresh`]): set by a kick and by a
-/// passed virtual-timer deadline, and at boot (the first starts are pending).
-static STALE: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(true) }; MAX_CPUS];
+/// Why a pCPU must look at its vCPUs again ([`refresh`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Stale {
+    /// A kick: an interrupt raised for one of its vCPUs, a start requested, a VM ended or
+    /// reset.
+    Kicked = 1,
+    /// A waiting vCPU's virtual-timer deadline passed.
+    TimerDue = 2,
+}
 
-/// Something about this pCPU's switched-out vCPUs may have changed (a kick: an interrupt
-/// raised, a start requested, a VM ended or reset; or a virtual-timer deadline passed).
-pub fn mark_stale() {
-    STALE[cpu::index()].store(true, Ordering::Relaxed);
+/// Per pCPU, the [`Stale`] reasons since its last [`refresh`] (at boot: kicked, since the
+/// first starts are pending).
+static STALE: [AtomicU8; MAX_CPUS] = [const { AtomicU8::new(Stale::Kicked as u8) }; MAX_CPUS];
+
+/// Something about this pCPU's switched-out vCPUs may have changed.
+pub fn mark_stale(reason: Stale) {
+    STALE[cpu::index()].fetch_or(reason as u8, Ordering::Relaxed);
 }
 
 /// Brings the scheduler up to date with the world, if a kick or a deadline said it may have
 /// changed: vCPUs whose VM ended or was reset stop, start requests (CPU_ON, reset) start, and
 /// waiting vCPUs with an interrupt pending wake. Bounded by the slots of one pCPU.
 fn refresh(shared: &mut SharedCpu, now: u64) {
-    if !STALE[cpu::index()].swap(false, Ordering::Relaxed) {
+    let reasons = STALE[cpu::index()].swap(0, Ordering::Relaxed);
+    if reasons == 0 {
+        return;
+    }
+    let kicked = reasons & Stale::Kicked as u8 != 0;
+    if !kicked {
+        // Only a virtual-timer deadline passed: wake the waiting vCPUs it was for.
+        let mut scan = shared.waiting & shared.started;
+        while scan != 0 {
+            let slot = scan.trailing_zeros() as usize;
+            scan &= scan - 1;
+            if shared.contexts[slot]
+                .timer
+                .deadline()
+                .is_some_and(|at| at <= now)
+            {
+                shared.scheduler.wake(slot, now);
+            }
+        }
         return;
     }
     for slot in 0..MAX_SLOTS {
@@ -312,7 +363,7 @@ fn refresh(shared: &mut SharedCpu, now: u64) {
         if shared.loaded == Some(slot) {
             continue;
         }
-        // A kick may have raised an interrupt for it in its vGIC.
+        // The kick may have raised an interrupt for it in its vGIC.
         shared.needs_sync |= 1 << slot;
         if (!running || !current_generation) && shared.is_started(slot) {
             discard_saved(shared, slot);
@@ -352,6 +403,7 @@ fn discard_saved(shared: &mut SharedCpu, slot: usize) {
         });
     }
     context.discard_interrupts();
+    shared.timer_lr[slot] = (0, 0);
     if shared.fp_owner == Some(slot) {
         shared.fp_owner = None;
     }
@@ -379,6 +431,7 @@ fn start_slot(
     );
     shared.generations[slot] = vm.generation();
     shared.fresh |= 1 << slot;
+    shared.timer_lr[slot] = (0, 0);
     if shared.fp_owner == Some(slot) {
         shared.fp_owner = None;
     }

@@ -292,6 +292,7 @@ impl Scheduler {
 
     /// Charges the time since the last call to the vCPU holding the pCPU; returns
     /// `max(now, latest now)`.
+    #[inline(always)]
     fn charge(&mut self, now: Time, may_overrun: bool) -> Time {
         let elapsed = now.saturating_sub(self.clock);
         self.clock = self.clock.max(now);
@@ -302,6 +303,7 @@ impl Scheduler {
     }
 
     /// Counts misses and releases the jobs due at the latest `now` seen.
+    #[inline(always)]
     fn catch_up(&mut self) {
         let clock = self.clock;
         for slot in &mut self.slots[..self.len] {
@@ -332,6 +334,7 @@ impl Scheduler {
     }
 
     /// How the policy ranks `slot` (lower first).
+    #[inline(always)]
     fn rank(&self, slot: usize) -> Rank {
         let s = &self.slots[slot];
         match self.policy {
@@ -345,6 +348,7 @@ impl Scheduler {
     }
 
     /// Whether `slot` shares the pCPU by round robin with the others of its class.
+    #[inline(always)]
     fn round_robin(&self, slot: usize) -> bool {
         match self.policy {
             Policy::Pinned => false,
@@ -354,6 +358,7 @@ impl Scheduler {
     }
 
     /// Whether another runnable vCPU shares `slot`'s round-robin class.
+    #[inline(always)]
     fn peer_runnable(&self, slot: usize) -> bool {
         self.round_robin(slot)
             && (0..self.len).any(|other| {

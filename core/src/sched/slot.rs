@@ -87,6 +87,7 @@ impl Slot {
     };
 
     /// Started, not blocked, and (with a reservation) not throttled.
+    #[inline(always)]
     pub(super) fn runnable(&self) -> bool {
         self.started && !self.blocked && (self.reservation.is_none() || self.budget > 0)
     }
