@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use regex::Regex;
 
-use crate::image::{build_guests, build_system, guest_image, output_dir};
+use crate::image::{build_guests, build_system, guest_image, output_dir, SystemImage};
 use crate::qemu::{Ended, Machine};
 use crate::Result;
 
@@ -127,6 +127,23 @@ fn step_seconds(ended: &Ended, step: &str) -> Result<f64> {
     Err(format!("no 'KEEL-STEP {step}' begin and end"))
 }
 
+/// Builds and boots a generated configuration whose VM 0 is Linux, until Linux powers off.
+fn run_until_linux_off(name: &str, text: &str) -> Result<(Ended, SystemImage)> {
+    let path = output_dir().join(format!("{name}.toml"));
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let image = build_system(&path)?;
+    let mut machine = Machine::keel(&image.path, image.system.pcpus);
+    machine.icount = true;
+    let mut session = machine.spawn(&output_dir().join(format!("logs/{name}.log")))?;
+    let outcome = session.wait_for(
+        r"^\[keel\] vm 'linux' \(id 0\) powered off$",
+        Duration::from_secs(900),
+    );
+    let ended = session.kill();
+    outcome?;
+    Ok((ended, image))
+}
+
 const LINUX_VM: &str = "\n[[vm]]\nname = \"linux\"\nimage = { debian = \"cloud-arm64\" }\n\
     initrd = { debian = \"cloud-arm64\" }\nmemory = { base = 0x4800_0000, size = \"512M\" }\n\
     pcpus = [1]\ndevices = [\"console\"]\n";
@@ -164,18 +181,7 @@ fn linux_sharing() -> Result<()> {
             "schedule = [{ priority = 10, period = \"1ms\", budget = \"500us\" }]\n",
             "keel.mode=ticks keel.lateness",
         );
-    let path = output_dir().join(format!("{shared_name}.toml"));
-    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
-    let image = build_system(&path)?;
-    let mut machine = Machine::keel(&image.path, image.system.pcpus);
-    machine.icount = true;
-    let mut session = machine.spawn(&output_dir().join(format!("logs/{shared_name}.log")))?;
-    let outcome = session.wait_for(
-        r"^\[keel\] vm 'linux' \(id 0\) powered off$",
-        Duration::from_secs(900),
-    );
-    let shared = session.kill();
-    outcome?;
+    let (shared, _) = run_until_linux_off(shared_name, &text)?;
     let with_linux = lateness(&shared, "rt")?;
     println!();
     println!("1 kHz partition's tick lateness (ns, from the timer's deadline to its handler; min / avg of each second's average / max):");
@@ -196,19 +202,8 @@ fn linux_sharing() -> Result<()> {
             "schedule = [{ period = \"1ms\", budget = \"300us\" }]\n",
             "keel.mode=job keel.work=250 keel.report=1",
         );
-    let path = output_dir().join(format!("{throughput_name}.toml"));
-    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
-    let image = build_system(&path)?;
+    let (under_keel, image) = run_until_linux_off(throughput_name, &text)?;
     let linux = &image.system.vms[0];
-    let mut machine = Machine::keel(&image.path, image.system.pcpus);
-    machine.icount = true;
-    let mut session = machine.spawn(&output_dir().join(format!("logs/{throughput_name}.log")))?;
-    let outcome = session.wait_for(
-        r"^\[keel\] vm 'linux' \(id 0\) powered off$",
-        Duration::from_secs(900),
-    );
-    let under_keel = session.kill();
-    outcome?;
     let shared_seconds = step_seconds(&under_keel, "matrixprod")?;
     let native = Machine {
         kernel: linux.image_path.clone(),

@@ -123,17 +123,19 @@ impl<'a> Options<'a> {
                 })
             }
         };
-        let seconds = |key: &'static str| -> Result<Option<u64>, OptionError<'a>> {
-            args.value(key)
-                .map(|value| {
-                    value.parse().map_err(|_| OptionError {
-                        key,
-                        value,
-                        expected: "whole seconds",
+        let number =
+            |key: &'static str, expected: &'static str| -> Result<Option<u64>, OptionError<'a>> {
+                args.value(key)
+                    .map(|value| {
+                        value.parse().map_err(|_| OptionError {
+                            key,
+                            value,
+                            expected,
+                        })
                     })
-                })
-                .transpose()
-        };
+                    .transpose()
+            };
+        let seconds = |key: &'static str| number(key, "whole seconds");
         let target = args
             .value("keel.target")
             .map(|value| {
@@ -167,22 +169,8 @@ impl<'a> Options<'a> {
                 expected: "microseconds or forever",
             })?),
         };
-        let iterations = match args.value("keel.iterations") {
-            None => 10_000_000,
-            Some(value) => value.parse().map_err(|_| OptionError {
-                key: "keel.iterations",
-                value,
-                expected: "a whole number",
-            })?,
-        };
-        let start_ms = match args.value("keel.start") {
-            None => 0,
-            Some(value) => value.parse().map_err(|_| OptionError {
-                key: "keel.start",
-                value,
-                expected: "milliseconds",
-            })?,
-        };
+        let iterations = number("keel.iterations", "a whole number")?.unwrap_or(10_000_000);
+        let start_ms = number("keel.start", "milliseconds")?.unwrap_or(0);
         Ok(Self {
             lateness: args.has_flag("keel.lateness"),
             start_ms,

@@ -93,6 +93,25 @@ fn check_jobs(ended: &Ended, vm: &str, period_us: u64, min_reports: usize) -> Re
     Ok(())
 }
 
+/// Boots configuration `name`, whose VM 0 is a Debian Linux running `keel.test=stress`, until
+/// Linux has powered off and `partition` has matched `count` lines in all; checks that Linux
+/// completed stress-ng and its whole run.
+fn beside_linux(name: &str, partition: &str, count: usize) -> Result<Ended> {
+    let mut session = boot(name)?;
+    let wait = Duration::from_secs(600);
+    let outcome = session
+        .wait_for(r"^\[keel\] vm 'linux' \(id 0\) powered off$", wait)
+        .and_then(|_| session.wait_for_count(partition, count, wait));
+    let ended = session.kill();
+    outcome.map_err(|m| with_console_tail(m, &ended))?;
+    expect_line(
+        &ended,
+        r"^\[linux\] stress-ng: info: .* successful run completed",
+    )?;
+    expect_line(&ended, r"^\[linux\] KEEL-INIT-END status=0$")?;
+    Ok(ended)
+}
+
 /// Two best-effort VMs round robin on one pCPU (1 ms quantum): at every report each has run
 /// within one quantum of the other, and together they had at least 99% of the time.
 fn round_robin() -> Result<()> {
@@ -120,18 +139,7 @@ fn round_robin() -> Result<()> {
 /// Debian Linux on one pCPU under EDF: no deadline miss, no overrun, every job's response
 /// within its period, and Linux boots and completes stress-ng and cyclictest.
 fn m5150() -> Result<()> {
-    let mut session = boot("m5150")?;
-    let wait = Duration::from_secs(600);
-    let outcome = session
-        .wait_for(r"^\[keel\] vm 'linux' \(id 0\) powered off$", wait)
-        .and_then(|_| session.wait_for_count(r"^\[rt-20ms\] \[job\]", 3, wait));
-    let ended = session.kill();
-    outcome.map_err(|m| with_console_tail(m, &ended))?;
-    expect_line(
-        &ended,
-        r"^\[linux\] stress-ng: info: .* successful run completed",
-    )?;
-    expect_line(&ended, r"^\[linux\] KEEL-INIT-END status=0$")?;
+    let ended = beside_linux("m5150", r"^\[rt-20ms\] \[job\]", 3)?;
     check_jobs(&ended, "rt-1ms", 1_000, 3)?;
     check_jobs(&ended, "rt-5ms", 5_000, 3)?;
     check_jobs(&ended, "rt-20ms", 20_000, 3)
@@ -170,18 +178,7 @@ fn throttle() -> Result<()> {
 /// VM on one pCPU: every tick delivered through Linux's boot and stress-ng, the worst
 /// lateness within [`GANDALF_LATENESS_BOUND_US`], and Linux completes its run.
 fn gandalf() -> Result<()> {
-    let mut session = boot("gandalf")?;
-    let wait = Duration::from_secs(600);
-    let outcome = session
-        .wait_for(r"^\[keel\] vm 'linux' \(id 0\) powered off$", wait)
-        .and_then(|_| session.wait_for(r"^\[rt\] tick: ", wait));
-    let ended = session.kill();
-    outcome.map_err(|m| with_console_tail(m, &ended))?;
-    expect_line(
-        &ended,
-        r"^\[linux\] stress-ng: info: .* successful run completed",
-    )?;
-    expect_line(&ended, r"^\[linux\] KEEL-INIT-END status=0$")?;
+    let ended = beside_linux("gandalf", r"^\[rt\] tick: ", 1)?;
     check_tick_counts(&ended, "rt", 5)?;
     let late = tick_lateness(&ended, "rt");
     if late > GANDALF_LATENESS_BOUND_US {
