@@ -17,6 +17,8 @@ pub const ID_DFR0_EL1: IdRegister = IdRegister { crm: 1, op2: 2 };
 pub const ID_AA64PFR0_EL1: IdRegister = IdRegister { crm: 4, op2: 0 };
 /// ID_AA64PFR1_EL1.
 pub const ID_AA64PFR1_EL1: IdRegister = IdRegister { crm: 4, op2: 1 };
+/// ID_AA64ZFR0_EL1: the SVE features.
+pub const ID_AA64ZFR0_EL1: IdRegister = IdRegister { crm: 4, op2: 4 };
 /// ID_AA64DFR0_EL1.
 pub const ID_AA64DFR0_EL1: IdRegister = IdRegister { crm: 5, op2: 0 };
 
@@ -25,6 +27,9 @@ pub const ID_AA64DFR0_EL1: IdRegister = IdRegister { crm: 5, op2: 0 };
 pub struct GuestFeatures {
     /// The PMU is the VM's own (its pCPUs run nothing else): its counters are passed through.
     pub pmu: bool,
+    /// SVE runs natively: no vCPU of the VM shares a pCPU (where Keel traps SVE with
+    /// CPTR_EL2.TZ rather than switch its state).
+    pub sve: bool,
 }
 
 /// A 4-bit field that reads as zero ("not implemented"), and why.
@@ -51,6 +56,14 @@ const fn pmu_field(register: IdRegister, shift: u32) -> Hidden {
     }
 }
 
+const fn sve_field(register: IdRegister, shift: u32) -> Hidden {
+    Hidden {
+        register,
+        shift,
+        visible: |features| features.sve,
+    }
+}
+
 /// The fields Keel hides (Arm ARM D19.2, the ID register descriptions).
 const HIDDEN: &[Hidden] = &[
     // Activity monitors (AMU, trapped by CPTR_EL2.TAM) and MPAM.
@@ -74,6 +87,24 @@ const HIDDEN: &[Hidden] = &[
     // AArch32 trace model (ID_DFR0_EL1.MMapTrc, CopTrc).
     hidden(ID_DFR0_EL1, 16),
     hidden(ID_DFR0_EL1, 12),
+    // SVE and every field of its feature register, for a VM on a shared pCPU.
+    sve_field(ID_AA64PFR0_EL1, 32),
+    sve_field(ID_AA64ZFR0_EL1, 0),
+    sve_field(ID_AA64ZFR0_EL1, 4),
+    sve_field(ID_AA64ZFR0_EL1, 8),
+    sve_field(ID_AA64ZFR0_EL1, 12),
+    sve_field(ID_AA64ZFR0_EL1, 16),
+    sve_field(ID_AA64ZFR0_EL1, 20),
+    sve_field(ID_AA64ZFR0_EL1, 24),
+    sve_field(ID_AA64ZFR0_EL1, 28),
+    sve_field(ID_AA64ZFR0_EL1, 32),
+    sve_field(ID_AA64ZFR0_EL1, 36),
+    sve_field(ID_AA64ZFR0_EL1, 40),
+    sve_field(ID_AA64ZFR0_EL1, 44),
+    sve_field(ID_AA64ZFR0_EL1, 48),
+    sve_field(ID_AA64ZFR0_EL1, 52),
+    sve_field(ID_AA64ZFR0_EL1, 56),
+    sve_field(ID_AA64ZFR0_EL1, 60),
 ];
 
 /// What a guest with `features` reads from `register`, whose hardware value is `hardware`.
@@ -93,8 +124,28 @@ pub fn is_id_register(op0: u8, op1: u8, crn: u8, crm: u8) -> bool {
 mod tests {
     use super::*;
 
-    const HIDDEN_PMU: GuestFeatures = GuestFeatures { pmu: false };
-    const OWN_PMU: GuestFeatures = GuestFeatures { pmu: true };
+    const HIDDEN_PMU: GuestFeatures = GuestFeatures {
+        pmu: false,
+        sve: true,
+    };
+    const OWN_PMU: GuestFeatures = GuestFeatures {
+        pmu: true,
+        sve: true,
+    };
+
+    #[test]
+    fn sve_is_hidden_from_a_vm_that_shares_a_pcpu() {
+        let shared = GuestFeatures {
+            pmu: false,
+            sve: false,
+        };
+        let pfr0 = 1 << 32 | 0x1111;
+        assert_eq!(guest_view(ID_AA64PFR0_EL1, pfr0, shared), 0x1111);
+        assert_eq!(guest_view(ID_AA64PFR0_EL1, pfr0, HIDDEN_PMU), pfr0);
+        let zfr0 = 0x0110_1100_0011_0011;
+        assert_eq!(guest_view(ID_AA64ZFR0_EL1, zfr0, shared), 0);
+        assert_eq!(guest_view(ID_AA64ZFR0_EL1, zfr0, HIDDEN_PMU), zfr0);
+    }
 
     #[test]
     fn the_pmu_is_hidden_unless_the_vm_owns_it() {

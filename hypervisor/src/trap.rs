@@ -335,6 +335,7 @@ fn system_register(id: usize, vcpu: usize, access: SysRegAccess, regs: &mut Gues
         };
         let features = cpu_features::GuestFeatures {
             pmu: vm::desc(id).pmu,
+            sve: !vm::shares_a_pcpu(id),
         };
         let hardware = read_id_register(reg.crm, reg.op2);
         regs.set(

@@ -440,6 +440,11 @@ pub fn kick_vm(id: usize) {
     }
 }
 
+/// Whether a vCPU of VM `id` runs on a shared pCPU.
+pub fn shares_a_pcpu(id: usize) -> bool {
+    desc(id).pcpus.iter().any(|&pcpu| is_shared_pcpu(pcpu))
+}
+
 fn is_shared_pcpu(pcpu: u32) -> bool {
     CPUS.get(pcpu as usize)
         .is_some_and(|cpu| cpu.shared.load(Ordering::Relaxed))
