@@ -464,6 +464,11 @@ fn program(shared: &SharedCpu, decision: Decision) {
     while scan != 0 {
         let slot = scan.trailing_zeros() as usize;
         scan &= scan - 1;
+        // A waiting vCPU made runnable since (woken, or released) needs no timer: a deadline
+        // already passed would fire at once, again and again, until it runs.
+        if shared.scheduler.is_runnable(slot) {
+            continue;
+        }
         if let Some(at) = shared.contexts[slot].timer.deadline() {
             earliest = Some(earliest.map_or(at, |e: u64| e.min(at)));
         }
