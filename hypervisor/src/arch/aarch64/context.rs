@@ -44,6 +44,12 @@ pub struct El1State {
 }
 
 impl El1State {
+    /// All zero (no vCPU).
+    pub const ZERO: Self = Self {
+        sctlr: 0,
+        ..Self::RESET
+    };
+
     /// The documented entry state (README "Entry state"): everything zero but SCTLR_EL1.
     pub const RESET: Self = Self {
         sctlr: super::regs::SCTLR_EL1_RESET,
@@ -166,6 +172,12 @@ pub struct VirtualInterface {
 }
 
 impl VirtualInterface {
+    /// All zero (no vCPU).
+    pub const ZERO: Self = Self {
+        hcr: 0,
+        ..Self::RESET
+    };
+
     /// Nothing listed, interface enabled, no active priority: a vCPU's start.
     pub const RESET: Self = Self {
         lrs: [0; 16],
@@ -325,18 +337,19 @@ pub struct VcpuContext {
 }
 
 impl VcpuContext {
-    /// An empty context (no vCPU).
+    /// An empty context (no vCPU), all zero so that the tables of them live in .bss, not in
+    /// Keel's image: [`VcpuContext::reset`] gives a vCPU its entry state.
     pub const EMPTY: Self = Self {
         regs: GuestRegs::ZERO,
         pc: 0,
-        pstate: super::regs::SPSR_EL1H_MASKED,
-        el1: El1State::RESET,
+        pstate: 0,
+        el1: El1State::ZERO,
         timer: VirtualTimer {
             control: 0,
             compare: 0,
             physical_active: false,
         },
-        interface: VirtualInterface::RESET,
+        interface: VirtualInterface::ZERO,
         vmpidr: 0,
         hcr: 0,
         mdcr: 0,
@@ -348,6 +361,9 @@ impl VcpuContext {
     /// registers, timer, interface and FP/SIMD as the README's entry state says.
     pub fn reset(&mut self, pc: u64, x0: u64, vmpidr: u64, traps: (u64, u64), vttbr: u64) {
         *self = Self::EMPTY;
+        self.pstate = super::regs::SPSR_EL1H_MASKED;
+        self.el1 = El1State::RESET;
+        self.interface = VirtualInterface::RESET;
         self.regs.x[0] = x0;
         self.pc = pc;
         self.vmpidr = vmpidr;
