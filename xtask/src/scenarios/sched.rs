@@ -13,12 +13,13 @@ use super::{
 use crate::qemu::Ended;
 use crate::Result;
 
-/// The worst tick lateness the Gandalf scenario accepts, in µs. Derivation: a tick that
-/// arrives while Linux runs waits for the longest stretch Keel runs with interrupts masked on
-/// the shared pCPU (a trap of Linux's: at most a few thousand instructions, 2-3 µs at one
-/// instruction per ns), then one switch to the partition (about 1 µs, see `cargo xtask bench
-/// sched`), then the partition's own interrupt entry; 20 µs leaves room for the partition's
-/// once-a-second report, which runs in its own handler's shadow. Measured: 4 µs.
+/// The worst tick lateness the Gandalf scenario accepts, in µs. Derivation, at one
+/// instruction per ns: the EL2 timer's interrupt at the tick's deadline (about 300
+/// instructions), one switch from Linux to the partition (about 1,200: half of the 2,451 of
+/// `cargo xtask bench sched`'s pair), the partition's own timer interrupt (140), plus the Keel
+/// handler that was running when the deadline passed: Linux's longest traps on that pCPU (a
+/// console line written out, a vGIC write with its list-register sync) take a few thousand
+/// instructions. 20 µs is four times that sum. Measured: 3 µs.
 const GANDALF_LATENESS_BOUND_US: u64 = 20;
 
 /// One `[job]` report of the test guest.
