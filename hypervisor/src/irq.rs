@@ -1,8 +1,9 @@
 //! Physical interrupts at EL2 and the delivery of virtual interrupts through list registers.
 //!
-//! Keel's interrupts: SGI 0 (kick: re-evaluate this pCPU's vCPU), PPI 25 (GIC maintenance),
-//! PPI 26 (EL2 physical timer: console partial-line flush), PPI 27 (the running guest's
-//! virtual timer, forwarded with a hardware-linked list register) and the UART's SPI.
+//! Keel's interrupts: SGI 0 (kick: re-evaluate this pCPU's vCPUs), PPI 25 (GIC maintenance),
+//! PPI 26 (EL2 physical timer: the pCPU's timer queue, see [`crate::timers`]), PPI 27 (the
+//! running guest's virtual timer, forwarded with a hardware-linked list register) and the
+//! UART's SPI.
 
 use core::sync::atomic::Ordering;
 

@@ -3,12 +3,13 @@
 //!
 //! Ownership: a shared pCPU's [`SharedCpu`] (its scheduler and the contexts of the vCPUs
 //! placed on it) is touched by that pCPU alone; other pCPUs reach its vCPUs by a kick SGI
-//! ([`crate::vm::kick_vcpu`]). Lock order: a pCPU's `SharedCpu`, then a VM's device lock.
-//! Neither is held while entering a guest or waiting for an interrupt.
+//! ([`crate::vm::kick_vcpu`]). Lock order: a pCPU's `SharedCpu`, then a VM's device lock or
+//! the console's. None is held while entering a guest or waiting for an interrupt.
 //!
-//! Exits are handled in place on the exception stack, as on a pinned pCPU; an exit that
-//! makes the scheduler choose another vCPU saves the running one ([`switch_away`]) and
-//! enters the [`run_loop`], which restores the next and enters it on a fresh stack.
+//! Exits are handled in place on the exception stack, as on a pinned pCPU. An exit that gives
+//! the pCPU away ([`give_away`]: WFI, KEEL_YIELD) or after which the scheduler picks another
+//! vCPU ([`reschedule`]: a deadline, a kick) saves the running vCPU's context and enters the
+//! next one on a fresh stack ([`switch_to`]), or waits in the [`run_loop`] if there is none.
 
 use core::sync::atomic::{AtomicU8, Ordering};
 
