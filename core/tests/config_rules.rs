@@ -1140,3 +1140,12 @@ fn firmware_that_does_not_fit_its_flash_or_has_an_initrd_is_rejected() {
          no initrd (its firmware loads one)"
     );
 }
+
+#[test]
+fn rule_18_native_wfi_on_a_shared_pcpu() {
+    assert_rejected(
+        "wfi-native-on-shared.toml",
+        "vm 'rt-a': wfi: \"native\" needs pinned pCPUs: pCPU 1 is shared, where Keel traps \
+         WFI to give the pCPU to another vCPU",
+    );
+}

@@ -465,6 +465,12 @@ pub enum Problem {
         /// `pinned ...` or `shared by round robin`.
         policy: &'static str,
     },
+    /// `"native" needs pinned pCPUs: pCPU <pcpu> is shared, where Keel traps WFI to give the
+    /// pCPU to another vCPU`.
+    NativeWfiOnSharedPcpu {
+        /// The shared pCPU.
+        pcpu: u32,
+    },
     /// `pCPU <pcpu> is scheduled by EDF, which takes no priority (a period and budget make a
     /// reservation)`.
     PriorityOnEdf {
@@ -675,6 +681,11 @@ impl fmt::Display for Problem {
             Self::ParameterNotAllowed { pcpu, policy } => write!(
                 f,
                 "pCPU {pcpu} is {policy}, which takes no scheduling parameters"
+            ),
+            Self::NativeWfiOnSharedPcpu { pcpu } => write!(
+                f,
+                "\"native\" needs pinned pCPUs: pCPU {pcpu} is shared, where Keel traps WFI \
+                 to give the pCPU to another vCPU"
             ),
             Self::PriorityOnEdf { pcpu } => write!(
                 f,

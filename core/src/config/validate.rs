@@ -378,6 +378,15 @@ fn check_vm(table: &VmTable, index: usize, context: &Context) -> Result<Vm, Conf
     let sched = schedule::vcpu_params(table, &subject, context.policies)?;
     let console = check_devices(&table.devices).map_err(|problem| at("devices", problem))?;
     let wfi = check_wfi(table.wfi.as_deref()).map_err(|problem| at("wfi", problem))?;
+    if table.wfi.as_deref() == Some("native") {
+        if let Some(&pcpu) = table
+            .pcpus
+            .iter()
+            .find(|&&pcpu| context.policies[pcpu as usize].is_shared())
+        {
+            return Err(at("wfi", Problem::NativeWfiOnSharedPcpu { pcpu }));
+        }
+    }
     if table.cmdline.contains('\0') {
         return Err(at("cmdline", Problem::NulInCmdline));
     }
