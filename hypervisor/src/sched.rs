@@ -157,6 +157,20 @@ fn enter(slot: usize) -> ! {
             run_loop()
         };
         let cpu = vm::this_cpu();
+        let vm = vm::vm(placed.vm);
+        cpu.vm.store(placed.vm, Ordering::Relaxed);
+        cpu.in_guest.store(true, Ordering::SeqCst);
+        if !vm.may_enter()
+            || vm.state() != VmState::Running
+            || vm.generation() != shared.generations[slot]
+        {
+            // Its VM ended or is being reset, and the kick saying so is not handled yet.
+            cpu.in_guest.store(false, Ordering::SeqCst);
+            cpu.vm.store(usize::MAX, Ordering::Relaxed);
+            mark_stale(Stale::Kicked);
+            drop(guard);
+            run_loop()
+        }
         let same_vm_other_vcpu = shared.last.is_some_and(|last| {
             last != slot && shared.placed[last].map(|p| p.vm) == Some(placed.vm)
         });
@@ -210,6 +224,7 @@ fn save_running(shared: &mut SharedCpu, frame: &GuestRegs) -> Option<usize> {
         cpu.timer_lr.load(Ordering::Relaxed),
         cpu.timer_lr_value.load(Ordering::Relaxed),
     );
+    cpu.in_guest.store(false, Ordering::Release);
     cpu.vm.store(usize::MAX, Ordering::Relaxed);
     cpu.listed.store(0, Ordering::Relaxed);
     Some(slot)
@@ -288,6 +303,7 @@ pub fn stop_running() -> ! {
                 shared.fp_owner = None;
             }
         }
+        vm::this_cpu().in_guest.store(false, Ordering::Release);
         vm::this_cpu().vm.store(usize::MAX, Ordering::Relaxed);
     }
     run_loop()

@@ -34,6 +34,11 @@ pub fn start(id: usize, vcpu: usize, entry: u64, x0: u64) -> ! {
     if vcpu == 0 {
         announce_start(id);
     }
+    this.in_guest.store(true, Ordering::SeqCst);
+    if !vm::vm(id).may_enter() {
+        // A start taken just before its VM's reset began: the reset starts vCPU 0 afresh.
+        park();
+    }
     let mut regs = vectors::GuestRegs::default();
     regs.x[0] = x0;
     vectors::enter_guest(&regs, entry, boot::stack_top(cpu::index()))
@@ -67,6 +72,7 @@ pub fn still_valid() -> bool {
 /// started (again) by PSCI CPU_ON. Never returns.
 pub fn park() -> ! {
     cpu::disable_irqs();
+    vm::this_cpu().in_guest.store(false, Ordering::Release);
     if let Some((id, vcpu)) = vm::current() {
         irq::discard_vcpu_interrupts(id, vcpu, vm::this_cpu().generation.load(Ordering::Relaxed));
         // Only On becomes Off: a start requested meanwhile (CPU_ON, reset) must survive.

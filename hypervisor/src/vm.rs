@@ -73,6 +73,9 @@ pub struct Vm {
     generation: AtomicU32,
     /// The devices, set up by [`build`] before any vCPU of the VM runs.
     pub devices: Mutex<Devices>,
+    /// Set while a vCPU of the VM reloads it ([`reset`]): no other vCPU of it starts, and a
+    /// second SYSTEM_RESET meanwhile just stops its caller.
+    resetting: AtomicBool,
     /// Bumped, under the device lock, by every guest write to the vGIC and every reset of it:
     /// the timer fast path ([`crate::irq`]) reuses what it listed only while this is unchanged.
     pub gic_writes: AtomicU32,
@@ -90,6 +93,7 @@ impl Vm {
                 vgic: Vgic::EMPTY,
                 uart: Pl011::ZEROED,
             }),
+            resetting: AtomicBool::new(false),
             gic_writes: AtomicU32::new(0),
             stage2_root: AtomicU64::new(0),
             vcpus: [const {
@@ -172,8 +176,17 @@ impl Vm {
         Ok(())
     }
 
-    /// Takes a pending start request: `(entry, context)`.
+    /// Called by a pCPU about to enter a vCPU of this VM, after setting its `in_guest`: false
+    /// if the VM is being reset (the pCPU must not enter; see [`reset`]).
+    pub fn may_enter(&self) -> bool {
+        !self.resetting.load(Ordering::SeqCst)
+    }
+
+    /// Takes a pending start request: `(entry, context)`. None while the VM is being reset.
     pub fn take_start(&self, vcpu: usize) -> Option<(u64, u64)> {
+        if self.resetting.load(Ordering::Acquire) {
+            return None;
+        }
         let slot = &self.vcpus[vcpu];
         slot.power
             .compare_exchange(
@@ -220,6 +233,9 @@ pub struct PerCpu {
     pub generation: AtomicU32,
     /// Whether this pCPU is shared by several vCPUs (its policy is not `pinned`).
     pub shared: AtomicBool,
+    /// Whether the vCPU in `vm`/`vcpu` may be running guest code (entered and not yet
+    /// parked or switched out): what a reset of its VM waits for to go false.
+    pub in_guest: AtomicBool,
     /// The timer fast path's cache: the list register (plus one; 0: none) the running vCPU's
     /// virtual timer was last listed in (bits 0-7), and its VM's `gic_writes` then (32-63).
     pub timer_lr: AtomicU64,
@@ -236,6 +252,7 @@ static CPUS: [PerCpu; MAX_CPUS] = [const {
         redistributor: Once::new(),
         generation: AtomicU32::new(0),
         shared: AtomicBool::new(false),
+        in_guest: AtomicBool::new(false),
         timer_lr: AtomicU64::new(0),
         timer_lr_value: AtomicU64::new(0),
     }
@@ -399,9 +416,17 @@ pub fn power_off(id: usize) {
 }
 
 /// Restarts VM `id` from its pristine image (PSCI SYSTEM_RESET, from any of its vCPUs): every
-/// vCPU stops (a newer generation), the image, device tree and devices are reloaded, and
-/// vCPU 0 is left pending to start at the image's entry on its own pCPU. The caller parks.
+/// vCPU stops (a newer generation), and once none of them runs guest code any more (each
+/// parks at its next exit, the kick making that at once), the image, device tree and devices
+/// are reloaded and vCPU 0 is left pending to start at the image's entry on its own pCPU. A
+/// second SYSTEM_RESET during one returns at once. The caller parks.
 pub fn reset(id: usize) {
+    let vm = &VMS[id];
+    // SeqCst with `may_enter`: either a vCPU about to enter sees the flag, or this sees its
+    // `in_guest` and waits for it.
+    if vm.resetting.swap(true, Ordering::SeqCst) {
+        return;
+    }
     let desc = desc(id);
     keel_println_limited!(
         DiagnosticKind::Reset,
@@ -410,17 +435,33 @@ pub fn reset(id: usize) {
         desc.name,
         id
     );
-    let vm = &VMS[id];
     vm.generation.fetch_add(1, Ordering::AcqRel);
     for vcpu in 0..desc.pcpus.len() {
         vm.set_vcpu_power(vcpu, VcpuPower::Off);
     }
+    this_cpu().in_guest.store(false, Ordering::Release);
     kick_vm(id);
+    wait_until_stopped(id);
     load_images(desc, vm.generation());
     reset_devices(id);
+    // A CPU_ON made by a vCPU of the old generation before it stopped is dropped.
+    for vcpu in 0..desc.pcpus.len() {
+        vm.set_vcpu_power(vcpu, VcpuPower::Off);
+    }
+    vm.resetting.store(false, Ordering::Release);
     // Cannot fail: every vCPU was just turned off.
     let _ = vm.request_start(0, desc.image_ipa.0, desc.dtb_ipa.0);
     kick_vcpu(id, 0);
+}
+
+/// Waits until no pCPU runs guest code of VM `id` (its vCPUs were kicked and stop at their
+/// next exit, which the kick forces). No lock is held meanwhile.
+fn wait_until_stopped(id: usize) {
+    for cpu in CPUS.iter().take(SYSTEM.pcpus as usize) {
+        while cpu.in_guest.load(Ordering::SeqCst) && cpu.vm.load(Ordering::Relaxed) == id {
+            cpu::spin_wait();
+        }
+    }
 }
 
 fn after_vm_ended(id: usize) {

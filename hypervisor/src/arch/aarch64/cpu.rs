@@ -196,5 +196,10 @@ impl spin::RelaxStrategy for YieldRelax {
     }
 }
 
+/// One step of a wait loop for another pCPU ([`YieldRelax`]'s `yield`).
+pub fn spin_wait() {
+    <YieldRelax as spin::RelaxStrategy>::relax();
+}
+
 /// Keel's lock: a spin lock that waits with [`YieldRelax`].
 pub type Mutex<T> = spin::mutex::SpinMutex<T, YieldRelax>;
