@@ -198,7 +198,6 @@ fn enter(slot: usize) -> ! {
         cpu.generation
             .store(shared.generations[slot], Ordering::Relaxed);
         cpu.vcpu.store(placed.vcpu, Ordering::Relaxed);
-        cpu.vm.store(placed.vm, Ordering::Relaxed);
         shared.loaded = Some(slot);
         shared.last = Some(slot);
         shared.waiting &= !(1 << slot);

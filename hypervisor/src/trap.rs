@@ -95,6 +95,7 @@ extern "C" fn keel_guest_sync(regs: &mut GuestRegs) {
         match hypercall(id, vcpu, regs) {
             Next::Resume => {}
             Next::Yield => sched::give_away(regs, true),
+            Next::Wait => wait(id, vcpu, regs),
             next => finish(id, vcpu, esr, next, regs),
         }
     } else {
@@ -149,24 +150,26 @@ fn other_trap(id: usize, vcpu: usize, esr: Esr, regs: &mut GuestRegs) {
     };
     match next {
         Next::Resume => {}
-        Next::Wait => {
-            if !sched::running_has_work(id, vcpu) {
-                sched::give_away(regs, false);
-            }
-        }
+        Next::Wait => wait(id, vcpu, regs),
         next => finish(id, vcpu, esr, next, regs),
     }
 }
 
+/// WFI or CPU_SUSPEND on a shared pCPU: the vCPU gives the pCPU away unless an interrupt
+/// waits for it already (then it resumes at once, as WFI would).
+fn wait(id: usize, vcpu: usize, regs: &GuestRegs) {
+    if !sched::running_has_work(id, vcpu) {
+        sched::give_away(regs, false);
+    }
+}
+
+/// Carries out what a trap asked for beyond resuming. The hot exits of a shared pCPU (WFI,
+/// KEEL_YIELD) are taken before it: moving a `Next` here costs a `memcpy`.
 #[inline(never)]
 fn finish(id: usize, vcpu: usize, esr: Esr, next: Next, regs: &GuestRegs) {
     match next {
         Next::Resume => {}
-        Next::Wait => {
-            if !sched::running_has_work(id, vcpu) {
-                sched::give_away(regs, false);
-            }
-        }
+        Next::Wait => wait(id, vcpu, regs),
         Next::Yield => sched::give_away(regs, true),
         Next::ResumeWithInterrupts => irq::sync_list_registers(),
         Next::Stop(fault) => {
