@@ -49,9 +49,7 @@ fn parse(lines: &[String], prefix: &str) -> Result<Figures> {
 pub fn run(micro_only: bool) -> Result<()> {
     build_guests()?;
     let keel = build_system(&workspace().join("configs/bench.toml"))?;
-    let mut machine = Machine::keel(&keel.path, keel.system.pcpus);
-    machine.icount = true;
-    let under_keel = machine
+    let under_keel = Machine::keel_icount(&keel)
         .spawn(&output_dir().join("logs/bench-keel.log"))?
         .finish(Duration::from_secs(300));
     let under_keel = parse(&under_keel.lines, "[bench] ")?;
@@ -198,9 +196,7 @@ fn linux() -> Result<()> {
         .spawn(&output_dir().join("logs/bench-linux-native.log"))?
         .finish(Duration::from_secs(900));
     let native = parse_linux(&native.lines, "", "natively")?;
-    let mut machine = Machine::keel(&keel.path, keel.system.pcpus);
-    machine.icount = true;
-    let under_keel = machine
+    let under_keel = Machine::keel_icount(&keel)
         .spawn(&output_dir().join("logs/bench-linux-keel.log"))?
         .finish(Duration::from_secs(900));
     let keel_start = Regex::new(r"^\[keel\] vm 'linux' \(id 0\) starts at ([\d.]+) s$").unwrap();

@@ -72,6 +72,15 @@ impl Machine {
         }
     }
 
+    /// A built Keel system on the pCPUs its configuration uses, under icount: how the
+    /// scenarios and benchmarks run one.
+    pub fn keel_icount(image: &crate::image::SystemImage) -> Self {
+        Self {
+            icount: true,
+            ..Self::keel(&image.path, image.system.pcpus)
+        }
+    }
+
     /// The Xen image `xen` (an arm64 Image) on one CPU, with its command line `xen_cmdline`,
     /// booting `kernel` with `bootargs` and `initrd` as dom0. The two are loaded from 16 MiB into
     /// RAM on, each at a 2 MiB boundary, and must end below where QEMU puts its device tree

@@ -8,7 +8,7 @@ use std::time::Duration;
 use regex::Regex;
 
 use crate::image::{build_guests, build_system, guest_image, output_dir, SystemImage};
-use crate::qemu::{Ended, Machine};
+use crate::qemu::{Ended, Machine, Session};
 use crate::Result;
 
 /// Rounds of the workload: about 0.25 s of virtual time natively, 25 quanta of 10 ms.
@@ -45,15 +45,21 @@ fn shared_config(
     text
 }
 
-/// Builds and boots a generated configuration under icount until QEMU ends.
-fn run_config(name: &str, text: &str) -> Result<Ended> {
+/// Writes a generated configuration as `<name>.toml`, builds it and boots it under icount,
+/// its console logged as `logs/<name>.log`.
+fn boot_generated(name: &str, text: &str) -> Result<(Session, SystemImage)> {
     let path = output_dir().join(format!("{name}.toml"));
     std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
     let image = build_system(&path)?;
-    let mut machine = Machine::keel(&image.path, image.system.pcpus);
-    machine.icount = true;
-    Ok(machine
-        .spawn(&output_dir().join(format!("logs/{name}.log")))?
+    let session =
+        Machine::keel_icount(&image).spawn(&output_dir().join(format!("logs/{name}.log")))?;
+    Ok((session, image))
+}
+
+/// Boots a generated configuration until QEMU ends.
+fn run_config(name: &str, text: &str) -> Result<Ended> {
+    Ok(boot_generated(name, text)?
+        .0
         .finish(Duration::from_secs(600)))
 }
 
@@ -127,14 +133,9 @@ fn step_seconds(ended: &Ended, step: &str) -> Result<f64> {
     Err(format!("no 'KEEL-STEP {step}' begin and end"))
 }
 
-/// Builds and boots a generated configuration whose VM 0 is Linux, until Linux powers off.
+/// Boots a generated configuration whose VM 0 is Linux, until Linux powers off.
 fn run_until_linux_off(name: &str, text: &str) -> Result<(Ended, SystemImage)> {
-    let path = output_dir().join(format!("{name}.toml"));
-    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
-    let image = build_system(&path)?;
-    let mut machine = Machine::keel(&image.path, image.system.pcpus);
-    machine.icount = true;
-    let mut session = machine.spawn(&output_dir().join(format!("logs/{name}.log")))?;
+    let (mut session, image) = boot_generated(name, text)?;
     let outcome = session.wait_for(
         r"^\[keel\] vm 'linux' \(id 0\) powered off$",
         Duration::from_secs(900),

@@ -44,10 +44,7 @@ fn boot(name: &str) -> Result<Session> {
 
 /// Builds the configuration at `path` and boots it under icount, its console logged as `log`.
 fn boot_config(path: &std::path::Path, log: &str) -> Result<Session> {
-    let image = build_system(path)?;
-    let mut machine = Machine::keel(&image.path, image.system.pcpus);
-    machine.icount = true;
-    machine.spawn(&log_path(log))
+    Machine::keel_icount(&build_system(path)?).spawn(&log_path(log))
 }
 
 /// Boots configuration `name` under icount and waits for QEMU to end by itself.
