@@ -56,9 +56,17 @@ pub struct Params {
 /// `value * numerator / denominator`, rounded up, saturating: a duration converted between
 /// clocks (nanoseconds to counter ticks) never shrinks.
 pub fn scale(value: Time, numerator: u64, denominator: u64) -> Time {
-    let scaled =
-        (u128::from(value) * u128::from(numerator)).div_ceil(u128::from(denominator.max(1)));
-    scaled.min(u128::from(u64::MAX)) as Time
+    let product = u128::from(value) * u128::from(numerator);
+    saturate(product.div_ceil(u128::from(denominator.max(1))))
+}
+
+/// The same conversion rounded down: what a vCPU is granted (budget, deadline) never grows.
+fn scale_down(value: Time, numerator: u64, denominator: u64) -> Time {
+    saturate(u128::from(value) * u128::from(numerator) / u128::from(denominator.max(1)))
+}
+
+fn saturate(value: u128) -> Time {
+    value.min(u128::from(u64::MAX)) as Time
 }
 
 impl Policy {
@@ -86,19 +94,47 @@ impl Policy {
 
 impl Params {
     /// The same parameters with their durations converted by `numerator / denominator`.
-    /// Budgets round down and periods up, so a converted reservation never grows.
+    /// Budgets and deadlines round down and periods up, so a converted reservation never
+    /// grows.
     pub fn scaled(self, numerator: u64, denominator: u64) -> Self {
         Params {
             priority: self.priority,
             reservation: self.reservation.map(|r| Reservation {
                 period: scale(r.period, numerator, denominator),
-                budget: (u128::from(r.budget) * u128::from(numerator)
-                    / u128::from(denominator.max(1)))
-                .min(u128::from(u64::MAX)) as Time,
-                deadline: (u128::from(r.deadline) * u128::from(numerator)
-                    / u128::from(denominator.max(1)))
-                .min(u128::from(u64::MAX)) as Time,
+                budget: scale_down(r.budget, numerator, denominator),
+                deadline: scale_down(r.deadline, numerator, denominator),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conversion_never_grows_a_reservation() {
+        // 62.5 MHz counter ticks from nanoseconds: 16 ns per tick.
+        let (numerator, denominator) = (62_500_000, 1_000_000_000);
+        let params = Params {
+            priority: 3,
+            reservation: Some(Reservation {
+                period: 1_000_010,
+                budget: 200_010,
+                deadline: 900_010,
+            }),
+        };
+        let scaled = params.scaled(numerator, denominator).reservation.unwrap();
+        assert_eq!(
+            (scaled.period, scaled.budget, scaled.deadline),
+            (62_501, 12_500, 56_250),
+            "period rounded up, budget and deadline down"
+        );
+        assert_eq!(scale(u64::MAX, 2, 1), u64::MAX, "saturates");
+        assert_eq!(
+            Policy::RoundRobin { quantum: 1 }.scaled(numerator, denominator),
+            Policy::RoundRobin { quantum: 1 },
+            "a quantum never rounds to zero"
+        );
     }
 }
