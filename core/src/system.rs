@@ -8,6 +8,9 @@ use crate::sched::{Params, Policy};
 pub const MAX_VMS: usize = 16;
 /// Most vCPUs one VM may have (emulated redistributors per VM).
 pub const MAX_VCPUS: usize = 8;
+/// Most real-time tasks one partition may create at run time (each is a vCPU of the partition
+/// beyond its configured ones, so `pcpus.len() + max` is at most [`MAX_VCPUS`]).
+pub const MAX_TASKS_PER_VM: usize = 6;
 /// Width of the guest-physical address space stage 2 translates (`VTCR_EL2.T0SZ = 25`).
 pub const IPA_BITS: u32 = 39;
 
@@ -53,6 +56,20 @@ pub struct VmDesc {
     pub wfi: WfiPolicy,
     /// Whether the VM owns its pCPUs' PMU (counters passed through) or the PMU is hidden.
     pub pmu: bool,
+    /// Real-time task services: `None` if the VM may not create tasks.
+    pub tasks: Option<TaskGrant>,
+}
+
+/// What a partition may do with real-time tasks at run time (its `tasks` table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskGrant {
+    /// Most tasks it may have at once (1..=[`MAX_TASKS_PER_VM`]).
+    pub max: u8,
+    /// Most utilisation its tasks may take on any one of its pCPUs, in parts per million, each
+    /// task counted as (budget + 2 × switch cost) / period.
+    pub utilisation_ppm: u32,
+    /// The other VMs (by id) that may launch, delete and read the statistics of its tasks.
+    pub managers: &'static [u8],
 }
 
 /// The whole system.
@@ -117,6 +134,7 @@ mod tests {
             console: true,
             wfi: WfiPolicy::Native,
             pmu: false,
+            tasks: None,
         };
         let found = |ipa, len| vm.region_of(GuestPhysAddr(ipa), len).map(|r| r.phys.0);
         assert_eq!(found(0x4000_0000, 4), Some(0x6000_0000));

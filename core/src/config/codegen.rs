@@ -118,6 +118,7 @@ pub fn emit_rust(system: &System, dtb_paths: &[PathBuf]) -> String {
         }
         line(format!("            console: {},", vm.console));
         line(format!("            pmu: {},", vm.pmu));
+        line("            tasks: None,".to_string());
         line(format!(
             "            wfi: ::keel_core::system::WfiPolicy::{wfi},"
         ));
