@@ -34,7 +34,7 @@ pub fn utilisation_ppm(task: &Task, switch_cost: u64) -> u64 {
 }
 
 /// Why a set is refused, with the figures a message shows.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refusal {
     /// Task `task` has a zero budget, a budget above its deadline, or a deadline above its
     /// period (with the switch cost included in the budget).

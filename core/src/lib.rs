@@ -17,6 +17,7 @@ pub mod sched;
 pub mod seed;
 pub mod stage2;
 pub mod system;
+pub mod tasks;
 
 #[cfg(feature = "std")]
 pub mod config;

@@ -23,6 +23,7 @@ use core::fmt;
 
 use super::slot::{Slot, Stats};
 use super::{Params, Policy, Time};
+use crate::admission::{self, Refusal};
 
 /// Most vCPUs one pCPU's scheduler holds.
 pub const MAX_SLOTS: usize = 8;
@@ -33,8 +34,11 @@ pub enum SchedError {
     /// The pCPU holds as many vCPUs as it can ([`MAX_SLOTS`], or one when pinned).
     Full,
     /// The parameters do not fit the policy: a reservation under round robin, or a
-    /// reservation without `0 < budget ≤ deadline ≤ period`.
+    /// reservation without `0 < budget ≤ deadline ≤ period`; under fixed priority, a
+    /// reservation at a priority another one has, or not above every best-effort vCPU.
     Invalid,
+    /// The reservations here would no longer all be kept (see [`Scheduler::admit`]).
+    Unschedulable(Refusal),
 }
 
 impl fmt::Display for SchedError {
@@ -44,6 +48,7 @@ impl fmt::Display for SchedError {
             SchedError::Invalid => {
                 "scheduling parameters do not fit the policy (a reservation needs 0 < budget ≤ deadline ≤ period, and round robin takes none)"
             }
+            SchedError::Unschedulable(refusal) => return write!(f, "not schedulable: {refusal}"),
         })
     }
 }
@@ -57,6 +62,14 @@ pub struct Decision {
     /// exhaustion, a release that may change the choice, a quantum's end); `None`: only an
     /// event (wake, start, block, stop) can change the choice.
     pub until: Option<Time>,
+}
+
+fn task(r: super::Reservation) -> admission::Task {
+    admission::Task {
+        period: r.period,
+        budget: r.budget,
+        deadline: r.deadline,
+    }
 }
 
 /// How the policy ranks a runnable slot: lower runs first. The first field is the class
@@ -121,35 +134,123 @@ impl Scheduler {
         self.policy
     }
 
-    /// Adds a vCPU, stopped; returns its slot (0, 1, … in the order of addition).
-    /// A pinned pCPU takes one vCPU and ignores its parameters.
+    /// Adds a vCPU, stopped; returns its slot: the lowest one free (0, 1, … in the order of
+    /// addition, then those freed by [`Scheduler::remove`]). A pinned pCPU takes one vCPU and
+    /// ignores its parameters.
     pub fn add(&mut self, params: Params) -> Result<usize, SchedError> {
         let capacity = if self.policy == Policy::Pinned {
             1
         } else {
             MAX_SLOTS
         };
-        if self.len >= capacity {
-            return Err(SchedError::Full);
-        }
-        let reservation = match (self.policy, params.reservation) {
-            (Policy::Pinned, _) | (_, None) => None,
-            (Policy::RoundRobin { .. }, Some(_)) => return Err(SchedError::Invalid),
-            (_, Some(r)) => {
-                if r.budget == 0 || r.budget > r.deadline || r.deadline > r.period {
-                    return Err(SchedError::Invalid);
-                }
-                Some(r)
-            }
-        };
-        let slot = self.len;
+        let reservation = self.checked(params)?;
+        let slot = (0..capacity)
+            .find(|&slot| !self.slots[slot].present)
+            .ok_or(SchedError::Full)?;
         self.slots[slot] = Slot {
+            present: true,
             priority: params.priority,
             reservation,
             ..Slot::EMPTY
         };
-        self.len += 1;
+        self.len = self.len.max(slot + 1);
         Ok(slot)
+    }
+
+    /// The reservation `params` gives a vCPU under the policy, if they fit it.
+    fn checked(&self, params: Params) -> Result<Option<super::Reservation>, SchedError> {
+        match (self.policy, params.reservation) {
+            (Policy::Pinned, _) | (_, None) => Ok(None),
+            (Policy::RoundRobin { .. }, Some(_)) => Err(SchedError::Invalid),
+            (_, Some(r)) => {
+                if r.budget == 0 || r.budget > r.deadline || r.deadline > r.period {
+                    return Err(SchedError::Invalid);
+                }
+                Ok(Some(r))
+            }
+        }
+    }
+
+    /// Removes `slot` at `now` (stopping it first): its statistics are gone and
+    /// [`Scheduler::add`] may reuse it.
+    pub fn remove(&mut self, slot: usize, now: Time) {
+        if slot >= self.len || !self.slots[slot].present {
+            return;
+        }
+        self.stop(slot, now);
+        self.slots[slot] = Slot::EMPTY;
+        if self.current == Some(slot) {
+            self.current = None;
+            self.holding = false;
+        }
+        while self.len > 0 && !self.slots[self.len - 1].present {
+            self.len -= 1;
+        }
+    }
+
+    /// Whether a vCPU with `params` could be added and its reservation kept together with the
+    /// reservations of every vCPU here (started or not), Keel's switch cost included: the
+    /// same tests as the configuration compiler ([`crate::admission`]). Under fixed priority
+    /// no two reservations may share a priority, and a reservation must rank above every
+    /// best-effort vCPU.
+    pub fn admit(&self, params: Params) -> Result<(), SchedError> {
+        let reservation = self.checked(params)?;
+        if !(0..MAX_SLOTS).any(|slot| !self.slots[slot].present) || self.policy == Policy::Pinned {
+            return Err(SchedError::Full);
+        }
+        let Some(new) = reservation else {
+            return Ok(());
+        };
+        let present = || self.slots[..self.len].iter().filter(|s| s.present);
+        let mut tasks = [admission::Task {
+            period: 1,
+            budget: 0,
+            deadline: 1,
+        }; MAX_SLOTS + 1];
+        let mut priorities = [0u8; MAX_SLOTS + 1];
+        let mut count = 0;
+        for slot in present() {
+            if let Some(r) = slot.reservation {
+                tasks[count] = task(r);
+                priorities[count] = slot.priority;
+                count += 1;
+            } else if matches!(self.policy, Policy::FixedPriority { .. })
+                && slot.priority >= params.priority
+            {
+                return Err(SchedError::Invalid);
+            }
+        }
+        tasks[count] = task(new);
+        priorities[count] = params.priority;
+        count += 1;
+        let result = match self.policy {
+            Policy::FixedPriority { .. } => {
+                if priorities[..count - 1].contains(&params.priority) {
+                    return Err(SchedError::Invalid);
+                }
+                // Highest priority first.
+                let mut order = [0usize; MAX_SLOTS + 1];
+                for (i, o) in order.iter_mut().enumerate().take(count) {
+                    *o = i;
+                }
+                order[..count].sort_unstable_by_key(|&i| core::cmp::Reverse(priorities[i]));
+                let mut sorted = tasks;
+                for (k, &i) in order[..count].iter().enumerate() {
+                    sorted[k] = tasks[i];
+                }
+                admission::fixed_priority(&sorted[..count], self.switch_cost)
+            }
+            _ => admission::edf(&tasks[..count], self.switch_cost),
+        };
+        result.map_err(SchedError::Unschedulable)
+    }
+
+    /// The reservations of the vCPUs here, with their priorities.
+    pub fn reservations(&self) -> impl Iterator<Item = (u8, super::Reservation)> + '_ {
+        self.slots[..self.len]
+            .iter()
+            .filter(|s| s.present)
+            .filter_map(|s| Some((s.priority, s.reservation?)))
     }
 
     /// Powers `slot` on at `now`: runnable, at the back of its round-robin queue; a vCPU with
@@ -161,6 +262,24 @@ impl Scheduler {
         let now = self.account(now, true);
         let ticket = self.take_ticket();
         self.slots[slot].start(now, ticket);
+    }
+
+    /// Powers `slot` on at `now` with its first job released at `release` (phase alignment):
+    /// until then it waits. A `release` not after `now`, or a vCPU without a reservation,
+    /// starts as [`Scheduler::start`] does. Ignored if already started.
+    pub fn start_at(&mut self, slot: usize, now: Time, release: Time) {
+        let has_reservation = self.slots[..self.len]
+            .get(slot)
+            .is_some_and(|s| s.reservation.is_some());
+        if release <= now || !has_reservation {
+            return self.start(slot, now);
+        }
+        if self.slots[slot].started {
+            return;
+        }
+        self.account(now, true);
+        let ticket = self.take_ticket();
+        self.slots[slot].start_later(release, ticket);
     }
 
     /// Powers `slot` off at `now` (CPU_OFF, its VM ended): never picked until started again.
@@ -243,6 +362,7 @@ impl Scheduler {
             } else if now >= self.quantum_end {
                 self.quantum_end = now.saturating_add(self.quantum());
             }
+            self.slots[chosen].dispatched(now);
             if previous != Some(chosen) {
                 self.slots[chosen].stats.dispatches += 1;
                 if let Some(preempted) = held {

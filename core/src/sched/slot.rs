@@ -21,6 +21,9 @@ pub struct Stats {
     /// Times [`decide`](super::Scheduler::decide) switched to this vCPU from another one or
     /// from idle.
     pub dispatches: u64,
+    /// Longest release lateness: from a job's release to the first time it was given the
+    /// pCPU.
+    pub worst_lateness: Time,
 }
 
 impl Stats {
@@ -32,12 +35,15 @@ impl Stats {
         worst_response: 0,
         last_response: 0,
         dispatches: 0,
+        worst_lateness: 0,
     };
 }
 
 /// One vCPU's state, as the scheduler keeps it.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Slot {
+    /// Holds a vCPU (added and not removed).
+    pub(super) present: bool,
     /// Fixed-priority policy: its priority (higher runs first).
     pub(super) priority: u8,
     /// The reservation the policy enforces (`None`: best effort, or a pinned pCPU).
@@ -58,6 +64,8 @@ pub(super) struct Slot {
     pub(super) job_pending: bool,
     /// The current job was already counted as a deadline miss.
     pub(super) job_missed: bool,
+    /// The current job was given the pCPU (its release lateness is counted).
+    pub(super) job_dispatched: bool,
     /// Place in the round-robin queue of its class: lower runs first.
     pub(super) ticket: u64,
     /// What was left of its quantum when a vCPU of a higher class preempted it (0: none): it
@@ -71,6 +79,7 @@ pub(super) struct Slot {
 impl Slot {
     /// A slot holding no vCPU.
     pub(super) const EMPTY: Slot = Slot {
+        present: false,
         priority: 0,
         reservation: None,
         started: false,
@@ -81,6 +90,7 @@ impl Slot {
         next_release: 0,
         job_pending: false,
         job_missed: false,
+        job_dispatched: false,
         ticket: 0,
         quantum_left: 0,
         stats: Stats::ZERO,
@@ -169,7 +179,28 @@ impl Slot {
         self.budget = reservation.budget;
         self.job_pending = true;
         self.job_missed = false;
+        self.job_dispatched = false;
         self.blocked = false;
+    }
+
+    /// The vCPU is given the pCPU at `now`: the first time in a job, its release lateness is
+    /// counted.
+    pub(super) fn dispatched(&mut self, now: Time) {
+        if self.job_pending && !self.job_dispatched {
+            self.job_dispatched = true;
+            let lateness = now.saturating_sub(self.release);
+            self.stats.worst_lateness = self.stats.worst_lateness.max(lateness);
+        }
+    }
+
+    /// Powers the vCPU on at `now` with its first job released at `release` (later than
+    /// `now`): until then it waits.
+    pub(super) fn start_later(&mut self, release: Time, ticket: u64) {
+        self.started = true;
+        self.blocked = true;
+        self.ticket = ticket;
+        self.job_pending = false;
+        self.next_release = release;
     }
 
     /// The vCPU blocks at `now`: its current job (if any) is complete.
