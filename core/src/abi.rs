@@ -31,6 +31,76 @@ pub const KEEL_CRASH: u32 = keel_call(0x03);
 /// pinned pCPU (no scheduler counts anything there).
 pub const KEEL_SCHED_STATS: u32 = keel_call(0x04);
 
+/// Creates a real-time task in the caller's partition, stopped (see [`crate::tasks`]):
+/// x1 = entry point, x2 = stack pointer (top, 16-byte aligned), x3 = x0 at entry,
+/// x4 = period, x5 = budget, x6 = relative deadline (0: the period), all in nanoseconds,
+/// x7 = pCPU (bits 0-7) and priority on a fixed-priority pCPU (bits 8-15). Returns the task's
+/// handle (`vm << 8 | index`) or a negative error ([`crate::tasks::TaskError`]).
+pub const KEEL_TASK_CREATE: u32 = keel_call(0x10);
+/// Launches task x1 (a handle): its first job is released at once (x2 = 0) or when the
+/// virtual counter reaches x2 (phase alignment; a time already passed means at once).
+pub const KEEL_TASK_LAUNCH: u32 = keel_call(0x11);
+/// Deletes task x1: it stops at once and its vCPU is freed for reuse.
+pub const KEEL_TASK_DELETE: u32 = keel_call(0x12);
+/// Called by a task: its job is complete; it sleeps until its next release. Returns 0.
+pub const KEEL_TASK_WAIT: u32 = keel_call(0x13);
+/// Statistics of task x1: x0 = jobs released, x1 = deadline misses, x2 = budget overruns,
+/// x3 = worst response time, x4 = last response time, x5 = worst release lateness (ns).
+pub const KEEL_TASK_STATS: u32 = keel_call(0x14);
+/// The longest stretch pCPU x1 ran at EL2 with interrupts masked since boot (or since the
+/// last call with x2 = 1, which resets the record): x0 = its length in nanoseconds, x1 = where
+/// (a [`MaskedSite`] number). NOT_SUPPORTED if the pCPU does not exist.
+pub const KEEL_MASKED_STRETCH: u32 = keel_call(0x20);
+
+/// Where Keel ran with interrupts masked: the handler a stretch ended in, as
+/// [`KEEL_MASKED_STRETCH`] reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum MaskedSite {
+    /// Nothing recorded yet.
+    None = 0,
+    /// A synchronous trap from a guest (hypercall, system register, MMIO, WFI).
+    GuestTrap = 1,
+    /// A physical interrupt taken while a guest ran.
+    GuestIrq = 2,
+    /// Keel's idle or run loop (after waking, before waiting again or entering a vCPU).
+    Idle = 3,
+    /// One step of reloading a VM's image (reset).
+    Reload = 4,
+    /// A real-time task service (create, launch, delete).
+    Task = 5,
+    /// Boot (before the first guest ran).
+    Boot = 6,
+}
+
+impl MaskedSite {
+    /// The site with number `value`.
+    pub fn from_u64(value: u64) -> MaskedSite {
+        match value {
+            1 => MaskedSite::GuestTrap,
+            2 => MaskedSite::GuestIrq,
+            3 => MaskedSite::Idle,
+            4 => MaskedSite::Reload,
+            5 => MaskedSite::Task,
+            6 => MaskedSite::Boot,
+            _ => MaskedSite::None,
+        }
+    }
+
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            MaskedSite::None => "none",
+            MaskedSite::GuestTrap => "guest trap",
+            MaskedSite::GuestIrq => "guest interrupt",
+            MaskedSite::Idle => "idle/run loop",
+            MaskedSite::Reload => "VM reload step",
+            MaskedSite::Task => "task service",
+            MaskedSite::Boot => "boot",
+        }
+    }
+}
+
 /// Keel's version as returned by [`KEEL_VERSION`].
 pub const KEEL_VERSION_VALUE: u64 = 0x0001_0000;
 

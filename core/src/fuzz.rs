@@ -98,12 +98,12 @@ pub fn esr(data: &[u8]) {
     }
 }
 
-/// The hypercall decoder on any x0-x3.
+/// The hypercall decoder on any x0-x7.
 pub fn hypercall(data: &[u8]) {
     let mut input = Reader { data };
     while !input.is_empty() {
-        let regs = [input.u64(), input.u64(), input.u64(), input.u64()];
-        if let Call::Unknown(function) = hypercall::decode(regs) {
+        let regs = [(); 8].map(|_| input.u64());
+        if let Call::Unknown(function) = hypercall::decode(&regs) {
             assert_eq!(u64::from(function), regs[0] & 0xffff_ffff);
         }
         let _ = hypercall::psci_features(regs[1] as u32);

@@ -16,6 +16,28 @@ pub enum Call {
     KeelYield,
     /// [`abi::KEEL_SCHED_STATS`].
     KeelSchedStats,
+    /// [`abi::KEEL_TASK_CREATE`].
+    TaskCreate(crate::tasks::TaskRequest),
+    /// [`abi::KEEL_TASK_LAUNCH`]: the handle and the first release (counter ticks; 0: now).
+    TaskLaunch {
+        /// The task's handle.
+        handle: u64,
+        /// When its first job is released.
+        release: u64,
+    },
+    /// [`abi::KEEL_TASK_DELETE`] of a handle.
+    TaskDelete(u64),
+    /// [`abi::KEEL_TASK_WAIT`].
+    TaskWait,
+    /// [`abi::KEEL_TASK_STATS`] of a handle.
+    TaskStats(u64),
+    /// [`abi::KEEL_MASKED_STRETCH`].
+    MaskedStretch {
+        /// The pCPU asked about.
+        pcpu: u64,
+        /// Reset the record after reading it.
+        reset: bool,
+    },
     /// [`abi::KEEL_CRASH`]: the guest reports a fatal exception.
     KeelCrash {
         /// The guest's ESR_EL1.
@@ -72,8 +94,9 @@ fn arg(function: u32, value: u64) -> u64 {
     }
 }
 
-/// Decodes a call from the guest's registers x0..x3.
-pub fn decode(regs: [u64; 4]) -> Call {
+/// Decodes a call from the guest's registers x0..x7.
+#[inline(always)]
+pub fn decode(regs: &[u64; 8]) -> Call {
     let function = regs[0] as u32;
     let a = |i: usize| arg(function, regs[i]);
     match function {
@@ -81,6 +104,27 @@ pub fn decode(regs: [u64; 4]) -> Call {
         abi::KEEL_VM_ID => Call::KeelVmId,
         abi::KEEL_YIELD => Call::KeelYield,
         abi::KEEL_SCHED_STATS => Call::KeelSchedStats,
+        abi::KEEL_TASK_CREATE => Call::TaskCreate(crate::tasks::TaskRequest {
+            entry: regs[1],
+            stack: regs[2],
+            arg: regs[3],
+            period: regs[4],
+            budget: regs[5],
+            deadline: regs[6],
+            pcpu: (regs[7] & 0xff) as u32,
+            priority: (regs[7] >> 8) as u8,
+        }),
+        abi::KEEL_TASK_LAUNCH => Call::TaskLaunch {
+            handle: regs[1],
+            release: regs[2],
+        },
+        abi::KEEL_TASK_DELETE => Call::TaskDelete(regs[1]),
+        abi::KEEL_TASK_WAIT => Call::TaskWait,
+        abi::KEEL_TASK_STATS => Call::TaskStats(regs[1]),
+        abi::KEEL_MASKED_STRETCH => Call::MaskedStretch {
+            pcpu: regs[1],
+            reset: regs[2] == 1,
+        },
         abi::KEEL_CRASH => Call::KeelCrash {
             esr: a(1),
             elr: a(2),
@@ -110,7 +154,7 @@ pub fn decode(regs: [u64; 4]) -> Call {
 
 /// PSCI_FEATURES answer (PSCI 1.1 §5.1.14): 0 for an implemented function, NOT_SUPPORTED otherwise.
 pub fn psci_features(function: u32) -> u64 {
-    match decode([function as u64, 0, 0, 0]) {
+    match decode(&[function as u64, 0, 0, 0, 0, 0, 0, 0]) {
         Call::PsciVersion
         | Call::PsciFeatures(_)
         | Call::PsciCpuOn { .. }
@@ -141,12 +185,18 @@ mod tests {
 
     #[test]
     fn decodes_keel_services() {
-        assert_eq!(decode([0xC600_0000, 0, 0, 0]), Call::KeelVersion);
-        assert_eq!(decode([0xC600_0001, 0, 0, 0]), Call::KeelVmId);
-        assert_eq!(decode([0xC600_0002, 0, 0, 0]), Call::KeelYield);
-        assert_eq!(decode([0xC600_0004, 0, 0, 0]), Call::KeelSchedStats);
         assert_eq!(
-            decode([0xC600_0003, 1, 2, 3]),
+            decode(&[0xC600_0000, 0, 0, 0, 0, 0, 0, 0]),
+            Call::KeelVersion
+        );
+        assert_eq!(decode(&[0xC600_0001, 0, 0, 0, 0, 0, 0, 0]), Call::KeelVmId);
+        assert_eq!(decode(&[0xC600_0002, 0, 0, 0, 0, 0, 0, 0]), Call::KeelYield);
+        assert_eq!(
+            decode(&[0xC600_0004, 0, 0, 0, 0, 0, 0, 0]),
+            Call::KeelSchedStats
+        );
+        assert_eq!(
+            decode(&[0xC600_0003, 1, 2, 3, 0, 0, 0, 0]),
             Call::KeelCrash {
                 esr: 1,
                 elr: 2,
@@ -156,21 +206,87 @@ mod tests {
     }
 
     #[test]
+    fn decodes_task_services() {
+        let create = decode(&[
+            0xC600_0010,
+            0x4008_0000,
+            0x4010_0000,
+            9,
+            1_000_000,
+            200_000,
+            0,
+            0x0a01,
+        ]);
+        let Call::TaskCreate(request) = create else {
+            panic!("{create:?}")
+        };
+        assert_eq!(
+            (
+                request.entry,
+                request.stack,
+                request.arg,
+                request.pcpu,
+                request.priority
+            ),
+            (0x4008_0000, 0x4010_0000, 9, 1, 10)
+        );
+        assert_eq!(
+            (request.period, request.budget, request.deadline),
+            (1_000_000, 200_000, 0)
+        );
+        assert_eq!(
+            decode(&[0xC600_0011, 0x102, 77, 0, 0, 0, 0, 0]),
+            Call::TaskLaunch {
+                handle: 0x102,
+                release: 77
+            }
+        );
+        assert_eq!(
+            decode(&[0xC600_0012, 5, 0, 0, 0, 0, 0, 0]),
+            Call::TaskDelete(5)
+        );
+        assert_eq!(decode(&[0xC600_0013, 0, 0, 0, 0, 0, 0, 0]), Call::TaskWait);
+        assert_eq!(
+            decode(&[0xC600_0014, 5, 0, 0, 0, 0, 0, 0]),
+            Call::TaskStats(5)
+        );
+        assert_eq!(
+            decode(&[0xC600_0020, 1, 1, 0, 0, 0, 0, 0]),
+            Call::MaskedStretch {
+                pcpu: 1,
+                reset: true
+            }
+        );
+    }
+
+    #[test]
     fn function_id_is_w0_only() {
-        assert_eq!(decode([0xDEAD_BEEF_C600_0000, 0, 0, 0]), Call::KeelVersion);
+        assert_eq!(
+            decode(&[0xDEAD_BEEF_C600_0000, 0, 0, 0, 0, 0, 0, 0]),
+            Call::KeelVersion
+        );
     }
 
     #[test]
     fn decodes_psci() {
-        assert_eq!(decode([0x8400_0000, 0, 0, 0]), Call::PsciVersion);
-        assert_eq!(decode([0x8400_0008, 0, 0, 0]), Call::PsciSystemOff);
-        assert_eq!(decode([0x8400_0009, 0, 0, 0]), Call::PsciSystemReset);
         assert_eq!(
-            decode([0x8400_000A, 0x8400_0008, 0, 0]),
+            decode(&[0x8400_0000, 0, 0, 0, 0, 0, 0, 0]),
+            Call::PsciVersion
+        );
+        assert_eq!(
+            decode(&[0x8400_0008, 0, 0, 0, 0, 0, 0, 0]),
+            Call::PsciSystemOff
+        );
+        assert_eq!(
+            decode(&[0x8400_0009, 0, 0, 0, 0, 0, 0, 0]),
+            Call::PsciSystemReset
+        );
+        assert_eq!(
+            decode(&[0x8400_000A, 0x8400_0008, 0, 0, 0, 0, 0, 0]),
             Call::PsciFeatures(0x8400_0008)
         );
         assert_eq!(
-            decode([0xC400_0003, 1, 0x4020_0000, 7]),
+            decode(&[0xC400_0003, 1, 0x4020_0000, 7, 0, 0, 0, 0]),
             Call::PsciCpuOn {
                 target: 1,
                 entry: 0x4020_0000,
@@ -182,7 +298,16 @@ mod tests {
     #[test]
     fn smc32_arguments_are_truncated() {
         assert_eq!(
-            decode([0x8400_0003, 0xffff_ffff_0000_0001, 0x1_4020_0000, 0]),
+            decode(&[
+                0x8400_0003,
+                0xffff_ffff_0000_0001,
+                0x1_4020_0000,
+                0,
+                0,
+                0,
+                0,
+                0
+            ]),
             Call::PsciCpuOn {
                 target: 1,
                 entry: 0x4020_0000,
@@ -193,8 +318,14 @@ mod tests {
 
     #[test]
     fn unknown_calls_are_reported_as_such() {
-        assert_eq!(decode([0xC600_00FF, 0, 0, 0]), Call::Unknown(0xC600_00FF));
-        assert_eq!(decode([0x8400_0012, 0, 0, 0]), Call::Unknown(0x8400_0012));
+        assert_eq!(
+            decode(&[0xC600_00FF, 0, 0, 0, 0, 0, 0, 0]),
+            Call::Unknown(0xC600_00FF)
+        );
+        assert_eq!(
+            decode(&[0x8400_0012, 0, 0, 0, 0, 0, 0, 0]),
+            Call::Unknown(0x8400_0012)
+        );
     }
 
     #[test]
