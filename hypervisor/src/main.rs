@@ -5,6 +5,7 @@
 mod arch;
 mod console;
 mod irq;
+mod masked;
 mod platform;
 mod sched;
 mod timers;

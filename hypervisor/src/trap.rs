@@ -4,7 +4,7 @@
 use core::fmt;
 use core::sync::atomic::Ordering;
 
-use keel_core::abi::{self, layout, psci, CallError};
+use keel_core::abi::{self, layout, psci, CallError, MaskedSite};
 use keel_core::cpu_features;
 use keel_core::devices::DeviceError;
 use keel_core::esr::{sysregs, DataAbort, Esr, ExceptionClass, SysRegAccess};
@@ -15,7 +15,7 @@ use crate::arch::cpu;
 use crate::arch::regs::{read_id_register, read_sysreg};
 use crate::arch::vectors::{self, GuestRegs};
 use crate::vm::{self, VcpuPower};
-use crate::{console, irq, keel_println_limited, sched, vcpu};
+use crate::{console, irq, keel_println_limited, masked, sched, vcpu};
 
 /// Why a VM is stopped.
 enum Fault {
@@ -87,6 +87,13 @@ enum Next {
 /// goes through [`other_trap`].
 #[unsafe(no_mangle)]
 extern "C" fn keel_guest_sync(regs: &mut GuestRegs) {
+    masked::begin(MaskedSite::GuestTrap);
+    guest_sync(regs);
+    masked::end();
+}
+
+#[inline(always)]
+fn guest_sync(regs: &mut GuestRegs) {
     let esr = Esr(read_sysreg!("esr_el2"));
     let Some((id, vcpu)) = vm::current() else {
         vcpu::park()
@@ -137,7 +144,9 @@ fn other_trap(id: usize, vcpu: usize, esr: Esr, regs: &mut GuestRegs) {
                 Next::Wait
             } else {
                 if !crate::arch::gic::any_interrupt_listed() {
+                    masked::end();
                     crate::arch::cpu::wait_for_interrupt();
+                    masked::begin(MaskedSite::GuestTrap);
                 }
                 Next::Resume
             }
@@ -185,7 +194,12 @@ fn finish(id: usize, vcpu: usize, esr: Esr, next: Next, regs: &GuestRegs) {
             vcpu::park();
         }
         Next::Reset => {
-            vm::reset(id);
+            if vm::reset_begin(id) {
+                if sched::is_shared() {
+                    sched::reload(id);
+                }
+                vm::reload_here(id);
+            }
             vcpu::park();
         }
         Next::VcpuOff => {
@@ -198,6 +212,13 @@ fn finish(id: usize, vcpu: usize, esr: Esr, next: Next, regs: &GuestRegs) {
 /// IRQs (and FIQs) taken while a guest ran.
 #[unsafe(no_mangle)]
 extern "C" fn keel_guest_irq(regs: &mut GuestRegs) {
+    masked::begin(MaskedSite::GuestIrq);
+    guest_irq(regs);
+    masked::end();
+}
+
+#[inline(always)]
+fn guest_irq(regs: &mut GuestRegs) {
     let handled = irq::handle_pending();
     // A VM ended or reset by another pCPU comes with a kick, as does a vCPU woken on a shared
     // pCPU: only then can the running vCPU have to stop or give way.
@@ -217,6 +238,7 @@ extern "C" fn keel_guest_irq(regs: &mut GuestRegs) {
 /// An SError from a guest: contained to its VM.
 #[unsafe(no_mangle)]
 extern "C" fn keel_guest_serror(regs: &mut GuestRegs) {
+    masked::begin(MaskedSite::GuestTrap);
     let Some((id, vcpu)) = vm::current() else {
         vcpu::park()
     };
@@ -241,7 +263,10 @@ fn faulting_ipa() -> u64 {
 }
 
 fn hypercall(id: usize, vcpu: usize, regs: &mut GuestRegs) -> Next {
-    let call = hypercall::decode([regs.x[0], regs.x[1], regs.x[2], regs.x[3]]);
+    let Some(args) = regs.x.first_chunk::<8>() else {
+        return Next::Stop(Fault::Unexpected);
+    };
+    let call = hypercall::decode(args);
     let vm = vm::vm(id);
     let vcpus = vm::desc(id).pcpus.len();
     let result = match call {
@@ -268,6 +293,27 @@ fn hypercall(id: usize, vcpu: usize, regs: &mut GuestRegs) -> Next {
             }
             None => CallError::NotSupported.to_x0(),
         },
+        Call::TaskCreate(request) => {
+            masked::at(MaskedSite::Task);
+            sched::tasks::create(id, &request)
+        }
+        Call::TaskLaunch { handle, release } => {
+            masked::at(MaskedSite::Task);
+            sched::tasks::launch(id, handle, release)
+        }
+        Call::TaskDelete(handle) => match sched::tasks::delete(id, vcpu, handle) {
+            sched::tasks::After::Resume(x0) => x0,
+            sched::tasks::After::Stop => return Next::VcpuOff,
+        },
+        Call::TaskWait => match sched::tasks::may_wait(id, vcpu) {
+            Ok(()) => {
+                regs.x[0] = 0;
+                return Next::Yield;
+            }
+            Err(error) => error.to_x0(),
+        },
+        Call::TaskStats(handle) => sched::tasks::stats(id, handle, regs),
+        Call::MaskedStretch { pcpu, reset } => crate::masked::query(pcpu, reset, regs),
         Call::KeelCrash { esr, elr, far } => {
             return Next::Stop(Fault::GuestCrash { esr, elr, far })
         }

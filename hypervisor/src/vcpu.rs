@@ -95,7 +95,9 @@ pub fn idle() -> ! {
                 }
             }
         }
+        crate::masked::end();
         cpu::wait_for_interrupt();
+        crate::masked::begin(keel_core::abi::MaskedSite::Idle);
         let _ = irq::handle_pending();
     }
 }

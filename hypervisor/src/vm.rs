@@ -81,6 +81,9 @@ pub struct Vm {
     pub gic_writes: AtomicU32,
     stage2_root: AtomicU64,
     vcpus: [Vcpu; crate::MAX_VCPUS],
+    /// How far the reload of a reset has come (used by the resetting pCPU alone, while
+    /// `resetting` is set).
+    reload: Mutex<Reload>,
 }
 
 impl Vm {
@@ -103,6 +106,7 @@ impl Vm {
                     context: AtomicU64::new(0),
                 }
             }; crate::MAX_VCPUS],
+            reload: Mutex::new(Reload::START),
         }
     }
 
@@ -370,31 +374,111 @@ fn copy_into(desc: &VmDesc, ipa: GuestPhysAddr, bytes: &[u8]) {
     }
 }
 
-fn load_images(desc: &VmDesc, generation: u32) {
-    if let Some(flash) = desc.flash {
-        // Erased NOR flash reads as all ones; the image is then written at its start.
-        if let Some(bytes) = guest_bytes(desc, flash.ipa, flash.size as usize) {
+/// Bytes one load step copies or fills: about 1,300 instructions with the cache cleaning,
+/// so that Keel serves interrupts (and a shared pCPU's scheduler runs) at least that often
+/// while it (re)loads a VM, whatever the image's size.
+const STEP_BYTES: usize = 4096;
+
+/// What a (re)load of a VM does, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Erase the flash (all ones).
+    Flash,
+    /// Copy the kernel image.
+    Image,
+    /// Copy the device tree.
+    DeviceTree,
+    /// Give the device tree this boot's seed properties, one per step.
+    Seeds(usize),
+    /// Copy the initial RAM disk.
+    Initrd,
+    /// Complete.
+    Done,
+}
+
+/// How far a VM's load has come: bounded steps ([`Reload::step`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Reload {
+    phase: Phase,
+    offset: usize,
+}
+
+impl Reload {
+    /// At the start.
+    pub const START: Reload = Reload {
+        phase: Phase::Flash,
+        offset: 0,
+    };
+
+    /// Does one step of loading VM `desc` for `generation` (at most [`STEP_BYTES`] copied or
+    /// filled, or one seed property); returns whether the load is complete.
+    fn step(&mut self, desc: &VmDesc, generation: u32) -> bool {
+        let phase_done = match self.phase {
+            Phase::Flash => desc
+                .flash
+                .is_none_or(|flash| self.fill(desc, flash.ipa, flash.size as usize)),
+            Phase::Image => self.copy(desc, desc.image_ipa, desc.image),
+            Phase::DeviceTree => self.copy(desc, desc.dtb_ipa, desc.dtb),
+            Phase::Seeds(n) => {
+                if let Some(property) = seed::SEED_PROPERTIES.get(n) {
+                    seed_device_tree(desc, *property, generation);
+                }
+                true
+            }
+            Phase::Initrd => self.copy(desc, desc.initrd_ipa, desc.initrd),
+            Phase::Done => true,
+        };
+        if phase_done {
+            self.phase = match self.phase {
+                Phase::Flash => Phase::Image,
+                Phase::Image => Phase::DeviceTree,
+                Phase::DeviceTree => Phase::Seeds(0),
+                Phase::Seeds(n) if n + 1 < seed::SEED_PROPERTIES.len() => Phase::Seeds(n + 1),
+                Phase::Seeds(_) => Phase::Initrd,
+                Phase::Initrd | Phase::Done => Phase::Done,
+            };
+            self.offset = 0;
+        }
+        self.phase == Phase::Done
+    }
+
+    /// Copies the next chunk of `bytes` to `ipa`; whether all of it is copied.
+    fn copy(&mut self, desc: &VmDesc, ipa: GuestPhysAddr, bytes: &[u8]) -> bool {
+        let end = bytes.len().min(self.offset + STEP_BYTES);
+        if let Some(chunk) = bytes.get(self.offset..end) {
+            copy_into(desc, GuestPhysAddr(ipa.0 + self.offset as u64), chunk);
+        }
+        self.offset = end;
+        end == bytes.len()
+    }
+
+    /// Fills the next chunk of `[ipa, ipa + size)` with 0xff; whether all of it is filled.
+    fn fill(&mut self, desc: &VmDesc, ipa: GuestPhysAddr, size: usize) -> bool {
+        let end = size.min(self.offset + STEP_BYTES);
+        let at = GuestPhysAddr(ipa.0 + self.offset as u64);
+        if let Some(bytes) = guest_bytes(desc, at, end - self.offset) {
             bytes.fill(0xff);
             cpu::clean_to_poc(bytes.as_ptr() as usize, bytes.len());
         }
-    }
-    copy_into(desc, desc.image_ipa, desc.image);
-    copy_into(desc, desc.dtb_ipa, desc.dtb);
-    seed_device_tree(desc, generation);
-    if !desc.initrd.is_empty() {
-        copy_into(desc, desc.initrd_ipa, desc.initrd);
+        self.offset = end;
+        end == size
     }
 }
 
-/// Gives the VM's copy of its device tree this boot's `/chosen/rng-seed` and `kaslr-seed`
-/// (see [`keel_core::seed`]): without entropy Linux pays for it on every system call.
-fn seed_device_tree(desc: &VmDesc, generation: u32) {
+/// Loads VM `desc` whole (at boot: no guest runs yet, nothing to serve in between).
+fn load_images(desc: &VmDesc, generation: u32) {
+    let mut reload = Reload::START;
+    while !reload.step(desc, generation) {}
+}
+
+/// Gives the VM's copy of its device tree this boot's seed `property` (`/chosen/rng-seed` or
+/// `kaslr-seed`, see [`keel_core::seed`]): without entropy Linux pays for it on every system
+/// call.
+fn seed_device_tree(desc: &VmDesc, property: seed::SeedProperty, generation: u32) {
     let key = crate::platform().seed_key.as_ref();
-    for property in seed::SEED_PROPERTIES {
-        if let Ok(Some(patch)) = seed::seed_patch(desc.dtb, property, key, desc.id, generation) {
-            let ipa = GuestPhysAddr(desc.dtb_ipa.0 + patch.offset as u64);
-            copy_into(desc, ipa, patch.bytes());
-        }
+    if let Ok(Some(patch)) = seed::seed_patch(desc.dtb, property, key, desc.id, generation) {
+        let ipa = GuestPhysAddr(desc.dtb_ipa.0 + patch.offset as u64);
+        copy_into(desc, ipa, patch.bytes());
     }
 }
 
@@ -415,17 +499,17 @@ pub fn power_off(id: usize) {
     }
 }
 
-/// Restarts VM `id` from its pristine image (PSCI SYSTEM_RESET, from any of its vCPUs): every
-/// vCPU stops (a newer generation), and once none of them runs guest code any more (each
-/// parks at its next exit, the kick making that at once), the image, device tree and devices
-/// are reloaded and vCPU 0 is left pending to start at the image's entry on its own pCPU. A
-/// second SYSTEM_RESET during one returns at once. The caller parks.
-pub fn reset(id: usize) {
+/// Begins restarting VM `id` from its pristine image (PSCI SYSTEM_RESET, from any of its
+/// vCPUs): every vCPU stops (a newer generation), its tasks are forgotten, and once none of
+/// them runs guest code any more (each parks at its next exit, the kick making that at once)
+/// the reload may begin: [`reload_step`] until it says done, then [`reset_finish`]. Returns
+/// false if a reset is already under way (the caller just parks).
+pub fn reset_begin(id: usize) -> bool {
     let vm = &VMS[id];
     // SeqCst with `may_enter`: either a vCPU about to enter sees the flag, or this sees its
     // `in_guest` and waits for it.
     if vm.resetting.swap(true, Ordering::SeqCst) {
-        return;
+        return false;
     }
     let desc = desc(id);
     keel_println_limited!(
@@ -436,22 +520,56 @@ pub fn reset(id: usize) {
         id
     );
     vm.generation.fetch_add(1, Ordering::AcqRel);
-    for vcpu in 0..desc.pcpus.len() {
+    for vcpu in 0..vcpu_count(desc) {
         vm.set_vcpu_power(vcpu, VcpuPower::Off);
     }
     this_cpu().in_guest.store(false, Ordering::Release);
     kick_vm(id);
     wait_until_stopped(id);
-    load_images(desc, vm.generation());
+    crate::sched::tasks::forget(id);
+    *vm.reload.lock() = Reload::START;
+    true
+}
+
+/// One bounded step of reloading VM `id` (being reset); returns whether the reload is
+/// complete.
+pub fn reload_step(id: usize) -> bool {
+    let vm = &VMS[id];
+    vm.reload.lock().step(desc(id), vm.generation())
+}
+
+/// Ends the reset of VM `id` once reloaded: fresh devices, and vCPU 0 pending to start at
+/// the image's entry on its own pCPU (unless the VM ended meanwhile).
+pub fn reset_finish(id: usize) {
+    let vm = &VMS[id];
+    let desc = desc(id);
     reset_devices(id);
     // A CPU_ON made by a vCPU of the old generation before it stopped is dropped.
-    for vcpu in 0..desc.pcpus.len() {
+    for vcpu in 0..vcpu_count(desc) {
         vm.set_vcpu_power(vcpu, VcpuPower::Off);
     }
     vm.resetting.store(false, Ordering::Release);
-    // Cannot fail: every vCPU was just turned off.
-    let _ = vm.request_start(0, desc.image_ipa.0, desc.dtb_ipa.0);
-    kick_vcpu(id, 0);
+    if vm.state() == VmState::Running {
+        // Cannot fail: every vCPU was just turned off.
+        let _ = vm.request_start(0, desc.image_ipa.0, desc.dtb_ipa.0);
+        kick_vcpu(id, 0);
+    }
+}
+
+/// Reloads VM `id` (its reset begun) on a pinned pCPU, which has nothing else to run: the
+/// steps run here, with the interrupts that arrive meanwhile served between two steps, then
+/// the reset ends. The caller parks.
+pub fn reload_here(id: usize) {
+    loop {
+        crate::masked::at(keel_core::abi::MaskedSite::Reload);
+        if reload_step(id) {
+            break;
+        }
+        crate::masked::end();
+        let _ = crate::irq::handle_pending();
+        crate::masked::begin(keel_core::abi::MaskedSite::Reload);
+    }
+    reset_finish(id);
 }
 
 /// Waits until no pCPU runs guest code of VM `id` (its vCPUs were kicked and stop at their
@@ -465,6 +583,7 @@ fn wait_until_stopped(id: usize) {
 }
 
 fn after_vm_ended(id: usize) {
+    crate::sched::tasks::forget(id);
     kick_vm(id);
     let all_ended = (0..SYSTEM.vms.len()).all(|vm| VMS[vm].state() != VmState::Running);
     if all_ended {
@@ -479,6 +598,11 @@ pub fn kick_vm(id: usize) {
     for vcpu in 0..desc(id).pcpus.len() {
         kick_vcpu(id, vcpu);
     }
+}
+
+/// The VM's vCPUs: its configured ones, then as many as it may create tasks.
+pub fn vcpu_count(desc: &VmDesc) -> usize {
+    desc.pcpus.len() + desc.tasks.map_or(0, |grant| usize::from(grant.max))
 }
 
 /// Whether a vCPU of VM `id` runs on a shared pCPU.

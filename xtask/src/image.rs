@@ -9,7 +9,7 @@ use crate::setup::{objcopy, TARGET};
 use crate::{step, workspace, Result};
 
 /// Guests of this workspace that configurations may name with `image = { guest = "..." }`.
-pub const GUESTS: &[&str] = &["test-guest", "hostile"];
+pub const GUESTS: &[&str] = &["test-guest", "hostile", "rt-control"];
 
 /// Where build products go (under `target/`, ignored by git).
 pub fn output_dir() -> PathBuf {

@@ -19,7 +19,7 @@ use std::time::Instant;
 
 /// The crates built for `aarch64-unknown-none-softfloat` (the hypervisor and the guests): the
 /// workspace's default members are the host crates.
-const AARCH64_CRATES: [&str; 4] = ["keel", "keel-guest", "test-guest", "hostile"];
+const AARCH64_CRATES: [&str; 5] = ["keel", "keel-guest", "test-guest", "hostile", "rt-control"];
 
 /// Errors are messages for the user.
 pub type Result<T> = std::result::Result<T, String>;

@@ -10,6 +10,8 @@ use std::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, Visitor};
 
+use super::decimal::{self, ScaleError};
+
 /// The units, with their length in nanoseconds, as the messages list them.
 const UNITS: [(&str, u64); 4] = [
     ("ns", 1),
@@ -101,56 +103,22 @@ impl DurationText {
 /// Parses a duration such as `"250us"`, `"1ms"`, `"1.5ms"` or `"2_000 ns"` into nanoseconds.
 pub fn parse_duration(text: &str) -> Result<u64, DurationError> {
     let error_text = || text.to_string();
-    let trimmed = text.trim();
-    let number_end = trimmed
-        .find(|c: char| !(c.is_ascii_digit() || c == '_' || c == '.'))
-        .unwrap_or(trimmed.len());
-    let (number, unit) = trimmed.split_at(number_end);
-    let unit = unit.trim_start();
-    let (whole, fraction) = match number.split_once('.') {
-        Some((whole, fraction)) => (whole, fraction),
-        None => (number, ""),
-    };
-    let whole = whole.replace('_', "");
-    let fraction = fraction.replace('_', "");
-    if (whole.is_empty() && fraction.is_empty())
-        || fraction.contains('.')
-        || (number.contains('.') && fraction.is_empty())
-    {
+    let Some(number) = decimal::split(text) else {
         return Err(DurationError::NotANumber { text: error_text() });
-    }
-    if unit.is_empty() {
+    };
+    if number.unit.is_empty() {
         return Err(DurationError::NoUnit { text: error_text() });
     }
-    let Some(&(_, unit_ns)) = UNITS.iter().find(|(name, _)| *name == unit) else {
+    let Some(&(_, unit_ns)) = UNITS.iter().find(|(name, _)| *name == number.unit) else {
         return Err(DurationError::UnknownUnit {
             text: error_text(),
-            unit: unit.to_string(),
+            unit: number.unit.to_string(),
         });
     };
-    let too_long = || DurationError::TooLong { text: error_text() };
-    let whole: u64 = if whole.is_empty() {
-        0
-    } else {
-        whole.parse().map_err(|_| too_long())?
-    };
-    let whole_ns = whole.checked_mul(unit_ns).ok_or_else(too_long)?;
-    // The fraction, without its trailing zeros, must be a whole number of nanoseconds.
-    let fraction = fraction.trim_end_matches('0');
-    let fraction_ns = if fraction.is_empty() {
-        0
-    } else {
-        let not_whole = || DurationError::FractionOfNanosecond { text: error_text() };
-        let digits = u32::try_from(fraction.len()).map_err(|_| not_whole())?;
-        let scale = 10u64.checked_pow(digits).ok_or_else(not_whole)?;
-        let value: u64 = fraction.parse().map_err(|_| not_whole())?;
-        let scaled = u128::from(value) * u128::from(unit_ns);
-        if scaled % u128::from(scale) != 0 {
-            return Err(not_whole());
-        }
-        u64::try_from(scaled / u128::from(scale)).map_err(|_| too_long())?
-    };
-    whole_ns.checked_add(fraction_ns).ok_or_else(too_long)
+    number.scaled(unit_ns).map_err(|error| match error {
+        ScaleError::NotWhole => DurationError::FractionOfNanosecond { text: error_text() },
+        ScaleError::TooLarge => DurationError::TooLong { text: error_text() },
+    })
 }
 
 /// A duration in nanoseconds as a person reads it, exactly: the largest unit in which it has

@@ -6,6 +6,7 @@
 //! [`SystemDesc`](crate::system::SystemDesc) the hypervisor links in. EL2 never parses TOML.
 
 mod codegen;
+mod decimal;
 mod duration;
 mod error;
 mod image;

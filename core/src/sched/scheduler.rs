@@ -268,10 +268,7 @@ impl Scheduler {
     /// until then it waits. A `release` not after `now`, or a vCPU without a reservation,
     /// starts as [`Scheduler::start`] does. Ignored if already started.
     pub fn start_at(&mut self, slot: usize, now: Time, release: Time) {
-        let has_reservation = self.slots[..self.len]
-            .get(slot)
-            .is_some_and(|s| s.reservation.is_some());
-        if release <= now || !has_reservation {
+        if release <= now || !self.has_reservation(slot) {
             return self.start(slot, now);
         }
         if self.slots[slot].started {
@@ -386,6 +383,13 @@ impl Scheduler {
         self.slots[..self.len]
             .get(slot)
             .map_or(Stats::ZERO, |s| s.stats)
+    }
+
+    /// Whether `slot` has a reservation (a real-time vCPU).
+    pub fn has_reservation(&self, slot: usize) -> bool {
+        self.slots[..self.len]
+            .get(slot)
+            .is_some_and(|s| s.reservation.is_some())
     }
 
     /// Number of vCPUs added.

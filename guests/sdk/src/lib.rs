@@ -21,6 +21,7 @@ pub mod pl011;
 pub mod pmu;
 pub mod psci;
 pub mod smccc;
+pub mod task;
 pub mod timer;
 
 pub use keel_core::abi;

@@ -92,6 +92,31 @@ pub unsafe fn hvc_call(function: u32, args: [u64; 3]) -> CallResult {
     CallResult { x0, x1, x2, x3 }
 }
 
+/// Issues `HVC #0` with `function` in w0 and `args` in x1..x7; returns x0..x5 (Keel's task
+/// services take up to seven arguments and return up to six results, as SMCCC 1.2 allows).
+///
+/// # Safety
+/// As [`hvc_call`].
+pub unsafe fn hvc_call7(function: u32, args: [u64; 7]) -> [u64; 6] {
+    let (x0, x1, x2, x3, x4, x5);
+    // SAFETY: the caller vouches for the call's effect; Keel changes only x0..x5.
+    unsafe {
+        asm!(
+            "hvc #0",
+            inout("x0") u64::from(function) => x0,
+            inout("x1") args[0] => x1,
+            inout("x2") args[1] => x2,
+            inout("x3") args[2] => x3,
+            inout("x4") args[3] => x4,
+            inout("x5") args[4] => x5,
+            in("x6") args[5],
+            in("x7") args[6],
+            options(nostack),
+        )
+    };
+    [x0, x1, x2, x3, x4, x5]
+}
+
 /// SMCCC_VERSION (SMCCC 1.1 section 7.2).
 pub fn smccc_version() -> Result<Version, CallError> {
     // SAFETY: SMCCC_VERSION has no side effect.

@@ -371,6 +371,11 @@ impl VcpuContext {
         self.vttbr = vttbr;
     }
 
+    /// Sets the stack pointer the vCPU starts with (SP_EL1: it starts in EL1h).
+    pub fn set_stack(&mut self, sp: u64) {
+        self.el1.sp_el1 = sp;
+    }
+
     /// Forgets the saved virtual interrupts of a vCPU that stops while switched out: its
     /// interface and timer as at reset (the caller gave its SPIs back to the vGIC).
     pub fn discard_interrupts(&mut self) {

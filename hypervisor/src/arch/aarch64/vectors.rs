@@ -306,6 +306,7 @@ pub fn enter_guest(regs: &GuestRegs, pc: u64, stack_top: u64) -> ! {
     unsafe {
         write_sysreg!("elr_el2", pc);
         write_sysreg!("spsr_el2", super::regs::SPSR_EL1H_MASKED);
+        crate::masked::end();
         keel_enter_guest(regs, stack_top)
     }
 }
@@ -320,6 +321,7 @@ pub fn resume_guest(frame: &ResumeFrame, pc: u64, pstate: u64, stack_top: u64) -
     unsafe {
         write_sysreg!("elr_el2", pc);
         write_sysreg!("spsr_el2", pstate);
+        crate::masked::end();
         keel_enter_guest(regs, stack_top)
     }
 }

@@ -11,6 +11,8 @@
 //! vCPU ([`reschedule`]: a deadline, a kick) saves the running vCPU's context and enters the
 //! next one on a fresh stack ([`switch_to`]), or waits in the [`run_loop`] if there is none.
 
+pub mod tasks;
+
 use core::sync::atomic::{AtomicU8, Ordering};
 
 use keel_core::sched::{Decision, Scheduler, Stats, MAX_SLOTS};
@@ -58,6 +60,12 @@ struct SharedCpu {
     /// Switched-out slots that may have been sent interrupts (an SGI, an SPI) since they left:
     /// their list registers are brought up to date from the vGIC when they next run.
     needs_sync: u32,
+    /// Slots whose VM is being reset by them: instead of guest code they run the steps of the
+    /// VM's reload ([`reload`]), in their own time, until it is complete.
+    reloading: u32,
+    /// Task slots deleted while running here: they stop at their next exit (the deleter's
+    /// kick forces one) and their slot is freed then.
+    doomed: u32,
 }
 
 impl SharedCpu {
@@ -74,6 +82,8 @@ impl SharedCpu {
             started: 0,
             waiting: 0,
             needs_sync: 0,
+            doomed: 0,
+            reloading: 0,
             timer_lr: [(0, 0); MAX_SLOTS],
         }
     }
@@ -86,6 +96,40 @@ impl SharedCpu {
         self.placed
             .iter()
             .position(|placed| *placed == Some(Placed { vm, vcpu }))
+    }
+
+    /// Whether `slot` holds a real-time task (a vCPU beyond its VM's configured ones) that
+    /// must go: deleted, or its VM ended or was reset since it was created.
+    fn task_gone(&self, slot: usize) -> bool {
+        let Some(Placed { vm: id, vcpu }) = self.placed[slot] else {
+            return false;
+        };
+        let vm = vm::vm(id);
+        vcpu >= vm::desc(id).pcpus.len()
+            && (self.doomed & (1 << slot) != 0
+                || vm.state() != VmState::Running
+                || vm.generation() != self.generations[slot])
+    }
+
+    /// Frees a task's slot at `now` (it is not loaded): its interrupts and FP state are
+    /// dropped, the scheduler forgets it, and the next create may reuse the slot.
+    fn remove_task(&mut self, slot: usize, now: u64) {
+        let Some(Placed { vm: id, vcpu }) = self.placed[slot] else {
+            return;
+        };
+        discard_saved(self, slot);
+        self.scheduler.remove(slot, now);
+        let keep = !(1u32 << slot);
+        self.started &= keep;
+        self.waiting &= keep;
+        self.fresh &= keep;
+        self.needs_sync &= keep;
+        self.doomed &= keep;
+        self.placed[slot] = None;
+        if self.last == Some(slot) {
+            self.last = None;
+        }
+        vm::vm(id).set_vcpu_power(vcpu, vm::VcpuPower::Off);
     }
 }
 
@@ -141,7 +185,9 @@ pub fn run_loop() -> ! {
         if let Some(slot) = next {
             enter(slot);
         }
+        crate::masked::end();
         cpu::wait_for_interrupt();
+        crate::masked::begin(keel_core::abi::MaskedSite::Idle);
         irq::handle_pending();
     }
 }
@@ -156,6 +202,10 @@ fn enter(slot: usize) -> ! {
             drop(guard);
             run_loop()
         };
+        if shared.reloading & (1 << slot) != 0 {
+            drop(guard);
+            run_reload(slot, placed.vm)
+        }
         let cpu = vm::this_cpu();
         let vm = vm::vm(placed.vm);
         cpu.vm.store(placed.vm, Ordering::Relaxed);
@@ -163,6 +213,7 @@ fn enter(slot: usize) -> ! {
         if !vm.may_enter()
             || vm.state() != VmState::Running
             || vm.generation() != shared.generations[slot]
+            || shared.doomed & (1 << slot) != 0
         {
             // Its VM ended or is being reset, and the kick saying so is not handled yet.
             cpu.in_guest.store(false, Ordering::SeqCst);
@@ -239,9 +290,7 @@ pub fn give_away(frame: &GuestRegs, yielding: bool) -> ! {
         let now = timer::now();
         if let Some(slot) = shared.loaded {
             shared.scheduler.block(slot, now);
-            let best_effort = shared.placed[slot]
-                .is_some_and(|p| vm::desc(p.vm).sched[p.vcpu].reservation.is_none());
-            if yielding && best_effort {
+            if yielding && !shared.scheduler.has_reservation(slot) {
                 shared.scheduler.wake(slot, now);
             } else {
                 shared.waiting |= 1 << slot;
@@ -277,6 +326,11 @@ fn switch_to(next: Option<usize>) -> ! {
 pub fn reschedule(frame: &GuestRegs) {
     let next = {
         let mut shared = this_shared().lock();
+        if shared.loaded.is_some_and(|slot| shared.doomed & (1 << slot) != 0) {
+            // A task deleted by another pCPU while it ran here.
+            drop(shared);
+            crate::vcpu::park();
+        }
         let now = timer::now();
         refresh(&mut shared, now);
         let decision = shared.scheduler.decide(now);
@@ -296,16 +350,71 @@ pub fn stop_running() -> ! {
     {
         let mut shared = this_shared().lock();
         if let Some(slot) = shared.loaded.take() {
-            shared.scheduler.stop(slot, timer::now());
+            let now = timer::now();
+            shared.scheduler.stop(slot, now);
             shared.started &= !(1 << slot);
             if shared.fp_owner == Some(slot) {
                 shared.fp_owner = None;
+            }
+            if shared.task_gone(slot) {
+                shared.remove_task(slot, now);
             }
         }
         vm::this_cpu().in_guest.store(false, Ordering::Release);
         vm::this_cpu().vm.store(usize::MAX, Ordering::Relaxed);
     }
     run_loop()
+}
+
+/// The running vCPU began a reset of its VM ([`vm::reset_begin`]): its guest state is dropped
+/// and its slot, still runnable, runs the reload's bounded steps instead ([`run_reload`]),
+/// charged to it by the scheduler, which may switch to another vCPU between two steps (a
+/// real-time vCPU released meanwhile runs at once, as if the reload were guest code).
+pub fn reload(id: usize) -> ! {
+    let next = {
+        let mut guard = this_shared().lock();
+        let shared = &mut *guard;
+        let cpu = vm::this_cpu();
+        if let Some(slot) = shared.loaded.take() {
+            let vcpu = cpu.vcpu.load(Ordering::Relaxed);
+            irq::discard_vcpu_interrupts(id, vcpu, cpu.generation.load(Ordering::Relaxed));
+            discard_saved(shared, slot);
+            shared.reloading |= 1 << slot;
+        }
+        cpu.in_guest.store(false, Ordering::Release);
+        cpu.vm.store(usize::MAX, Ordering::Relaxed);
+        decide(shared, timer::now())
+    };
+    switch_to(next)
+}
+
+/// Runs the reload of VM `id` in `slot`'s time: one bounded step, then the interrupts that
+/// arrived, and the scheduler if they may change what runs; at the end, the reset completes
+/// and the slot stops (the VM's vCPU 0 starts afresh where it is placed).
+fn run_reload(slot: usize, id: usize) -> ! {
+    use keel_core::abi::MaskedSite;
+    crate::masked::at(MaskedSite::Reload);
+    loop {
+        if vm::reload_step(id) {
+            {
+                let mut shared = this_shared().lock();
+                shared.reloading &= !(1 << slot);
+                shared.scheduler.stop(slot, timer::now());
+                shared.started &= !(1 << slot);
+            }
+            vm::reset_finish(id);
+            run_loop()
+        }
+        crate::masked::end();
+        let handled = irq::handle_pending();
+        crate::masked::begin(MaskedSite::Reload);
+        if handled.reschedule {
+            let next = decide(&mut this_shared().lock(), timer::now());
+            if next != Some(slot) {
+                switch_to(next)
+            }
+        }
+    }
 }
 
 /// The first FP/SIMD instruction of the running vCPU since it was switched in: the pCPU's
@@ -376,7 +485,11 @@ fn refresh(shared: &mut SharedCpu, now: u64) {
         let vm = vm::vm(id);
         let running = vm.state() == VmState::Running;
         let current_generation = vm.generation() == shared.generations[slot];
-        if shared.loaded == Some(slot) {
+        if shared.loaded == Some(slot) || shared.reloading & (1 << slot) != 0 {
+            continue;
+        }
+        if shared.task_gone(slot) {
+            shared.remove_task(slot, now);
             continue;
         }
         // The kick may have raised an interrupt for it in its vGIC.

@@ -1,0 +1,130 @@
+//! Keel's sample real-time partition: a control application whose three periodic tasks
+//! (1 ms, 5 ms and 20 ms) are created by Keel as vCPUs of this partition and scheduled by Keel
+//! itself (EDF or fixed priority, with enforced budgets), M5150-style, rather than by a
+//! scheduler of the partition's own.
+//!
+//! Each job does a measured amount of work (calibrated loop iterations), and records its
+//! release jitter (start − ideal release) and response time (end − ideal release). vCPU 0
+//! creates and launches the tasks with a common first release (phase alignment), then prints
+//! a summary once a second: the tasks' own figures and Keel's statistics (KEEL_TASK_STATS).
+//!
+//! Boot arguments (`/chosen/bootargs`):
+//! - `control.seconds=N`: after N seconds, print the final summary and power the partition
+//!   off (default: run for ever);
+//! - `control.overrun=I`: task I works three times its budget (it is throttled and counted);
+//! - `control.extra=PERIOD_US:BUDGET_US`: after launching, ask for a fourth task (refused
+//!   when it does not fit the partition's grant or the pCPU);
+//! - `control.delete=I@S`: delete task I at second S, check that it stopped, and create it
+//!   again (its vCPU and slot are reused);
+//! - `control.manage=VM`: be a manager instead: try to read, launch and delete the tasks of
+//!   VM `VM` and print what Keel answered.
+#![no_std]
+#![no_main]
+
+mod control;
+mod manage;
+
+use keel_guest::bootargs::BootArgs;
+use keel_guest::devicetree::{boot_info, device_tree_at};
+use keel_guest::{println, system_off};
+
+keel_guest::entry!(main);
+
+fn main(device_tree_address: usize) -> ! {
+    // SAFETY: x0 at entry is the address of the device tree Keel loaded, never written.
+    let info = match unsafe { device_tree_at(device_tree_address) }.and_then(|t| boot_info(&t)) {
+        Ok(info) => info,
+        Err(error) => {
+            println!("control: unreadable device tree: {error}");
+            system_off();
+        }
+    };
+    let args = BootArgs::new(info.bootargs);
+    match args.value("control.manage") {
+        Some(vm) => manage::run(vm),
+        None => control::run(&args),
+    }
+}
+
+/// Converts between the counter's ticks and time.
+pub struct Clock {
+    frequency: u64,
+}
+
+impl Clock {
+    fn new() -> Self {
+        Self {
+            frequency: keel_guest::timer::frequency().max(1),
+        }
+    }
+
+    /// Ticks in `us` microseconds.
+    fn us(&self, us: u64) -> u64 {
+        us * self.frequency / 1_000_000
+    }
+
+    /// Nanoseconds in `ticks`.
+    fn ns(&self, ticks: u64) -> u64 {
+        ticks * 1_000_000_000 / self.frequency
+    }
+}
+
+/// Sleeps (WFI, so that Keel gives the pCPU away) until the counter reaches `at`, woken by
+/// the virtual timer; interrupts stay masked in PSTATE and the timer's is taken by polling.
+fn sleep_until(at: u64) {
+    use keel_guest::gicv3::{
+        acknowledge, end_of_interrupt, init_cpu_interface, Redistributor, DISTRIBUTOR,
+    };
+    static READY: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+    if !READY.swap(true, core::sync::atomic::Ordering::Relaxed) {
+        if let Some(redistributor) = Redistributor::for_cpu(0) {
+            DISTRIBUTOR.enable();
+            redistributor.wake();
+            init_cpu_interface();
+            redistributor.enable_private(keel_core::abi::layout::VTIMER_INTID, 0x80);
+        }
+    }
+    keel_guest::timer::set_deadline(at);
+    keel_guest::timer::enable();
+    while keel_guest::timer::counter() < at {
+        keel_guest::cpu::wait_for_interrupt();
+        while let Some(intid) = acknowledge() {
+            end_of_interrupt(intid);
+        }
+    }
+    keel_guest::timer::disable();
+}
+
+/// A line of text built in place (no allocator).
+pub struct Line {
+    bytes: [u8; 160],
+    len: usize,
+}
+
+impl Line {
+    fn new() -> Self {
+        Self {
+            bytes: [0; 160],
+            len: 0,
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        core::str::from_utf8(&self.bytes[..self.len]).unwrap_or("?")
+    }
+}
+
+impl core::fmt::Write for Line {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        let room = self.bytes.len() - self.len;
+        let n = s.len().min(room);
+        self.bytes[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        Ok(())
+    }
+}
+
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
+    keel_guest::fatal::fatal_panic(info)
+}

@@ -1,0 +1,96 @@
+//! The longest stretch each pCPU runs at EL2 with interrupts masked, and where it ended.
+//!
+//! Keel runs with IRQs masked from every exception entry until it returns to a guest, waits
+//! for an interrupt (WFI), or polls for pending interrupts between two bounded steps of a
+//! long operation (a VM reload): an interrupt arriving in a stretch waits for its end. A
+//! stretch [`begin`]s at those points and [`end`]s at the next; the longest one per pCPU is
+//! kept with its [`MaskedSite`], for KEEL_MASKED_STRETCH ([`query`]). Timestamps are the
+//! system counter's; nothing is recorded before a pCPU's first stretch begins (boot).
+//!
+//! Each pCPU writes its own record only; the query reads another pCPU's with relaxed loads
+//! (a figure a few instructions old at worst).
+
+use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+
+use keel_core::abi::{CallError, MaskedSite};
+
+use crate::arch::boot::MAX_CPUS;
+use crate::arch::vectors::GuestRegs;
+use crate::arch::{cpu, timer};
+use crate::config::SYSTEM;
+
+/// One pCPU's record, on a cache line of its own.
+#[repr(C, align(64))]
+struct Record {
+    /// Counter value at the start of the current stretch (0: none begun yet).
+    start: AtomicU64,
+    /// Where the current stretch is.
+    site: AtomicU8,
+    /// The longest stretch so far, in counter ticks.
+    longest: AtomicU64,
+    /// Where it was.
+    longest_site: AtomicU8,
+}
+
+static RECORDS: [Record; MAX_CPUS] = [const {
+    Record {
+        start: AtomicU64::new(0),
+        site: AtomicU8::new(0),
+        longest: AtomicU64::new(0),
+        longest_site: AtomicU8::new(0),
+    }
+}; MAX_CPUS];
+
+/// A stretch with interrupts masked begins now, at `site`.
+#[inline(always)]
+pub fn begin(site: MaskedSite) {
+    let record = &RECORDS[cpu::index()];
+    record.start.store(timer::now(), Ordering::Relaxed);
+    record.site.store(site as u8, Ordering::Relaxed);
+}
+
+/// The current stretch is (from now on) at `site`.
+#[inline(always)]
+pub fn at(site: MaskedSite) {
+    RECORDS[cpu::index()]
+        .site
+        .store(site as u8, Ordering::Relaxed);
+}
+
+/// The current stretch ends now (Keel enters a guest, waits, or polls for interrupts).
+#[inline(always)]
+pub fn end() {
+    let now = timer::now();
+    let record = &RECORDS[cpu::index()];
+    let start = record.start.load(Ordering::Relaxed);
+    let length = now.wrapping_sub(start);
+    if start != 0 && length > record.longest.load(Ordering::Relaxed) {
+        record_longest(record, length);
+    }
+}
+
+#[cold]
+fn record_longest(record: &Record, length: u64) {
+    record.longest.store(length, Ordering::Relaxed);
+    record
+        .longest_site
+        .store(record.site.load(Ordering::Relaxed), Ordering::Relaxed);
+}
+
+/// KEEL_MASKED_STRETCH: pCPU `pcpu`'s longest stretch in nanoseconds (x0) and its site (x1);
+/// with `reset`, the record starts again from zero.
+pub fn query(pcpu: u64, reset: bool, regs: &mut GuestRegs) -> u64 {
+    let Some(record) = RECORDS
+        .get(pcpu as usize)
+        .filter(|_| pcpu < u64::from(SYSTEM.pcpus))
+    else {
+        return CallError::NotSupported.to_x0();
+    };
+    let longest = record.longest.load(Ordering::Relaxed);
+    regs.x[1] = u64::from(record.longest_site.load(Ordering::Relaxed));
+    if reset {
+        record.longest.store(0, Ordering::Relaxed);
+        record.longest_site.store(MaskedSite::None as u8, Ordering::Relaxed);
+    }
+    timer::ticks_to_ns(longest)
+}

@@ -1,0 +1,206 @@
+//! Real-time task services (KEEL_TASK_*): the partition's task table and the slot its task
+//! holds on a shared pCPU ([`keel_core::tasks`] decides; this carries it out).
+//!
+//! Ownership and locks: the task tables of all VMs sit behind one lock, [`TABLES`]. A task
+//! service takes it, then the `SharedCpu` lock of the task's pCPU (possibly another pCPU's:
+//! that pCPU holds its own lock only briefly and never while running a guest), then at most
+//! a VM's device lock. Lock order: `TABLES` → a `SharedCpu` → a VM's device lock. The pCPU
+//! is kicked after the locks are dropped. Each service is bounded by the slots of one pCPU.
+
+use keel_core::abi::CallError;
+use keel_core::addr::GuestPhysAddr;
+use keel_core::tasks::{self, TaskError, TaskRequest, TaskTable};
+
+use super::{this_shared, ticks_per_ns, Placed, SHARED};
+use crate::arch::boot::MAX_CPUS;
+use crate::arch::cpu::{self, Mutex};
+use crate::arch::vectors::GuestRegs;
+use crate::arch::{guest, timer};
+use crate::config::SYSTEM;
+use crate::vm::{self, VcpuPower, MAX_VMS};
+
+/// Every VM's tasks.
+static TABLES: Mutex<[TaskTable; MAX_VMS]> = Mutex::new([TaskTable::EMPTY; MAX_VMS]);
+
+/// What a task service asks of its caller beyond its result.
+pub enum After {
+    /// Resume the caller with x0 (and the registers set).
+    Resume(u64),
+    /// The caller deleted itself: it stops now.
+    Stop,
+}
+
+/// Sends a kick to pCPU `pcpu` (also this one: its scheduler looks again at the next exit).
+fn kick_pcpu(pcpu: usize) {
+    crate::arch::gic::send_sgi(crate::irq::KICK_SGI, vm::percpu(pcpu).mpidr.load(core::sync::atomic::Ordering::Relaxed));
+}
+
+/// KEEL_TASK_CREATE from VM `id`.
+pub fn create(id: usize, request: &TaskRequest) -> u64 {
+    let desc = vm::desc(id);
+    if desc.tasks.is_none() {
+        return TaskError::NotAllowed.to_x0();
+    }
+    let pcpu = request.pcpu as usize;
+    if pcpu >= MAX_CPUS || !desc.pcpus.contains(&request.pcpu) {
+        return TaskError::InvalidParameters.to_x0();
+    }
+    let vm = vm::vm(id);
+    let mut tables = TABLES.lock();
+    let mut guard = SHARED[pcpu].lock();
+    let shared = &mut *guard;
+    let admitted = tables[id].create(
+        desc.tasks.as_ref(),
+        desc.pcpus,
+        request,
+        |address, len| desc.region_of(GuestPhysAddr(address), len).is_some(),
+        &mut shared.scheduler,
+        ticks_per_ns(),
+        SYSTEM.switch_cost_ns,
+    );
+    let admitted = match admitted {
+        Ok(admitted) => admitted,
+        Err(error) => return error.to_x0(),
+    };
+    let slot = admitted.slot;
+    let vcpu = desc.pcpus.len() + admitted.index;
+    let vttbr = (u64::from(desc.id.0 + 1) << 48) | vm.stage2_root();
+    let context = &mut shared.contexts[slot];
+    context.reset(
+        request.entry,
+        request.arg,
+        guest::vmpidr(vcpu),
+        (guest::hcr_value(true), guest::mdcr_value(desc.pmu)),
+        vttbr,
+    );
+    context.set_stack(request.stack);
+    shared.placed[slot] = Some(Placed { vm: id, vcpu });
+    shared.generations[slot] = vm.generation();
+    shared.timer_lr[slot] = (0, 0);
+    vm.set_vcpu_power(vcpu, VcpuPower::Off);
+    tasks::handle(id, admitted.index)
+}
+
+/// The task `handle` names, if VM `caller` may manage it: `(owner, index, task)`.
+fn lookup(
+    tables: &[TaskTable; MAX_VMS],
+    caller: usize,
+    handle: u64,
+) -> Result<(usize, usize, tasks::Task), TaskError> {
+    let (owner, index) = tasks::parse_handle(handle).ok_or(TaskError::NoSuchTask)?;
+    if owner >= SYSTEM.vms.len() {
+        return Err(TaskError::NoSuchTask);
+    }
+    if !tasks::may_manage(caller, owner, vm::desc(owner).tasks.as_ref()) {
+        return Err(TaskError::NotAllowed);
+    }
+    let task = tables[owner].get(index)?;
+    Ok((owner, index, task))
+}
+
+/// KEEL_TASK_LAUNCH from VM `caller`: first release at `release` (counter ticks; 0 or a time
+/// passed: now).
+pub fn launch(caller: usize, handle: u64, release: u64) -> u64 {
+    let mut tables = TABLES.lock();
+    let (owner, index, task) = match lookup(&tables, caller, handle) {
+        Ok(found) => found,
+        Err(error) => return error.to_x0(),
+    };
+    if let Err(error) = tables[owner].launch(index) {
+        return error.to_x0();
+    }
+    let pcpu = task.pcpu as usize;
+    let slot = usize::from(task.slot);
+    {
+        let mut shared = SHARED[pcpu].lock();
+        let vcpu = vm::desc(owner).pcpus.len() + index;
+        if shared.placed[slot] != Some(Placed { vm: owner, vcpu }) {
+            return TaskError::NoSuchTask.to_x0();
+        }
+        let now = timer::now();
+        shared.scheduler.start_at(slot, now, release.max(now));
+        shared.started |= 1 << slot;
+        shared.fresh |= 1 << slot;
+        vm::vm(owner).set_vcpu_power(vcpu, VcpuPower::On);
+    }
+    drop(tables);
+    kick_pcpu(pcpu);
+    0
+}
+
+/// KEEL_TASK_DELETE from vCPU `vcpu` of VM `caller`.
+pub fn delete(caller: usize, vcpu: usize, handle: u64) -> After {
+    let mut tables = TABLES.lock();
+    let (owner, index, task) = match lookup(&tables, caller, handle) {
+        Ok(found) => found,
+        Err(error) => return After::Resume(error.to_x0()),
+    };
+    let _ = tables[owner].delete(index);
+    let pcpu = task.pcpu as usize;
+    let slot = usize::from(task.slot);
+    let task_vcpu = vm::desc(owner).pcpus.len() + index;
+    let mut after = After::Resume(0);
+    {
+        let mut guard = SHARED[pcpu].lock();
+        let shared = &mut *guard;
+        if shared.placed[slot] == Some(Placed { vm: owner, vcpu: task_vcpu }) {
+            if shared.loaded == Some(slot) {
+                // Running: here, it is the caller itself; elsewhere, it stops at the kick.
+                shared.doomed |= 1 << slot;
+                if pcpu == cpu::index() && caller == owner && vcpu == task_vcpu {
+                    after = After::Stop;
+                }
+            } else {
+                shared.remove_task(slot, timer::now());
+            }
+        }
+    }
+    drop(tables);
+    if matches!(after, After::Resume(_)) {
+        kick_pcpu(pcpu);
+    }
+    after
+}
+
+/// KEEL_TASK_STATS from VM `caller`: x0..x5 (see [`keel_core::abi::KEEL_TASK_STATS`]).
+pub fn stats(caller: usize, handle: u64, regs: &mut GuestRegs) -> u64 {
+    let tables = TABLES.lock();
+    let (owner, index, task) = match lookup(&tables, caller, handle) {
+        Ok(found) => found,
+        Err(error) => return error.to_x0(),
+    };
+    let stats = {
+        let shared = SHARED[task.pcpu as usize].lock();
+        let vcpu = vm::desc(owner).pcpus.len() + index;
+        if shared.placed[usize::from(task.slot)] != Some(Placed { vm: owner, vcpu }) {
+            return TaskError::NoSuchTask.to_x0();
+        }
+        shared.scheduler.stats(usize::from(task.slot))
+    };
+    let ns = timer::ticks_to_ns;
+    regs.x[1] = stats.deadline_misses;
+    regs.x[2] = stats.overruns;
+    regs.x[3] = ns(stats.worst_response);
+    regs.x[4] = ns(stats.last_response);
+    regs.x[5] = ns(stats.worst_lateness);
+    stats.jobs
+}
+
+/// KEEL_TASK_WAIT from vCPU `vcpu` of VM `id`: whether the caller is a task on this (shared)
+/// pCPU, which then gives the pCPU away until its next release.
+pub fn may_wait(id: usize, vcpu: usize) -> Result<(), CallError> {
+    if vcpu < vm::desc(id).pcpus.len() || !super::is_shared() {
+        return Err(CallError::Denied);
+    }
+    let shared = this_shared().lock();
+    match shared.loaded {
+        Some(slot) if shared.scheduler.has_reservation(slot) => Ok(()),
+        _ => Err(CallError::Denied),
+    }
+}
+
+/// VM `id` was reset or ended: its tasks are forgotten. Their slots are freed by their pCPUs
+/// when the kick that says so arrives (their generation or VM state no longer matches).
+pub fn forget(id: usize) {
+    TABLES.lock()[id].clear();
+}
