@@ -4,6 +4,7 @@
 //! one nanosecond per instruction and repeats exactly, so a loaded machine cannot fail them.
 
 mod sched;
+mod tasks;
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -1120,6 +1121,7 @@ pub fn all() -> Vec<Scenario> {
         ("bad-edf", "pCPU 1: EDF utilisation 1.06 > 1 (vm 'rt-a' vCPU 0: 0.61, vm 'rt-b' vCPU 0: 0.46)"),
     ]);
     scenarios.extend(sched::all());
+    scenarios.extend(tasks::all());
     for (name, message) in bad {
         scenarios.push(Scenario {
             name: format!("bad configuration {name} fails the build with its message"),
