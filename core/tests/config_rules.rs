@@ -7,7 +7,7 @@ compile_error!("the configuration rule tests need keel-core's `std` feature (on 
 
 use std::path::{Path, PathBuf};
 
-use keel_core::config::{emit_rust, load, parse_str, ImageSource, System};
+use keel_core::config::{emit_rust, load, parse_str, ImageSource, System, Tasks};
 use keel_core::sched::{Params, Policy, Reservation};
 use keel_core::system::WfiPolicy;
 
@@ -17,8 +17,11 @@ const FIXTURES: &str = "tests/fixtures";
 /// The workspace guests the fixtures may name: one built, one not.
 fn guest_image(name: &str) -> Option<PathBuf> {
     match name {
-        // The hostile guest is a small SDK image like the test guest: the same fixture fits.
-        "test-guest" | "hostile" => Some(PathBuf::from("tests/fixtures/images/test-guest.bin")),
+        // The hostile guest and the sample real-time partition are small SDK images like the
+        // test guest: the same fixture fits.
+        "test-guest" | "hostile" | "rt-control" => {
+            Some(PathBuf::from("tests/fixtures/images/test-guest.bin"))
+        }
         "unbuilt-guest" => Some(PathBuf::from("tests/fixtures/images/not-built.bin")),
         _ => None,
     }
@@ -194,6 +197,81 @@ fn shared_pcpus_are_emitted() {
 }
 
 #[test]
+fn tasks_resolve_to_a_grant_with_managers_as_vm_ids() {
+    let system = load_fixture("valid-tasks.toml");
+    assert_eq!(
+        system.vms[0].tasks,
+        Some(Tasks {
+            max: 3,
+            utilisation_ppm: 125_000,
+            managers: vec![2, 1],
+        }),
+        "managers in the order written, a later VM included"
+    );
+    assert_eq!(
+        system.vms[1].tasks,
+        Some(Tasks {
+            max: 6,
+            utilisation_ppm: 300_000,
+            managers: vec![],
+        }),
+        "two vCPUs and six tasks make the most a VM may have"
+    );
+    assert_eq!(system.vms[2].tasks, None);
+    assert_eq!(load_fixture("valid-shared.toml").vms[0].tasks, None);
+}
+
+#[test]
+fn tasks_are_emitted_as_task_grants() {
+    let system = load_fixture("valid-tasks.toml");
+    let dtbs: Vec<PathBuf> = system
+        .vms
+        .iter()
+        .map(|vm| PathBuf::from(format!("/out/{}.dtb", vm.name)))
+        .collect();
+    let source = emit_rust(&system, &dtbs);
+    for expected in [
+        "tasks: Some(::keel_core::system::TaskGrant { max: 3, utilisation_ppm: 125000, \
+         managers: &[2, 1] }),",
+        "tasks: Some(::keel_core::system::TaskGrant { max: 6, utilisation_ppm: 300000, \
+         managers: &[] }),",
+        "tasks: None,",
+    ] {
+        assert!(
+            source.contains(expected),
+            "missing {expected:?} in:\n{source}"
+        );
+    }
+    syn::parse_file(&source).expect("emitted Rust parses");
+}
+
+/// `valid-tasks.toml` with `old` replaced by `new`, compiled.
+fn valid_tasks_with(old: &str, new: &str) -> Result<System, String> {
+    let path = Path::new(FIXTURES).join("valid-tasks.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(text.matches(old).count(), 1, "{old:?}");
+    parse_str(&text.replace(old, new), &path, &guest_image).map_err(|error| error.to_string())
+}
+
+#[test]
+fn task_allowances_may_fill_a_pcpu_exactly() {
+    // Fixed-priority pCPU 1: rt-a vCPU 0 0.21 + rt-b vCPU 0 0.201 + rt-a tasks 0.125, so
+    // rt-b's allowance may be 46.4% and not one part per million more.
+    let rt_b = "tasks = { max = 6, utilisation = \"30%\" }";
+    let system = valid_tasks_with(rt_b, "tasks = { max = 6, utilisation = \"46.4%\" }").unwrap();
+    assert_eq!(
+        system.vms[1].tasks.as_ref().unwrap().utilisation_ppm,
+        464_000
+    );
+    assert_eq!(
+        valid_tasks_with(rt_b, "tasks = { max = 6, utilisation = \"46.4001%\" }").unwrap_err(),
+        "tests/fixtures/valid-tasks.toml: pCPU 1: fixed-priority utilisation 1.01 > 1 \
+         (vm 'rt-a' vCPU 0: 0.21, vm 'rt-b' vCPU 0: 0.21, vm 'rt-a' tasks: 0.13, \
+         vm 'rt-b' tasks: 0.47)"
+    );
+}
+
+#[test]
 fn linux_image_loads_at_text_offset() {
     let system = load_fixture("valid-linux.toml");
     let vm = &system.vms[0];
@@ -288,7 +366,7 @@ fn rule_1_toml_syntax_error_has_line_and_column() {
 fn rule_1_unknown_field() {
     assert_rejected(
         "toml-unknown-field.toml",
-        "14:1: unknown field `memroy`, expected one of `name`, `image`, `initrd`, `memory`, `ipa`, `flash`, `pcpus`, `schedule`, `devices`, `cmdline`, `wfi`, `pmu`",
+        "14:1: unknown field `memroy`, expected one of `name`, `image`, `initrd`, `memory`, `ipa`, `flash`, `pcpus`, `schedule`, `tasks`, `devices`, `cmdline`, `wfi`, `pmu`",
     );
 }
 
@@ -936,6 +1014,24 @@ fn rule_17_fixed_priority_switch_cost_above_deadline() {
 }
 
 #[test]
+fn rule_17_edf_utilisation_with_task_allowances() {
+    assert_rejected(
+        "edf-task-allowance.toml",
+        "pCPU 2: EDF utilisation 1.06 > 1 (vm 'rt-a' vCPU 1: 0.26, vm 'rt-b' vCPU 1: 0.38, \
+         vm 'rt-a' tasks: 0.13, vm 'rt-b' tasks: 0.30)",
+    );
+}
+
+#[test]
+fn rule_17_fixed_priority_utilisation_with_task_allowances() {
+    assert_rejected(
+        "fixed-priority-task-allowance.toml",
+        "pCPU 1: fixed-priority utilisation 1.14 > 1 (vm 'rt-a' vCPU 0: 0.21, \
+         vm 'rt-b' vCPU 0: 0.21, vm 'rt-a' tasks: 0.13, vm 'rt-b' tasks: 0.60)",
+    );
+}
+
+#[test]
 fn every_fixture_is_tested() {
     let source = include_str!("config_rules.rs");
     for entry in std::fs::read_dir(FIXTURES).unwrap() {
@@ -1147,5 +1243,158 @@ fn rule_18_native_wfi_on_a_shared_pcpu() {
         "wfi-native-on-shared.toml",
         "vm 'rt-a': wfi: \"native\" needs pinned pCPUs: pCPU 1 is shared, where Keel traps \
          WFI to give the pCPU to another vCPU",
+    );
+}
+
+// ---- Rule 19: real-time tasks ----------------------------------------------------------------
+
+#[test]
+fn rule_19_tasks_on_a_pinned_pcpu() {
+    assert_rejected(
+        "tasks-on-pinned.toml",
+        "vm 'rt-a': tasks: pCPU 1 is pinned (its one vCPU runs whenever it is ready), but tasks \
+         are vCPUs with reservations: every pCPU of a VM with tasks must be 'edf' or \
+         'fixed-priority'",
+    );
+}
+
+#[test]
+fn rule_19_tasks_on_a_round_robin_pcpu() {
+    assert_rejected(
+        "tasks-on-round-robin.toml",
+        "vm 'be': tasks: pCPU 3 is shared by round robin, but tasks are vCPUs with \
+         reservations: every pCPU of a VM with tasks must be 'edf' or 'fixed-priority'",
+    );
+}
+
+#[test]
+fn rule_19_max_out_of_range() {
+    assert_rejected(
+        "tasks-max-range.toml",
+        "vm 'rt-a': tasks.max: 7 is outside 1..=6",
+    );
+    let rt_a = "max = 3, utilisation";
+    for max in ["0", "-1", "256"] {
+        assert_eq!(
+            valid_tasks_with(rt_a, &format!("max = {max}, utilisation")).unwrap_err(),
+            format!(
+                "tests/fixtures/valid-tasks.toml: vm 'rt-a': tasks.max: {max} is outside 1..=6"
+            )
+        );
+    }
+}
+
+#[test]
+fn rule_19_tasks_and_vcpus_above_the_maximum() {
+    assert_rejected(
+        "tasks-max-vcpus.toml",
+        "vm 'rt-b': tasks.max: 3 vCPUs and 6 tasks make 9 vCPUs, above Keel's maximum of 8 per \
+         VM (each task runs as a vCPU of the VM)",
+    );
+}
+
+#[test]
+fn rule_19_utilisation_without_percent() {
+    assert_rejected(
+        "tasks-utilisation-no-unit.toml",
+        "vm 'rt-a': tasks.utilisation: '12.5' has no '%' (write e.g. \"60%\" or \"12.5%\")",
+    );
+    assert_eq!(
+        valid_tasks_with("\"12.5%\"", "\"0.125\"").unwrap_err(),
+        "tests/fixtures/valid-tasks.toml: vm 'rt-a': tasks.utilisation: '0.125' has no '%' \
+         (write e.g. \"60%\" or \"12.5%\")"
+    );
+}
+
+#[test]
+fn rule_19_utilisation_with_another_unit() {
+    assert_rejected(
+        "tasks-utilisation-unknown-unit.toml",
+        "vm 'rt-a': tasks.utilisation: '12.5 percent' has the unit 'percent', not '%' \
+         (write e.g. \"60%\" or \"12.5%\")",
+    );
+}
+
+#[test]
+fn rule_19_utilisation_not_a_number() {
+    assert_rejected(
+        "tasks-utilisation-not-a-number.toml",
+        "vm 'rt-a': tasks.utilisation: 'an eighth' is not a percentage \
+         (write e.g. \"60%\" or \"12.5%\")",
+    );
+}
+
+#[test]
+fn rule_19_utilisation_too_precise() {
+    assert_rejected(
+        "tasks-utilisation-too-precise.toml",
+        "vm 'rt-a': tasks.utilisation: '12.34567%' has more than 4 decimal places \
+         (a share is a whole number of parts per million)",
+    );
+}
+
+#[test]
+fn rule_19_utilisation_above_100_percent() {
+    assert_rejected(
+        "tasks-utilisation-above-100.toml",
+        "vm 'rt-a': tasks.utilisation: '125%' is above 100%",
+    );
+}
+
+#[test]
+fn rule_19_utilisation_zero() {
+    assert_rejected(
+        "tasks-utilisation-zero.toml",
+        "vm 'rt-a': tasks.utilisation: must be above 0",
+    );
+}
+
+#[test]
+fn rule_19_utilisation_of_the_wrong_type() {
+    assert_rejected(
+        "tasks-utilisation-wrong-type.toml",
+        "33:34: invalid type: boolean `true`, expected a percentage: a string like \"60%\" \
+         or \"12.5%\"",
+    );
+}
+
+#[test]
+fn rule_19_utilisation_missing() {
+    assert_rejected(
+        "tasks-missing-utilisation.toml",
+        "33:9: missing field `utilisation`",
+    );
+}
+
+#[test]
+fn rule_19_unknown_key() {
+    assert_rejected(
+        "tasks-unknown-key.toml",
+        "33:43: unknown field `manager`, expected one of `max`, `utilisation`, `managers`",
+    );
+}
+
+#[test]
+fn rule_19_manager_names_no_vm() {
+    assert_rejected(
+        "tasks-manager-unknown.toml",
+        "vm 'rt-a': tasks.managers: no VM is named 'rt-c'",
+    );
+}
+
+#[test]
+fn rule_19_manager_is_the_vm_itself() {
+    assert_rejected(
+        "tasks-manager-itself.toml",
+        "vm 'rt-a': tasks.managers: 'rt-a' is this VM, which always manages its own tasks: \
+         list the other VMs that may",
+    );
+}
+
+#[test]
+fn rule_19_manager_listed_twice() {
+    assert_rejected(
+        "tasks-manager-twice.toml",
+        "vm 'rt-a': tasks.managers: 'be' is listed twice",
     );
 }

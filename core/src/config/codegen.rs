@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::model::System;
+use super::model::{System, Tasks};
 use crate::sched::{Params, Policy};
 use crate::system::WfiPolicy;
 
@@ -118,7 +118,7 @@ pub fn emit_rust(system: &System, dtb_paths: &[PathBuf]) -> String {
         }
         line(format!("            console: {},", vm.console));
         line(format!("            pmu: {},", vm.pmu));
-        line("            tasks: None,".to_string());
+        line(format!("            tasks: {},", tasks(vm.tasks.as_ref())));
         line(format!(
             "            wfi: ::keel_core::system::WfiPolicy::{wfi},"
         ));
@@ -146,6 +146,20 @@ fn policy(policy: Policy) -> String {
         Policy::Edf { quantum } => format!("{path}::Edf {{ quantum: {quantum} }}"),
         Policy::RoundRobin { quantum } => format!("{path}::RoundRobin {{ quantum: {quantum} }}"),
     }
+}
+
+/// A VM's task grant as a Rust expression (`None` without a `tasks` table).
+fn tasks(tasks: Option<&Tasks>) -> String {
+    let Some(tasks) = tasks else {
+        return "None".into();
+    };
+    let managers: Vec<String> = tasks.managers.iter().map(u8::to_string).collect();
+    format!(
+        "Some(::keel_core::system::TaskGrant {{ max: {}, utilisation_ppm: {}, managers: &[{}] }})",
+        tasks.max,
+        tasks.utilisation_ppm,
+        managers.join(", ")
+    )
 }
 
 /// A vCPU's scheduling parameters as a Rust expression.
@@ -178,6 +192,7 @@ mod tests {
             size: 0x100_0000,
             sched: vec![Params::default(); pcpus.len()],
             pcpus,
+            tasks: None,
             image: ImageSource::Guest("test-guest".to_string()),
             image_path: PathBuf::from("/images/test-guest.bin"),
             flash: (id == 1).then_some(crate::config::Flash {
@@ -216,6 +231,11 @@ mod tests {
                             deadline: 800_000,
                         }),
                     }],
+                    tasks: Some(Tasks {
+                        max: 3,
+                        utilisation_ppm: 125_000,
+                        managers: vec![1],
+                    }),
                     ..vm(0, "rt-a", 0x5000_0000, vec![1], WfiPolicy::Native)
                 },
                 Vm {
@@ -279,6 +299,9 @@ mod tests {
              ::keel_core::sched::Policy::FixedPriority { quantum: 500000 }, \
              ::keel_core::sched::Policy::RoundRobin { quantum: 2000000 }],",
             "switch_cost_ns: 2000,",
+            "tasks: Some(::keel_core::system::TaskGrant { max: 3, utilisation_ppm: 125000, \
+             managers: &[1] }),",
+            "tasks: None,",
             "sched: &[::keel_core::sched::Params { priority: 0, reservation: \
              Some(::keel_core::sched::Reservation { period: 1000000, budget: 200000, \
              deadline: 800000 }) }],",

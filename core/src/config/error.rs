@@ -4,6 +4,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use super::duration::{format_duration, DurationError};
+use super::percent::PercentError;
 use super::unschedulable::Unschedulable;
 
 /// A rejected configuration. Displays as `<config path>: <message>`, or as
@@ -524,6 +525,49 @@ pub enum Problem {
         /// The pCPU.
         pcpu: u32,
     },
+    /// `pCPU <pcpu> is <policy>, but tasks are vCPUs with reservations: every pCPU of a VM with
+    /// tasks must be 'edf' or 'fixed-priority'`, with `policy` one of `pinned (its one vCPU
+    /// runs whenever it is ready)` or `shared by round robin`.
+    TasksOnPcpu {
+        /// The VM's first pCPU that takes no reservations.
+        pcpu: u32,
+        /// `pinned ...` or `shared by round robin`.
+        policy: &'static str,
+    },
+    /// `<value> is outside 1..=<max>`.
+    MaxTasksOutOfRange {
+        /// The value given.
+        value: i64,
+        /// [`MAX_TASKS_PER_VM`](crate::system::MAX_TASKS_PER_VM).
+        max: usize,
+    },
+    /// `<vcpus> vCPUs and <tasks> tasks make <vcpus + tasks> vCPUs, above Keel's maximum of
+    /// <max> per VM (each task runs as a vCPU of the VM)` (singular for 1).
+    TasksExceedVcpus {
+        /// `tasks.max`.
+        tasks: u8,
+        /// Length of the VM's pcpus list.
+        vcpus: usize,
+        /// [`MAX_VCPUS`](crate::system::MAX_VCPUS).
+        max: usize,
+    },
+    /// The percentage's own message (see [`PercentError`]).
+    BadPercent(PercentError),
+    /// `no VM is named '<name>'`.
+    UnknownVm {
+        /// The name given.
+        name: String,
+    },
+    /// `'<name>' is this VM, which always manages its own tasks: list the other VMs that may`.
+    ManagerIsItself {
+        /// The VM's own name.
+        name: String,
+    },
+    /// `'<name>' is listed twice`.
+    ManagerListedTwice {
+        /// The name given.
+        name: String,
+    },
 }
 
 /// How a pinned pCPU's refusal tells the reader to share it.
@@ -736,6 +780,30 @@ impl fmt::Display for Problem {
                 "{priority} does not rank above best-effort {other} (priority {other_priority}) \
                  on fixed-priority pCPU {pcpu}, so its budget cannot be guaranteed"
             ),
+            Self::TasksOnPcpu { pcpu, policy } => write!(
+                f,
+                "pCPU {pcpu} is {policy}, but tasks are vCPUs with reservations: every pCPU of \
+                 a VM with tasks must be 'edf' or 'fixed-priority'"
+            ),
+            Self::MaxTasksOutOfRange { value, max } => write!(f, "{value} is outside 1..={max}"),
+            Self::TasksExceedVcpus { tasks, vcpus, max } => {
+                let tasks_plural = if *tasks == 1 { "" } else { "s" };
+                let vcpus_plural = if *vcpus == 1 { "" } else { "s" };
+                write!(
+                    f,
+                    "{vcpus} vCPU{vcpus_plural} and {tasks} task{tasks_plural} make {} vCPUs, \
+                     above Keel's maximum of {max} per VM (each task runs as a vCPU of the VM)",
+                    vcpus + usize::from(*tasks)
+                )
+            }
+            Self::BadPercent(error) => write!(f, "{error}"),
+            Self::UnknownVm { name } => write!(f, "no VM is named '{name}'"),
+            Self::ManagerIsItself { name } => write!(
+                f,
+                "'{name}' is this VM, which always manages its own tasks: list the other VMs \
+                 that may"
+            ),
+            Self::ManagerListedTwice { name } => write!(f, "'{name}' is listed twice"),
         }
     }
 }

@@ -1,9 +1,11 @@
 //! The configuration compiler (host only): a system described in TOML, validated, emitted as Rust tables.
 //!
-//! [`load`] parses a file (`schema`) and checks every rejection rule in file order (`validate`,
-//! with the scheduling rules and build-time admission in `schedule`; each rule's exact message
-//! is a [`Problem`] or [`Unschedulable`] variant); [`emit_rust`] turns the result into the
-//! [`SystemDesc`](crate::system::SystemDesc) the hypervisor links in. EL2 never parses TOML.
+//! [`load`] parses a file (`schema`; durations in `duration`, percentages in `percent`) and
+//! checks every rejection rule in file order (`validate`, with the scheduling rules and
+//! build-time admission in `schedule` and the `tasks` table's rules in `tasks`; each rule's
+//! exact message is a [`Problem`] or [`Unschedulable`] variant); [`emit_rust`] turns the result
+//! into the [`SystemDesc`](crate::system::SystemDesc) the hypervisor links in. EL2 never parses
+//! TOML.
 
 mod codegen;
 mod decimal;
@@ -12,9 +14,11 @@ mod error;
 mod image;
 mod load;
 mod model;
+mod percent;
 mod schedule;
 mod schema;
 mod size;
+mod tasks;
 mod unschedulable;
 mod validate;
 
@@ -24,10 +28,11 @@ pub use error::{AddressRange, Backing, ConfigError, ConfigErrorKind, Problem, Su
 pub use image::{inspect as inspect_image, ImageLayout};
 pub use load::{load, parse_str};
 pub use model::{
-    Flash, ImageSource, Initrd, System, Vm, DEFAULT_IPA, DEVICE_WINDOW_END, DEVICE_WINDOW_START,
-    DTB_REGION_SIZE, FLASH_WINDOW_SIZE, HYPERVISOR_IMAGE_OFFSET, IPA_BITS, KNOWN_DEVICES,
-    LINUX_IMAGE_BASE_ALIGN, MAX_PCPUS, MAX_VCPUS, MAX_VMS, MIN_VM_MEMORY, PAGE_SIZE,
+    Flash, ImageSource, Initrd, System, Tasks, Vm, DEFAULT_IPA, DEVICE_WINDOW_END,
+    DEVICE_WINDOW_START, DTB_REGION_SIZE, FLASH_WINDOW_SIZE, HYPERVISOR_IMAGE_OFFSET, IPA_BITS,
+    KNOWN_DEVICES, LINUX_IMAGE_BASE_ALIGN, MAX_PCPUS, MAX_VCPUS, MAX_VMS, MIN_VM_MEMORY, PAGE_SIZE,
 };
+pub use percent::{parse_percent, PercentError};
 pub use schedule::{DEFAULT_QUANTUM_NS, DEFAULT_SWITCH_COST_NS};
 pub use size::{parse_size, ByteSize};
-pub use unschedulable::Unschedulable;
+pub use unschedulable::{Holder, Unschedulable};

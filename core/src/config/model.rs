@@ -96,6 +96,10 @@ pub struct Vm {
     /// fit its pCPU's policy ([`Params::default`], best effort, on a pinned or round-robin
     /// pCPU), and the reservations on each shared pCPU passed admission.
     pub sched: Vec<Params>,
+    /// Real-time tasks it may create at run time, from its `tasks` table (`None`: none): every
+    /// pCPU of the VM is scheduled by EDF or fixed priority, and the allowance passed admission
+    /// on each.
+    pub tasks: Option<Tasks>,
     /// Where the image came from.
     pub image: ImageSource,
     /// The image file: absolute, and it exists.
@@ -117,6 +121,20 @@ pub struct Vm {
     pub pmu: bool,
     /// Kernel command line, for `/chosen/bootargs`.
     pub cmdline: String,
+}
+
+/// A VM's validated `tasks` table, emitted as a [`TaskGrant`](crate::system::TaskGrant).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tasks {
+    /// Most tasks at once (1..=[`MAX_TASKS_PER_VM`](crate::system::MAX_TASKS_PER_VM), and
+    /// with the VM's vCPUs at most [`MAX_VCPUS`]).
+    pub max: u8,
+    /// Most utilisation its tasks may take on any one of its pCPUs, parts per million
+    /// (1..=1,000,000).
+    pub utilisation_ppm: u32,
+    /// The other VMs, by id, that may also launch, delete and read the statistics of its
+    /// tasks, in the order written.
+    pub managers: Vec<u8>,
 }
 
 /// A flash bank at IPA 0: physically backed RAM the image is loaded into, the rest erased (0xff).

@@ -3,12 +3,14 @@
 //!
 //! Checked in three steps, each in file order: the `[[pcpu]]` tables with `[system]`, each
 //! VM's `schedule` against the policies of its pCPUs, then every shared pCPU across the VMs
-//! placed on it (fixed-priority ranks, then [`crate::admission`] with the switch cost).
+//! placed on it (fixed-priority ranks, then [`crate::admission`] with the switch cost, then
+//! the reservations' utilisation with the task allowances of the VMs there).
 
 use super::error::{ConfigErrorKind, Problem, Subject, VcpuName};
 use super::model::Vm;
+use super::percent::WHOLE_PPM;
 use super::schema::{PcpuTable, SystemTable, VcpuScheduleTable, VmTable};
-use super::unschedulable::Unschedulable;
+use super::unschedulable::{Holder, Unschedulable};
 use crate::admission::{self, Refusal, Task};
 use crate::sched::{Params, Policy, Reservation};
 
@@ -123,6 +125,16 @@ pub fn vcpu_params(
         .collect()
 }
 
+/// How messages describe `policy` if it takes no reservations (no scheduling parameters, no
+/// tasks): `pinned (its one vCPU runs whenever it is ready)` or `shared by round robin`.
+pub fn without_reservations(policy: Policy) -> Option<&'static str> {
+    match policy {
+        Policy::Pinned => Some("pinned (its one vCPU runs whenever it is ready)"),
+        Policy::RoundRobin { .. } => Some("shared by round robin"),
+        Policy::FixedPriority { .. } | Policy::Edf { .. } => None,
+    }
+}
+
 /// One vCPU's entry on pCPU `pcpu` with `policy`; on error, the field at fault and why.
 fn one_vcpu(
     entry: &VcpuScheduleTable,
@@ -153,12 +165,7 @@ fn one_vcpu(
     ]
     .into_iter()
     .find_map(|(field, given)| given.then_some(field));
-    let not_allowed = match policy {
-        Policy::Pinned => Some("pinned (its one vCPU runs whenever it is ready)"),
-        Policy::RoundRobin { .. } => Some("shared by round robin"),
-        Policy::FixedPriority { .. } | Policy::Edf { .. } => None,
-    };
-    if let (Some(policy), Some(field)) = (not_allowed, first_given) {
+    if let (Some(policy), Some(field)) = (without_reservations(policy), first_given) {
         return Err((field, Problem::ParameterNotAllowed { pcpu, policy }));
     }
     if matches!(policy, Policy::Edf { .. }) && priority.is_some() {
@@ -218,7 +225,8 @@ fn reservation(
 
 /// The rules across VMs on every shared pCPU, in pCPU order: on a fixed-priority pCPU,
 /// distinct priorities among reservations and every reservation above the best-effort vCPUs;
-/// then admission of the reservations, with `switch_cost` charged twice per job.
+/// then admission of the reservations, with `switch_cost` charged twice per job; then, if VMs
+/// with `tasks` have vCPUs there, the reservations' utilisation plus their allowances.
 pub fn check_shared_pcpus(
     policies: &[Policy],
     vms: &[Vm],
@@ -242,6 +250,16 @@ pub fn check_shared_pcpus(
                     })
             })
             .collect();
+        let allowances: Vec<(String, u64)> = vms
+            .iter()
+            .filter(|vm| vm.pcpus.contains(&pcpu))
+            .filter_map(|vm| {
+                Some((
+                    vm.name.clone(),
+                    u64::from(vm.tasks.as_ref()?.utilisation_ppm),
+                ))
+            })
+            .collect();
         let unschedulable = |problem| ConfigErrorKind::Unschedulable { pcpu, problem };
         match policy {
             Policy::FixedPriority { .. } => {
@@ -262,6 +280,9 @@ pub fn check_shared_pcpus(
                     admission::fixed_priority,
                 )
                 .map_err(unschedulable)?;
+                // Necessary only: run-time admission tests each task's response time exactly.
+                admit_allowances("fixed-priority", &reserved, &allowances, switch_cost)
+                    .map_err(unschedulable)?;
             }
             Policy::Edf { .. } => {
                 let reserved: Vec<(VcpuName, Reservation)> = placed
@@ -269,6 +290,8 @@ pub fn check_shared_pcpus(
                     .filter_map(|(name, params)| Some((name, params.reservation?)))
                     .collect();
                 admit("EDF", &reserved, switch_cost, admission::edf).map_err(unschedulable)?;
+                admit_allowances("EDF", &reserved, &allowances, switch_cost)
+                    .map_err(unschedulable)?;
             }
             Policy::Pinned | Policy::RoundRobin { .. } => {}
         }
@@ -317,6 +340,15 @@ fn check_priorities(placed: &[(VcpuName, Params)], pcpu: u32) -> Result<(), Conf
     Ok(())
 }
 
+/// A reservation as admission tests it.
+fn as_task(reservation: &Reservation) -> Task {
+    Task {
+        period: reservation.period,
+        budget: reservation.budget,
+        deadline: reservation.deadline,
+    }
+}
+
 /// Runs admission `test` (named `policy` in messages) over `reserved`, in the order the test
 /// expects, and turns a refusal into its message's figures.
 fn admit(
@@ -327,11 +359,7 @@ fn admit(
 ) -> Result<(), Unschedulable> {
     let tasks: Vec<Task> = reserved
         .iter()
-        .map(|(_, reservation)| Task {
-            period: reservation.period,
-            budget: reservation.budget,
-            deadline: reservation.deadline,
-        })
+        .map(|(_, reservation)| as_task(reservation))
         .collect();
     let Err(refusal) = test(&tasks, switch_cost) else {
         return Ok(());
@@ -346,12 +374,16 @@ fn admit(
             switch_cost,
             deadline: tasks[task].deadline,
         },
-        Refusal::Utilisation { total_ppm } => Unschedulable::EdfUtilisation {
+        Refusal::Utilisation { total_ppm } => Unschedulable::Utilisation {
+            policy,
             total_ppm,
             shares: tasks
                 .iter()
                 .enumerate()
-                .map(|(task, t)| (name(task), admission::utilisation_ppm(t, switch_cost)))
+                .map(|(task, t)| {
+                    let share = admission::utilisation_ppm(t, switch_cost);
+                    (Holder::Vcpu(name(task)), share)
+                })
                 .collect(),
         },
         Refusal::Demand { at, demand } => Unschedulable::EdfDemand {
@@ -378,5 +410,37 @@ fn admit(
             policy,
             count: tasks.len(),
         },
+    })
+}
+
+/// The task allowances on a pCPU (`(vm, ppm)`, each VM with `tasks` and a vCPU there) are
+/// reserved bandwidth: with the reservations' shares, each (budget + 2 × switch cost) / period
+/// rounded up to a whole ppm as run-time admission counts it, they must sum to at most 1.
+/// Nothing to check without allowances (the exact tests of [`admit`] have decided).
+fn admit_allowances(
+    policy: &'static str,
+    reserved: &[(VcpuName, Reservation)],
+    allowances: &[(String, u64)],
+    switch_cost: u64,
+) -> Result<(), Unschedulable> {
+    if allowances.is_empty() {
+        return Ok(());
+    }
+    let reservations = reserved.iter().map(|(name, reservation)| {
+        let share = admission::utilisation_ppm(&as_task(reservation), switch_cost);
+        (Holder::Vcpu(name.clone()), share)
+    });
+    let allowances = allowances
+        .iter()
+        .map(|(vm, ppm)| (Holder::Tasks(vm.clone()), *ppm));
+    let shares: Vec<(Holder, u64)> = reservations.chain(allowances).collect();
+    let total_ppm = shares.iter().map(|(_, ppm)| ppm).sum();
+    if total_ppm <= u64::from(WHOLE_PPM) {
+        return Ok(());
+    }
+    Err(Unschedulable::Utilisation {
+        policy,
+        total_ppm,
+        shares,
     })
 }

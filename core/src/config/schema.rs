@@ -3,6 +3,7 @@
 use serde::Deserialize;
 
 use super::duration::DurationText;
+use super::percent::PercentText;
 use super::size::ByteSize;
 
 /// A whole configuration file.
@@ -63,6 +64,20 @@ pub struct VcpuScheduleTable {
     pub deadline: Option<DurationText>,
 }
 
+/// A VM's `tasks` table: what it may do with real-time tasks at run time.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TasksTable {
+    /// Most tasks at once, 1..=[`MAX_TASKS_PER_VM`](crate::system::MAX_TASKS_PER_VM) (an
+    /// integer of any width, so the range check can name the VM).
+    pub max: i64,
+    /// Most utilisation its tasks may take on any one of its pCPUs, a percentage.
+    pub utilisation: PercentText,
+    /// Names of the other VMs that may also launch, delete and read the statistics of its tasks.
+    #[serde(default)]
+    pub managers: Vec<String>,
+}
+
 /// `{ base = ..., size = ... }`.
 #[derive(Clone, Copy, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -93,6 +108,8 @@ pub struct VmTable {
     pub pcpus: Vec<u32>,
     /// vCPU `i`'s scheduling parameters are `schedule[i]` (default: none, best effort).
     pub schedule: Option<Vec<VcpuScheduleTable>>,
+    /// Real-time tasks the VM may create at run time (default: none).
+    pub tasks: Option<TasksTable>,
     /// Emulated devices by name.
     #[serde(default)]
     pub devices: Vec<String>,

@@ -10,13 +10,16 @@ use super::error::VcpuName;
 /// with units); the doc comment of each variant is its message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Unschedulable {
-    /// `EDF utilisation <total> > 1 (<vcpu>: <share>, ...)`: shares are (budget + 2 × switch
-    /// cost) / period, rounded up to two decimals.
-    EdfUtilisation {
+    /// `<policy> utilisation <total> > 1 (<holder>: <share>, ...)`: a reservation's share is
+    /// (budget + 2 × switch cost) / period, a task allowance's its `tasks.utilisation`; shares
+    /// and total rounded up to two decimals.
+    Utilisation {
+        /// `EDF` or `fixed-priority`.
+        policy: &'static str,
         /// Σ of the shares, parts per million.
         total_ppm: u64,
-        /// Each reservation's share, parts per million.
-        shares: Vec<(VcpuName, u64)>,
+        /// Each holder's share, parts per million: the reservations, then the allowances.
+        shares: Vec<(Holder, u64)>,
     },
     /// `EDF processor demand <demand> at <at> after a synchronous release exceeds the time
     /// available (<vcpu>: <n> job(s) of <length>, ...; each job is its budget plus twice the
@@ -64,6 +67,24 @@ pub enum Unschedulable {
     },
 }
 
+/// Who holds a share of a shared pCPU: a vCPU's reservation or a VM's task allowance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Holder {
+    /// `vm '<vm>' vCPU <index>`: a vCPU with a reservation.
+    Vcpu(VcpuName),
+    /// `vm '<vm>' tasks`: the allowance of a VM with `tasks` and a vCPU on the pCPU.
+    Tasks(String),
+}
+
+impl fmt::Display for Holder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Vcpu(vcpu) => write!(f, "{vcpu}"),
+            Self::Tasks(vm) => write!(f, "vm '{vm}' tasks"),
+        }
+    }
+}
+
 /// Parts per million with two decimals, rounded up: `1.05`.
 fn ppm_two_places(ppm: u64) -> String {
     let hundredths = ppm.div_ceil(10_000);
@@ -73,14 +94,18 @@ fn ppm_two_places(ppm: u64) -> String {
 impl fmt::Display for Unschedulable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::EdfUtilisation { total_ppm, shares } => {
+            Self::Utilisation {
+                policy,
+                total_ppm,
+                shares,
+            } => {
                 let shares: Vec<String> = shares
                     .iter()
-                    .map(|(vcpu, ppm)| format!("{vcpu}: {}", ppm_two_places(*ppm)))
+                    .map(|(holder, ppm)| format!("{holder}: {}", ppm_two_places(*ppm)))
                     .collect();
                 write!(
                     f,
-                    "EDF utilisation {} > 1 ({})",
+                    "{policy} utilisation {} > 1 ({})",
                     ppm_two_places(*total_ppm),
                     shares.join(", ")
                 )

@@ -15,6 +15,7 @@ use super::model::{
 };
 use super::schedule;
 use super::schema::{ConfigFile, RegionTable, SystemTable, VmTable};
+use super::tasks;
 use crate::sched::Policy;
 use crate::system::WfiPolicy;
 
@@ -92,7 +93,8 @@ fn check_system(system: &SystemTable) -> Result<(AddressRange, AddressRange), Co
     Ok((ram, hypervisor))
 }
 
-/// Everything a VM is checked against: the system and the VMs declared before it.
+/// Everything a VM is checked against: the system, the VMs declared before it, and the names
+/// of all VMs (which `tasks.managers` may name).
 struct Context<'a> {
     config_dir: &'a Path,
     guest_image: &'a dyn Fn(&str) -> Option<PathBuf>,
@@ -101,6 +103,7 @@ struct Context<'a> {
     ram: AddressRange,
     hypervisor: AddressRange,
     earlier: &'a [Vm],
+    names: &'a [&'a str],
 }
 
 /// Name rules: non-empty, unique. Returns the subject to report the VM's other errors under.
@@ -376,6 +379,7 @@ fn check_vm(table: &VmTable, index: usize, context: &Context) -> Result<Vm, Conf
         .map_err(|problem| at("flash", problem))?;
     check_pcpus(&table.pcpus, context).map_err(|problem| at("pcpus", problem))?;
     let sched = schedule::vcpu_params(table, &subject, context.policies)?;
+    let tasks = tasks::check_tasks(table, index, &subject, context.policies, context.names)?;
     let console = check_devices(&table.devices).map_err(|problem| at("devices", problem))?;
     let wfi = check_wfi(table.wfi.as_deref()).map_err(|problem| at("wfi", problem))?;
     if table.wfi.as_deref() == Some("native") {
@@ -429,6 +433,7 @@ fn check_vm(table: &VmTable, index: usize, context: &Context) -> Result<Vm, Conf
         size: memory.size(),
         pcpus: table.pcpus.clone(),
         sched,
+        tasks,
         image: source,
         image_path,
         flash,
@@ -460,6 +465,7 @@ pub fn validate(
             max: MAX_VMS,
         });
     }
+    let names: Vec<&str> = file.vm.iter().map(|table| table.name.as_str()).collect();
     let mut vms: Vec<Vm> = Vec::with_capacity(file.vm.len());
     for (index, table) in file.vm.iter().enumerate() {
         let context = Context {
@@ -470,6 +476,7 @@ pub fn validate(
             ram,
             hypervisor,
             earlier: &vms,
+            names: &names,
         };
         let vm = check_vm(table, index, &context)?;
         vms.push(vm);
