@@ -90,7 +90,9 @@ pub fn query(pcpu: u64, reset: bool, regs: &mut GuestRegs) -> u64 {
     regs.x[1] = u64::from(record.longest_site.load(Ordering::Relaxed));
     if reset {
         record.longest.store(0, Ordering::Relaxed);
-        record.longest_site.store(MaskedSite::None as u8, Ordering::Relaxed);
+        record
+            .longest_site
+            .store(MaskedSite::None as u8, Ordering::Relaxed);
     }
     timer::ticks_to_ns(longest)
 }

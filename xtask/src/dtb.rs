@@ -213,6 +213,7 @@ mod tests {
             console,
             wfi: WfiPolicy::Native,
             pmu: false,
+            tasks: None,
             cmdline: "keel.mode=ticks keel.off=6".into(),
         }
     }

@@ -326,7 +326,10 @@ fn switch_to(next: Option<usize>) -> ! {
 pub fn reschedule(frame: &GuestRegs) {
     let next = {
         let mut shared = this_shared().lock();
-        if shared.loaded.is_some_and(|slot| shared.doomed & (1 << slot) != 0) {
+        if shared
+            .loaded
+            .is_some_and(|slot| shared.doomed & (1 << slot) != 0)
+        {
             // A task deleted by another pCPU while it ran here.
             drop(shared);
             crate::vcpu::park();

@@ -32,7 +32,12 @@ pub enum After {
 
 /// Sends a kick to pCPU `pcpu` (also this one: its scheduler looks again at the next exit).
 fn kick_pcpu(pcpu: usize) {
-    crate::arch::gic::send_sgi(crate::irq::KICK_SGI, vm::percpu(pcpu).mpidr.load(core::sync::atomic::Ordering::Relaxed));
+    crate::arch::gic::send_sgi(
+        crate::irq::KICK_SGI,
+        vm::percpu(pcpu)
+            .mpidr
+            .load(core::sync::atomic::Ordering::Relaxed),
+    );
 }
 
 /// KEEL_TASK_CREATE from VM `id`.
@@ -143,7 +148,12 @@ pub fn delete(caller: usize, vcpu: usize, handle: u64) -> After {
     {
         let mut guard = SHARED[pcpu].lock();
         let shared = &mut *guard;
-        if shared.placed[slot] == Some(Placed { vm: owner, vcpu: task_vcpu }) {
+        if shared.placed[slot]
+            == Some(Placed {
+                vm: owner,
+                vcpu: task_vcpu,
+            })
+        {
             if shared.loaded == Some(slot) {
                 // Running: here, it is the caller itself; elsewhere, it stops at the kick.
                 shared.doomed |= 1 << slot;
