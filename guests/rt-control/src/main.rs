@@ -88,11 +88,13 @@ fn sleep_until(at: u64) {
     keel_guest::timer::enable();
     while keel_guest::timer::counter() < at {
         keel_guest::cpu::wait_for_interrupt();
-        while let Some(intid) = acknowledge() {
-            end_of_interrupt(intid);
-        }
     }
+    // The timer's condition holds until it is disabled: only then is its interrupt taken
+    // (acknowledged while still asserted, it would be pending again at once).
     keel_guest::timer::disable();
+    while let Some(intid) = acknowledge() {
+        end_of_interrupt(intid);
+    }
 }
 
 /// A line of text built in place (no allocator).
