@@ -280,6 +280,7 @@ fn report(clock: &Clock, label: &str, second: u64, tasks: &[Task; TASKS]) {
         let record = &RECORDS[index];
         let jobs = record.jobs.load(Ordering::Relaxed);
         let mean = record.response_sum.load(Ordering::Relaxed) / jobs.max(1);
+        let at = timer::counter().saturating_sub(PHASE.load(Ordering::Relaxed));
         let keel = match task::stats(*task) {
             Ok(s) => {
                 let mut line = crate::Line::new();
@@ -303,8 +304,9 @@ fn report(clock: &Clock, label: &str, second: u64, tasks: &[Task; TASKS]) {
             }
         };
         println!(
-            "control: {label}={second} s task {index} ({} us): jobs={jobs} jitter_max_ns={} response_avg_ns={} response_max_ns={} | keel: {}",
+            "control: {label}={second} s task {index} ({} us): at_us={} jobs={jobs} jitter_max_ns={} response_avg_ns={} response_max_ns={} | keel: {}",
             PLANS[index].period_us,
+            clock.ns(at) / 1_000,
             clock.ns(record.jitter_max.load(Ordering::Relaxed)),
             clock.ns(mean),
             clock.ns(record.response_max.load(Ordering::Relaxed)),

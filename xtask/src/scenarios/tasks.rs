@@ -17,6 +17,8 @@ struct TaskReport {
     second: u64,
     task: usize,
     period_us: u64,
+    /// When Keel's statistics were read, from the tasks' common first release.
+    at_us: u64,
     /// Keel's statistics; `None` when KEEL_TASK_STATS answered an error (a deleted task).
     keel: Option<KeelStats>,
 }
@@ -31,7 +33,7 @@ struct KeelStats {
 
 fn reports(ended: &Ended, vm: &str) -> Vec<TaskReport> {
     let pattern = Regex::new(
-        r"^control: (?:t|final)=(\d+) s task (\d) \((\d+) us\): .* \| keel: (?:jobs=(\d+) misses=(\d+) overruns=(\d+) worst_response_ns=(\d+) worst_lateness_ns=\d+|error \w+)$",
+        r"^control: (?:t|final)=(\d+) s task (\d) \((\d+) us\): at_us=(\d+) .* \| keel: (?:jobs=(\d+) misses=(\d+) overruns=(\d+) worst_response_ns=(\d+) worst_lateness_ns=\d+|error \w+)$",
     )
     .unwrap();
     lines_of(ended, vm)
@@ -43,11 +45,12 @@ fn reports(ended: &Ended, vm: &str) -> Vec<TaskReport> {
                 second: n(1)?,
                 task: n(2)? as usize,
                 period_us: n(3)?,
-                keel: n(4).map(|jobs| KeelStats {
+                at_us: n(4)?,
+                keel: n(5).map(|jobs| KeelStats {
                     jobs,
-                    misses: n(5).unwrap(),
-                    overruns: n(6).unwrap(),
-                    worst_response_ns: n(7).unwrap(),
+                    misses: n(6).unwrap(),
+                    overruns: n(7).unwrap(),
+                    worst_response_ns: n(8).unwrap(),
                 }),
             })
         })
@@ -55,8 +58,7 @@ fn reports(ended: &Ended, vm: &str) -> Vec<TaskReport> {
 }
 
 /// Task `task` of VM `vm` met every deadline at every report from `from_second` on: Keel
-/// counted no miss and no overrun, a job per period (within two: the launch is 5 ms after
-/// the start of the count, and a report may race a release), every response within the period.
+/// counted no miss and no overrun, a job per period, every response within the period.
 fn check_task_held(ended: &Ended, vm: &str, task: usize, from_second: u64) -> Result<u64> {
     let mine: Vec<TaskReport> = reports(ended, vm)
         .into_iter()
@@ -72,8 +74,10 @@ fn check_task_held(ended: &Ended, vm: &str, task: usize, from_second: u64) -> Re
                 r.second
             ));
         };
-        let expected = r.second * 1_000_000 / r.period_us;
-        if k.misses != 0 || k.overruns != 0 || k.jobs.abs_diff(expected) > 2 {
+        // Released at 0, P, 2P, ... from the common first release, up to when they were read
+        // (one more if a release fell between reading the clock and the statistics).
+        let expected = r.at_us / r.period_us + 1;
+        if k.misses != 0 || k.overruns != 0 || k.jobs < expected || k.jobs > expected + 1 {
             return Err(format!(
                 "vm '{vm}' task {task} at {} s: {} jobs (expected {expected}), {} deadline misses, {} overruns",
                 r.second, k.jobs, k.misses, k.overruns
@@ -132,28 +136,39 @@ fn beside_resetting_linux() -> Result<()> {
     Ok(())
 }
 
-/// The services' refusals and life cycle (configs/tests/tasks-services.toml).
-fn services() -> Result<()> {
-    let mut session = boot("tasks-services")?;
+/// Boots `name` until each of `done` (console patterns) has been seen.
+fn run_until(name: &str, done: &[&str]) -> Result<Ended> {
+    let mut session = boot(name)?;
     let wait = Duration::from_secs(300);
-    let outcome = session
-        .wait_for(r"^\[a\] control: done after 4 s$", wait)
-        .and_then(|_| session.wait_for(r"^\[b\] control: done after 4 s$", wait))
-        .and_then(|_| session.wait_for(r"^\[mgr-no\] manage: done$", wait))
-        .and_then(|_| session.wait_for(r"^\[mgr-yes\] manage: done$", wait));
+    let mut outcome = Ok(());
+    for pattern in done {
+        outcome = outcome.and_then(|_| session.wait_for(pattern, wait).map(|_| ()));
+    }
     let ended = session.kill();
     outcome.map_err(|m| with_console_tail(m, &ended))?;
+    Ok(ended)
+}
+
+/// Refusals and life cycle on an EDF pCPU (configs/tests/tasks-services-a.toml): a fourth
+/// task beyond the grant is refused as not schedulable and the running ones hold; a task
+/// deleted mid-run does no further job and its index is reused; a VM that is not a manager
+/// gets "not allowed" for every call.
+fn refusals_and_reuse() -> Result<()> {
+    let ended = run_until(
+        "tasks-services-a",
+        &[
+            r"^\[a\] control: done after 4 s$",
+            r"^\[mgr-no\] manage: done$",
+        ],
+    )?;
     let expect =
         |pattern: &str| expect_line(&ended, pattern).map_err(|m| with_console_tail(m, &ended));
-    // Beyond the grant: refused with its code, and the running tasks unaffected.
     expect(r"^\[a\] control: extra task \(1000 us, 500 us\) refused: NotSchedulable \(-18\)$")?;
-    // Deleted mid-run: no job after the delete, its handle gone, the index reused.
     let deleted = Regex::new(
         r"^control: task 2 deleted: Ok\(\(\)\); jobs (\d+) then (\d+) 100 ms later; stats now Err\(NoSuchTask\)$",
     )
     .unwrap();
-    let a = lines_of(&ended, "a");
-    let (before, after) = a
+    let (before, after) = lines_of(&ended, "a")
         .iter()
         .find_map(|l| {
             deleted
@@ -167,36 +182,83 @@ fn services() -> Result<()> {
         ));
     }
     expect(r"^\[a\] control: task 2 created again: handle 0x2 \(was 0x2\), launch Ok\(\(\)\)$")?;
-    for task in 0..3 {
-        check_task_held(&ended, "a", task, 1)?;
+    check_task_held(&ended, "a", 0, 1)?;
+    check_task_held(&ended, "a", 1, 1)?;
+    // Task 2 held until its delete at 2 s, and as a new task (fresh statistics, released
+    // from its relaunch on) after it.
+    let task2: Vec<TaskReport> = reports(&ended, "a")
+        .into_iter()
+        .filter(|r| r.task == 2)
+        .collect();
+    let (old, new): (Vec<_>, Vec<_>) = task2.iter().partition(|r| r.second < 2);
+    let held = |r: &&TaskReport| r.keel.is_some_and(|k| k.misses == 0 && k.overruns == 0);
+    let jobs: Vec<u64> = new.iter().filter_map(|r| r.keel.map(|k| k.jobs)).collect();
+    if old.is_empty()
+        || new.len() < 2
+        || !task2.iter().all(|r| held(&r))
+        || jobs.windows(2).any(|w| w[1] < w[0])
+        || jobs.last().is_none_or(|&j| j < 90)
+    {
+        return Err(format!(
+            "vm 'a' task 2 before and after its re-creation: {task2:?}"
+        ));
     }
-    // The overrunning task is throttled and counted each period; the others hold.
-    let b = reports(&ended, "b");
-    let overrun = b
-        .iter()
+    for call in [
+        r"stats 0x0: error NotAllowed \(-3\)",
+        r"launch 0x0: Err\(NotAllowed\)",
+        r"delete 0x2: Err\(NotAllowed\)",
+    ] {
+        expect(&format!(r"^\[mgr-no\] manage: {call}$"))?;
+    }
+    Ok(())
+}
+
+/// An overrunning task on a fixed-priority pCPU (configs/tests/tasks-services-b.toml) is
+/// throttled and counted each period while the task above it holds; a manager VM may read,
+/// is refused a second launch, and deletes a task, which is then gone.
+fn overrun_and_manager() -> Result<()> {
+    let ended = run_until(
+        "tasks-services-b",
+        &[
+            r"^\[b\] control: done after 4 s$",
+            r"^\[mgr-yes\] manage: done$",
+        ],
+    )?;
+    let expect =
+        |pattern: &str| expect_line(&ended, pattern).map_err(|m| with_console_tail(m, &ended));
+    let overrun = reports(&ended, "b")
+        .into_iter()
         .rev()
         .filter(|r| r.task == 1)
         .find_map(|r| r.keel)
         .ok_or("vm 'b' never reported its task 1")?;
-    if overrun.jobs < 100 || overrun.overruns + 2 < overrun.jobs {
+    // Its jobs need three budgets: throttled in two periods of three (the third ends the
+    // job just within the budget), each job missing its deadline.
+    if overrun.jobs < 100
+        || overrun.overruns * 2 < overrun.jobs
+        || overrun.misses * 2 < overrun.jobs
+    {
         return Err(format!(
-            "vm 'b' task 1 (overrunning): {} jobs but {} overruns",
-            overrun.jobs, overrun.overruns
+            "vm 'b' task 1 (overrunning): {} jobs but {} overruns and {} misses",
+            overrun.jobs, overrun.overruns, overrun.misses
         ));
     }
+    // Above it (task 0) and below it (task 2, until the manager deletes it) nothing misses.
     check_task_held(&ended, "b", 0, 1)?;
-    // Managers: refused outright without the grant's consent, allowed with it.
-    for call in [
-        "stats 0x0: error NotAllowed \\(-3\\)",
-        "launch 0x0: Err\\(NotAllowed\\)",
-        "delete 0x2: Err\\(NotAllowed\\)",
-    ] {
-        expect(&format!(r"^\[mgr-no\] manage: {call}$"))?;
+    let below: Vec<KeelStats> = reports(&ended, "b")
+        .into_iter()
+        .filter(|r| r.task == 2)
+        .filter_map(|r| r.keel)
+        .collect();
+    if below.is_empty() || below.iter().any(|k| k.misses != 0 || k.overruns != 0) {
+        return Err(format!(
+            "vm 'b' task 2, below the overrunning one: {below:?}"
+        ));
     }
-    expect(r"^\[mgr-yes\] manage: stats 0x100: jobs=\d+ misses=0$")?;
-    expect(r"^\[mgr-yes\] manage: launch 0x100: Err\(AlreadyLaunched\)$")?;
-    expect(r"^\[mgr-yes\] manage: delete 0x102: Ok\(\(\)\)$")?;
-    expect(r"^\[mgr-yes\] manage: stats 0x102 after delete: Err\(NoSuchTask\)$")?;
+    expect(r"^\[mgr-yes\] manage: stats 0x0: jobs=\d+ misses=0$")?;
+    expect(r"^\[mgr-yes\] manage: launch 0x0: Err\(AlreadyLaunched\)$")?;
+    expect(r"^\[mgr-yes\] manage: delete 0x2: Ok\(\(\)\)$")?;
+    expect(r"^\[mgr-yes\] manage: stats 0x2 after delete: Err\(NoSuchTask\)$")?;
     expect(r"^\[b\] control: final=4 s task 2 \(20000 us\): .* \| keel: error NoSuchTask$")?;
     Ok(())
 }
@@ -213,8 +275,12 @@ pub fn all() -> Vec<Scenario> {
             run: Box::new(beside_resetting_linux),
         },
         Scenario {
-            name: "tasks: refusals (beyond the grant, not a manager), an overrun throttled, a delete mid-run and reuse".into(),
-            run: Box::new(services),
+            name: "tasks: refusals (beyond the grant, not a manager) and a delete mid-run with reuse; the others hold".into(),
+            run: Box::new(refusals_and_reuse),
+        },
+        Scenario {
+            name: "tasks: an overrunning task is throttled and counted while the others hold; a manager VM acts".into(),
+            run: Box::new(overrun_and_manager),
         },
     ]
 }
