@@ -401,6 +401,10 @@ enum Phase {
 pub struct Reload {
     phase: Phase,
     offset: usize,
+    /// Steps done, bytes copied or filled, and the counter when the first step began.
+    steps: u64,
+    bytes: u64,
+    began: u64,
 }
 
 impl Reload {
@@ -408,11 +412,19 @@ impl Reload {
     pub const START: Reload = Reload {
         phase: Phase::Flash,
         offset: 0,
+        steps: 0,
+        bytes: 0,
+        began: 0,
     };
 
     /// Does one step of loading VM `desc` for `generation` (at most [`STEP_BYTES`] copied or
     /// filled, or one seed property); returns whether the load is complete.
     fn step(&mut self, desc: &VmDesc, generation: u32) -> bool {
+        if self.steps == 0 {
+            self.began = crate::arch::timer::now();
+        }
+        self.steps += 1;
+        let offset = self.offset;
         let phase_done = match self.phase {
             Phase::Flash => desc
                 .flash
@@ -428,6 +440,7 @@ impl Reload {
             Phase::Initrd => self.copy(desc, desc.initrd_ipa, desc.initrd),
             Phase::Done => true,
         };
+        self.bytes += self.offset.saturating_sub(offset) as u64;
         if phase_done {
             self.phase = match self.phase {
                 Phase::Flash => Phase::Image,
@@ -543,6 +556,18 @@ pub fn reload_step(id: usize) -> bool {
 pub fn reset_finish(id: usize) {
     let vm = &VMS[id];
     let desc = desc(id);
+    let reload = *vm.reload.lock();
+    let micros = crate::arch::timer::ticks_to_ns(crate::arch::timer::now() - reload.began) / 1_000;
+    keel_println_limited!(
+        DiagnosticKind::Reset,
+        id,
+        "vm '{}' (id {}) reloaded: {} bytes in {} steps over {} us",
+        desc.name,
+        id,
+        reload.bytes,
+        reload.steps,
+        micros
+    );
     reset_devices(id);
     // A CPU_ON made by a vCPU of the old generation before it stopped is dropped.
     for vcpu in 0..vcpu_count(desc) {

@@ -12,6 +12,7 @@ mod qemu;
 mod scenarios;
 mod sched_bench;
 mod setup;
+mod tasks_bench;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -45,6 +46,7 @@ const USAGE: &str = "usage: cargo xtask <command>
   bench [micro]    print the micro-benchmarks (instructions, QEMU icount), Keel vs native, then the
                    Linux benchmarks (native, Keel, Xen) unless `micro`
   bench sched      the shared-pCPU benchmarks: vCPU switch cost, lazy FP, the M5150 overhead table
+  bench tasks      real-time task services, the sample partition's jitter, masked stretches, lateness through resets
   fuzz [TARGET] [SECONDS]  run the core's fuzz targets (all, or TARGET) SECONDS each (default 10);
                    `fuzz TARGET --replay FILE` runs one saved input
   build CONFIG     compile CONFIG and build its image under target/keel/<name>/keel.bin";
@@ -56,6 +58,9 @@ fn main() -> ExitCode {
         Some("test") => return test(args.get(1).map(String::as_str)),
         Some("bench") if args.get(1).is_some_and(|a| a == "sched") => {
             setup::ensure_tools().and_then(|()| sched_bench::run())
+        }
+        Some("bench") if args.get(1).is_some_and(|a| a == "tasks") => {
+            setup::ensure_tools().and_then(|()| tasks_bench::run())
         }
         Some("bench") => setup::ensure_tools()
             .and_then(|()| bench::run(args.get(1).is_some_and(|a| a == "micro"))),

@@ -47,7 +47,7 @@ fn shared_config(
 
 /// Writes a generated configuration as `<name>.toml`, builds it and boots it under icount,
 /// its console logged as `logs/<name>.log`.
-fn boot_generated(name: &str, text: &str) -> Result<(Session, SystemImage)> {
+pub(crate) fn boot_generated(name: &str, text: &str) -> Result<(Session, SystemImage)> {
     let path = output_dir().join(format!("{name}.toml"));
     std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
     let image = build_system(&path)?;
@@ -57,14 +57,14 @@ fn boot_generated(name: &str, text: &str) -> Result<(Session, SystemImage)> {
 }
 
 /// Boots a generated configuration until QEMU ends.
-fn run_config(name: &str, text: &str) -> Result<Ended> {
+pub(crate) fn run_config(name: &str, text: &str) -> Result<Ended> {
     Ok(boot_generated(name, text)?
         .0
         .finish(Duration::from_secs(600)))
 }
 
 /// `(min, avg, max)` of the `bench: <figure>` line of `ended`.
-fn figure(ended: &Ended, figure: &str) -> Result<(u64, u64, u64)> {
+pub(crate) fn figure(ended: &Ended, figure: &str) -> Result<(u64, u64, u64)> {
     let pattern = Regex::new(&format!(r"bench: {figure} min=(\d+) avg=(\d+) max=(\d+)$")).unwrap();
     ended
         .lines
@@ -92,7 +92,7 @@ fn work_spans(ended: &Ended) -> Vec<(u64, u64)> {
 }
 
 /// `(min, avg, max)` in ns over every `lateness:` report of VM `vm` (avg: of the reports' averages).
-fn lateness(ended: &Ended, vm: &str) -> Result<(u64, u64, u64)> {
+pub(crate) fn lateness(ended: &Ended, vm: &str) -> Result<(u64, u64, u64)> {
     let pattern = Regex::new(&format!(
         r"^\[{vm}\] lateness: s=\d+ min_ns=(\d+) avg_ns=(\d+) max_ns=(\d+)$"
     ))
@@ -134,7 +134,7 @@ fn step_seconds(ended: &Ended, step: &str) -> Result<f64> {
 }
 
 /// Boots a generated configuration whose VM 0 is Linux, until Linux powers off.
-fn run_until_linux_off(name: &str, text: &str) -> Result<(Ended, SystemImage)> {
+pub(crate) fn run_until_linux_off(name: &str, text: &str) -> Result<(Ended, SystemImage)> {
     let (mut session, image) = boot_generated(name, text)?;
     let outcome = session.wait_for(
         r"^\[keel\] vm 'linux' \(id 0\) powered off$",
@@ -145,7 +145,8 @@ fn run_until_linux_off(name: &str, text: &str) -> Result<(Ended, SystemImage)> {
     Ok((ended, image))
 }
 
-const LINUX_VM: &str = "\n[[vm]]\nname = \"linux\"\nimage = { debian = \"cloud-arm64\" }\n\
+pub(crate) const LINUX_VM: &str =
+    "\n[[vm]]\nname = \"linux\"\nimage = { debian = \"cloud-arm64\" }\n\
     initrd = { debian = \"cloud-arm64\" }\nmemory = { base = 0x4800_0000, size = \"512M\" }\n\
     pcpus = [1]\ndevices = [\"console\"]\n";
 

@@ -50,14 +50,16 @@ struct Stack(UnsafeCell<[u8; STACK_SIZE]>);
 unsafe impl Sync for Stack {}
 static STACKS: [Stack; TASKS + 1] = [const { Stack(UnsafeCell::new([0; STACK_SIZE])) }; TASKS + 1];
 
-fn stack_top(index: usize) -> u64 {
+pub fn stack_top(index: usize) -> u64 {
     STACKS[index].0.get() as u64 + STACK_SIZE as u64
 }
 
 /// What each task records about its jobs (counter ticks), read by vCPU 0.
 struct Record {
     jobs: AtomicU64,
+    jitter_min: AtomicU64,
     jitter_max: AtomicU64,
+    response_min: AtomicU64,
     response_max: AtomicU64,
     response_sum: AtomicU64,
 }
@@ -65,7 +67,9 @@ struct Record {
 static RECORDS: [Record; TASKS + 1] = [const {
     Record {
         jobs: AtomicU64::new(0),
+        jitter_min: AtomicU64::new(u64::MAX),
         jitter_max: AtomicU64::new(0),
+        response_min: AtomicU64::new(u64::MAX),
         response_max: AtomicU64::new(0),
         response_sum: AtomicU64::new(0),
     }
@@ -165,6 +169,7 @@ pub fn run(args: &BootArgs<'_>) -> ! {
     let pcpu = number(args, "control.pcpu").unwrap_or(1) as u8;
     let seconds = number(args, "control.seconds");
     let overrun = number(args, "control.overrun").map(|i| i as usize);
+    let masked = number(args, "control.masked");
     let per_us = calibrate(&clock);
     for (index, plan) in PLANS.iter().enumerate() {
         let factor = if overrun == Some(index) {
@@ -233,6 +238,15 @@ pub fn run(args: &BootArgs<'_>) -> ! {
             tasks[index] = delete_and_recreate(&clock, tasks[index], index, pcpu);
         }
         report(&clock, "t", second, &tasks);
+        if let Some(pcpu) = masked {
+            match task::masked_stretch(pcpu, true) {
+                Ok((ns, site)) => println!(
+                    "control: masked pCPU {pcpu}: s={second} longest_ns={ns} site={}",
+                    site.name()
+                ),
+                Err(error) => println!("control: masked pCPU {pcpu}: {error:?}"),
+            }
+        }
         if seconds == Some(second) {
             report(&clock, "final", second, &tasks);
             println!("control: done after {second} s");
@@ -304,10 +318,12 @@ fn report(clock: &Clock, label: &str, second: u64, tasks: &[Task; TASKS]) {
             }
         };
         println!(
-            "control: {label}={second} s task {index} ({} us): at_us={} jobs={jobs} jitter_max_ns={} response_avg_ns={} response_max_ns={} | keel: {}",
+            "control: {label}={second} s task {index} ({} us): at_us={} jobs={jobs} jitter_ns={}/{} response_ns={}/{}/{} | keel: {}",
             PLANS[index].period_us,
             clock.ns(at) / 1_000,
+            clock.ns(record.jitter_min.load(Ordering::Relaxed).min(record.jitter_max.load(Ordering::Relaxed))),
             clock.ns(record.jitter_max.load(Ordering::Relaxed)),
+            clock.ns(record.response_min.load(Ordering::Relaxed).min(record.response_max.load(Ordering::Relaxed))),
             clock.ns(mean),
             clock.ns(record.response_max.load(Ordering::Relaxed)),
             keel.as_str()

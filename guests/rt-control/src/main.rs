@@ -17,10 +17,14 @@
 //! - `control.delete=I@S`: delete task I at second S, check that it stopped, and create it
 //!   again (its vCPU and slot are reused);
 //! - `control.manage=VM`: be a manager instead: try to read, launch and delete the tasks of
-//!   VM `VM` and print what Keel answered.
+//!   VM `VM` and print what Keel answered;
+//! - `control.masked=PCPU`: each second, also print pCPU PCPU's longest stretch with
+//!   interrupts masked at EL2 since the last report (KEEL_MASKED_STRETCH), and where;
+//! - `control.bench=PCPU`: measure the task services instead (see [`bench`]).
 #![no_std]
 #![no_main]
 
+mod bench;
 mod control;
 mod manage;
 
@@ -40,6 +44,9 @@ fn main(device_tree_address: usize) -> ! {
         }
     };
     let args = BootArgs::new(info.bootargs);
+    if let Some(pcpu) = args.value("control.bench") {
+        bench::run(pcpu.parse().unwrap_or(1));
+    }
     match args.value("control.manage") {
         Some(vm) => manage::run(vm),
         None => control::run(&args),

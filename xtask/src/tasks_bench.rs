@@ -1,0 +1,270 @@
+//! Benchmarks of real-time tasks and of Keel's interruptibility (`cargo xtask bench tasks`):
+//! the task services' costs, the sample partition's release jitter and response times alone
+//! and next to Linux, the longest stretch Keel runs with interrupts masked on the pCPU Linux
+//! shares (boot, stress-ng, reset), and the 1 kHz partition's tick lateness while that Linux
+//! boots, resets and reboots. Everything under `-icount shift=0,sleep=off` (1 instruction =
+//! 1 ns), with one busy pCPU.
+
+use std::time::Duration;
+
+use regex::Regex;
+
+use crate::image::build_guests;
+use crate::qemu::Ended;
+use crate::sched_bench::{boot_generated, figure, lateness, run_config, LINUX_VM};
+use crate::Result;
+
+fn header(name: &str, policy: &str) -> String {
+    format!(
+        "[system]\nname = \"{name}\"\nram = {{ base = 0x4000_0000, size = \"1G\" }}\n\
+         hypervisor = {{ base = 0x4000_0000, size = \"64M\" }}\npcpus = 2\n\n\
+         [[pcpu]]\nid = 1\npolicy = \"{policy}\"\n"
+    )
+}
+
+/// The sample partition on pCPU 1 with `cmdline`.
+fn control(cmdline: &str, pmu: bool) -> String {
+    format!(
+        "\n[[vm]]\nname = \"control\"\nimage = {{ guest = \"rt-control\" }}\n\
+         memory = {{ base = 0x6800_0000, size = \"16M\" }}\npcpus = [1]\ndevices = [\"console\"]\n\
+         pmu = {pmu}\ntasks = {{ max = 3, utilisation = \"60%\" }}\ncmdline = \"control.pcpu=1 {cmdline}\"\n"
+    )
+}
+
+/// Boots a generated configuration until each of `patterns` has been seen (in order).
+fn run_until(name: &str, text: &str, patterns: &[&str]) -> Result<Ended> {
+    let (mut session, _) = boot_generated(name, text)?;
+    let mut outcome = Ok(());
+    for pattern in patterns {
+        outcome = outcome.and_then(|_| {
+            session
+                .wait_for(pattern, Duration::from_secs(1200))
+                .map(|_| ())
+        });
+    }
+    let ended = session.kill();
+    outcome.map(|()| ended)
+}
+
+/// The task services' costs.
+fn services() -> Result<()> {
+    let name = "bench-task-services";
+    let ended = run_config(
+        name,
+        &(header(name, "edf") + &control("control.bench=1", true)),
+    )?;
+    let null = figure(&ended, "hvc-null")?;
+    println!();
+    println!("Real-time task services, EDF pCPU (instructions: min / avg / max; ratio of the average to the null hypercall's {}):", null.1);
+    for (figure_name, what) in [
+        ("task-create", "create (admission included)"),
+        ("task-launch", "launch (first release later)"),
+        ("task-delete", "delete (task not running)"),
+        (
+            "task-wait",
+            "wait for the next period, to the next task's first instruction",
+        ),
+    ] {
+        let (min, avg, max) = figure(&ended, figure_name)?;
+        println!(
+            "  {what:<64} {min} / {avg} / {max}  ({:.1}x)",
+            avg as f64 / null.1.max(1) as f64
+        );
+    }
+    Ok(())
+}
+
+/// `(jitter min, jitter max, response min, avg, max, Keel's worst lateness)` in ns, and the
+/// misses, from the last report of each task.
+fn task_figures(ended: &Ended) -> Result<Vec<(u64, [u64; 6], u64)>> {
+    let pattern = Regex::new(
+        r"^\[control\] control: (?:t|final)=\d+ s task (\d) \((\d+) us\): at_us=\d+ jobs=\d+ jitter_ns=(\d+)/(\d+) response_ns=(\d+)/(\d+)/(\d+) \| keel: jobs=\d+ misses=(\d+) overruns=\d+ worst_response_ns=\d+ worst_lateness_ns=(\d+)$",
+    )
+    .unwrap();
+    let mut last: Vec<Option<(u64, [u64; 6], u64)>> = vec![None; 3];
+    for c in ended.lines.iter().filter_map(|l| pattern.captures(l)) {
+        let n = |i: usize| c[i].parse::<u64>().unwrap();
+        let task = n(1) as usize;
+        if let Some(slot) = last.get_mut(task) {
+            *slot = Some((n(2), [n(3), n(4), n(5), n(6), n(7), n(9)], n(8)));
+        }
+    }
+    last.into_iter()
+        .enumerate()
+        .map(|(task, r)| r.ok_or(format!("the partition never reported task {task}")))
+        .collect()
+}
+
+fn print_tasks(label: &str, figures: &[(u64, [u64; 6], u64)]) {
+    println!("  {label}:");
+    for (period, f, misses) in figures {
+        println!(
+            "    {:>5} us task: jitter {} / {} ns, response {} / {} / {} ns, Keel's worst release lateness {} ns, {misses} misses",
+            period, f[0], f[1], f[2], f[3], f[4], f[5]
+        );
+    }
+}
+
+/// `(second, longest_ns, site)` of every masked-stretch report, with its line index.
+fn masked_reports(ended: &Ended) -> Vec<(usize, u64, String)> {
+    let pattern =
+        Regex::new(r"^\[control\] control: masked pCPU 1: s=\d+ longest_ns=(\d+) site=(.+)$")
+            .unwrap();
+    ended
+        .lines
+        .iter()
+        .enumerate()
+        .filter_map(|(i, l)| {
+            let c = pattern.captures(l)?;
+            Some((i, c[1].parse().unwrap(), c[2].to_string()))
+        })
+        .collect()
+}
+
+/// The index of the first line matching `pattern`.
+fn line_index(ended: &Ended, pattern: &str) -> Result<usize> {
+    let regex = Regex::new(pattern).unwrap();
+    ended
+        .lines
+        .iter()
+        .position(|l| regex.is_match(l))
+        .ok_or(format!("no console line matched /{pattern}/"))
+}
+
+/// The longest masked stretch (and its site) among the reports printed between lines
+/// `from` and `to`.
+fn longest_between(reports: &[(usize, u64, String)], from: usize, to: usize) -> (u64, String) {
+    reports
+        .iter()
+        .filter(|(i, _, _)| (from..to).contains(i))
+        .max_by_key(|(_, ns, _)| *ns)
+        .map(|(_, ns, site)| (*ns, site.clone()))
+        .unwrap_or((0, "none".into()))
+}
+
+/// The sample tasks alone and next to Linux, and the masked stretches of Linux's pCPU.
+fn sample_and_masked() -> Result<()> {
+    let name = "bench-tasks-alone";
+    let alone = run_until(
+        name,
+        &(header(name, "edf") + &control("control.seconds=5", false)),
+        &[r"^\[control\] control: done after 5 s$"],
+    )?;
+    let name = "bench-tasks-linux";
+    let text = header(name, "edf")
+        + LINUX_VM
+        + "cmdline = \"console=ttyAMA0 keel.test=load\"\n"
+        + &control("control.masked=1", false);
+    let loaded = run_until(
+        name,
+        &text,
+        &[
+            r"^\[keel\] vm 'linux' \(id 0\) powered off$",
+            r"^\[control\] control: masked pCPU 1: ",
+        ],
+    )?;
+    println!();
+    println!("The sample partition's tasks (1 ms / 200 us budget / 100 us work, 5 ms / 1 ms / 500 us, 20 ms / 3 ms / 2 ms; EDF), min / max jitter, min / avg / max response from the ideal release:");
+    print_tasks("alone on their pCPU", &task_figures(&alone)?);
+    print_tasks(
+        "sharing it with Debian Linux (boot, stress-ng --cpu 1 for 10 s)",
+        &task_figures(&loaded)?,
+    );
+
+    let name = "bench-tasks-reset";
+    let text = header(name, "edf")
+        + "\n[[vm]]\nname = \"linux\"\nimage = { debian = \"cloud-arm64\" }\n\
+           memory = { base = 0x4800_0000, size = \"256M\" }\npcpus = [1]\ndevices = [\"console\"]\n\
+           cmdline = \"console=ttyAMA0 panic=1\"\n"
+        + &control("control.masked=1", false);
+    let reset = run_until(
+        name,
+        &text,
+        &[
+            r"^\[keel\] vm 'linux' \(id 0\) reloaded: ",
+            r"^\[keel\] vm 'linux' \(id 0\) starts at ",
+            r"^\[control\] control: masked pCPU 1: ",
+        ],
+    )?;
+    let reports = masked_reports(&loaded);
+    let init = line_index(&loaded, r"^\[linux\] KEEL-INIT-START$")?;
+    let begin = line_index(&loaded, r"^\[linux\] KEEL-STEP load BEGIN")?;
+    let end = line_index(&loaded, r"^\[linux\] KEEL-STEP load END")?;
+    let boot = longest_between(&reports, 0, init);
+    let stress = longest_between(&reports, begin, end + 1);
+    let reset_reports = masked_reports(&reset);
+    let resets = line_index(&reset, r"^\[keel\] vm 'linux' \(id 0\) resets$")?;
+    let during_reset = longest_between(&reset_reports, resets, reset.lines.len());
+    let reload = Regex::new(r"reloaded: (\d+) bytes in (\d+) steps over (\d+) us$").unwrap();
+    let (bytes, steps, micros) = reset
+        .lines
+        .iter()
+        .find_map(|l| reload.captures(l))
+        .map(|c| (c[1].to_string(), c[2].to_string(), c[3].to_string()))
+        .ok_or("no reload line")?;
+    println!();
+    println!("Longest stretch Keel ran with interrupts masked at EL2 on the pCPU Linux shares with the partition (KEEL_MASKED_STRETCH, instructions):");
+    println!("  during Linux's boot:          {} ({})", boot.0, boot.1);
+    println!(
+        "  during stress-ng --cpu 1:     {} ({})",
+        stress.0, stress.1
+    );
+    println!(
+        "  from Linux's reset on:        {} ({})",
+        during_reset.0, during_reset.1
+    );
+    println!(
+        "  the reset's reload: {bytes} bytes in {steps} steps over {micros} us, which before this issue was one masked stretch"
+    );
+    Ok(())
+}
+
+/// The 1 kHz partition's tick lateness above a Linux that boots, resets and reboots twice.
+fn lateness_through_resets() -> Result<()> {
+    let text =
+        std::fs::read_to_string(crate::workspace().join("configs/bench/lateness-reset.toml"))
+            .map_err(|e| format!("configs/bench/lateness-reset.toml: {e}"))?;
+    let ended = run_until(
+        "bench-lateness-reset",
+        &text,
+        &[
+            r"^\[keel\] vm 'linux' \(id 0\) resets$",
+            r"^\[keel\] vm 'linux' \(id 0\) starts at ",
+            r"^\[keel\] vm 'linux' \(id 0\) resets$",
+            r"^\[keel\] vm 'linux' \(id 0\) starts at ",
+            r"^\[rt\] lateness: ",
+        ],
+    )?;
+    let (min, avg, max) = lateness(&ended, "rt")?;
+    let name = "bench-rt-alone";
+    let alone = run_config(
+        name,
+        &format!(
+            "[system]\nname = \"{name}\"\nram = {{ base = 0x4000_0000, size = \"1G\" }}\n\
+             hypervisor = {{ base = 0x4000_0000, size = \"64M\" }}\npcpus = 2\n\n\
+             [[vm]]\nname = \"rt\"\nimage = {{ guest = \"test-guest\" }}\n\
+             memory = {{ base = 0x6800_0000, size = \"16M\" }}\npcpus = [1]\ndevices = [\"console\"]\n\
+             cmdline = \"keel.mode=ticks keel.lateness keel.off=5\"\n"
+        ),
+    )?;
+    let alone = lateness(&alone, "rt")?;
+    println!();
+    println!(
+        "1 kHz partition's tick lateness (ns; min / avg / max), configs/bench/lateness-reset.toml:"
+    );
+    println!(
+        "  alone on its pCPU:                                        {} / {} / {}",
+        alone.0, alone.1, alone.2
+    );
+    println!("  above Linux booting, resetting (27 MB reload) and rebooting, twice: {min} / {avg} / {max}");
+    Ok(())
+}
+
+/// Runs the task benchmarks and prints their figures.
+pub fn run() -> Result<()> {
+    build_guests()?;
+    println!("Real-time tasks and interruptibility: QEMU 'virt' cortex-a72, -icount shift=0,sleep=off (1 instruction = 1 ns)");
+    services()?;
+    sample_and_masked()?;
+    lateness_through_resets()
+}
