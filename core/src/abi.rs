@@ -49,7 +49,8 @@ pub const KEEL_TASK_WAIT: u32 = keel_call(0x13);
 pub const KEEL_TASK_STATS: u32 = keel_call(0x14);
 /// The longest stretch pCPU x1 ran at EL2 with interrupts masked since boot (or since the
 /// last call with x2 = 1, which resets the record): x0 = its length in nanoseconds, x1 = where
-/// (a [`MaskedSite`] number). NOT_SUPPORTED if the pCPU does not exist.
+/// (a [`MaskedSite`] number), x2 and x3 = ESR_EL2 and ELR_EL2 when it ended (the trap it was
+/// spent on, and the guest's PC). NOT_SUPPORTED if the pCPU does not exist.
 pub const KEEL_MASKED_STRETCH: u32 = keel_call(0x20);
 
 /// Where Keel ran with interrupts masked: the handler a stretch ended in, as

@@ -15,6 +15,7 @@ use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use keel_core::abi::{CallError, MaskedSite};
 
 use crate::arch::boot::MAX_CPUS;
+use crate::arch::regs::read_sysreg;
 use crate::arch::vectors::GuestRegs;
 use crate::arch::{cpu, timer};
 use crate::config::SYSTEM;
@@ -30,6 +31,10 @@ struct Record {
     longest: AtomicU64,
     /// Where it was.
     longest_site: AtomicU8,
+    /// ESR_EL2 and ELR_EL2 when it ended: the trap (or the guest instruction an interrupt
+    /// came after) it was spent on.
+    longest_esr: AtomicU64,
+    longest_elr: AtomicU64,
 }
 
 static RECORDS: [Record; MAX_CPUS] = [const {
@@ -38,6 +43,8 @@ static RECORDS: [Record; MAX_CPUS] = [const {
         site: AtomicU8::new(0),
         longest: AtomicU64::new(0),
         longest_site: AtomicU8::new(0),
+        longest_esr: AtomicU64::new(0),
+        longest_elr: AtomicU64::new(0),
     }
 }; MAX_CPUS];
 
@@ -75,10 +82,16 @@ fn record_longest(record: &Record, length: u64) {
     record
         .longest_site
         .store(record.site.load(Ordering::Relaxed), Ordering::Relaxed);
+    record
+        .longest_esr
+        .store(read_sysreg!("esr_el2"), Ordering::Relaxed);
+    record
+        .longest_elr
+        .store(read_sysreg!("elr_el2"), Ordering::Relaxed);
 }
 
-/// KEEL_MASKED_STRETCH: pCPU `pcpu`'s longest stretch in nanoseconds (x0) and its site (x1);
-/// with `reset`, the record starts again from zero.
+/// KEEL_MASKED_STRETCH: pCPU `pcpu`'s longest stretch in nanoseconds (x0), its site (x1), and
+/// ESR_EL2 and ELR_EL2 when it ended (x2, x3); with `reset`, the record starts again from zero.
 pub fn query(pcpu: u64, reset: bool, regs: &mut GuestRegs) -> u64 {
     let Some(record) = RECORDS
         .get(pcpu as usize)
@@ -88,6 +101,8 @@ pub fn query(pcpu: u64, reset: bool, regs: &mut GuestRegs) -> u64 {
     };
     let longest = record.longest.load(Ordering::Relaxed);
     regs.x[1] = u64::from(record.longest_site.load(Ordering::Relaxed));
+    regs.x[2] = record.longest_esr.load(Ordering::Relaxed);
+    regs.x[3] = record.longest_elr.load(Ordering::Relaxed);
     if reset {
         record.longest.store(0, Ordering::Relaxed);
         record

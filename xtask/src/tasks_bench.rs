@@ -31,14 +31,15 @@ fn control(cmdline: &str, pmu: bool) -> String {
     )
 }
 
-/// Boots a generated configuration until each of `patterns` has been seen (in order).
-fn run_until(name: &str, text: &str, patterns: &[&str]) -> Result<Ended> {
+/// Boots a generated configuration until each `(pattern, count)` has matched `count` console
+/// lines in all (in order).
+fn run_until(name: &str, text: &str, patterns: &[(&str, usize)]) -> Result<Ended> {
     let (mut session, _) = boot_generated(name, text)?;
     let mut outcome = Ok(());
-    for pattern in patterns {
+    for &(pattern, count) in patterns {
         outcome = outcome.and_then(|_| {
             session
-                .wait_for(pattern, Duration::from_secs(1200))
+                .wait_for_count(pattern, count, Duration::from_secs(1200))
                 .map(|_| ())
         });
     }
@@ -108,7 +109,7 @@ fn print_tasks(label: &str, figures: &[(u64, [u64; 6], u64)]) {
 /// `(second, longest_ns, site)` of every masked-stretch report, with its line index.
 fn masked_reports(ended: &Ended) -> Vec<(usize, u64, String)> {
     let pattern =
-        Regex::new(r"^\[control\] control: masked pCPU 1: s=\d+ longest_ns=(\d+) site=(.+)$")
+        Regex::new(r"^\[control\] control: masked pCPU 1: s=\d+ longest_ns=(\d+) site=(.+ esr=0x[0-9a-f]+ elr=0x[0-9a-f]+)$")
             .unwrap();
     ended
         .lines
@@ -148,7 +149,7 @@ fn sample_and_masked() -> Result<()> {
     let alone = run_until(
         name,
         &(header(name, "edf") + &control("control.seconds=5", false)),
-        &[r"^\[control\] control: done after 5 s$"],
+        &[(r"^\[control\] control: done after 5 s$", 1)],
     )?;
     let name = "bench-tasks-linux";
     let text = header(name, "edf")
@@ -159,8 +160,8 @@ fn sample_and_masked() -> Result<()> {
         name,
         &text,
         &[
-            r"^\[keel\] vm 'linux' \(id 0\) powered off$",
-            r"^\[control\] control: masked pCPU 1: ",
+            (r"^\[keel\] vm 'linux' \(id 0\) powered off$", 1),
+            (r"^\[control\] control: masked pCPU 1: ", 1),
         ],
     )?;
     println!();
@@ -181,9 +182,9 @@ fn sample_and_masked() -> Result<()> {
         name,
         &text,
         &[
-            r"^\[keel\] vm 'linux' \(id 0\) reloaded: ",
-            r"^\[keel\] vm 'linux' \(id 0\) starts at ",
-            r"^\[control\] control: masked pCPU 1: ",
+            (r"^\[keel\] vm 'linux' \(id 0\) reloaded: ", 2),
+            (r"^\[keel\] vm 'linux' \(id 0\) starts at ", 3),
+            (r"^\[control\] control: masked pCPU 1: ", 6),
         ],
     )?;
     let reports = masked_reports(&loaded);
@@ -228,11 +229,9 @@ fn lateness_through_resets() -> Result<()> {
         "bench-lateness-reset",
         &text,
         &[
-            r"^\[keel\] vm 'linux' \(id 0\) resets$",
-            r"^\[keel\] vm 'linux' \(id 0\) starts at ",
-            r"^\[keel\] vm 'linux' \(id 0\) resets$",
-            r"^\[keel\] vm 'linux' \(id 0\) starts at ",
-            r"^\[rt\] lateness: ",
+            (r"^\[keel\] vm 'linux' \(id 0\) resets$", 2),
+            (r"^\[keel\] vm 'linux' \(id 0\) starts at ", 3),
+            (r"^\[rt\] lateness: ", 6),
         ],
     )?;
     let (min, avg, max) = lateness(&ended, "rt")?;

@@ -176,9 +176,22 @@ pub fn stats(task: Task) -> Result<TaskStats, TaskError> {
     })
 }
 
-/// KEEL_MASKED_STRETCH: pCPU `pcpu`'s longest stretch at EL2 with interrupts masked (ns) and
-/// where; `reset` starts the record again.
-pub fn masked_stretch(pcpu: u64, reset: bool) -> Result<(u64, MaskedSite), CallError> {
+/// A pCPU's longest stretch at EL2 with interrupts masked (KEEL_MASKED_STRETCH).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MaskedStretch {
+    /// Its length, ns.
+    pub ns: u64,
+    /// Where it was.
+    pub site: MaskedSite,
+    /// ESR_EL2 when it ended (the trap's syndrome).
+    pub esr: u64,
+    /// ELR_EL2 when it ended (the guest's PC).
+    pub elr: u64,
+}
+
+/// KEEL_MASKED_STRETCH: pCPU `pcpu`'s longest stretch at EL2 with interrupts masked; `reset`
+/// starts the record again.
+pub fn masked_stretch(pcpu: u64, reset: bool) -> Result<MaskedStretch, CallError> {
     // SAFETY: reading (and resetting) a record has no other effect.
     let x = unsafe {
         hvc_call7(
@@ -189,5 +202,10 @@ pub fn masked_stretch(pcpu: u64, reset: bool) -> Result<(u64, MaskedSite), CallE
     if (x[0] as i64) < 0 {
         return Err(CallError::NotSupported);
     }
-    Ok((x[0], MaskedSite::from_u64(x[1])))
+    Ok(MaskedStretch {
+        ns: x[0],
+        site: MaskedSite::from_u64(x[1]),
+        esr: x[2],
+        elr: x[3],
+    })
 }
