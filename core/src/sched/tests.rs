@@ -494,3 +494,35 @@ fn fixed_priority_a_preempted_vcpu_resumes_its_quantum_so_its_equals_get_their_t
         "slot 1's quantum ended at 12"
     );
 }
+
+/// A removed slot is gone at once, even while it holds the pCPU, and the next add reuses the
+/// lowest free slot with fresh statistics.
+#[test]
+fn removed_slots_stop_at_once_and_are_reused() {
+    let mut scheduler = started(
+        EDF,
+        &[
+            reserved(0, 100, 30, 100),
+            reserved(0, 200, 30, 200),
+            best_effort(0),
+        ],
+    );
+    assert_eq!(scheduler.decide(0).run, Some(0));
+    scheduler.remove(0, 10);
+    assert!(!scheduler.is_runnable(0));
+    assert_eq!(scheduler.stats(0), Stats::ZERO);
+    assert_eq!(scheduler.decide(10).run, Some(1), "the next in line runs");
+    assert_eq!(scheduler.len(), 3);
+    scheduler.remove(2, 20);
+    assert_eq!(scheduler.len(), 2, "trailing free slots are dropped");
+    assert_eq!(scheduler.add(reserved(0, 50, 10, 50)), Ok(0));
+    assert_eq!(scheduler.add(best_effort(0)), Ok(2));
+    // Started with a later first release: waits for it, and its lateness is counted.
+    scheduler.start_at(0, 20, 150);
+    assert!(!scheduler.is_runnable(0));
+    assert_eq!(scheduler.stats(0).jobs, 0);
+    scheduler.block(1, 40);
+    assert_eq!(scheduler.decide(160).run, Some(0));
+    let stats = scheduler.stats(0);
+    assert_eq!((stats.jobs, stats.worst_lateness), (1, 10));
+}
