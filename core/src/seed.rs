@@ -127,6 +127,13 @@ pub fn seed_patch(
     vm: VmId,
     generation: u32,
 ) -> Result<Option<SeedPatch>, FdtError> {
+    Ok(seed_offset(dtb, property)?.map(|offset| patch_at(offset, property, key, vm, generation)))
+}
+
+/// Where `property`'s value sits in `dtb` (an offset from the blob's start), if `/chosen` has
+/// it with the length it should have: the part of [`seed_patch`] that parses the blob, done
+/// once per VM (the blob never changes) so that each boot's patch costs no parsing.
+pub fn seed_offset(dtb: &[u8], property: SeedProperty) -> Result<Option<usize>, FdtError> {
     let fdt = Fdt::new(dtb)?;
     let Some(chosen) = fdt.find_node("/chosen")? else {
         return Ok(None);
@@ -138,7 +145,17 @@ pub fn seed_patch(
         return Ok(None);
     }
     // The value is a sub-slice of the blob: its distance from the blob's start is its offset.
-    let value_offset = value.as_ptr() as usize - dtb.as_ptr() as usize;
+    Ok(Some(value.as_ptr() as usize - dtb.as_ptr() as usize))
+}
+
+/// The patch of [`seed_patch`] for a value found at `value_offset` by [`seed_offset`].
+pub fn patch_at(
+    value_offset: usize,
+    property: SeedProperty,
+    key: Option<&SeedKey>,
+    vm: VmId,
+    generation: u32,
+) -> SeedPatch {
     let mut bytes = [0u8; MAX_PATCH_LEN];
     let (offset, len) = match key {
         Some(key) => {
@@ -155,7 +172,7 @@ pub fn seed_patch(
             (value_offset - PROPERTY_HEADER_LEN, len)
         }
     };
-    Ok(Some(SeedPatch { offset, bytes, len }))
+    SeedPatch { offset, bytes, len }
 }
 
 /// The ChaCha20 block function (RFC 8439 §2.3): 16 words of key stream.

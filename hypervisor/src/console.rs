@@ -10,6 +10,7 @@
 //! lock and delivered to VMs after it is released.
 
 use core::fmt::Write;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use keel_core::console::{ConsoleMux, Input, Sink};
 use keel_core::ratelimit::{DiagnosticKind, RateLimiter, Verdict};
@@ -20,6 +21,12 @@ use crate::timers::{self, Deadline};
 /// How long a partial output line may wait before it is written anyway (a shell prompt), and
 /// how soon output the UART could not take yet is tried again.
 const PARTIAL_LINE_DELAY_US: u64 = 20_000;
+/// Most bytes written to the UART in one go (a VM's console write, Keel's line, one timer
+/// call): about 1,500 instructions with interrupts masked. The rest follows with the next
+/// write or [`MORE_OUTPUT_DELAY_US`] later.
+const BYTES_PER_DRAIN: usize = 48;
+/// How soon output left by [`BYTES_PER_DRAIN`] is written.
+const MORE_OUTPUT_DELAY_US: u64 = 50;
 
 struct Console {
     mux: ConsoleMux,
@@ -27,11 +34,27 @@ struct Console {
     uart: Option<Uart>,
 }
 
-struct UartSink(Uart);
+/// The UART, taking at most [`BYTES_PER_DRAIN`] bytes in all.
+struct UartSink {
+    uart: Uart,
+    left: usize,
+}
+
+impl UartSink {
+    fn new(uart: Uart) -> Self {
+        Self {
+            uart,
+            left: BYTES_PER_DRAIN,
+        }
+    }
+}
 
 impl Sink for UartSink {
     fn write_some(&mut self, bytes: &[u8]) -> usize {
-        self.0.write_some(bytes)
+        let take = bytes.len().min(self.left);
+        let written = self.uart.write_some(&bytes[..take]);
+        self.left -= written;
+        written
     }
 }
 
@@ -111,16 +134,37 @@ pub fn limited_line(kind: DiagnosticKind, vm: usize, args: core::fmt::Arguments<
 /// Writes what the UART takes now; if output is left, or a partial line waits, the EL2 timer
 /// of this pCPU comes back to it.
 fn drain(mux: &mut ConsoleMux, uart: Uart) {
-    let mut sink = UartSink(uart);
-    if mux.drain(&mut sink) || mux.partial_waiting() {
-        arm_flush_timer();
+    let mut sink = UartSink::new(uart);
+    let left = mux.drain(&mut sink);
+    if mux.partial_waiting() {
+        // Restarted by each output: a partial line is written once output has paused.
+        PARTIAL_DUE.store(
+            timer::now() + ticks(PARTIAL_LINE_DELAY_US),
+            Ordering::Relaxed,
+        );
     }
+    arm_flush_timer(left);
 }
 
-/// Brings this pCPU back to the console ([`flush_partial`]) after the partial-line delay.
-fn arm_flush_timer() {
-    let delay = timer::frequency() * PARTIAL_LINE_DELAY_US / 1_000_000;
-    timers::set(Deadline::Console, timer::now() + delay);
+/// When a waiting partial line is written anyway (counter value; `u64::MAX`: none waits).
+static PARTIAL_DUE: AtomicU64 = AtomicU64::new(u64::MAX);
+
+fn ticks(us: u64) -> u64 {
+    timer::frequency() * us / 1_000_000
+}
+
+/// Brings this pCPU back to the console ([`flush_partial`]): soon if output is `left` (cut by
+/// [`BYTES_PER_DRAIN`] or a full FIFO), when a waiting partial line is due otherwise.
+fn arm_flush_timer(left: bool) {
+    let partial = PARTIAL_DUE.load(Ordering::Relaxed);
+    let at = if left {
+        (timer::now() + ticks(MORE_OUTPUT_DELAY_US)).min(partial)
+    } else {
+        partial
+    };
+    if at != u64::MAX {
+        timers::set(Deadline::Console, at);
+    }
 }
 
 /// Prints a line from the panic path without waiting for a lock that may never be released.
@@ -152,17 +196,26 @@ pub fn vm_output(vm: usize, byte: u8) {
     drain(&mut console.mux, uart);
 }
 
-/// The EL2 timer fired: write out waiting partial lines and what the UART could not take.
+/// The EL2 timer fired: write out what the UART could not take yet, and waiting partial lines
+/// once they are due.
 /// Kept out of line: inlined into the interrupt loop, its constants were hoisted into the
 /// virtual timer's path (10 instructions more per timer interrupt).
 #[inline(never)]
 pub fn flush_partial() {
     let mut console = CONSOLE.lock();
     if let Some(uart) = console.uart {
-        let mut sink = UartSink(uart);
-        if console.mux.flush_partial(&mut sink) {
-            arm_flush_timer();
-        }
+        let mut sink = UartSink::new(uart);
+        let due = PARTIAL_DUE.load(Ordering::Relaxed) <= timer::now();
+        let left = if due && console.mux.partial_waiting() {
+            PARTIAL_DUE.store(u64::MAX, Ordering::Relaxed);
+            console.mux.flush_partial(&mut sink)
+        } else {
+            if due {
+                PARTIAL_DUE.store(u64::MAX, Ordering::Relaxed);
+            }
+            console.mux.drain(&mut sink)
+        };
+        arm_flush_timer(left);
     }
 }
 

@@ -84,6 +84,9 @@ pub struct Vm {
     /// How far the reload of a reset has come (used by the resetting pCPU alone, while
     /// `resetting` is set).
     reload: Mutex<Reload>,
+    /// Where each of [`seed::SEED_PROPERTIES`]'s values sits in the VM's device tree, found
+    /// once by [`build`] (`usize::MAX`: not there): a reload patches them without parsing.
+    seed_offsets: [AtomicUsize; seed::SEED_PROPERTIES.len()],
 }
 
 impl Vm {
@@ -107,6 +110,7 @@ impl Vm {
                 }
             }; crate::MAX_VCPUS],
             reload: Mutex::new(Reload::START),
+            seed_offsets: [const { AtomicUsize::new(usize::MAX) }; seed::SEED_PROPERTIES.len()],
         }
     }
 
@@ -331,6 +335,11 @@ pub fn build(id: usize) -> Result<(), LoadError> {
     VMS[id]
         .stage2_root
         .store(tables.root_phys(), Ordering::Relaxed);
+    for (n, property) in seed::SEED_PROPERTIES.iter().enumerate() {
+        if let Ok(Some(offset)) = seed::seed_offset(desc.dtb, *property) {
+            VMS[id].seed_offsets[n].store(offset, Ordering::Relaxed);
+        }
+    }
     load_images(desc, VMS[id].generation());
     reset_devices(id);
     if is_shared_pcpu(desc.pcpus[0]) {
@@ -432,9 +441,7 @@ impl Reload {
             Phase::Image => self.copy(desc, desc.image_ipa, desc.image),
             Phase::DeviceTree => self.copy(desc, desc.dtb_ipa, desc.dtb),
             Phase::Seeds(n) => {
-                if let Some(property) = seed::SEED_PROPERTIES.get(n) {
-                    seed_device_tree(desc, *property, generation);
-                }
+                seed_device_tree(desc, n, generation);
                 true
             }
             Phase::Initrd => self.copy(desc, desc.initrd_ipa, desc.initrd),
@@ -484,15 +491,25 @@ fn load_images(desc: &VmDesc, generation: u32) {
     while !reload.step(desc, generation) {}
 }
 
-/// Gives the VM's copy of its device tree this boot's seed `property` (`/chosen/rng-seed` or
-/// `kaslr-seed`, see [`keel_core::seed`]): without entropy Linux pays for it on every system
-/// call.
-fn seed_device_tree(desc: &VmDesc, property: seed::SeedProperty, generation: u32) {
-    let key = crate::platform().seed_key.as_ref();
-    if let Ok(Some(patch)) = seed::seed_patch(desc.dtb, property, key, desc.id, generation) {
-        let ipa = GuestPhysAddr(desc.dtb_ipa.0 + patch.offset as u64);
-        copy_into(desc, ipa, patch.bytes());
+/// Gives the VM's copy of its device tree this boot's seed property number `n` of
+/// [`seed::SEED_PROPERTIES`] (`/chosen/rng-seed` or `kaslr-seed`, see [`keel_core::seed`]):
+/// without entropy Linux pays for it on every system call. Its place in the blob was found by
+/// [`build`].
+fn seed_device_tree(desc: &VmDesc, n: usize, generation: u32) {
+    let (Some(property), Some(offset)) = (
+        seed::SEED_PROPERTIES.get(n),
+        VMS[desc.id.0 as usize].seed_offsets.get(n),
+    ) else {
+        return;
+    };
+    let offset = offset.load(Ordering::Relaxed);
+    if offset == usize::MAX {
+        return;
     }
+    let key = crate::platform().seed_key.as_ref();
+    let patch = seed::patch_at(offset, *property, key, desc.id, generation);
+    let ipa = GuestPhysAddr(desc.dtb_ipa.0 + patch.offset as u64);
+    copy_into(desc, ipa, patch.bytes());
 }
 
 /// Stops VM `id` after a fault, with Keel's diagnostic line.
