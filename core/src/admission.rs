@@ -99,8 +99,33 @@ impl core::fmt::Display for Refusal {
 
 /// Most tasks on one pCPU.
 pub const MAX_TASKS: usize = 64;
-/// Most absolute deadlines the demand test examines.
+/// Most absolute deadlines the demand test examines (the configuration compiler's limit).
 pub const MAX_CHECK_POINTS: u64 = 1_000_000;
+
+/// How much work a test may do before it refuses a set as [`Refusal::TooComplex`]: refusing
+/// is always safe, and at run time (a guest's task create) the work must stay short, since
+/// Keel runs it with interrupts masked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Most absolute deadlines the EDF processor-demand test examines.
+    pub check_points: u64,
+    /// Most fixed-point iterations of one task's response-time analysis.
+    pub iterations: u64,
+}
+
+impl Limits {
+    /// The configuration compiler's: exhaustive within reason.
+    pub const BUILD: Limits = Limits {
+        check_points: MAX_CHECK_POINTS,
+        iterations: MAX_CHECK_POINTS,
+    };
+    /// Admission at run time: a few thousand instructions at most (sets that need more are
+    /// refused as not schedulable).
+    pub const RUN_TIME: Limits = Limits {
+        check_points: 32,
+        iterations: 16,
+    };
+}
 
 /// The tasks with the switch cost added to each budget; refuses invalid ones.
 fn inflated(tasks: &[Task], switch_cost: u64) -> Result<[Task; MAX_TASKS], Refusal> {
@@ -124,6 +149,11 @@ fn inflated(tasks: &[Task], switch_cost: u64) -> Result<[Task; MAX_TASKS], Refus
 
 /// EDF: whether `tasks` meet every deadline on one pCPU with `switch_cost` per switch.
 pub fn edf(tasks: &[Task], switch_cost: u64) -> Result<(), Refusal> {
+    edf_within(tasks, switch_cost, Limits::BUILD)
+}
+
+/// [`edf`] doing at most the work `limits` allow.
+pub fn edf_within(tasks: &[Task], switch_cost: u64, limits: Limits) -> Result<(), Refusal> {
     let all = inflated(tasks, switch_cost)?;
     let tasks = &all[..tasks.len()];
     // Exact utilisation: Σ C/T ≤ 1  ⇔  Σ C·(P/T) ≤ P with P the product would overflow, so
@@ -152,11 +182,11 @@ pub fn edf(tasks: &[Task], switch_cost: u64) -> Result<(), Refusal> {
     if tasks.iter().all(|t| t.deadline == t.period) {
         return Ok(());
     }
-    demand_test(tasks, num == den)
+    demand_test(tasks, num == den, limits.check_points)
 }
 
 /// The processor-demand criterion for constrained deadlines (utilisation already ≤ 1).
-fn demand_test(tasks: &[Task], full: bool) -> Result<(), Refusal> {
+fn demand_test(tasks: &[Task], full: bool, max_points: u64) -> Result<(), Refusal> {
     // Busy-period bound: the hyperperiod (+ the largest deadline) when U = 1, else
     // max(D_max, Σ (T−D)·U / (1−U)) (the La bound), and never beyond the hyperperiod bound.
     let d_max = tasks.iter().map(|t| t.deadline).max().unwrap_or(0);
@@ -202,7 +232,7 @@ fn demand_test(tasks: &[Task], full: bool) -> Result<(), Refusal> {
             return Ok(());
         }
         checked += 1;
-        if checked > MAX_CHECK_POINTS {
+        if checked > max_points {
             return Err(Refusal::TooComplex);
         }
         let demand: u128 = tasks
@@ -227,11 +257,25 @@ fn demand_test(tasks: &[Task], full: bool) -> Result<(), Refusal> {
 /// Fixed priority (index 0 highest): whether every task's worst response time is within its
 /// deadline, with `switch_cost` per switch.
 pub fn fixed_priority(tasks: &[Task], switch_cost: u64) -> Result<(), Refusal> {
+    fixed_priority_within(tasks, switch_cost, Limits::BUILD)
+}
+
+/// [`fixed_priority`] doing at most the work `limits` allow.
+pub fn fixed_priority_within(
+    tasks: &[Task],
+    switch_cost: u64,
+    limits: Limits,
+) -> Result<(), Refusal> {
     let all = inflated(tasks, switch_cost)?;
     let tasks = &all[..tasks.len()];
     for (i, task) in tasks.iter().enumerate() {
         let mut response = task.budget;
+        let mut iterations = 0;
         loop {
+            iterations += 1;
+            if iterations > limits.iterations {
+                return Err(Refusal::TooComplex);
+            }
             let interference: u128 = tasks[..i]
                 .iter()
                 .map(|h| u128::from(response.div_ceil(h.period)) * u128::from(h.budget))

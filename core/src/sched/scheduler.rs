@@ -190,7 +190,8 @@ impl Scheduler {
 
     /// Whether a vCPU with `params` could be added and its reservation kept together with the
     /// reservations of every vCPU here (started or not), Keel's switch cost included: the
-    /// same tests as the configuration compiler ([`crate::admission`]). Under fixed priority
+    /// same tests as the configuration compiler ([`crate::admission`]), within
+    /// [`admission::Limits::RUN_TIME`] (a set that needs more work is refused). Under fixed priority
     /// no two reservations may share a priority, and a reservation must rank above every
     /// best-effort vCPU.
     pub fn admit(&self, params: Params) -> Result<(), SchedError> {
@@ -238,9 +239,17 @@ impl Scheduler {
                 for (k, &i) in order[..count].iter().enumerate() {
                     sorted[k] = tasks[i];
                 }
-                admission::fixed_priority(&sorted[..count], self.switch_cost)
+                admission::fixed_priority_within(
+                    &sorted[..count],
+                    self.switch_cost,
+                    admission::Limits::RUN_TIME,
+                )
             }
-            _ => admission::edf(&tasks[..count], self.switch_cost),
+            _ => admission::edf_within(
+                &tasks[..count],
+                self.switch_cost,
+                admission::Limits::RUN_TIME,
+            ),
         };
         result.map_err(SchedError::Unschedulable)
     }

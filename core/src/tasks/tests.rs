@@ -353,3 +353,55 @@ fn a_scaled_budget_of_zero_ticks_is_invalid() {
     );
     assert_eq!(result, Err(TaskError::InvalidParameters));
 }
+
+/// Run-time admission does a bounded amount of work: a set that needs more than
+/// [`admission::Limits::RUN_TIME`] allows is refused, though the compiler's limits would admit
+/// it (refusing is safe; the work runs with interrupts masked).
+#[test]
+fn run_time_admission_work_is_bounded() {
+    use admission::{Limits, Refusal, Task as T};
+    // EDF, a constrained deadline, utilisation 0.95: the demand test's busy period spans
+    // about fifty deadlines (and the set fits exactly at 50 000).
+    let constrained = [
+        T {
+            period: 1_000,
+            budget: 900,
+            deadline: 1_000,
+        },
+        T {
+            period: 100_000,
+            budget: 5_000,
+            deadline: 50_000,
+        },
+    ];
+    assert_eq!(
+        admission::edf_within(&constrained, 0, Limits::BUILD),
+        Ok(())
+    );
+    assert_eq!(
+        admission::edf_within(&constrained, 0, Limits::RUN_TIME),
+        Err(Refusal::TooComplex)
+    );
+    // Fixed priority: under a high-priority task using 90 %, a low-priority job's response
+    // converges by a tenth each iteration (to 10 000: about 80 iterations).
+    let nested = [
+        T {
+            period: 10,
+            budget: 9,
+            deadline: 10,
+        },
+        T {
+            period: 100_000,
+            budget: 1_000,
+            deadline: 100_000,
+        },
+    ];
+    assert_eq!(
+        admission::fixed_priority_within(&nested, 0, Limits::BUILD),
+        Ok(())
+    );
+    assert_eq!(
+        admission::fixed_priority_within(&nested, 0, Limits::RUN_TIME),
+        Err(Refusal::TooComplex)
+    );
+}
