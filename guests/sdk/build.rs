@@ -1,5 +1,6 @@
 //! Publishes the SDK's linker script to guests' build scripts, and checks that the C header
-//! `include/keel.h` carries exactly the numbers of `keel_core::abi`.
+//! `include/keel.h` carries exactly the numbers of `keel_core::abi` (and the task refusal codes
+//! of `keel_core::tasks`).
 //!
 //! A guest crate's `build.rs` reads `DEP_KEEL_GUEST_LINKER_SCRIPT` and passes it on with
 //! `cargo:rustc-link-arg-bins=-T<path>` (link arguments of a library do not reach the binary).
@@ -7,6 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use keel_core::abi::{self, layout, psci, CallError};
+use keel_core::tasks::TaskError;
 
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
@@ -36,6 +38,13 @@ fn expected_defines() -> Vec<(&'static str, i128)> {
         ("KEEL_FN_VM_ID", abi::KEEL_VM_ID.into()),
         ("KEEL_FN_YIELD", abi::KEEL_YIELD.into()),
         ("KEEL_FN_CRASH", abi::KEEL_CRASH.into()),
+        ("KEEL_FN_SCHED_STATS", abi::KEEL_SCHED_STATS.into()),
+        ("KEEL_FN_TASK_CREATE", abi::KEEL_TASK_CREATE.into()),
+        ("KEEL_FN_TASK_LAUNCH", abi::KEEL_TASK_LAUNCH.into()),
+        ("KEEL_FN_TASK_DELETE", abi::KEEL_TASK_DELETE.into()),
+        ("KEEL_FN_TASK_WAIT", abi::KEEL_TASK_WAIT.into()),
+        ("KEEL_FN_TASK_STATS", abi::KEEL_TASK_STATS.into()),
+        ("KEEL_FN_MASKED_STRETCH", abi::KEEL_MASKED_STRETCH.into()),
         ("KEEL_VERSION_VALUE", abi::KEEL_VERSION_VALUE.into()),
         ("KEEL_SMCCC_VERSION", abi::SMCCC_VERSION.into()),
         ("KEEL_SMCCC_ARCH_FEATURES", abi::SMCCC_ARCH_FEATURES.into()),
@@ -68,6 +77,12 @@ fn expected_defines() -> Vec<(&'static str, i128)> {
         ("KEEL_DENIED", error(CallError::Denied)),
         ("KEEL_ALREADY_ON", error(CallError::AlreadyOn)),
         ("KEEL_INVALID_ADDRESS", error(CallError::InvalidAddress)),
+        ("KEEL_NO_SUCH_TASK", TaskError::NoSuchTask.code().into()),
+        ("KEEL_LIMIT_REACHED", TaskError::LimitReached.code().into()),
+        (
+            "KEEL_NOT_SCHEDULABLE",
+            TaskError::NotSchedulable.code().into(),
+        ),
         ("KEEL_GICD_BASE", layout::GICD_BASE.into()),
         ("KEEL_GICD_SIZE", layout::GICD_SIZE.into()),
         ("KEEL_GICR_BASE", layout::GICR_BASE.into()),
@@ -105,7 +120,12 @@ fn check_header(path: &Path) -> Result<(), Vec<String>> {
             (None, _) => problems.push(format!("{name} is not in keel_core::abi (or this check)")),
             (Some(_), None) => problems.push(format!("{name}: cannot read the value {value}")),
             (Some((_, want)), Some(have)) if *want != have => {
-                problems.push(format!("{name} is {value}, keel_core::abi says {want:#x}"))
+                let want = if *want < 0 {
+                    format!("({want})")
+                } else {
+                    format!("{want:#x}")
+                };
+                problems.push(format!("{name} is {value}, keel_core says {want}"))
             }
             _ => {}
         }

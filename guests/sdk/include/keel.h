@@ -2,17 +2,22 @@
  * keel.h - Keel's guest-visible hypercall ABI for C guests (the same as keel_core::abi).
  *
  * Calls use `HVC #0` with the SMC Calling Convention (Arm DEN0028, SMCCC 1.1): function
- * id in w0, arguments in x1..x3, results in x0..x3; x4..x17 are preserved. Keel's own
- * services are 64-bit fast calls of the Vendor Specific Hypervisor Service range (owning
- * entity 6, SMCCC table 6-4). Errors are negative values, sign-extended in x0.
+ * id in w0, arguments in x1..x3, results in x0..x3; x4..x17 are preserved. The real-time
+ * task services take up to seven arguments (x1..x7) and return up to six results (x0..x5),
+ * as SMCCC 1.2 allows. Keel's own services are 64-bit fast calls of the Vendor Specific
+ * Hypervisor Service range (owning entity 6, SMCCC table 6-4). Errors are negative values,
+ * sign-extended in x0.
  *
- * The SDK's build script checks every KEEL_* number below against keel_core::abi, so
- * the two cannot drift apart.
+ * The SDK's build script checks every KEEL_* number below against keel_core::abi (and
+ * keel_core::tasks for the task refusal codes), so the two cannot drift apart. Assembly
+ * sources (.S) may include it for the numbers alone: GNU as reads their `u` suffixes.
  */
 #ifndef KEEL_H
 #define KEEL_H
 
+#ifndef __ASSEMBLER__
 #include <stdint.h>
+#endif
 
 /* SMCCC function id fields. */
 #define KEEL_SMCCC_FAST_CALL 0x80000000u
@@ -28,6 +33,45 @@
 #define KEEL_FN_YIELD 0xC6000002u
 /* Reports a fatal exception (x1 = ESR_EL1, x2 = ELR_EL1, x3 = FAR_EL1); does not return. */
 #define KEEL_FN_CRASH 0xC6000003u
+/*
+ * The caller's scheduling statistics on a shared pCPU: x0 = jobs released, x1 = deadline
+ * misses, x2 = budget overruns, x3 = worst response time (ns). KEEL_NOT_SUPPORTED on a
+ * pinned pCPU.
+ */
+#define KEEL_FN_SCHED_STATS 0xC6000004u
+
+/*
+ * Real-time tasks: periodic vCPUs of the caller's partition with a reservation each, scheduled
+ * by Keel (keel_core::tasks). A task starts at EL1h with SP = the stack it was given, x0 = its
+ * argument, interrupts masked and the MMU off (SCTLR_EL1 and VBAR_EL1 are its own to set);
+ * each job ends with KEEL_FN_TASK_WAIT.
+ */
+/*
+ * Creates a task, stopped: x1 = entry point, x2 = stack top (16-byte aligned), x3 = x0 at
+ * entry, x4 = period, x5 = budget, x6 = relative deadline (0: the period), all in ns,
+ * x7 = pCPU (bits 0-7) | priority on a fixed-priority pCPU (bits 8-15). Returns the task's
+ * handle (vm << 8 | index) or a negative error.
+ */
+#define KEEL_FN_TASK_CREATE 0xC6000010u
+/* Launches task x1: its first job is released when the virtual counter reaches x2 (0: now). */
+#define KEEL_FN_TASK_LAUNCH 0xC6000011u
+/* Deletes task x1: it stops at once and its vCPU is reused by the next create. */
+#define KEEL_FN_TASK_DELETE 0xC6000012u
+/* Called by a task: its job is complete; returns 0 at its next release. */
+#define KEEL_FN_TASK_WAIT 0xC6000013u
+/*
+ * Statistics of task x1: x0 = jobs released, x1 = deadline misses, x2 = budget overruns,
+ * x3 = worst response time, x4 = last response time, x5 = worst release lateness (ns).
+ */
+#define KEEL_FN_TASK_STATS 0xC6000014u
+/*
+ * The longest stretch pCPU x1 ran at EL2 with interrupts masked since boot (or since the last
+ * call with x2 = 1, which resets the record): x0 = its length (ns), x1 = where (keel_core's
+ * MaskedSite number), x2 = ESR_EL2 and x3 = ELR_EL2 when it ended. KEEL_NOT_SUPPORTED if the
+ * pCPU does not exist.
+ */
+#define KEEL_FN_MASKED_STRETCH 0xC6000020u
+
 /* KEEL_FN_VERSION's answer for this ABI. */
 #define KEEL_VERSION_VALUE 0x00010000u
 
@@ -58,6 +102,18 @@
 #define KEEL_DENIED (-3)
 #define KEEL_ALREADY_ON (-4)
 #define KEEL_INVALID_ADDRESS (-9)
+/*
+ * The task services' refusals besides those above: KEEL_DENIED (not allowed: no tasks grant,
+ * not the task's partition nor a manager, or a wait by what is not a task),
+ * KEEL_INVALID_PARAMETERS (period, budget, deadline, priority or pCPU), KEEL_ALREADY_ON (a
+ * second launch), KEEL_INVALID_ADDRESS (entry or stack outside the caller's memory), and:
+ */
+/* No task has that handle (never created, or deleted). */
+#define KEEL_NO_SUCH_TASK (-16)
+/* The partition already has as many tasks as its grant allows. */
+#define KEEL_LIMIT_REACHED (-17)
+/* Admitting the task would break a reservation on its pCPU, or the partition's grant. */
+#define KEEL_NOT_SCHEDULABLE (-18)
 
 /* Guest-physical layout of the emulated platform (QEMU `virt` addresses). */
 #define KEEL_GICD_BASE 0x08000000u
@@ -72,7 +128,7 @@
 #define KEEL_MAINTENANCE_INTID 25u
 #define KEEL_HYP_TIMER_INTID 26u
 
-#if defined(__aarch64__)
+#if defined(__aarch64__) && !defined(__ASSEMBLER__)
 
 /* What a call left in x0..x3. */
 struct keel_hvc_result {
@@ -93,6 +149,38 @@ static inline struct keel_hvc_result keel_hvc(uint32_t function, uint64_t arg1, 
 
 	__asm__ volatile("hvc #0" : "+r"(x0), "+r"(x1), "+r"(x2), "+r"(x3) : : "memory");
 	return (struct keel_hvc_result){ x0, x1, x2, x3 };
+}
+
+/* What a task service left in x0..x5. */
+struct keel_hvc7_result {
+	uint64_t x0;
+	uint64_t x1;
+	uint64_t x2;
+	uint64_t x3;
+	uint64_t x4;
+	uint64_t x5;
+};
+
+/* Issues `HVC #0` with `function` in w0 and seven arguments in x1..x7; returns x0..x5. */
+static inline struct keel_hvc7_result keel_hvc7(uint32_t function, uint64_t arg1, uint64_t arg2,
+						 uint64_t arg3, uint64_t arg4, uint64_t arg5,
+						 uint64_t arg6, uint64_t arg7)
+{
+	register uint64_t x0 __asm__("x0") = function;
+	register uint64_t x1 __asm__("x1") = arg1;
+	register uint64_t x2 __asm__("x2") = arg2;
+	register uint64_t x3 __asm__("x3") = arg3;
+	register uint64_t x4 __asm__("x4") = arg4;
+	register uint64_t x5 __asm__("x5") = arg5;
+	register uint64_t x6 __asm__("x6") = arg6;
+	register uint64_t x7 __asm__("x7") = arg7;
+
+	__asm__ volatile("hvc #0"
+			 : "+r"(x0), "+r"(x1), "+r"(x2), "+r"(x3), "+r"(x4), "+r"(x5), "+r"(x6),
+			   "+r"(x7)
+			 :
+			 : "memory");
+	return (struct keel_hvc7_result){ x0, x1, x2, x3, x4, x5 };
 }
 
 /* KEEL_FN_VERSION: major << 16 | minor, or a negative error. */
@@ -147,6 +235,75 @@ static inline __attribute__((noreturn)) void keel_system_reset(void)
 		__asm__ volatile("wfi");
 }
 
-#endif /* __aarch64__ */
+/* What Keel counted for a task (KEEL_FN_TASK_STATS), times in nanoseconds. */
+struct keel_task_stats {
+	uint64_t jobs;
+	uint64_t deadline_misses;
+	uint64_t overruns;
+	uint64_t worst_response_ns;
+	uint64_t last_response_ns;
+	uint64_t worst_lateness_ns;
+};
+
+/*
+ * KEEL_FN_TASK_CREATE: a task that starts at `entry` with x0 = `arg` on the stack whose top is
+ * `stack_top`, created stopped. `entry` runs with the MMU off and VBAR_EL1 unset: it is
+ * usually a few instructions of assembly that set them up before calling C. `deadline_ns` 0
+ * means the period; `priority` counts on a fixed-priority pCPU only (higher first). Returns
+ * the task's handle, or a negative error.
+ */
+static inline int64_t keel_task_create(void (*entry)(uint64_t arg), void *stack_top, uint64_t arg,
+				       uint64_t period_ns, uint64_t budget_ns, uint64_t deadline_ns,
+				       uint8_t pcpu, uint8_t priority)
+{
+	uint64_t placement = (uint64_t)pcpu | (uint64_t)priority << 8;
+
+	return (int64_t)keel_hvc7(KEEL_FN_TASK_CREATE, (uint64_t)(uintptr_t)entry,
+				  (uint64_t)(uintptr_t)stack_top, arg, period_ns, budget_ns,
+				  deadline_ns, placement)
+		.x0;
+}
+
+/*
+ * KEEL_FN_TASK_LAUNCH: the task's first job is released when the virtual counter reaches
+ * `release_at` (0, or a time already passed: at once). Returns 0 or a negative error.
+ */
+static inline int64_t keel_task_launch(uint64_t handle, uint64_t release_at)
+{
+	return (int64_t)keel_hvc7(KEEL_FN_TASK_LAUNCH, handle, release_at, 0, 0, 0, 0, 0).x0;
+}
+
+/* KEEL_FN_TASK_DELETE: the task stops at once. Returns 0 or a negative error. */
+static inline int64_t keel_task_delete(uint64_t handle)
+{
+	return (int64_t)keel_hvc7(KEEL_FN_TASK_DELETE, handle, 0, 0, 0, 0, 0, 0).x0;
+}
+
+/* KEEL_FN_TASK_WAIT, by a task: its job is done; returns 0 at its next release. */
+static inline int64_t keel_task_wait(void)
+{
+	return (int64_t)keel_hvc7(KEEL_FN_TASK_WAIT, 0, 0, 0, 0, 0, 0, 0).x0;
+}
+
+/*
+ * KEEL_FN_TASK_STATS: fills *stats and returns the jobs released, or returns a negative error
+ * and leaves *stats alone.
+ */
+static inline int64_t keel_task_stats(uint64_t handle, struct keel_task_stats *stats)
+{
+	struct keel_hvc7_result result = keel_hvc7(KEEL_FN_TASK_STATS, handle, 0, 0, 0, 0, 0, 0);
+
+	if ((int64_t)result.x0 >= 0) {
+		stats->jobs = result.x0;
+		stats->deadline_misses = result.x1;
+		stats->overruns = result.x2;
+		stats->worst_response_ns = result.x3;
+		stats->last_response_ns = result.x4;
+		stats->worst_lateness_ns = result.x5;
+	}
+	return (int64_t)result.x0;
+}
+
+#endif /* __aarch64__ && !__ASSEMBLER__ */
 
 #endif /* KEEL_H */
