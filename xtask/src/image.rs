@@ -5,11 +5,35 @@ use std::process::Command;
 
 use keel_core::config;
 
-use crate::setup::{objcopy, TARGET};
+use crate::setup::{objcopy, C_COMPILER, TARGET};
 use crate::{step, workspace, Result};
 
 /// Guests of this workspace that configurations may name with `image = { guest = "..." }`.
 pub const GUESTS: &[&str] = &["test-guest", "hostile", "rt-control"];
+
+/// The C guests (no libc, on `guests/sdk/include/keel.h`), named as the Rust ones: each is
+/// `guests/<name>/` with a `link.ld` and its `.S` and `.c` sources, built by [`build_c_guest`].
+pub const C_GUESTS: &[&str] = &["c-control"];
+
+/// How the C guests are compiled: freestanding, no FP/SIMD (as Keel's Rust target), no
+/// unaligned access (they run with the MMU off, where all memory is Device memory).
+const C_FLAGS: &[&str] = &[
+    "-ffreestanding",
+    "-nostdlib",
+    "-mgeneral-regs-only",
+    "-mstrict-align",
+    "-O2",
+    "-fno-pic",
+    "-no-pie",
+    "-static",
+    "-fno-stack-protector",
+    "-fno-asynchronous-unwind-tables",
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+    "-Wl,--build-id=none",
+    "-Wl,--no-warn-rwx-segments",
+];
 
 /// Where build products go (under `target/`, ignored by git).
 pub fn output_dir() -> PathBuf {
@@ -27,8 +51,7 @@ pub fn guest_image(name: &str) -> Option<PathBuf> {
             .unwrap_or_else(|| crate::debian::kernel(&cache, name)),
         Some(("debian-initramfs", flavour)) => crate::debian::initramfs(&cache, flavour),
         _ => {
-            return GUESTS
-                .contains(&name)
+            return (GUESTS.contains(&name) || C_GUESTS.contains(&name))
                 .then(|| output_dir().join("guests").join(format!("{name}.bin")))
         }
     };
@@ -86,7 +109,65 @@ pub fn build_guests() -> Result<()> {
         let elf = cargo_build(guest, &[])?;
         to_binary(&elf, &guest_image(guest).unwrap())?;
     }
+    for guest in C_GUESTS {
+        build_c_guest(guest)?;
+    }
     Ok(())
+}
+
+/// Compiles and links the C guest `guests/<name>/` with Debian's cross compiler, then makes
+/// its raw image; skipped when the image is newer than every file of the guest's directory
+/// and keel.h, and was built by the same command line.
+fn build_c_guest(name: &str) -> Result<()> {
+    let source_dir = workspace().join("guests").join(name);
+    let header_dir = workspace().join("guests/sdk/include");
+    // Every file of the directory (sources, headers, link.ld) counts for the rebuild; in a
+    // fixed order, so that the command line (the stamp below) does not change by itself
+    // (link.ld puts the image header first whatever the order).
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&source_dir)
+        .map_err(|e| format!("{}: {e}", source_dir.display()))?
+        .flatten()
+        .map(|entry| entry.path())
+        .collect();
+    files.sort();
+    let sources = files
+        .iter()
+        .filter(|path| path.extension().is_some_and(|e| e == "S" || e == "c"));
+    let script = source_dir.join("link.ld");
+    let binary = guest_image(name).unwrap();
+    let elf = binary.with_extension("elf");
+    let mut command = Command::new(C_COMPILER);
+    command
+        .args(C_FLAGS)
+        .arg("-I")
+        .arg(&header_dir)
+        .arg("-T")
+        .arg(&script)
+        .arg("-o")
+        .arg(&elf)
+        .args(sources);
+    let line = crate::process::command_line(&command);
+    let stamp = binary.with_extension("cmd");
+    files.push(header_dir.join("keel.h"));
+    if is_newer_than(&binary, &files) && std::fs::read_to_string(&stamp).is_ok_and(|s| s == line) {
+        return Ok(());
+    }
+    std::fs::create_dir_all(binary.parent().unwrap()).map_err(|e| e.to_string())?;
+    crate::process::output_quoting(&mut command, 60)
+        .map_err(|e| format!("building the C guest {name}: {e}"))?;
+    to_binary(&elf, &binary)?;
+    std::fs::write(&stamp, line).map_err(|e| format!("{}: {e}", stamp.display()))
+}
+
+/// Whether `output` exists and was modified after every one of `inputs`.
+fn is_newer_than(output: &Path, inputs: &[PathBuf]) -> bool {
+    let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    let Some(built) = modified(output) else {
+        return false;
+    };
+    inputs
+        .iter()
+        .all(|input| modified(input).is_some_and(|time| time < built))
 }
 
 /// A Keel image built for one configuration.

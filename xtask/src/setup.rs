@@ -8,6 +8,10 @@ use crate::{step, Result};
 /// The target Keel and its guests are built for (no FP/SIMD instructions in the hypervisor).
 pub const TARGET: &str = "aarch64-unknown-none-softfloat";
 
+/// Debian's cross compiler for the C guests (package `gcc-aarch64-linux-gnu`, which brings
+/// the cross binutils: `aarch64-linux-gnu-objcopy` and the rest).
+pub const C_COMPILER: &str = "aarch64-linux-gnu-gcc";
+
 fn command_exists(name: &str) -> bool {
     Command::new("sh")
         .args(["-c", &format!("command -v {name} >/dev/null 2>&1")])
@@ -34,7 +38,8 @@ pub fn objcopy() -> Result<PathBuf> {
     Err("llvm-objcopy not found in the Rust sysroot (rustup component add llvm-tools)".into())
 }
 
-/// Makes sure the Rust target, llvm-tools, QEMU and dtc are present, installing what is missing.
+/// Makes sure the Rust target, llvm-tools, QEMU, dtc and the C cross compiler are present,
+/// installing what is missing.
 pub fn ensure_tools() -> Result<()> {
     let installed = Command::new("rustup")
         .args(["target", "list", "--installed"])
@@ -61,6 +66,9 @@ pub fn ensure_tools() -> Result<()> {
     }
     if !command_exists("dtc") {
         packages.push("device-tree-compiler");
+    }
+    if !command_exists(C_COMPILER) {
+        packages.push("gcc-aarch64-linux-gnu");
     }
     if !packages.is_empty() {
         let root = Command::new("id")

@@ -263,6 +263,53 @@ fn overrun_and_manager() -> Result<()> {
     Ok(())
 }
 
+/// The C sample partition (guests/c-control, on keel.h alone; configs/tests/tasks-c.toml) on
+/// an EDF pCPU of its own: each second, for each of its three tasks, Keel counted no miss, no
+/// overrun, a job per period (within 2%) and every response within the period, and the task's
+/// own count agrees; after 3 s it powers off and QEMU exits cleanly.
+fn c_partition() -> Result<()> {
+    const SECONDS: u64 = 3;
+    const PERIODS_US: [u64; 3] = [1_000, 5_000, 20_000];
+    let ended = super::boot_to_end("tasks-c")?;
+    let tail = |message: String| with_console_tail(message, &ended);
+    expect_line(&ended, r"^\[c-control\] c-control: done after 3 s$").map_err(tail)?;
+    let pattern = Regex::new(
+        r"^c-control: t=(\d+) s task (\d) \((\d+) us\): at_us=\d+ jobs=(\d+) .*\| keel: jobs=(\d+) misses=(\d+) overruns=(\d+) worst_response_ns=(\d+) ",
+    )
+    .unwrap();
+    let mut seen = 0;
+    for line in lines_of(&ended, "c-control") {
+        let Some(c) = pattern.captures(line) else {
+            continue;
+        };
+        let n = |i: usize| c[i].parse::<u64>().unwrap();
+        let (second, task, period_us) = (n(1), n(2) as usize, n(3));
+        let (own_jobs, jobs, misses, overruns, worst_response_ns) = (n(4), n(5), n(6), n(7), n(8));
+        let expected = second * 1_000_000 / period_us;
+        if PERIODS_US.get(task) != Some(&period_us)
+            || misses != 0
+            || overruns != 0
+            || jobs.abs_diff(expected) > expected / 50 + 1
+            || jobs.abs_diff(own_jobs) > 1
+            || worst_response_ns > period_us * 1_000
+        {
+            return Err(tail(format!(
+                "vm 'c-control' task {task} ({period_us} us) at {second} s: Keel counted {jobs} jobs \
+                 (expected {expected} within 2%), {misses} deadline misses, {overruns} overruns, \
+                 worst response {worst_response_ns} ns; the task counted {own_jobs} jobs"
+            )));
+        }
+        seen += 1;
+    }
+    if seen != SECONDS as usize * PERIODS_US.len() {
+        return Err(tail(format!(
+            "vm 'c-control' reported its tasks {seen} times, expected {}",
+            SECONDS as usize * PERIODS_US.len()
+        )));
+    }
+    super::expect_clean_exit(&ended)
+}
+
 /// The scenarios of real-time tasks.
 pub fn all() -> Vec<Scenario> {
     vec![
@@ -281,6 +328,10 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             name: "tasks: an overrunning task is throttled and counted while the others hold; a manager VM acts".into(),
             run: Box::new(overrun_and_manager),
+        },
+        Scenario {
+            name: "tasks: c-control, the C partition on keel.h, holds its three tasks' deadlines on an EDF pCPU and powers off".into(),
+            run: Box::new(c_partition),
         },
     ]
 }
