@@ -204,6 +204,7 @@ fn chacha20_block(key: &[u32; 8], counter: u32, nonce: [u32; 3]) -> [u32; 16] {
 }
 
 /// The ChaCha quarter round on four words of the state (RFC 8439 §2.2).
+#[inline(always)]
 fn quarter_round(state: &mut [u32; 16], a: usize, b: usize, c: usize, d: usize) {
     state[a] = state[a].wrapping_add(state[b]);
     state[d] = (state[d] ^ state[a]).rotate_left(16);

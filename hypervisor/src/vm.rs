@@ -391,6 +391,8 @@ const STEP_BYTES: usize = 4096;
 /// What a (re)load of a VM does, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
+    /// Say that the VM resets (a reset only).
+    Announce,
     /// Erase the flash (all ones).
     Flash,
     /// Copy the kernel image.
@@ -401,6 +403,10 @@ enum Phase {
     Seeds(usize),
     /// Copy the initial RAM disk.
     Initrd,
+    /// Fresh devices (a reset only: at boot [`build`] makes them).
+    Devices,
+    /// Say how the reload went (a reset only).
+    Report,
     /// Complete.
     Done,
 }
@@ -409,6 +415,8 @@ enum Phase {
 #[derive(Clone, Copy, Debug)]
 pub struct Reload {
     phase: Phase,
+    /// A boot's load: no announcement, devices or report (the caller does those).
+    boot: bool,
     offset: usize,
     /// Steps done, bytes copied or filled, and the counter when the first step began.
     steps: u64,
@@ -417,9 +425,20 @@ pub struct Reload {
 }
 
 impl Reload {
-    /// At the start.
-    pub const START: Reload = Reload {
+    /// At the start of a boot's load.
+    const BOOT: Reload = Reload {
         phase: Phase::Flash,
+        boot: true,
+        offset: 0,
+        steps: 0,
+        bytes: 0,
+        began: 0,
+    };
+
+    /// At the start of a reset's reload.
+    pub const START: Reload = Reload {
+        phase: Phase::Announce,
+        boot: false,
         offset: 0,
         steps: 0,
         bytes: 0,
@@ -435,6 +454,16 @@ impl Reload {
         self.steps += 1;
         let offset = self.offset;
         let phase_done = match self.phase {
+            Phase::Announce => {
+                keel_println_limited!(
+                    DiagnosticKind::Reset,
+                    desc.id.0 as usize,
+                    "vm '{}' (id {}) resets",
+                    desc.name,
+                    desc.id.0
+                );
+                true
+            }
             Phase::Flash => desc
                 .flash
                 .is_none_or(|flash| self.fill(desc, flash.ipa, flash.size as usize)),
@@ -445,6 +474,26 @@ impl Reload {
                 true
             }
             Phase::Initrd => self.copy(desc, desc.initrd_ipa, desc.initrd),
+            Phase::Devices => {
+                reset_devices(desc.id.0 as usize);
+                true
+            }
+            Phase::Report => {
+                let micros = crate::arch::timer::ticks_to_ns(
+                    crate::arch::timer::now().saturating_sub(self.began),
+                ) / 1_000;
+                keel_println_limited!(
+                    DiagnosticKind::Reset,
+                    desc.id.0 as usize,
+                    "vm '{}' (id {}) reloaded: {} bytes in {} steps over {} us",
+                    desc.name,
+                    desc.id.0,
+                    self.bytes,
+                    self.steps,
+                    micros
+                );
+                true
+            }
             Phase::Done => true,
         };
         self.bytes += self.offset.saturating_sub(offset) as u64;
@@ -455,7 +504,11 @@ impl Reload {
                 Phase::DeviceTree => Phase::Seeds(0),
                 Phase::Seeds(n) if n + 1 < seed::SEED_PROPERTIES.len() => Phase::Seeds(n + 1),
                 Phase::Seeds(_) => Phase::Initrd,
-                Phase::Initrd | Phase::Done => Phase::Done,
+                Phase::Initrd if self.boot => Phase::Done,
+                Phase::Initrd => Phase::Devices,
+                Phase::Devices => Phase::Report,
+                Phase::Announce => Phase::Flash,
+                Phase::Report | Phase::Done => Phase::Done,
             };
             self.offset = 0;
         }
@@ -487,7 +540,7 @@ impl Reload {
 
 /// Loads VM `desc` whole (at boot: no guest runs yet, nothing to serve in between).
 fn load_images(desc: &VmDesc, generation: u32) {
-    let mut reload = Reload::START;
+    let mut reload = Reload::BOOT;
     while !reload.step(desc, generation) {}
 }
 
@@ -542,13 +595,6 @@ pub fn reset_begin(id: usize) -> bool {
         return false;
     }
     let desc = desc(id);
-    keel_println_limited!(
-        DiagnosticKind::Reset,
-        id,
-        "vm '{}' (id {}) resets",
-        desc.name,
-        id
-    );
     vm.generation.fetch_add(1, Ordering::AcqRel);
     for vcpu in 0..vcpu_count(desc) {
         vm.set_vcpu_power(vcpu, VcpuPower::Off);
@@ -568,24 +614,11 @@ pub fn reload_step(id: usize) -> bool {
     vm.reload.lock().step(desc(id), vm.generation())
 }
 
-/// Ends the reset of VM `id` once reloaded: fresh devices, and vCPU 0 pending to start at
-/// the image's entry on its own pCPU (unless the VM ended meanwhile).
+/// Ends the reset of VM `id` once reloaded (its devices too): vCPU 0 pending to start at the
+/// image's entry on its own pCPU (unless the VM ended meanwhile).
 pub fn reset_finish(id: usize) {
     let vm = &VMS[id];
     let desc = desc(id);
-    let reload = *vm.reload.lock();
-    let micros = crate::arch::timer::ticks_to_ns(crate::arch::timer::now() - reload.began) / 1_000;
-    keel_println_limited!(
-        DiagnosticKind::Reset,
-        id,
-        "vm '{}' (id {}) reloaded: {} bytes in {} steps over {} us",
-        desc.name,
-        id,
-        reload.bytes,
-        reload.steps,
-        micros
-    );
-    reset_devices(id);
     // A CPU_ON made by a vCPU of the old generation before it stopped is dropped.
     for vcpu in 0..vcpu_count(desc) {
         vm.set_vcpu_power(vcpu, VcpuPower::Off);
