@@ -167,6 +167,22 @@ fn arm_flush_timer(left: bool) {
     }
 }
 
+/// The machine is about to power off: everything still queued is written out, waiting for
+/// the UART as needed (nothing runs any more that this could delay).
+pub fn flush_before_power_off() {
+    struct Blocking(Uart);
+    impl Sink for Blocking {
+        fn write_some(&mut self, bytes: &[u8]) -> usize {
+            self.0.write(bytes);
+            bytes.len()
+        }
+    }
+    let mut console = CONSOLE.lock();
+    if let Some(uart) = console.uart {
+        let _ = console.mux.flush_partial(&mut Blocking(uart));
+    }
+}
+
 /// Prints a line from the panic path without waiting for a lock that may never be released.
 pub fn emergency_line(args: core::fmt::Arguments<'_>) {
     let mut line = LineBuffer {

@@ -198,6 +198,7 @@ fn console_input() {
             }
             Input::PowerOff => {
                 keel_println!("power off requested from the console");
+                crate::console::flush_before_power_off();
                 crate::arch::psci::system_off();
             }
             Input::Raw(id, raw) => keel_println!(

@@ -167,6 +167,7 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
     );
     if SYSTEM.vms.is_empty() {
         keel_println!("no VM configured: powering off");
+        console::flush_before_power_off();
         psci::system_off();
     }
 

@@ -663,6 +663,7 @@ fn after_vm_ended(id: usize) {
     let all_ended = (0..SYSTEM.vms.len()).all(|vm| VMS[vm].state() != VmState::Running);
     if all_ended {
         keel_println!("all VMs have ended: powering off");
+        crate::console::flush_before_power_off();
         crate::arch::psci::system_off();
     }
 }

@@ -2,6 +2,7 @@
 //! foreign and invalid CPUs and entry points, CPU_ON/CPU_OFF cycles and races. Each is
 //! answered with the error code the specification gives, and nothing else changes.
 
+use keel_core::tasks::TaskError;
 use keel_guest::abi::{self, psci, CallError};
 use keel_guest::psci::{affinity_info, cpu_on_raw};
 use keel_guest::smccc::hvc_call;
@@ -23,6 +24,12 @@ fn has_effect(function: u32) -> bool {
         psci::CPU_SUSPEND_64,
         abi::KEEL_CRASH,
         abi::KEEL_YIELD,
+        // Probed on their own below (with all seven arguments).
+        abi::KEEL_TASK_CREATE,
+        abi::KEEL_TASK_LAUNCH,
+        abi::KEEL_TASK_DELETE,
+        abi::KEEL_TASK_WAIT,
+        abi::KEEL_TASK_STATS,
     ]
     .contains(&function)
 }
@@ -32,6 +39,7 @@ fn known(function: u32) -> bool {
     [
         abi::KEEL_VERSION,
         abi::KEEL_VM_ID,
+        abi::KEEL_MASKED_STRETCH,
         abi::SMCCC_VERSION,
         abi::SMCCC_ARCH_FEATURES,
         psci::VERSION,
@@ -82,7 +90,41 @@ pub fn calls() {
         wrong == 0 && tried > 1000,
         "{tried} unknown function ids: {wrong} answered other than NOT_SUPPORTED"
     );
-    // 2. The known ones with malformed arguments.
+    // 2. The task services with random arguments, from a VM without a task grant: every
+    //    call is refused with one of their codes (never a task created, launched, deleted).
+    let refusals = [
+        TaskError::NotAllowed,
+        TaskError::NoSuchTask,
+        TaskError::InvalidParameters,
+    ]
+    .map(|e| e.code());
+    let mut answers_wrong = 0;
+    for round in 0..1000 {
+        let function = [
+            abi::KEEL_TASK_CREATE,
+            abi::KEEL_TASK_LAUNCH,
+            abi::KEEL_TASK_DELETE,
+            abi::KEEL_TASK_WAIT,
+            abi::KEEL_TASK_STATS,
+        ][round % 5];
+        // Handles: random, or those of VM 0 (the victim) and this VM.
+        let handle = match rng.below(3) {
+            0 => rng.below(0x200),
+            _ => rng.next_u64(),
+        };
+        let args: [u64; 7] = core::array::from_fn(|i| if i == 0 { handle } else { rng.next_u64() });
+        // SAFETY: without a grant every task service is refused and changes nothing.
+        let x0 = unsafe { keel_guest::smccc::hvc_call7(function, args) }[0] as i64;
+        if !refusals.contains(&x0) {
+            answers_wrong += 1;
+        }
+    }
+    probe!(
+        "task-calls-refused",
+        answers_wrong == 0,
+        "1000 task service calls with random arguments from a VM without a grant: {answers_wrong} not refused"
+    );
+    // 3. The known ones with malformed arguments.
     let cases: [(&str, u32, [u64; 3], &[i64]); 9] = [
         (
             "psci-features-unknown",
