@@ -85,7 +85,8 @@ pub struct Vm {
     /// `resetting` is set).
     reload: Mutex<Reload>,
     /// Where each of [`seed::SEED_PROPERTIES`]'s values sits in the VM's device tree, found
-    /// once by [`build`] (`usize::MAX`: not there): a reload patches them without parsing.
+    /// once by [`build`] (0: not there; no value sits in the blob's header): a reload patches
+    /// them without parsing. Zero at first, so that the VM table stays in .bss.
     seed_offsets: [AtomicUsize; seed::SEED_PROPERTIES.len()],
 }
 
@@ -110,7 +111,7 @@ impl Vm {
                 }
             }; crate::MAX_VCPUS],
             reload: Mutex::new(Reload::START),
-            seed_offsets: [const { AtomicUsize::new(usize::MAX) }; seed::SEED_PROPERTIES.len()],
+            seed_offsets: [const { AtomicUsize::new(0) }; seed::SEED_PROPERTIES.len()],
         }
     }
 
@@ -556,7 +557,7 @@ fn seed_device_tree(desc: &VmDesc, n: usize, generation: u32) {
         return;
     };
     let offset = offset.load(Ordering::Relaxed);
-    if offset == usize::MAX {
+    if offset == 0 {
         return;
     }
     let key = crate::platform().seed_key.as_ref();
