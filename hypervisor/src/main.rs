@@ -89,7 +89,6 @@ fn boot_failure(uart: Uart, args: core::fmt::Arguments<'_>) -> ! {
 /// Entry of the boot pCPU from `_start`, with the device tree address.
 #[unsafe(no_mangle)]
 extern "C" fn keel_primary_main(dtb: u64) -> ! {
-    cpu::set_index(0);
     mmu::build();
     mmu::enable();
     vectors::install();
@@ -185,7 +184,6 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
 /// Entry of a secondary pCPU started with PSCI CPU_ON.
 #[unsafe(no_mangle)]
 extern "C" fn keel_secondary_main(index: usize) -> ! {
-    cpu::set_index(index);
     mmu::enable();
     vectors::install();
     cpu_main(index)

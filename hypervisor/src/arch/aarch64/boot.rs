@@ -41,7 +41,8 @@ keel_primary_entry:
     b.hs    2f
     stp     xzr, xzr, [x1], #16
     b       1b
-2:  mov     x0, #0
+2:  msr     tpidr_el2, xzr      // pCPU index 0, before any Rust code (cpu::index)
+    mov     x0, #0
     bl      keel_set_stack
     mov     x0, x19
     bl      keel_primary_main
@@ -51,6 +52,7 @@ keel_primary_entry:
 keel_secondary_entry:
     msr     daifset, #0xf
     mov     x19, x0                 // pCPU index (PSCI context id)
+    msr     tpidr_el2, x0           // before any Rust code (cpu::index)
     bl      keel_set_stack
     mov     x0, x19
     bl      keel_secondary_main

@@ -8,14 +8,17 @@ pub fn mpidr() -> u64 {
 }
 
 /// The pCPU index Keel gave this CPU at boot (kept in TPIDR_EL2).
+#[inline(always)]
 pub fn index() -> usize {
-    read_sysreg!("tpidr_el2") as usize
-}
-
-/// Records this CPU's index.
-pub fn set_index(index: usize) {
-    // SAFETY: TPIDR_EL2 is a scratch register reserved for Keel's pCPU index.
-    unsafe { super::regs::write_sysreg!("tpidr_el2", index) };
+    let value: u64;
+    // SAFETY: reading TPIDR_EL2 has no side effect. The boot code sets it to the pCPU's index
+    // before any Rust code runs (keel_primary_entry, keel_secondary_entry) and nothing
+    // changes it after, so the read is `pure`: the compiler may reuse one read for several
+    // calls, as it does on the trap paths.
+    unsafe {
+        core::arch::asm!("mrs {}, tpidr_el2", out(reg) value, options(pure, nomem, nostack, preserves_flags));
+    }
+    value as usize
 }
 
 /// Waits for an interrupt (or any other wake-up event).
