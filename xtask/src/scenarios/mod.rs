@@ -628,6 +628,7 @@ const ATTACKS: &[Attack] = &[
         name: "calls",
         probes: &[
             "hvc-unknown-ids",
+            "task-calls-refused",
             "psci-features-unknown",
             "arch-features-unknown",
             "affinity-info-level-1",
