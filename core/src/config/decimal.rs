@@ -4,6 +4,53 @@
 //! The number is digits with `_` separators allowed and an optional fraction (`"1.5"`,
 //! `".25"`; not `"1."` or `"1.2.3"`); spaces may surround it and separate it from its unit.
 
+/// A quantity with a unit as the TOML file wrote it: a string (`"1.5ms"`, `"60%"`), or a bare
+/// number, which has no unit and is refused with a message saying so.
+pub enum Written {
+    /// A string, as written.
+    Text(String),
+    /// A bare TOML number (integer or float).
+    Number(String),
+}
+
+impl Written {
+    /// Deserializes a quantity from a string or a bare number; `expecting` is what a value of
+    /// another type is told it should have been (e.g. `a duration: a string with a unit like
+    /// "250us"`).
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+        deserializer: D,
+        expecting: &'static str,
+    ) -> Result<Written, D::Error> {
+        deserializer.deserialize_any(WrittenVisitor(expecting))
+    }
+}
+
+struct WrittenVisitor(&'static str);
+
+impl serde::de::Visitor<'_> for WrittenVisitor {
+    type Value = Written;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+        formatter.write_str(self.0)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<Written, E> {
+        Ok(Written::Text(value.to_string()))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, value: i64) -> Result<Written, E> {
+        Ok(Written::Number(value.to_string()))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, value: u64) -> Result<Written, E> {
+        Ok(Written::Number(value.to_string()))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, value: f64) -> Result<Written, E> {
+        Ok(Written::Number(value.to_string()))
+    }
+}
+
 /// A number as written, split from its unit; what [`split`] returns.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Decimal<'a> {

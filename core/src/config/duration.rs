@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use serde::de::{self, Deserialize, Deserializer, Visitor};
+use serde::de::{Deserialize, Deserializer};
 
 use super::decimal::{self, ScaleError};
 
@@ -140,35 +140,17 @@ pub fn format_duration(nanoseconds: u64) -> String {
     format!("{nanoseconds}ns")
 }
 
-struct DurationVisitor;
-
-impl Visitor<'_> for DurationVisitor {
-    type Value = DurationText;
-
-    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
-        formatter.write_str("a duration: a string with a unit like \"250us\" or \"1ms\"")
-    }
-
-    fn visit_str<E: de::Error>(self, value: &str) -> Result<DurationText, E> {
-        Ok(DurationText::Text(value.to_string()))
-    }
-
-    fn visit_i64<E: de::Error>(self, value: i64) -> Result<DurationText, E> {
-        Ok(DurationText::Number(value.to_string()))
-    }
-
-    fn visit_u64<E: de::Error>(self, value: u64) -> Result<DurationText, E> {
-        Ok(DurationText::Number(value.to_string()))
-    }
-
-    fn visit_f64<E: de::Error>(self, value: f64) -> Result<DurationText, E> {
-        Ok(DurationText::Number(value.to_string()))
-    }
-}
-
 impl<'de> Deserialize<'de> for DurationText {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(DurationVisitor)
+        Ok(
+            match decimal::Written::deserialize(
+                deserializer,
+                "a duration: a string with a unit like \"250us\" or \"1ms\"",
+            )? {
+                decimal::Written::Text(text) => DurationText::Text(text),
+                decimal::Written::Number(text) => DurationText::Number(text),
+            },
+        )
     }
 }
 

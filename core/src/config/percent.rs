@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use serde::de::{self, Deserialize, Deserializer, Visitor};
+use serde::de::{Deserialize, Deserializer};
 
 use super::decimal::{self, ScaleError};
 
@@ -121,35 +121,17 @@ pub fn parse_percent(text: &str) -> Result<u32, PercentError> {
         .ok_or_else(above)
 }
 
-struct PercentVisitor;
-
-impl Visitor<'_> for PercentVisitor {
-    type Value = PercentText;
-
-    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
-        formatter.write_str("a percentage: a string like \"60%\" or \"12.5%\"")
-    }
-
-    fn visit_str<E: de::Error>(self, value: &str) -> Result<PercentText, E> {
-        Ok(PercentText::Text(value.to_string()))
-    }
-
-    fn visit_i64<E: de::Error>(self, value: i64) -> Result<PercentText, E> {
-        Ok(PercentText::Number(value.to_string()))
-    }
-
-    fn visit_u64<E: de::Error>(self, value: u64) -> Result<PercentText, E> {
-        Ok(PercentText::Number(value.to_string()))
-    }
-
-    fn visit_f64<E: de::Error>(self, value: f64) -> Result<PercentText, E> {
-        Ok(PercentText::Number(value.to_string()))
-    }
-}
-
 impl<'de> Deserialize<'de> for PercentText {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(PercentVisitor)
+        Ok(
+            match decimal::Written::deserialize(
+                deserializer,
+                "a percentage: a string like \"60%\" or \"12.5%\"",
+            )? {
+                decimal::Written::Text(text) => PercentText::Text(text),
+                decimal::Written::Number(text) => PercentText::Number(text),
+            },
+        )
     }
 }
 
