@@ -37,6 +37,17 @@ pub enum TaskError {
 }
 
 impl TaskError {
+    /// Every refusal.
+    pub const ALL: [TaskError; 7] = [
+        TaskError::NotAllowed,
+        TaskError::NoSuchTask,
+        TaskError::LimitReached,
+        TaskError::InvalidParameters,
+        TaskError::BadAddress,
+        TaskError::NotSchedulable,
+        TaskError::AlreadyLaunched,
+    ];
+
     /// The value returned in x0 (negative, distinct; PSCI's codes where one fits).
     pub const fn code(self) -> i64 {
         match self {

@@ -208,16 +208,7 @@ fn every_refusal_has_its_code_and_changes_nothing() {
         request(MS, 550_000),
         TaskError::NotSchedulable,
     );
-    let codes = [
-        TaskError::NotAllowed,
-        TaskError::NoSuchTask,
-        TaskError::LimitReached,
-        TaskError::InvalidParameters,
-        TaskError::BadAddress,
-        TaskError::NotSchedulable,
-        TaskError::AlreadyLaunched,
-    ]
-    .map(TaskError::code);
+    let codes = TaskError::ALL.map(TaskError::code);
     for (i, code) in codes.iter().enumerate() {
         assert!(*code < 0);
         assert!(!codes[..i].contains(code), "code {code} used twice");

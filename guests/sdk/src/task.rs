@@ -59,17 +59,7 @@ pub struct TaskStats {
 
 /// The error a task service returned in x0, if it is one.
 pub fn task_error(x0: u64) -> Option<TaskError> {
-    [
-        TaskError::NotAllowed,
-        TaskError::NoSuchTask,
-        TaskError::LimitReached,
-        TaskError::InvalidParameters,
-        TaskError::BadAddress,
-        TaskError::NotSchedulable,
-        TaskError::AlreadyLaunched,
-    ]
-    .into_iter()
-    .find(|error| error.to_x0() == x0)
+    TaskError::ALL.into_iter().find(|error| error.to_x0() == x0)
 }
 
 fn result(x0: u64) -> Result<u64, TaskError> {
