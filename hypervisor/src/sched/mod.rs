@@ -2,14 +2,19 @@
 //! contexts, and the events that feed the portable scheduler ([`keel_core::sched`]).
 //!
 //! Ownership: a shared pCPU's [`SharedCpu`] (its scheduler and the contexts of the vCPUs
-//! placed on it) is touched by that pCPU alone; other pCPUs reach its vCPUs by a kick SGI
-//! ([`crate::vm::kick_vcpu`]). Lock order: a pCPU's `SharedCpu`, then a VM's device lock or
-//! the console's. None is held while entering a guest or waiting for an interrupt.
+//! placed on it) is owned by that pCPU; other pCPUs reach its vCPUs by a kick SGI
+//! ([`crate::vm::kick_vcpu`]), except that a task service ([`tasks`]) locks the `SharedCpu`
+//! of the task's pCPU for the few hundred instructions of a create, launch, delete or stats,
+//! and kicks it after. Lock order: the task tables, then a pCPU's `SharedCpu`, then a VM's
+//! device lock or the console's. None is held while entering a guest or waiting for an
+//! interrupt; a pCPU holds its own `SharedCpu` only in short bounded sections.
 //!
 //! Exits are handled in place on the exception stack, as on a pinned pCPU. An exit that gives
-//! the pCPU away ([`give_away`]: WFI, KEEL_YIELD) or after which the scheduler picks another
-//! vCPU ([`reschedule`]: a deadline, a kick) saves the running vCPU's context and enters the
-//! next one on a fresh stack ([`switch_to`]), or waits in the [`run_loop`] if there is none.
+//! the pCPU away ([`give_away`]: WFI, KEEL_YIELD, KEEL_TASK_WAIT) or after which the scheduler
+//! picks another vCPU ([`reschedule`]: a deadline, a kick) saves the running vCPU's context and
+//! enters the next one on a fresh stack ([`switch_to`]), or waits in the [`run_loop`] if there
+//! is none. A vCPU that resets its VM gives its slot to the reload's bounded steps
+//! ([`reload`]), which the scheduler runs and preempts like guest code.
 
 pub mod tasks;
 
