@@ -111,16 +111,17 @@ pub fn launch(caller: usize, handle: u64, release: u64) -> u64 {
         Ok(found) => found,
         Err(error) => return error.to_x0(),
     };
-    if let Err(error) = tables[owner].launch(index) {
-        return error.to_x0();
-    }
     let pcpu = task.pcpu as usize;
     let slot = usize::from(task.slot);
     {
         let mut shared = SHARED[pcpu].lock();
         let vcpu = vm::desc(owner).pcpus.len() + index;
         if shared.placed[slot] != Some(Placed { vm: owner, vcpu }) {
+            // Its VM is being reset: the slot is gone, the table about to be cleared.
             return TaskError::NoSuchTask.to_x0();
+        }
+        if let Err(error) = tables[owner].launch(index) {
+            return error.to_x0();
         }
         let now = timer::now();
         shared.scheduler.start_at(slot, now, release.max(now));
