@@ -15,7 +15,7 @@ use crate::Result;
 
 /// The worst tick lateness the Gandalf scenario accepts, in µs. Derivation, at one
 /// instruction per ns: the EL2 timer's interrupt at the tick's deadline (about 300
-/// instructions), one switch from Linux to the partition (about 1,270: half of the 2,533 of
+/// instructions), one switch from Linux to the partition (about 1,300: half of the 2,611 of
 /// `cargo xtask bench sched`'s pair), the partition's own timer interrupt (140), plus the Keel
 /// handler that was running when the deadline passed: Linux's longest traps on that pCPU (a
 /// console line written out, a vGIC write with its list-register sync) take a few thousand
