@@ -11,6 +11,7 @@ pub mod devices;
 pub mod esr;
 pub mod fdt;
 pub mod hypercall;
+pub mod ipc;
 pub mod ratelimit;
 pub mod rng;
 pub mod sched;

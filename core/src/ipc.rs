@@ -1,0 +1,344 @@
+//! Inter-VM messages (M5150 section IV-B): each destination vCPU or task has its own bounded
+//! incoming queue of whole messages; the hypervisor copies a message in on send and out on
+//! receive. Nothing is ever dropped: a full queue refuses the send, a receive buffer too small
+//! leaves the message queued.
+//!
+//! A [`Queue`] keeps messages in a byte ring the caller provides (statically allocated per
+//! destination, [`Queue::storage_len`] bytes), each as an 8-byte header (length, sender VM,
+//! sender vCPU) and its bytes. A queue of `n` messages of at most `m` bytes has room for `n`
+//! such messages whatever their sizes, so only the count can make it full.
+
+use crate::abi::CallError;
+
+/// Longest message any queue takes: one bounded copy step of Keel's (4 KiB: about 1,300
+/// instructions with interrupts masked).
+pub const MAX_MESSAGE: usize = 4096;
+
+/// Bytes of a message's header in the ring.
+const HEADER: usize = 8;
+
+/// Who sent a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sender {
+    /// The sender's VM id.
+    pub vm: u16,
+    /// Its vCPU (a task's vCPU for a task).
+    pub vcpu: u16,
+}
+
+/// Why a message operation is refused; each has its own code and changes nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MessageError {
+    /// The destination's queue holds as many messages as it may: retry or wait.
+    QueueFull,
+    /// The message is longer than the destination's largest.
+    TooLarge,
+    /// The receive buffer is smaller than the next message (which stays queued).
+    BufferTooSmall,
+    /// No such VM, vCPU or task.
+    UnknownDestination,
+    /// The configuration does not let the sender send to that VM.
+    NotAllowed,
+    /// The buffer is not wholly in the caller's memory.
+    BadBuffer,
+    /// The destination is stopped (powered off, stopped by Keel, or its vCPU off).
+    DestinationStopped,
+    /// Nothing is queued (a receive that does not wait).
+    Empty,
+}
+
+impl MessageError {
+    /// Every refusal.
+    pub const ALL: [MessageError; 8] = [
+        MessageError::QueueFull,
+        MessageError::TooLarge,
+        MessageError::BufferTooSmall,
+        MessageError::UnknownDestination,
+        MessageError::NotAllowed,
+        MessageError::BadBuffer,
+        MessageError::DestinationStopped,
+        MessageError::Empty,
+    ];
+
+    /// The value returned in x0: PSCI's codes where one fits, the rest from -32 down.
+    pub const fn code(self) -> i64 {
+        match self {
+            MessageError::NotAllowed => CallError::Denied as i64,
+            MessageError::BadBuffer => CallError::InvalidAddress as i64,
+            MessageError::QueueFull => -32,
+            MessageError::TooLarge => -33,
+            MessageError::BufferTooSmall => -34,
+            MessageError::UnknownDestination => -35,
+            MessageError::DestinationStopped => -36,
+            MessageError::Empty => -37,
+        }
+    }
+}
+
+/// What a receive took.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Received {
+    /// Who sent it.
+    pub from: Sender,
+    /// Its length (bytes written to the buffer).
+    pub len: usize,
+    /// Messages still queued.
+    pub left: usize,
+}
+
+/// One destination's queue: the bookkeeping of a ring held by the caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Queue {
+    max_messages: usize,
+    max_size: usize,
+    head: usize,
+    used: usize,
+    count: usize,
+}
+
+impl Queue {
+    /// An empty queue of at most `max_messages` messages of at most `max_size` bytes
+    /// (capped at [`MAX_MESSAGE`]).
+    pub const fn new(max_messages: usize, max_size: usize) -> Queue {
+        let max_size = if max_size > MAX_MESSAGE {
+            MAX_MESSAGE
+        } else {
+            max_size
+        };
+        Queue {
+            max_messages,
+            max_size,
+            head: 0,
+            used: 0,
+            count: 0,
+        }
+    }
+
+    /// Bytes of ring storage such a queue needs.
+    pub const fn storage_len(max_messages: usize, max_size: usize) -> usize {
+        let max_size = if max_size > MAX_MESSAGE {
+            MAX_MESSAGE
+        } else {
+            max_size
+        };
+        max_messages * (HEADER + max_size)
+    }
+
+    /// Messages queued.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The largest message it takes.
+    pub fn max_size(&self) -> usize {
+        self.max_size
+    }
+
+    /// Forgets every message (the destination was reset).
+    pub fn clear(&mut self) {
+        self.head = 0;
+        self.used = 0;
+        self.count = 0;
+    }
+
+    /// Queues `message` from `from` at the back; returns how many are queued now. `storage`
+    /// must be the queue's own ring (at least [`Queue::storage_len`] bytes).
+    pub fn send(
+        &mut self,
+        storage: &mut [u8],
+        from: Sender,
+        message: &[u8],
+    ) -> Result<usize, MessageError> {
+        if message.len() > self.max_size {
+            return Err(MessageError::TooLarge);
+        }
+        let ring = Self::storage_len(self.max_messages, self.max_size);
+        if self.count >= self.max_messages || storage.len() < ring || ring == 0 {
+            return Err(MessageError::QueueFull);
+        }
+        let mut header = [0u8; HEADER];
+        header[..4].copy_from_slice(&(message.len() as u32).to_le_bytes());
+        header[4..6].copy_from_slice(&from.vm.to_le_bytes());
+        header[6..].copy_from_slice(&from.vcpu.to_le_bytes());
+        let tail = (self.head + self.used) % ring;
+        let tail = put(&mut storage[..ring], tail, &header);
+        put(&mut storage[..ring], tail, message);
+        self.used += HEADER + message.len();
+        self.count += 1;
+        Ok(self.count)
+    }
+
+    /// The next message's sender and length, if any.
+    pub fn front(&self, storage: &[u8]) -> Option<(Sender, usize)> {
+        if self.count == 0 {
+            return None;
+        }
+        let ring = Self::storage_len(self.max_messages, self.max_size);
+        let mut header = [0u8; HEADER];
+        get(&storage[..ring], self.head, &mut header);
+        let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+        let from = Sender {
+            vm: u16::from_le_bytes([header[4], header[5]]),
+            vcpu: u16::from_le_bytes([header[6], header[7]]),
+        };
+        Some((from, len))
+    }
+
+    /// Moves the next message into `out` (which must hold it whole: otherwise it stays
+    /// queued and the error says so).
+    pub fn receive(&mut self, storage: &[u8], out: &mut [u8]) -> Result<Received, MessageError> {
+        let (from, len) = self.front(storage).ok_or(MessageError::Empty)?;
+        if out.len() < len {
+            return Err(MessageError::BufferTooSmall);
+        }
+        let ring = Self::storage_len(self.max_messages, self.max_size);
+        get(
+            &storage[..ring],
+            (self.head + HEADER) % ring,
+            &mut out[..len],
+        );
+        self.head = (self.head + HEADER + len) % ring;
+        self.used -= HEADER + len;
+        self.count -= 1;
+        if self.count == 0 {
+            self.head = 0;
+        }
+        Ok(Received {
+            from,
+            len,
+            left: self.count,
+        })
+    }
+}
+
+/// Writes `bytes` into `ring` from `at`, wrapping; returns where they end.
+fn put(ring: &mut [u8], at: usize, bytes: &[u8]) -> usize {
+    let first = bytes.len().min(ring.len() - at);
+    ring[at..at + first].copy_from_slice(&bytes[..first]);
+    ring[..bytes.len() - first].copy_from_slice(&bytes[first..]);
+    (at + bytes.len()) % ring.len()
+}
+
+/// Reads `out.len()` bytes of `ring` from `at`, wrapping.
+fn get(ring: &[u8], at: usize, out: &mut [u8]) {
+    let first = out.len().min(ring.len() - at);
+    out[..first].copy_from_slice(&ring[at..at + first]);
+    let rest = out.len() - first;
+    out[first..].copy_from_slice(&ring[..rest]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::Rng;
+    use std::collections::VecDeque;
+    use std::vec::Vec;
+
+    const A: Sender = Sender { vm: 1, vcpu: 0 };
+    const B: Sender = Sender { vm: 2, vcpu: 3 };
+
+    #[test]
+    fn messages_come_out_whole_in_order_with_their_senders() {
+        let mut queue = Queue::new(3, 16);
+        let mut ring = vec![0u8; Queue::storage_len(3, 16)];
+        assert_eq!(queue.send(&mut ring, A, b"hello"), Ok(1));
+        assert_eq!(queue.send(&mut ring, B, b""), Ok(2));
+        assert_eq!(queue.send(&mut ring, A, &[7; 16]), Ok(3));
+        // Full: refused, nothing dropped.
+        assert_eq!(queue.send(&mut ring, B, b"x"), Err(MessageError::QueueFull));
+        assert_eq!(
+            queue.send(&mut ring, B, &[0; 17]),
+            Err(MessageError::TooLarge)
+        );
+        let mut out = [0u8; 16];
+        // Too small a buffer: the message stays queued.
+        assert_eq!(
+            queue.receive(&ring, &mut out[..4]),
+            Err(MessageError::BufferTooSmall)
+        );
+        assert_eq!(queue.len(), 3);
+        let got = queue.receive(&ring, &mut out).unwrap();
+        assert_eq!((got.from, got.len, got.left), (A, 5, 2));
+        assert_eq!(&out[..5], b"hello");
+        assert_eq!(queue.receive(&ring, &mut out).unwrap().len, 0);
+        let got = queue.receive(&ring, &mut out).unwrap();
+        assert_eq!((got.from, got.len, got.left, out), (A, 16, 0, [7; 16]));
+        assert_eq!(queue.receive(&ring, &mut out), Err(MessageError::Empty));
+    }
+
+    /// Random sends and receives of random sizes across the ring's wrap-around, against a
+    /// plain queue: every message comes out once, whole, in order; refusals change nothing.
+    #[test]
+    fn the_ring_matches_a_model() {
+        let mut rng = Rng::new(0x1bc);
+        for (max_messages, max_size) in [(1, 1), (2, 7), (4, 64), (8, 100)] {
+            let mut queue = Queue::new(max_messages, max_size);
+            let mut ring = vec![0u8; Queue::storage_len(max_messages, max_size)];
+            let mut model: VecDeque<(Sender, Vec<u8>)> = VecDeque::new();
+            for step in 0..5_000u32 {
+                if rng.below(2) == 0 {
+                    let len = rng.below(max_size as u64 + 2) as usize;
+                    let message: Vec<u8> = (0..len).map(|i| (step as usize + i) as u8).collect();
+                    let from = if rng.below(2) == 0 { A } else { B };
+                    let result = queue.send(&mut ring, from, &message);
+                    let expected = if len > max_size {
+                        Err(MessageError::TooLarge)
+                    } else if model.len() == max_messages {
+                        Err(MessageError::QueueFull)
+                    } else {
+                        model.push_back((from, message));
+                        Ok(model.len())
+                    };
+                    assert_eq!(result, expected);
+                } else {
+                    let mut out = vec![0u8; rng.below(max_size as u64 + 1) as usize];
+                    let result = queue.receive(&ring, &mut out);
+                    match model.front() {
+                        None => assert_eq!(result, Err(MessageError::Empty)),
+                        Some((_, m)) if m.len() > out.len() => {
+                            assert_eq!(result, Err(MessageError::BufferTooSmall))
+                        }
+                        Some(_) => {
+                            let (from, message) = model.pop_front().unwrap();
+                            let got = result.unwrap();
+                            assert_eq!(
+                                (got.from, got.len, got.left),
+                                (from, message.len(), model.len())
+                            );
+                            assert_eq!(&out[..got.len], &message[..]);
+                        }
+                    }
+                }
+                assert_eq!(queue.len(), model.len());
+            }
+        }
+    }
+
+    #[test]
+    fn codes_are_distinct_and_negative() {
+        let codes = MessageError::ALL.map(MessageError::code);
+        for (i, code) in codes.iter().enumerate() {
+            assert!(*code < 0);
+            assert!(!codes[..i].contains(code), "code {code} used twice");
+        }
+        // Distinct from the task services' codes too (one error space for Keel's calls).
+        for task in crate::tasks::TaskError::ALL {
+            let shared = codes.contains(&task.code());
+            let meaning_shared = matches!(task.code(), -3 | -9);
+            assert_eq!(shared, meaning_shared, "{task:?}");
+        }
+    }
+
+    #[test]
+    fn sizes_are_capped_at_one_copy_step() {
+        assert_eq!(Queue::new(2, 1 << 20).max_size(), MAX_MESSAGE);
+        assert_eq!(Queue::storage_len(2, 1 << 20), 2 * (HEADER + MAX_MESSAGE));
+        let mut queue = Queue::new(0, 8);
+        assert_eq!(queue.send(&mut [], A, b"x"), Err(MessageError::QueueFull));
+    }
+}
