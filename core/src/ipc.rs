@@ -147,7 +147,8 @@ impl Queue {
     }
 
     /// Queues `message` from `from` at the back; returns how many are queued now. `storage`
-    /// must be the queue's own ring (at least [`Queue::storage_len`] bytes).
+    /// is the queue's own ring, [`Queue::storage_len`] bytes (a shorter one holds nothing:
+    /// every send is refused as full, and a receive finds nothing).
     pub fn send(
         &mut self,
         storage: &mut [u8],
@@ -178,9 +179,9 @@ impl Queue {
         if self.count == 0 {
             return None;
         }
-        let ring = Self::storage_len(self.max_messages, self.max_size);
+        let ring = storage.get(..Self::storage_len(self.max_messages, self.max_size))?;
         let mut header = [0u8; HEADER];
-        get(&storage[..ring], self.head, &mut header);
+        get(ring, self.head, &mut header);
         let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
         let from = Sender {
             vm: u16::from_le_bytes([header[4], header[5]]),
@@ -196,6 +197,7 @@ impl Queue {
         if out.len() < len {
             return Err(MessageError::BufferTooSmall);
         }
+        // `front` found the ring whole in `storage`.
         let ring = Self::storage_len(self.max_messages, self.max_size);
         get(
             &storage[..ring],
@@ -340,5 +342,14 @@ mod tests {
         assert_eq!(Queue::storage_len(2, 1 << 20), 2 * (HEADER + MAX_MESSAGE));
         let mut queue = Queue::new(0, 8);
         assert_eq!(queue.send(&mut [], A, b"x"), Err(MessageError::QueueFull));
+        let mut queue = Queue::new(2, 8);
+        assert_eq!(
+            queue.send(&mut [0; 4], A, b"x"),
+            Err(MessageError::QueueFull)
+        );
+        assert_eq!(
+            queue.receive(&[0; 4], &mut [0; 8]),
+            Err(MessageError::Empty)
+        );
     }
 }
