@@ -700,10 +700,14 @@ pub fn kick_vcpu(id: usize, vcpu: usize) {
         return;
     };
     if pcpu as usize != cpu::index() || is_shared_pcpu(pcpu) {
-        gic::send_sgi(
-            crate::irq::KICK_SGI,
-            CPUS[pcpu as usize].mpidr.load(Ordering::Relaxed),
-        );
+        kick_pcpu(pcpu as usize);
+    }
+}
+
+/// Sends the kick SGI to pCPU `pcpu` (also this one: it is then taken at the next exit).
+pub fn kick_pcpu(pcpu: usize) {
+    if let Some(target) = CPUS.get(pcpu) {
+        gic::send_sgi(crate::irq::KICK_SGI, target.mpidr.load(Ordering::Relaxed));
     }
 }
 

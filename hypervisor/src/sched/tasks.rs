@@ -30,16 +30,6 @@ pub enum After {
     Stop,
 }
 
-/// Sends a kick to pCPU `pcpu` (also this one: its scheduler looks again at the next exit).
-fn kick_pcpu(pcpu: usize) {
-    crate::arch::gic::send_sgi(
-        crate::irq::KICK_SGI,
-        vm::percpu(pcpu)
-            .mpidr
-            .load(core::sync::atomic::Ordering::Relaxed),
-    );
-}
-
 /// KEEL_TASK_CREATE from VM `id`.
 pub fn create(id: usize, request: &TaskRequest) -> u64 {
     let desc = vm::desc(id);
@@ -86,12 +76,32 @@ pub fn create(id: usize, request: &TaskRequest) -> u64 {
     tasks::handle(id, admitted.index)
 }
 
-/// The task `handle` names, if VM `caller` may manage it: `(owner, index, task)`.
-fn lookup(
-    tables: &[TaskTable; MAX_VMS],
-    caller: usize,
-    handle: u64,
-) -> Result<(usize, usize, tasks::Task), TaskError> {
+/// A task `handle` names, which the caller may manage.
+struct Found {
+    /// Its index in the partition's table.
+    index: usize,
+    /// Where it is scheduled.
+    task: tasks::Task,
+    /// What its slot holds while the task exists: its partition, and its vCPU (the
+    /// partition's configured ones plus its index).
+    placed: Placed,
+}
+
+impl Found {
+    /// Its slot on its pCPU.
+    fn slot(&self) -> usize {
+        usize::from(self.task.slot)
+    }
+
+    /// Whether `shared` (its pCPU's) still holds it: not if its VM was reset or ended since
+    /// (the slot is then gone, and the table about to be cleared).
+    fn is_in(&self, shared: &super::SharedCpu) -> bool {
+        shared.placed[self.slot()] == Some(self.placed)
+    }
+}
+
+/// The task `handle` names, if VM `caller` may manage it.
+fn lookup(tables: &[TaskTable; MAX_VMS], caller: usize, handle: u64) -> Result<Found, TaskError> {
     let (owner, index) = tasks::parse_handle(handle).ok_or(TaskError::NoSuchTask)?;
     if owner >= SYSTEM.vms.len() {
         return Err(TaskError::NoSuchTask);
@@ -100,65 +110,61 @@ fn lookup(
         return Err(TaskError::NotAllowed);
     }
     let task = tables[owner].get(index)?;
-    Ok((owner, index, task))
+    let vcpu = vm::desc(owner).pcpus.len() + index;
+    Ok(Found {
+        index,
+        task,
+        placed: Placed { vm: owner, vcpu },
+    })
 }
 
 /// KEEL_TASK_LAUNCH from VM `caller`: first release at `release` (counter ticks; 0 or a time
 /// passed: now).
 pub fn launch(caller: usize, handle: u64, release: u64) -> u64 {
     let mut tables = TABLES.lock();
-    let (owner, index, task) = match lookup(&tables, caller, handle) {
+    let found = match lookup(&tables, caller, handle) {
         Ok(found) => found,
         Err(error) => return error.to_x0(),
     };
-    let pcpu = task.pcpu as usize;
-    let slot = usize::from(task.slot);
+    let pcpu = found.task.pcpu as usize;
     {
         let mut shared = SHARED[pcpu].lock();
-        let vcpu = vm::desc(owner).pcpus.len() + index;
-        if shared.placed[slot] != Some(Placed { vm: owner, vcpu }) {
-            // Its VM is being reset: the slot is gone, the table about to be cleared.
+        if !found.is_in(&shared) {
             return TaskError::NoSuchTask.to_x0();
         }
-        if let Err(error) = tables[owner].launch(index) {
+        if let Err(error) = tables[found.placed.vm].launch(found.index) {
             return error.to_x0();
         }
-        let now = timer::now();
+        let (slot, now) = (found.slot(), timer::now());
         shared.scheduler.start_at(slot, now, release.max(now));
         shared.started |= 1 << slot;
         shared.fresh |= 1 << slot;
-        vm::vm(owner).set_vcpu_power(vcpu, VcpuPower::On);
+        vm::vm(found.placed.vm).set_vcpu_power(found.placed.vcpu, VcpuPower::On);
     }
     drop(tables);
-    kick_pcpu(pcpu);
+    vm::kick_pcpu(pcpu);
     0
 }
 
 /// KEEL_TASK_DELETE from vCPU `vcpu` of VM `caller`.
 pub fn delete(caller: usize, vcpu: usize, handle: u64) -> After {
     let mut tables = TABLES.lock();
-    let (owner, index, task) = match lookup(&tables, caller, handle) {
+    let found = match lookup(&tables, caller, handle) {
         Ok(found) => found,
         Err(error) => return After::Resume(error.to_x0()),
     };
-    let _ = tables[owner].delete(index);
-    let pcpu = task.pcpu as usize;
-    let slot = usize::from(task.slot);
-    let task_vcpu = vm::desc(owner).pcpus.len() + index;
+    let _ = tables[found.placed.vm].delete(found.index);
+    let pcpu = found.task.pcpu as usize;
+    let slot = found.slot();
     let mut after = After::Resume(0);
     {
         let mut guard = SHARED[pcpu].lock();
         let shared = &mut *guard;
-        if shared.placed[slot]
-            == Some(Placed {
-                vm: owner,
-                vcpu: task_vcpu,
-            })
-        {
+        if found.is_in(shared) {
             if shared.loaded == Some(slot) {
                 // Running: here, it is the caller itself; elsewhere, it stops at the kick.
                 shared.doomed |= 1 << slot;
-                if pcpu == cpu::index() && caller == owner && vcpu == task_vcpu {
+                if pcpu == cpu::index() && found.placed == (Placed { vm: caller, vcpu }) {
                     after = After::Stop;
                 }
             } else {
@@ -168,7 +174,7 @@ pub fn delete(caller: usize, vcpu: usize, handle: u64) -> After {
     }
     drop(tables);
     if matches!(after, After::Resume(_)) {
-        kick_pcpu(pcpu);
+        vm::kick_pcpu(pcpu);
     }
     after
 }
@@ -176,17 +182,16 @@ pub fn delete(caller: usize, vcpu: usize, handle: u64) -> After {
 /// KEEL_TASK_STATS from VM `caller`: x0..x5 (see [`keel_core::abi::KEEL_TASK_STATS`]).
 pub fn stats(caller: usize, handle: u64, regs: &mut GuestRegs) -> u64 {
     let tables = TABLES.lock();
-    let (owner, index, task) = match lookup(&tables, caller, handle) {
+    let found = match lookup(&tables, caller, handle) {
         Ok(found) => found,
         Err(error) => return error.to_x0(),
     };
     let stats = {
-        let shared = SHARED[task.pcpu as usize].lock();
-        let vcpu = vm::desc(owner).pcpus.len() + index;
-        if shared.placed[usize::from(task.slot)] != Some(Placed { vm: owner, vcpu }) {
+        let shared = SHARED[found.task.pcpu as usize].lock();
+        if !found.is_in(&shared) {
             return TaskError::NoSuchTask.to_x0();
         }
-        shared.scheduler.stats(usize::from(task.slot))
+        shared.scheduler.stats(found.slot())
     };
     let ns = timer::ticks_to_ns;
     regs.x[1] = stats.deadline_misses;
