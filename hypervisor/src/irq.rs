@@ -29,6 +29,16 @@ pub struct Handled {
     pub reschedule: bool,
 }
 
+/// A poll point between two bounded steps of a long operation at `site` (a VM's reload):
+/// the interrupts that arrived are served, which ends the interrupts-masked stretch
+/// ([`crate::masked`]); the next step begins a new one.
+pub fn serve_between_steps(site: keel_core::abi::MaskedSite) -> Handled {
+    crate::masked::end();
+    let handled = handle_pending();
+    crate::masked::begin(site);
+    handled
+}
+
 /// Handles every pending physical interrupt. Runs with IRQs masked at EL2.
 pub fn handle_pending() -> Handled {
     let mut handled = Handled::default();

@@ -636,14 +636,9 @@ pub fn reset_finish(id: usize) {
 /// steps run here, with the interrupts that arrive meanwhile served between two steps, then
 /// the reset ends. The caller parks.
 pub fn reload_here(id: usize) {
-    loop {
-        crate::masked::at(keel_core::abi::MaskedSite::Reload);
-        if reload_step(id) {
-            break;
-        }
-        crate::masked::end();
-        let _ = crate::irq::handle_pending();
-        crate::masked::begin(keel_core::abi::MaskedSite::Reload);
+    crate::masked::at(keel_core::abi::MaskedSite::Reload);
+    while !reload_step(id) {
+        let _ = crate::irq::serve_between_steps(keel_core::abi::MaskedSite::Reload);
     }
     reset_finish(id);
 }

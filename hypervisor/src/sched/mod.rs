@@ -413,10 +413,7 @@ fn run_reload(slot: usize, id: usize) -> ! {
             vm::reset_finish(id);
             run_loop()
         }
-        crate::masked::end();
-        let handled = irq::handle_pending();
-        crate::masked::begin(MaskedSite::Reload);
-        if handled.reschedule {
+        if irq::serve_between_steps(MaskedSite::Reload).reschedule {
             let next = decide(&mut this_shared().lock(), timer::now());
             if next != Some(slot) {
                 switch_to(next)
