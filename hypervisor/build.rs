@@ -36,4 +36,5 @@ pub static SYSTEM: keel_core::system::SystemDesc = keel_core::system::SystemDesc
     switch_cost_ns: 0,
     vms: &[],
 };
+pub const MESSAGE_POOL: usize = 0;
 "#;

@@ -53,6 +53,19 @@ pub const KEEL_TASK_STATS: u32 = keel_call(0x14);
 /// spent on, and the guest's PC). NOT_SUPPORTED if the pCPU does not exist.
 pub const KEEL_MASKED_STRETCH: u32 = keel_call(0x20);
 
+/// Sends a message (see [`crate::ipc`]): x1 = destination VM, x2 = its vCPU (a task: the
+/// VM's configured vCPUs plus the task's index, as KEEL_VM_ID tells the task), x3 = the
+/// message's guest-physical address, x4 = its length. Keel copies it into the destination's
+/// queue and raises the destination VM's message interrupt at that vCPU. Returns the number
+/// of messages now queued there, or a negative [`crate::ipc::MessageError`] code.
+pub const KEEL_MSG_SEND: u32 = keel_call(0x30);
+/// Receives the caller's next message: x1 = buffer (guest-physical), x2 = its capacity,
+/// x3 = how long to wait if none is queued: 0 not at all, otherwise until the virtual counter
+/// reaches x3 (`u64::MAX`: for ever); the caller's pCPU is given away meanwhile. Returns
+/// x0 = the length, x1 = the sender's VM, x2 = its vCPU, x3 = messages still queued; or a
+/// negative [`crate::ipc::MessageError`] code (buffer too small: x1 = the message's length).
+pub const KEEL_MSG_RECV: u32 = keel_call(0x31);
+
 /// Where Keel ran with interrupts masked: the handler a stretch ended in, as
 /// [`KEEL_MASKED_STRETCH`] reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

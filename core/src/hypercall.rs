@@ -31,6 +31,10 @@ pub enum Call {
     TaskWait,
     /// [`abi::KEEL_TASK_STATS`] of a handle.
     TaskStats(u64),
+    /// [`abi::KEEL_MSG_SEND`].
+    MsgSend(crate::ipc::SendRequest),
+    /// [`abi::KEEL_MSG_RECV`].
+    MsgRecv(crate::ipc::ReceiveRequest),
     /// [`abi::KEEL_MASKED_STRETCH`].
     MaskedStretch {
         /// The pCPU asked about.
@@ -121,6 +125,17 @@ pub fn decode(regs: &[u64; 8]) -> Call {
         abi::KEEL_TASK_DELETE => Call::TaskDelete(regs[1]),
         abi::KEEL_TASK_WAIT => Call::TaskWait,
         abi::KEEL_TASK_STATS => Call::TaskStats(regs[1]),
+        abi::KEEL_MSG_SEND => Call::MsgSend(crate::ipc::SendRequest {
+            vm: regs[1],
+            vcpu: regs[2],
+            buffer: regs[3],
+            len: regs[4],
+        }),
+        abi::KEEL_MSG_RECV => Call::MsgRecv(crate::ipc::ReceiveRequest {
+            buffer: regs[1],
+            capacity: regs[2],
+            wait_until: regs[3],
+        }),
         abi::KEEL_MASKED_STRETCH => Call::MaskedStretch {
             pcpu: regs[1],
             reset: regs[2] == 1,
@@ -256,6 +271,27 @@ mod tests {
                 pcpu: 1,
                 reset: true
             }
+        );
+    }
+
+    #[test]
+    fn decodes_message_services() {
+        assert_eq!(
+            decode(&[0xC600_0030, 1, 2, 0x4000_1000, 100, 9, 9, 9]),
+            Call::MsgSend(crate::ipc::SendRequest {
+                vm: 1,
+                vcpu: 2,
+                buffer: 0x4000_1000,
+                len: 100,
+            })
+        );
+        assert_eq!(
+            decode(&[0xC600_0031, 0x4000_2000, 64, u64::MAX, 9, 9, 9, 9]),
+            Call::MsgRecv(crate::ipc::ReceiveRequest {
+                buffer: 0x4000_2000,
+                capacity: 64,
+                wait_until: u64::MAX,
+            })
         );
     }
 

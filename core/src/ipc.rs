@@ -9,6 +9,7 @@
 //! such messages whatever their sizes, so only the count can make it full.
 
 use crate::abi::CallError;
+use crate::system::{MessageGrant, VmDesc};
 
 /// Longest message any queue takes: one bounded copy step of Keel's (4 KiB: about 1,300
 /// instructions with interrupts masked).
@@ -60,6 +61,13 @@ impl MessageError {
         MessageError::Empty,
     ];
 
+    /// The refusal x0 holds, if it holds one.
+    pub fn from_x0(x0: u64) -> Option<MessageError> {
+        Self::ALL
+            .into_iter()
+            .find(|error| error.code() == x0 as i64)
+    }
+
     /// The value returned in x0: PSCI's codes where one fits, the rest from -32 down.
     pub const fn code(self) -> i64 {
         match self {
@@ -73,6 +81,58 @@ impl MessageError {
             MessageError::Empty => -37,
         }
     }
+}
+
+/// KEEL_MSG_SEND's arguments, as the guest gave them (every one unchecked).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendRequest {
+    /// Destination VM id.
+    pub vm: u64,
+    /// Destination vCPU (a task's vCPU for a task).
+    pub vcpu: u64,
+    /// Guest-physical address of the message.
+    pub buffer: u64,
+    /// Its length in bytes.
+    pub len: u64,
+}
+
+/// KEEL_MSG_RECV's arguments, as the guest gave them (every one unchecked).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReceiveRequest {
+    /// Guest-physical address of the buffer.
+    pub buffer: u64,
+    /// Its capacity in bytes.
+    pub capacity: u64,
+    /// 0: do not wait; otherwise wait for a message until the virtual counter reaches this
+    /// (`u64::MAX`: for ever).
+    pub wait_until: u64,
+}
+
+/// The destination a send names, once checked against the configuration: the VM's index,
+/// the vCPU, and its queues' grant. Checked in this order, each refusal its own code:
+/// unknown VM or vCPU, a VM the sender may not send to (no `messages` table, or the sender
+/// not in its `from`), a message longer than its largest. Whether the buffer is the sender's
+/// and whether the destination runs are the caller's to check.
+pub fn destination<'a>(
+    vms: &'a [VmDesc],
+    sender: usize,
+    request: &SendRequest,
+) -> Result<(usize, usize, &'a MessageGrant), MessageError> {
+    let id = usize::try_from(request.vm).map_err(|_| MessageError::UnknownDestination)?;
+    let desc = vms.get(id).ok_or(MessageError::UnknownDestination)?;
+    let vcpu = usize::try_from(request.vcpu)
+        .ok()
+        .filter(|&vcpu| vcpu < desc.vcpu_count())
+        .ok_or(MessageError::UnknownDestination)?;
+    let grant = desc
+        .messages
+        .as_ref()
+        .filter(|grant| grant.allows(sender))
+        .ok_or(MessageError::NotAllowed)?;
+    if request.len > u64::from(grant.size) {
+        return Err(MessageError::TooLarge);
+    }
+    Ok((id, vcpu, grant))
 }
 
 /// What a receive took.
@@ -155,6 +215,18 @@ impl Queue {
         from: Sender,
         message: &[u8],
     ) -> Result<usize, MessageError> {
+        self.send_with(storage, from, message, copy_slice)
+    }
+
+    /// [`Queue::send`], the message's bytes copied with `copy` (Keel's: whole load/store pairs
+    /// whatever the alignment, where `copy_from_slice` copies a misaligned slice byte by byte).
+    pub fn send_with(
+        &mut self,
+        storage: &mut [u8],
+        from: Sender,
+        message: &[u8],
+        copy: CopyFn,
+    ) -> Result<usize, MessageError> {
         if message.len() > self.max_size {
             return Err(MessageError::TooLarge);
         }
@@ -167,8 +239,8 @@ impl Queue {
         header[4..6].copy_from_slice(&from.vm.to_le_bytes());
         header[6..].copy_from_slice(&from.vcpu.to_le_bytes());
         let tail = (self.head + self.used) % ring;
-        let tail = put(&mut storage[..ring], tail, &header);
-        put(&mut storage[..ring], tail, message);
+        let tail = put(&mut storage[..ring], tail, &header, copy_slice);
+        put(&mut storage[..ring], tail, message, copy);
         self.used += HEADER + message.len();
         self.count += 1;
         Ok(self.count)
@@ -181,7 +253,7 @@ impl Queue {
         }
         let ring = storage.get(..Self::storage_len(self.max_messages, self.max_size))?;
         let mut header = [0u8; HEADER];
-        get(ring, self.head, &mut header);
+        get(ring, self.head, &mut header, copy_slice);
         let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
         let from = Sender {
             vm: u16::from_le_bytes([header[4], header[5]]),
@@ -193,6 +265,16 @@ impl Queue {
     /// Moves the next message into `out` (which must hold it whole: otherwise it stays
     /// queued and the error says so).
     pub fn receive(&mut self, storage: &[u8], out: &mut [u8]) -> Result<Received, MessageError> {
+        self.receive_with(storage, out, copy_slice)
+    }
+
+    /// [`Queue::receive`], the message's bytes copied with `copy`.
+    pub fn receive_with(
+        &mut self,
+        storage: &[u8],
+        out: &mut [u8],
+        copy: CopyFn,
+    ) -> Result<Received, MessageError> {
         let (from, len) = self.front(storage).ok_or(MessageError::Empty)?;
         if out.len() < len {
             return Err(MessageError::BufferTooSmall);
@@ -203,6 +285,7 @@ impl Queue {
             &storage[..ring],
             (self.head + HEADER) % ring,
             &mut out[..len],
+            copy,
         );
         self.head = (self.head + HEADER + len) % ring;
         self.used -= HEADER + len;
@@ -218,20 +301,27 @@ impl Queue {
     }
 }
 
+/// How message bytes are copied: `copy(destination, source)`, both of one length.
+pub type CopyFn = fn(&mut [u8], &[u8]);
+
+fn copy_slice(destination: &mut [u8], source: &[u8]) {
+    destination.copy_from_slice(source);
+}
+
 /// Writes `bytes` into `ring` from `at`, wrapping; returns where they end.
-fn put(ring: &mut [u8], at: usize, bytes: &[u8]) -> usize {
+fn put(ring: &mut [u8], at: usize, bytes: &[u8], copy: CopyFn) -> usize {
     let first = bytes.len().min(ring.len() - at);
-    ring[at..at + first].copy_from_slice(&bytes[..first]);
-    ring[..bytes.len() - first].copy_from_slice(&bytes[first..]);
+    copy(&mut ring[at..at + first], &bytes[..first]);
+    copy(&mut ring[..bytes.len() - first], &bytes[first..]);
     (at + bytes.len()) % ring.len()
 }
 
 /// Reads `out.len()` bytes of `ring` from `at`, wrapping.
-fn get(ring: &[u8], at: usize, out: &mut [u8]) {
+fn get(ring: &[u8], at: usize, out: &mut [u8], copy: CopyFn) {
     let first = out.len().min(ring.len() - at);
-    out[..first].copy_from_slice(&ring[at..at + first]);
+    copy(&mut out[..first], &ring[at..at + first]);
     let rest = out.len() - first;
-    out[first..].copy_from_slice(&ring[..rest]);
+    copy(&mut out[first..], &ring[..rest]);
 }
 
 #[cfg(test)]
@@ -326,6 +416,10 @@ mod tests {
         let codes = MessageError::ALL.map(MessageError::code);
         for (i, code) in codes.iter().enumerate() {
             assert!(*code < 0);
+            assert_eq!(
+                MessageError::from_x0(*code as u64),
+                Some(MessageError::ALL[i])
+            );
             assert!(!codes[..i].contains(code), "code {code} used twice");
         }
         // Distinct from the task services' codes too (one error space for Keel's calls).

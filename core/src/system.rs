@@ -58,6 +58,43 @@ pub struct VmDesc {
     pub pmu: bool,
     /// Real-time task services: `None` if the VM may not create tasks.
     pub tasks: Option<TaskGrant>,
+    /// Incoming messages (KEEL_MSG_*): `None` if no VM may send to this one.
+    pub messages: Option<MessageGrant>,
+}
+
+/// A VM's incoming message queues (its `messages` table): each of its vCPUs and tasks has a
+/// queue of its own, all alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MessageGrant {
+    /// Most messages one queue holds (1..=[`MAX_QUEUE_DEPTH`]).
+    pub depth: u16,
+    /// Largest message, in bytes (1..=[`crate::ipc::MAX_MESSAGE`]).
+    pub size: u16,
+    /// The virtual interrupt raised at the receiving vCPU when a message is queued: an SGI
+    /// (0..=15), or an SPI (32..[`crate::devices::vgic::NR_IRQS`]) the VM owns and routes.
+    pub intid: u32,
+    /// The VMs (by id) that may send to it, in the order written.
+    pub senders: &'static [u8],
+    /// Where its queues' rings start in Keel's message pool: its vCPUs' and tasks' rings follow
+    /// one another from there, each [`crate::ipc::Queue::storage_len`]`(depth, size)` bytes.
+    pub pool_offset: usize,
+}
+
+/// Most messages one queue may hold.
+pub const MAX_QUEUE_DEPTH: usize = 256;
+/// Most bytes all message queues of a system may take in Keel's memory together.
+pub const MAX_MESSAGE_POOL: usize = 1 << 20;
+
+impl MessageGrant {
+    /// Bytes of one queue's ring.
+    pub const fn ring_len(&self) -> usize {
+        crate::ipc::Queue::storage_len(self.depth as usize, self.size as usize)
+    }
+
+    /// Whether VM `sender` may send to this VM.
+    pub fn allows(&self, sender: usize) -> bool {
+        self.senders.iter().any(|&id| usize::from(id) == sender)
+    }
 }
 
 /// What a partition may do with real-time tasks at run time (its `tasks` table).
@@ -92,6 +129,11 @@ pub struct SystemDesc {
 }
 
 impl VmDesc {
+    /// Its vCPUs: the configured ones, then as many as it may create tasks.
+    pub fn vcpu_count(&self) -> usize {
+        self.pcpus.len() + self.tasks.map_or(0, |grant| usize::from(grant.max))
+    }
+
     /// The VM's guest-physical memory regions: its RAM, then its flash if it has one.
     pub fn regions(&self) -> impl Iterator<Item = MemoryRegion> + '_ {
         core::iter::once(self.memory).chain(self.flash)
@@ -135,6 +177,7 @@ mod tests {
             wfi: WfiPolicy::Native,
             pmu: false,
             tasks: None,
+            messages: None,
         };
         let found = |ipa, len| vm.region_of(GuestPhysAddr(ipa), len).map(|r| r.phys.0);
         assert_eq!(found(0x4000_0000, 4), Some(0x6000_0000));

@@ -7,7 +7,7 @@ compile_error!("the configuration rule tests need keel-core's `std` feature (on 
 
 use std::path::{Path, PathBuf};
 
-use keel_core::config::{emit_rust, load, parse_str, ImageSource, System, Tasks};
+use keel_core::config::{emit_rust, load, parse_str, ImageSource, Messages, System, Tasks};
 use keel_core::sched::{Params, Policy, Reservation};
 use keel_core::system::WfiPolicy;
 
@@ -272,6 +272,119 @@ fn task_allowances_may_fill_a_pcpu_exactly() {
 }
 
 #[test]
+fn messages_resolve_to_grants_laid_out_in_one_pool() {
+    let system = load_fixture("valid-messages.toml");
+    assert_eq!(
+        system.vms[0].messages,
+        Some(Messages {
+            depth: 8,
+            size: 256,
+            intid: 9,
+            senders: vec![2, 1],
+            pool_offset: 0,
+        }),
+        "senders in the order written, later VMs included"
+    );
+    assert_eq!(system.vms[1].messages, None);
+    assert_eq!(
+        system.vms[2].messages,
+        Some(Messages {
+            depth: 4,
+            size: 64,
+            intid: 40,
+            senders: vec![0, 2],
+            // rt-a's two vCPUs and three tasks: five rings of 8 * (8 + 256) bytes.
+            pool_offset: 10_560,
+        }),
+        "the VM itself may send, and its rings follow rt-a's (rt-b has none)"
+    );
+    // be's three vCPUs: three rings of 4 * (8 + 64) bytes.
+    assert_eq!(system.message_pool_len(), 10_560 + 864);
+    assert_eq!(load_fixture("valid-tasks.toml").message_pool_len(), 0);
+}
+
+#[test]
+fn messages_are_emitted_as_message_grants_and_the_pool_size() {
+    let system = load_fixture("valid-messages.toml");
+    let dtbs: Vec<PathBuf> = system
+        .vms
+        .iter()
+        .map(|vm| PathBuf::from(format!("/out/{}.dtb", vm.name)))
+        .collect();
+    let source = emit_rust(&system, &dtbs);
+    for expected in [
+        "messages: Some(::keel_core::system::MessageGrant { depth: 8, size: 256, intid: 9, \
+         senders: &[2, 1], pool_offset: 0 }),",
+        "messages: None,",
+        "messages: Some(::keel_core::system::MessageGrant { depth: 4, size: 64, intid: 40, \
+         senders: &[0, 2], pool_offset: 10560 }),",
+        "\n};\npub const MESSAGE_POOL: usize = 11424;\n",
+    ] {
+        assert!(
+            source.contains(expected),
+            "missing {expected:?} in:\n{source}"
+        );
+    }
+    syn::parse_file(&source).expect("emitted Rust parses");
+}
+
+/// `valid-messages.toml` with each `(old, new)` of `replacements` made, compiled.
+fn valid_messages_with_all(replacements: &[(&str, &str)]) -> Result<System, String> {
+    let path = Path::new(FIXTURES).join("valid-messages.toml");
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    for (old, new) in replacements {
+        assert_eq!(text.matches(old).count(), 1, "{old:?}");
+        text = text.replace(old, new);
+    }
+    parse_str(&text, &path, &guest_image).map_err(|error| error.to_string())
+}
+
+/// `valid-messages.toml` with `old` replaced by `new`, compiled.
+fn valid_messages_with(old: &str, new: &str) -> Result<System, String> {
+    valid_messages_with_all(&[(old, new)])
+}
+
+#[test]
+fn message_queues_may_fill_the_pool_exactly() {
+    // rt-a: five rings of 64 * (8 + 504) bytes, 163840; be: three of 256 * (8 + 1144), 884736;
+    // together 1 MiB, and one byte more per message of be's is refused.
+    let with_sizes = |be_size: u32| {
+        valid_messages_with_all(&[
+            ("depth = 8, size = 256", "depth = 64, size = 504"),
+            (
+                "depth = 4, size = 64",
+                &format!("depth = 256, size = {be_size}"),
+            ),
+        ])
+    };
+    let system = with_sizes(1144).unwrap();
+    assert_eq!(
+        system.vms[2].messages.as_ref().unwrap().pool_offset,
+        163_840
+    );
+    assert_eq!(system.message_pool_len(), 1 << 20);
+    assert_eq!(
+        with_sizes(1145).unwrap_err(),
+        "tests/fixtures/valid-messages.toml: vm 'be': messages: the message queues take \
+         1049344 bytes in all, above Keel's 1048576"
+    );
+}
+
+#[test]
+fn the_console_interrupt_is_free_without_the_console() {
+    let system = valid_messages_with_all(&[
+        (
+            "pcpus = [1, 3, 3]\ndevices = [\"console\"]",
+            "pcpus = [1, 3, 3]\ndevices = []",
+        ),
+        ("interrupt = 40", "interrupt = 33"),
+    ])
+    .unwrap();
+    assert!(!system.vms[2].console);
+    assert_eq!(system.vms[2].messages.as_ref().unwrap().intid, 33);
+}
+
+#[test]
 fn linux_image_loads_at_text_offset() {
     let system = load_fixture("valid-linux.toml");
     let vm = &system.vms[0];
@@ -367,7 +480,7 @@ fn rule_1_toml_syntax_error_has_line_and_column() {
 fn rule_1_unknown_field() {
     assert_rejected(
         "toml-unknown-field.toml",
-        "14:1: unknown field `memroy`, expected one of `name`, `image`, `initrd`, `memory`, `ipa`, `flash`, `pcpus`, `schedule`, `tasks`, `devices`, `cmdline`, `wfi`, `pmu`",
+        "14:1: unknown field `memroy`, expected one of `name`, `image`, `initrd`, `memory`, `ipa`, `flash`, `pcpus`, `schedule`, `tasks`, `messages`, `devices`, `cmdline`, `wfi`, `pmu`",
     );
 }
 
@@ -1397,5 +1510,143 @@ fn rule_19_manager_listed_twice() {
     assert_rejected(
         "tasks-manager-twice.toml",
         "vm 'rt-a': tasks.managers: 'be' is listed twice",
+    );
+}
+
+// ---- Rule 20: message queues -------------------------------------------------------------------
+
+#[test]
+fn rule_20_depth_out_of_range() {
+    assert_rejected(
+        "messages-depth-range.toml",
+        "vm 'rt-a': messages.depth: 300 is outside 1..=256",
+    );
+    for depth in ["0", "-1", "65536"] {
+        assert_eq!(
+            valid_messages_with("depth = 8", &format!("depth = {depth}")).unwrap_err(),
+            format!(
+                "tests/fixtures/valid-messages.toml: vm 'rt-a': messages.depth: {depth} is \
+                 outside 1..=256"
+            )
+        );
+    }
+    valid_messages_with("depth = 8", "depth = 256").expect("the deepest queue is allowed");
+}
+
+#[test]
+fn rule_20_size_out_of_range() {
+    assert_rejected(
+        "messages-size-range.toml",
+        "vm 'rt-a': messages.size: 5000 is outside 1..=4096 bytes",
+    );
+    for size in ["0", "-256", "4097"] {
+        assert_eq!(
+            valid_messages_with("size = 256", &format!("size = {size}")).unwrap_err(),
+            format!(
+                "tests/fixtures/valid-messages.toml: vm 'rt-a': messages.size: {size} is \
+                 outside 1..=4096 bytes"
+            )
+        );
+    }
+    valid_messages_with("size = 256", "size = 4096").expect("a 4 KiB message is allowed");
+}
+
+#[test]
+fn rule_20_interrupt_is_a_ppi() {
+    assert_rejected(
+        "messages-interrupt-ppi.toml",
+        "vm 'rt-a': messages.interrupt: 27 is a PPI (16..=31), which Keel keeps for the timers \
+         and the GIC maintenance interrupt: give an SGI (0..=15) or an SPI (32..=127)",
+    );
+    for intid in ["16", "31"] {
+        assert_eq!(
+            valid_messages_with("interrupt = 9", &format!("interrupt = {intid}")).unwrap_err(),
+            format!(
+                "tests/fixtures/valid-messages.toml: vm 'rt-a': messages.interrupt: {intid} is \
+                 a PPI (16..=31), which Keel keeps for the timers and the GIC maintenance \
+                 interrupt: give an SGI (0..=15) or an SPI (32..=127)"
+            )
+        );
+    }
+    for intid in ["0", "15", "32", "127"] {
+        let system = valid_messages_with("interrupt = 9", &format!("interrupt = {intid}"))
+            .unwrap_or_else(|error| panic!("interrupt {intid} refused: {error}"));
+        assert_eq!(
+            system.vms[0].messages.as_ref().unwrap().intid.to_string(),
+            intid
+        );
+    }
+}
+
+#[test]
+fn rule_20_interrupt_not_implemented() {
+    assert_rejected(
+        "messages-interrupt-range.toml",
+        "vm 'rt-a': messages.interrupt: 128 is no interrupt Keel's vGIC implements: give an SGI \
+         (0..=15) or an SPI (32..=127)",
+    );
+    for intid in ["-1", "1020", "4294967305"] {
+        assert_eq!(
+            valid_messages_with("interrupt = 9", &format!("interrupt = {intid}")).unwrap_err(),
+            format!(
+                "tests/fixtures/valid-messages.toml: vm 'rt-a': messages.interrupt: {intid} is \
+                 no interrupt Keel's vGIC implements: give an SGI (0..=15) or an SPI (32..=127)"
+            )
+        );
+    }
+}
+
+#[test]
+fn rule_20_interrupt_is_the_consoles() {
+    assert_rejected(
+        "messages-interrupt-console.toml",
+        "vm 'rt-a': messages.interrupt: 33 is the console's interrupt (the PL011's SPI): give \
+         another SGI (0..=15) or SPI (32..=127)",
+    );
+}
+
+#[test]
+fn rule_20_no_sender() {
+    assert_rejected(
+        "messages-from-empty.toml",
+        "vm 'rt-a': messages.from: must name at least one VM: with no sender, its queues would \
+         stay empty",
+    );
+}
+
+#[test]
+fn rule_20_sender_names_no_vm() {
+    assert_rejected(
+        "messages-from-unknown.toml",
+        "vm 'rt-a': messages.from: no VM is named 'rt-c'",
+    );
+}
+
+#[test]
+fn rule_20_sender_listed_twice() {
+    assert_rejected(
+        "messages-from-twice.toml",
+        "vm 'rt-a': messages.from: 'be' is listed twice",
+    );
+}
+
+#[test]
+fn rule_20_unknown_key() {
+    assert_rejected(
+        "messages-unknown-key.toml",
+        "34:52: unknown field `senders`, expected one of `depth`, `size`, `interrupt`, `from`",
+    );
+}
+
+#[test]
+fn rule_20_senders_missing() {
+    assert_rejected("messages-missing-from.toml", "34:12: missing field `from`");
+}
+
+#[test]
+fn rule_20_pool_above_the_limit() {
+    assert_rejected(
+        "messages-pool-too-large.toml",
+        "vm 'be': messages: the message queues take 1049344 bytes in all, above Keel's 1048576",
     );
 }

@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use keel_core::abi::{self, layout, psci, CallError};
+use keel_core::ipc::MessageError;
 use keel_core::tasks::TaskError;
 
 fn main() {
@@ -45,6 +46,8 @@ fn expected_defines() -> Vec<(&'static str, i128)> {
         ("KEEL_FN_TASK_WAIT", abi::KEEL_TASK_WAIT.into()),
         ("KEEL_FN_TASK_STATS", abi::KEEL_TASK_STATS.into()),
         ("KEEL_FN_MASKED_STRETCH", abi::KEEL_MASKED_STRETCH.into()),
+        ("KEEL_FN_MSG_SEND", abi::KEEL_MSG_SEND.into()),
+        ("KEEL_FN_MSG_RECV", abi::KEEL_MSG_RECV.into()),
         ("KEEL_VERSION_VALUE", abi::KEEL_VERSION_VALUE.into()),
         ("KEEL_SMCCC_VERSION", abi::SMCCC_VERSION.into()),
         ("KEEL_SMCCC_ARCH_FEATURES", abi::SMCCC_ARCH_FEATURES.into()),
@@ -83,6 +86,21 @@ fn expected_defines() -> Vec<(&'static str, i128)> {
             "KEEL_NOT_SCHEDULABLE",
             TaskError::NotSchedulable.code().into(),
         ),
+        ("KEEL_QUEUE_FULL", MessageError::QueueFull.code().into()),
+        ("KEEL_TOO_LARGE", MessageError::TooLarge.code().into()),
+        (
+            "KEEL_BUFFER_TOO_SMALL",
+            MessageError::BufferTooSmall.code().into(),
+        ),
+        (
+            "KEEL_UNKNOWN_DESTINATION",
+            MessageError::UnknownDestination.code().into(),
+        ),
+        (
+            "KEEL_DESTINATION_STOPPED",
+            MessageError::DestinationStopped.code().into(),
+        ),
+        ("KEEL_NO_MESSAGE", MessageError::Empty.code().into()),
         ("KEEL_GICD_BASE", layout::GICD_BASE.into()),
         ("KEEL_GICD_SIZE", layout::GICD_SIZE.into()),
         ("KEEL_GICR_BASE", layout::GICR_BASE.into()),

@@ -4,6 +4,7 @@
 
 mod arch;
 mod console;
+mod ipc;
 mod irq;
 mod masked;
 mod platform;
@@ -159,6 +160,7 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
             );
         }
     }
+    ipc::init();
     console::init(
         uart,
         &names[..SYSTEM.vms.len()],

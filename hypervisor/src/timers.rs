@@ -15,11 +15,15 @@ pub enum Deadline {
     Console = 0,
     /// The scheduler's next decision: a budget's end, a release, a quantum's end.
     Schedule = 1,
-    /// The earliest virtual-timer deadline of the vCPUs here that are not running.
+    /// The earliest virtual-timer deadline of the vCPUs here that are not running, or the
+    /// end of a wait for a message of one of them.
     VirtualTimers = 2,
+    /// A pinned vCPU waiting in KEEL_MSG_RECV: the end of its wait (its pCPU sleeps until then
+    /// or an interrupt).
+    MessageWait = 3,
 }
 
-const KINDS: usize = 3;
+const KINDS: usize = 4;
 const NONE: u64 = u64::MAX;
 
 struct Queue {

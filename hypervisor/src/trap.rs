@@ -81,6 +81,9 @@ enum Next {
     Wait,
     /// KEEL_YIELD on a shared pCPU: give the pCPU away.
     Yield,
+    /// KEEL_MSG_RECV found nothing: wait (as WFI does) until an interrupt or a message, or
+    /// until the virtual counter reaches this value; the call is repeated after.
+    WaitMessage(u64),
 }
 
 /// A synchronous exception from a guest. Hypercalls take a short path; everything else
@@ -103,6 +106,7 @@ fn guest_sync(regs: &mut GuestRegs) {
             Next::Resume => {}
             Next::Yield => sched::give_away(regs, true),
             Next::Wait => wait(id, vcpu, regs),
+            Next::WaitMessage(until) => wait_for_message(id, vcpu, until, regs),
             next => finish(id, vcpu, esr, next, regs),
         }
     } else {
@@ -172,6 +176,25 @@ fn wait(id: usize, vcpu: usize, regs: &GuestRegs) {
     }
 }
 
+/// KEEL_MSG_RECV with nothing queued: the call is repeated when the vCPU runs again (its PC
+/// is put back on the HVC), after it waited as WFI does: on a shared pCPU it gives the pCPU
+/// away until an interrupt, a message or the timeout wakes it; on a pinned one the pCPU
+/// sleeps until a physical interrupt (a sender's kick, or Keel's timer set for the timeout).
+fn wait_for_message(id: usize, vcpu: usize, until: u64, regs: &GuestRegs) {
+    vectors::repeat_call();
+    if sched::is_shared() {
+        if !sched::running_has_work(id, vcpu) {
+            sched::give_away_until(regs, until);
+        }
+    } else if !crate::arch::gic::any_interrupt_listed() {
+        crate::timers::set(crate::timers::Deadline::MessageWait, until);
+        masked::end();
+        crate::arch::cpu::wait_for_interrupt();
+        masked::begin(MaskedSite::GuestTrap);
+        crate::timers::set(crate::timers::Deadline::MessageWait, u64::MAX);
+    }
+}
+
 /// Carries out what a trap asked for beyond resuming. The hot exits of a shared pCPU (WFI,
 /// KEEL_YIELD) are taken before it: moving a `Next` here costs a `memcpy`.
 #[inline(never)]
@@ -180,6 +203,7 @@ fn finish(id: usize, vcpu: usize, esr: Esr, next: Next, regs: &GuestRegs) {
         Next::Resume => {}
         Next::Wait => wait(id, vcpu, regs),
         Next::Yield => sched::give_away(regs, true),
+        Next::WaitMessage(until) => wait_for_message(id, vcpu, until, regs),
         Next::ResumeWithInterrupts => irq::sync_list_registers(),
         Next::Stop(fault) => {
             let pc = vectors::guest_pc();
@@ -313,6 +337,29 @@ fn hypercall(id: usize, vcpu: usize, regs: &mut GuestRegs) -> Next {
             Err(error) => error.to_x0(),
         },
         Call::TaskStats(handle) => sched::tasks::stats(id, handle, regs),
+        Call::MsgSend(request) => match crate::ipc::send(id, vcpu, &request) {
+            Ok((queued, raised)) => {
+                regs.x[0] = queued;
+                return match raised {
+                    crate::ipc::Raised::Here => Next::ResumeWithInterrupts,
+                    crate::ipc::Raised::Elsewhere => Next::Resume,
+                };
+            }
+            Err(error) => error.code() as u64,
+        },
+        Call::MsgRecv(request) => match crate::ipc::receive(id, vcpu, &request) {
+            Ok(crate::ipc::Outcome::Took(got)) => {
+                regs.x[1] = u64::from(got.from.vm);
+                regs.x[2] = u64::from(got.from.vcpu);
+                regs.x[3] = got.left as u64;
+                got.len as u64
+            }
+            Ok(crate::ipc::Outcome::Wait(until)) => return Next::WaitMessage(until),
+            Err((error, len)) => {
+                regs.x[1] = len;
+                error.code() as u64
+            }
+        },
         Call::MaskedStretch { pcpu, reset } => crate::masked::query(pcpu, reset, regs),
         Call::KeelCrash { esr, elr, far } => {
             return Next::Stop(Fault::GuestCrash { esr, elr, far })

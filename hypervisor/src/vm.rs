@@ -354,25 +354,35 @@ pub fn build(id: usize) -> Result<(), LoadError> {
 
 fn reset_devices(id: usize) {
     let desc = desc(id);
-    let owned: &[u32] = if desc.console {
-        &[layout::UART_INTID]
-    } else {
-        &[]
-    };
+    // The SPIs its devices and its message queues raise (an SGI needs no owning).
+    let console = desc.console.then_some(layout::UART_INTID);
+    let messages = desc
+        .messages
+        .map(|grant| grant.intid)
+        .filter(|&intid| intid >= 32);
+    let mut owned = [0; 2];
+    let mut count = 0;
+    for intid in console.into_iter().chain(messages) {
+        owned[count] = intid;
+        count += 1;
+    }
     let mut devices = VMS[id].devices.lock();
     *devices = Devices {
-        vgic: Vgic::new(desc.pcpus.len(), owned),
+        vgic: Vgic::new(desc.pcpus.len(), &owned[..count]),
         uart: Pl011::new(),
     };
     VMS[id].gic_writes.fetch_add(1, Ordering::Relaxed);
 }
 
-/// The VM's memory at `[ipa, ipa + len)` as a byte slice for loading; None if no region of
-/// the VM holds it whole (the configuration compiler checked the ranges Keel loads).
-fn guest_bytes(desc: &VmDesc, ipa: GuestPhysAddr, len: usize) -> Option<&'static mut [u8]> {
+/// The VM's memory at `[ipa, ipa + len)` as a byte slice (to load it, or to copy a message
+/// in or out); None if no region of the VM holds it whole: the one check every access of
+/// Keel's to guest memory goes through.
+pub fn guest_bytes(desc: &VmDesc, ipa: GuestPhysAddr, len: usize) -> Option<&'static mut [u8]> {
     let phys = desc.region_of(ipa, len as u64)?.translate(ipa)?;
     // SAFETY: the range lies inside one of the VM's own regions (checked above), which Keel
-    // maps as normal memory, and no vCPU of this VM runs while it is being (re)loaded.
+    // maps as normal memory and no other VM's stage 2 maps. Nothing of Keel's lives there. No
+    // vCPU of the VM runs while it is (re)loaded; otherwise (messages) its vCPUs may write
+    // the bytes meanwhile, which Keel copies in one pass and never interprets.
     Some(unsafe { core::slice::from_raw_parts_mut(phys.0 as *mut u8, len) })
 }
 
@@ -600,6 +610,7 @@ pub fn reset_begin(id: usize) -> bool {
     for vcpu in 0..vcpu_count(desc) {
         vm.set_vcpu_power(vcpu, VcpuPower::Off);
     }
+    crate::ipc::clear_vm(id);
     this_cpu().in_guest.store(false, Ordering::Release);
     kick_vm(id);
     wait_until_stopped(id);
@@ -674,7 +685,7 @@ pub fn kick_vm(id: usize) {
 
 /// The VM's vCPUs: its configured ones, then as many as it may create tasks.
 pub fn vcpu_count(desc: &VmDesc) -> usize {
-    desc.pcpus.len() + desc.tasks.map_or(0, |grant| usize::from(grant.max))
+    desc.vcpu_count()
 }
 
 /// Whether a vCPU of VM `id` runs on a shared pCPU.

@@ -214,6 +214,7 @@ mod tests {
             wfi: WfiPolicy::Native,
             pmu: false,
             tasks: None,
+            messages: None,
             cmdline: "keel.mode=ticks keel.off=6".into(),
         }
     }

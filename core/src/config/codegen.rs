@@ -2,11 +2,12 @@
 
 use std::path::{Path, PathBuf};
 
-use super::model::{System, Tasks};
+use super::model::{Messages, System, Tasks};
 use crate::sched::{Params, Policy};
 use crate::system::WfiPolicy;
 
-/// Emits Rust source defining `pub static SYSTEM: ::keel_core::system::SystemDesc`.
+/// Emits Rust source defining `pub static SYSTEM: ::keel_core::system::SystemDesc` and
+/// `pub const MESSAGE_POOL: usize`, the bytes of every VM's message queue rings.
 ///
 /// Images and device trees are embedded with `include_bytes!` of absolute paths
 /// (`dtb_paths[i]` is VM `i`'s generated device tree; a relative one is made absolute against
@@ -120,12 +121,20 @@ pub fn emit_rust(system: &System, dtb_paths: &[PathBuf]) -> String {
         line(format!("            pmu: {},", vm.pmu));
         line(format!("            tasks: {},", tasks(vm.tasks.as_ref())));
         line(format!(
+            "            messages: {},",
+            messages(vm.messages.as_ref())
+        ));
+        line(format!(
             "            wfi: ::keel_core::system::WfiPolicy::{wfi},"
         ));
         line("        },".into());
     }
     line("    ],".into());
     line("};".into());
+    line(format!(
+        "pub const MESSAGE_POOL: usize = {};",
+        system.message_pool_len()
+    ));
     out
 }
 
@@ -162,6 +171,23 @@ fn tasks(tasks: Option<&Tasks>) -> String {
     )
 }
 
+/// A VM's message grant as a Rust expression (`None` without a `messages` table).
+fn messages(messages: Option<&Messages>) -> String {
+    let Some(messages) = messages else {
+        return "None".into();
+    };
+    let senders: Vec<String> = messages.senders.iter().map(u8::to_string).collect();
+    format!(
+        "Some(::keel_core::system::MessageGrant {{ depth: {}, size: {}, intid: {}, \
+         senders: &[{}], pool_offset: {} }})",
+        messages.depth,
+        messages.size,
+        messages.intid,
+        senders.join(", "),
+        messages.pool_offset
+    )
+}
+
 /// A vCPU's scheduling parameters as a Rust expression.
 fn params(params: Params) -> String {
     let reservation = match params.reservation {
@@ -193,6 +219,7 @@ mod tests {
             sched: vec![Params::default(); pcpus.len()],
             pcpus,
             tasks: None,
+            messages: None,
             image: ImageSource::Guest("test-guest".to_string()),
             image_path: PathBuf::from("/images/test-guest.bin"),
             flash: (id == 1).then_some(crate::config::Flash {
@@ -235,6 +262,13 @@ mod tests {
                         max: 3,
                         utilisation_ppm: 125_000,
                         managers: vec![1],
+                    }),
+                    messages: Some(Messages {
+                        depth: 8,
+                        size: 256,
+                        intid: 9,
+                        senders: vec![1, 0],
+                        pool_offset: 0,
                     }),
                     ..vm(0, "rt-a", 0x5000_0000, vec![1], WfiPolicy::Native)
                 },
@@ -302,6 +336,11 @@ mod tests {
             "tasks: Some(::keel_core::system::TaskGrant { max: 3, utilisation_ppm: 125000, \
              managers: &[1] }),",
             "tasks: None,",
+            "messages: Some(::keel_core::system::MessageGrant { depth: 8, size: 256, intid: 9, \
+             senders: &[1, 0], pool_offset: 0 }),",
+            "messages: None,",
+            // rt-a's one vCPU and three tasks: four rings of 8 * (8 + 256) bytes.
+            "};\npub const MESSAGE_POOL: usize = 8448;\n",
             "sched: &[::keel_core::sched::Params { priority: 0, reservation: \
              Some(::keel_core::sched::Reservation { period: 1000000, budget: 200000, \
              deadline: 800000 }) }],",
@@ -313,10 +352,22 @@ mod tests {
     }
 
     #[test]
-    fn emitted_source_parses_as_one_static() {
+    fn emitted_source_parses_as_the_system_and_its_message_pool() {
         let file = syn::parse_file(&emitted()).expect("emitted Rust parses");
-        assert_eq!(file.items.len(), 1);
+        assert_eq!(file.items.len(), 2);
         assert!(matches!(&file.items[0], syn::Item::Static(item) if item.ident == "SYSTEM"));
+        assert!(matches!(&file.items[1], syn::Item::Const(item) if item.ident == "MESSAGE_POOL"));
+    }
+
+    #[test]
+    fn without_messages_the_pool_is_empty() {
+        let mut system = system();
+        system.vms[0].messages = None;
+        let source = emit_rust(&system, &[PathBuf::from("/a.dtb"), PathBuf::from("/b.dtb")]);
+        assert!(
+            source.ends_with("};\npub const MESSAGE_POOL: usize = 0;\n"),
+            "{source}"
+        );
     }
 
     #[test]

@@ -563,15 +563,60 @@ pub enum Problem {
         /// The VM's own name.
         name: String,
     },
-    /// `'<name>' is listed twice`.
-    ManagerListedTwice {
+    /// `'<name>' is listed twice`: a VM named twice in `tasks.managers` or `messages.from`.
+    VmListedTwice {
         /// The name given.
         name: String,
+    },
+    /// `<value> is outside 1..=<max>`.
+    QueueDepthOutOfRange {
+        /// The value given.
+        value: i64,
+        /// [`MAX_QUEUE_DEPTH`](crate::system::MAX_QUEUE_DEPTH).
+        max: usize,
+    },
+    /// `<value> is outside 1..=<max> bytes`.
+    MessageSizeOutOfRange {
+        /// The value given.
+        value: i64,
+        /// [`MAX_MESSAGE`](crate::ipc::MAX_MESSAGE).
+        max: usize,
+    },
+    /// `<intid> is a PPI (16..=31), which Keel keeps for the timers and the GIC maintenance
+    /// interrupt: give an SGI (0..=15) or an SPI (32..=127)`.
+    MessageInterruptIsPpi {
+        /// The INTID given.
+        intid: i64,
+    },
+    /// `<intid> is no interrupt Keel's vGIC implements: give an SGI (0..=15) or an SPI
+    /// (32..=127)`.
+    MessageInterruptOutOfRange {
+        /// The INTID given.
+        intid: i64,
+    },
+    /// `<intid> is the console's interrupt (the PL011's SPI): give another SGI (0..=15) or SPI
+    /// (32..=127)`.
+    MessageInterruptIsConsole {
+        /// The INTID given ([`UART_INTID`](crate::abi::layout::UART_INTID)).
+        intid: u32,
+    },
+    /// `must name at least one VM: with no sender, its queues would stay empty`.
+    NoSenders,
+    /// `the message queues take <total> bytes in all, above Keel's <max>`.
+    MessagePoolTooLarge {
+        /// Bytes of every queue's ring, up to and including this VM's.
+        total: usize,
+        /// [`MAX_MESSAGE_POOL`](crate::system::MAX_MESSAGE_POOL).
+        max: usize,
     },
 }
 
 /// How a pinned pCPU's refusal tells the reader to share it.
 const SHARE_HINT: &str = "a [[pcpu]] policy lets vCPUs share it";
+
+/// The interrupts a `messages.interrupt` may be: the SGIs, and the SPIs below
+/// [`NR_IRQS`](crate::devices::vgic::NR_IRQS) (GICv3 spec, 2.2 "INTIDs").
+const INTERRUPT_HINT: &str = "give an SGI (0..=15) or an SPI (32..=127)";
 
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -803,7 +848,32 @@ impl fmt::Display for Problem {
                 "'{name}' is this VM, which always manages its own tasks: list the other VMs \
                  that may"
             ),
-            Self::ManagerListedTwice { name } => write!(f, "'{name}' is listed twice"),
+            Self::VmListedTwice { name } => write!(f, "'{name}' is listed twice"),
+            Self::QueueDepthOutOfRange { value, max } => write!(f, "{value} is outside 1..={max}"),
+            Self::MessageSizeOutOfRange { value, max } => {
+                write!(f, "{value} is outside 1..={max} bytes")
+            }
+            Self::MessageInterruptIsPpi { intid } => write!(
+                f,
+                "{intid} is a PPI (16..=31), which Keel keeps for the timers and the GIC \
+                 maintenance interrupt: {INTERRUPT_HINT}"
+            ),
+            Self::MessageInterruptOutOfRange { intid } => write!(
+                f,
+                "{intid} is no interrupt Keel's vGIC implements: {INTERRUPT_HINT}"
+            ),
+            Self::MessageInterruptIsConsole { intid } => write!(
+                f,
+                "{intid} is the console's interrupt (the PL011's SPI): give another SGI \
+                 (0..=15) or SPI (32..=127)"
+            ),
+            Self::NoSenders => f.write_str(
+                "must name at least one VM: with no sender, its queues would stay empty",
+            ),
+            Self::MessagePoolTooLarge { total, max } => write!(
+                f,
+                "the message queues take {total} bytes in all, above Keel's {max}"
+            ),
         }
     }
 }

@@ -100,6 +100,9 @@ pub struct Vm {
     /// pCPU of the VM is scheduled by EDF or fixed priority, and the allowance passed admission
     /// on each.
     pub tasks: Option<Tasks>,
+    /// Its incoming message queues, from its `messages` table (`None`: no VM may send to it):
+    /// one per vCPU and per task it may have, all laid out in Keel's message pool.
+    pub messages: Option<Messages>,
     /// Where the image came from.
     pub image: ImageSource,
     /// The image file: absolute, and it exists.
@@ -135,6 +138,30 @@ pub struct Tasks {
     /// The other VMs, by id, that may also launch, delete and read the statistics of its
     /// tasks, in the order written.
     pub managers: Vec<u8>,
+}
+
+/// A VM's validated `messages` table, emitted as a
+/// [`MessageGrant`](crate::system::MessageGrant).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Messages {
+    /// Most messages one queue holds (1..=[`MAX_QUEUE_DEPTH`](crate::system::MAX_QUEUE_DEPTH)).
+    pub depth: u16,
+    /// Largest message in bytes (1..=[`MAX_MESSAGE`](crate::ipc::MAX_MESSAGE)).
+    pub size: u16,
+    /// The INTID raised at the receiving vCPU: an SGI (0..=15) or an SPI (32..=127) other than
+    /// the console's.
+    pub intid: u32,
+    /// The VMs, by id, that may send to it, in the order written (itself included if listed).
+    pub senders: Vec<u8>,
+    /// Where its rings start in Keel's message pool: after the rings of every earlier VM.
+    pub pool_offset: usize,
+}
+
+impl Messages {
+    /// Bytes of one queue's ring.
+    pub fn ring_len(&self) -> usize {
+        crate::ipc::Queue::storage_len(usize::from(self.depth), usize::from(self.size))
+    }
 }
 
 /// A flash bank at IPA 0: physically backed RAM the image is loaded into, the rest erased (0xff).
@@ -189,5 +216,30 @@ impl Vm {
     /// Number of vCPUs.
     pub fn vcpu_count(&self) -> usize {
         self.pcpus.len()
+    }
+
+    /// Number of message queues the VM needs if it receives messages: one per vCPU and one per
+    /// task it may have at once.
+    pub fn message_queue_count(&self) -> usize {
+        self.vcpu_count()
+            + self
+                .tasks
+                .as_ref()
+                .map_or(0, |tasks| usize::from(tasks.max))
+    }
+
+    /// Bytes its message queues' rings take in Keel's message pool (0 without a `messages`
+    /// table).
+    pub fn message_pool_len(&self) -> usize {
+        self.messages.as_ref().map_or(0, |messages| {
+            self.message_queue_count() * messages.ring_len()
+        })
+    }
+}
+
+impl System {
+    /// Bytes of Keel's message pool: every VM's rings, one VM after another in VM order.
+    pub fn message_pool_len(&self) -> usize {
+        self.vms.iter().map(Vm::message_pool_len).sum()
     }
 }

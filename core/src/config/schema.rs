@@ -78,6 +78,22 @@ pub struct TasksTable {
     pub managers: Vec<String>,
 }
 
+/// A VM's `messages` table: the queues other VMs (or its own vCPUs) send to it through.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MessagesTable {
+    /// Most messages each of its vCPUs and tasks can hold queued,
+    /// 1..=[`MAX_QUEUE_DEPTH`](crate::system::MAX_QUEUE_DEPTH) (an integer of any width, so the
+    /// range check can name the VM).
+    pub depth: i64,
+    /// Largest message in bytes, 1..=[`MAX_MESSAGE`](crate::ipc::MAX_MESSAGE).
+    pub size: i64,
+    /// The INTID raised at the receiving vCPU when a message is queued: an SGI or an SPI.
+    pub interrupt: i64,
+    /// Names of the VMs that may send to it (the VM itself included if listed).
+    pub from: Vec<String>,
+}
+
 /// `{ base = ..., size = ... }`.
 #[derive(Clone, Copy, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -110,6 +126,8 @@ pub struct VmTable {
     pub schedule: Option<Vec<VcpuScheduleTable>>,
     /// Real-time tasks the VM may create at run time (default: none).
     pub tasks: Option<TasksTable>,
+    /// Message queues other VMs may send to (default: none).
+    pub messages: Option<MessagesTable>,
     /// Emulated devices by name.
     #[serde(default)]
     pub devices: Vec<String>,

@@ -72,7 +72,7 @@ pub fn check_tasks(
             return Err(problem(Problem::ManagerIsItself { name: name.clone() }));
         }
         if tasks.managers[..position].contains(name) {
-            return Err(problem(Problem::ManagerListedTwice { name: name.clone() }));
+            return Err(problem(Problem::VmListedTwice { name: name.clone() }));
         }
         managers.push(u8::try_from(id).expect("MAX_VMS fits a u8"));
     }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use super::error::{AddressRange, Backing, ConfigErrorKind, Problem, Subject};
 use super::image;
+use super::messages;
 use super::model::{
     Flash, Initrd, System, Vm, DEFAULT_IPA, DEVICE_WINDOW_END, DEVICE_WINDOW_START,
     DTB_REGION_SIZE, FLASH_WINDOW_SIZE, HYPERVISOR_IMAGE_OFFSET, IPA_BITS, KNOWN_DEVICES,
@@ -94,7 +95,7 @@ fn check_system(system: &SystemTable) -> Result<(AddressRange, AddressRange), Co
 }
 
 /// Everything a VM is checked against: the system, the VMs declared before it, and the names
-/// of all VMs (which `tasks.managers` may name).
+/// of all VMs (which `tasks.managers` and `messages.from` may name).
 struct Context<'a> {
     config_dir: &'a Path,
     guest_image: &'a dyn Fn(&str) -> Option<PathBuf>,
@@ -381,6 +382,8 @@ fn check_vm(table: &VmTable, index: usize, context: &Context) -> Result<Vm, Conf
     let sched = schedule::vcpu_params(table, &subject, context.policies)?;
     let tasks = tasks::check_tasks(table, index, &subject, context.policies, context.names)?;
     let console = check_devices(&table.devices).map_err(|problem| at("devices", problem))?;
+    let messages =
+        messages::check_messages(table, &subject, console, context.earlier, context.names)?;
     let wfi = check_wfi(table.wfi.as_deref()).map_err(|problem| at("wfi", problem))?;
     if table.wfi.as_deref() == Some("native") {
         if let Some(&pcpu) = table
@@ -425,7 +428,7 @@ fn check_vm(table: &VmTable, index: usize, context: &Context) -> Result<Vm, Conf
             .map_err(|(field, problem)| at(field, problem))?,
     };
 
-    Ok(Vm {
+    let vm = Vm {
         id: u16::try_from(index).expect("MAX_VMS fits a u16"),
         name: table.name.clone(),
         phys: memory.start,
@@ -434,6 +437,7 @@ fn check_vm(table: &VmTable, index: usize, context: &Context) -> Result<Vm, Conf
         pcpus: table.pcpus.clone(),
         sched,
         tasks,
+        messages,
         image: source,
         image_path,
         flash,
@@ -444,7 +448,9 @@ fn check_vm(table: &VmTable, index: usize, context: &Context) -> Result<Vm, Conf
         wfi,
         pmu: table.pmu,
         cmdline: table.cmdline.clone(),
-    })
+    };
+    messages::check_pool(&vm, &subject)?;
+    Ok(vm)
 }
 
 /// Checks every rule; `config_dir` is the directory image files are relative to.

@@ -72,6 +72,24 @@
  */
 #define KEEL_FN_MASKED_STRETCH 0xC6000020u
 
+/*
+ * Messages between VMs, through Keel: each vCPU and task of a VM with a `messages` table has
+ * a bounded queue of its own. A full queue refuses (never a silent drop).
+ */
+/*
+ * Sends: x1 = destination VM, x2 = its vCPU (a task: the VM's configured vCPUs plus the task's
+ * index), x3 = the message's address, x4 = its length. Keel copies it into the destination's
+ * queue and raises the destination's message interrupt. Returns the number now queued there.
+ */
+#define KEEL_FN_MSG_SEND 0xC6000030u
+/*
+ * Receives the caller's next message: x1 = buffer, x2 = its capacity, x3 = 0 (do not wait) or
+ * the virtual counter value to wait until (UINT64_MAX: for ever). Returns x0 = its length,
+ * x1 = sender VM, x2 = sender vCPU, x3 = messages still queued (buffer too small: x1 = the
+ * message's length; it stays queued).
+ */
+#define KEEL_FN_MSG_RECV 0xC6000031u
+
 /* KEEL_FN_VERSION's answer for this ABI. */
 #define KEEL_VERSION_VALUE 0x00010000u
 
@@ -114,6 +132,23 @@
 #define KEEL_LIMIT_REACHED (-17)
 /* Admitting the task would break a reservation on its pCPU, or the partition's grant. */
 #define KEEL_NOT_SCHEDULABLE (-18)
+/*
+ * The message services' refusals besides KEEL_DENIED (the destination does not take messages
+ * from the caller, or the caller has no queue) and KEEL_INVALID_ADDRESS (a buffer not wholly
+ * in the caller's memory): each changes nothing.
+ */
+/* The destination's queue is full: retry later. */
+#define KEEL_QUEUE_FULL (-32)
+/* The message is longer than the destination's largest. */
+#define KEEL_TOO_LARGE (-33)
+/* The receive buffer is smaller than the next message (its length in x1; it stays queued). */
+#define KEEL_BUFFER_TOO_SMALL (-34)
+/* No such VM, or no such vCPU or task in it. */
+#define KEEL_UNKNOWN_DESTINATION (-35)
+/* The destination VM or vCPU is stopped (powered off, stopped by Keel, or off). */
+#define KEEL_DESTINATION_STOPPED (-36)
+/* Nothing is queued (no wait asked, or the wait ended). */
+#define KEEL_NO_MESSAGE (-37)
 
 /* Guest-physical layout of the emulated platform (QEMU `virt` addresses). */
 #define KEEL_GICD_BASE 0x08000000u
@@ -300,6 +335,39 @@ static inline int64_t keel_task_stats(uint64_t handle, struct keel_task_stats *s
 		stats->worst_response_ns = result.x3;
 		stats->last_response_ns = result.x4;
 		stats->worst_lateness_ns = result.x5;
+	}
+	return (int64_t)result.x0;
+}
+
+/* Who sent a received message, and how many are still queued. */
+struct keel_msg_info {
+	uint64_t vm;
+	uint64_t vcpu;
+	uint64_t left;
+};
+
+/* KEEL_FN_MSG_SEND: returns the number of messages queued at the destination, or an error. */
+static inline int64_t keel_msg_send(uint64_t vm, uint64_t vcpu, const void *message, uint64_t len)
+{
+	return (int64_t)keel_hvc7(KEEL_FN_MSG_SEND, vm, vcpu, (uint64_t)(uintptr_t)message, len, 0, 0,
+				  0)
+		.x0;
+}
+
+/*
+ * KEEL_FN_MSG_RECV: returns the message's length (and fills *info) or a negative error;
+ * `wait_until` as x3 above.
+ */
+static inline int64_t keel_msg_recv(void *buffer, uint64_t capacity, uint64_t wait_until,
+				    struct keel_msg_info *info)
+{
+	struct keel_hvc_result result =
+		keel_hvc(KEEL_FN_MSG_RECV, (uint64_t)(uintptr_t)buffer, capacity, wait_until);
+
+	if ((int64_t)result.x0 >= 0) {
+		info->vm = result.x1;
+		info->vcpu = result.x2;
+		info->left = result.x3;
 	}
 	return (int64_t)result.x0;
 }

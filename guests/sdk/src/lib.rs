@@ -16,6 +16,7 @@ pub mod exceptions;
 pub mod fatal;
 pub mod gicv3;
 pub mod keel;
+pub mod message;
 pub mod mmio;
 pub mod pl011;
 pub mod pmu;

@@ -8,6 +8,7 @@
 mod bench;
 mod hostile;
 mod interrupts;
+mod messages;
 mod options;
 mod shares;
 mod ticks;
@@ -76,6 +77,7 @@ fn main(device_tree_address: usize) -> ! {
         Mode::Job => shares::job(options.work_us, options.report_every_seconds),
         Mode::Share => shares::share(options.report_every_seconds),
         Mode::Work => shares::work(options.iterations, options.start_ms),
+        Mode::Messages => messages::run(BootArgs::new(info.bootargs)),
         Mode::Pingpong => shares::pingpong(
             info.bootargs.contains("keel.pingpong=measure"),
             info.bootargs.split_whitespace().any(|t| t == "keel.fp"),

@@ -3,7 +3,8 @@
 //! | token | meaning |
 //! | --- | --- |
 //! | `keel.native` | running on bare QEMU: no Keel hypercalls |
-//! | `keel.mode=ticks\|bench\|spin\|job\|share` | what to run (default `ticks`) |
+//! | `keel.mode=ticks\|bench\|spin\|job\|share\|pingpong\|work\|messages` | what to run (default `ticks`) |
+//! | `keel.msg=<role>` and its numbers | messages mode (see [`crate::messages`]) |
 //! | `keel.work=<us>\|forever` | job mode: work per job before yielding (default 100) |
 //! | `keel.pingpong=measure\|partner` | pingpong mode: count instructions (owns the PMU) or only yield |
 //! | `keel.fp` | pingpong mode: touch FP/SIMD before each yield |
@@ -38,6 +39,8 @@ pub enum Mode {
     Pingpong,
     /// A fixed CPU-bound workload (`keel.iterations`), timed, then SYSTEM_OFF.
     Work,
+    /// Messages between VMs (`keel.msg=<role>`, see [`crate::messages`]).
+    Messages,
 }
 
 impl fmt::Display for Mode {
@@ -50,6 +53,7 @@ impl fmt::Display for Mode {
             Mode::Share => "share",
             Mode::Pingpong => "pingpong",
             Mode::Work => "work",
+            Mode::Messages => "messages",
         })
     }
 }
@@ -115,11 +119,12 @@ impl<'a> Options<'a> {
             Some("share") => Mode::Share,
             Some("pingpong") => Mode::Pingpong,
             Some("work") => Mode::Work,
+            Some("messages") => Mode::Messages,
             Some(value) => {
                 return Err(OptionError {
                     key: "keel.mode",
                     value,
-                    expected: "ticks, bench, spin, job, share, pingpong or work",
+                    expected: "ticks, bench, spin, job, share, pingpong, work or messages",
                 })
             }
         };

@@ -6,7 +6,7 @@
 //! ([`crate::vm::kick_vcpu`]), except that a task service ([`tasks`]) locks the `SharedCpu`
 //! of the task's pCPU for the few hundred instructions of a create, launch, delete or stats,
 //! and kicks it after. Lock order: the task tables, then a pCPU's `SharedCpu`, then a VM's
-//! device lock or the console's. None is held while entering a guest or waiting for an
+//! device lock, a message queue's lock ([`crate::ipc`]) or the console's. None is held while entering a guest or waiting for an
 //! interrupt; a pCPU holds its own `SharedCpu` only in short bounded sections.
 //!
 //! Exits are handled in place on the exception stack, as on a pinned pCPU. An exit that gives
@@ -71,6 +71,11 @@ struct SharedCpu {
     /// Task slots deleted while running here: they stop at their next exit (the deleter's
     /// kick forces one) and their slot is freed then.
     doomed: u32,
+    /// Waiting slots that wait in KEEL_MSG_RECV: a message queued for them wakes them too,
+    /// and so does their `wake_at`.
+    receiving: u32,
+    /// For each slot in `receiving`, when its wait ends (counter ticks; `u64::MAX`: never).
+    wake_at: [u64; MAX_SLOTS],
 }
 
 impl SharedCpu {
@@ -89,6 +94,8 @@ impl SharedCpu {
             needs_sync: 0,
             doomed: 0,
             reloading: 0,
+            receiving: 0,
+            wake_at: [u64::MAX; MAX_SLOTS],
             timer_lr: [(0, 0); MAX_SLOTS],
         }
     }
@@ -130,6 +137,7 @@ impl SharedCpu {
         self.fresh &= keep;
         self.needs_sync &= keep;
         self.doomed &= keep;
+        self.receiving &= keep;
         self.placed[slot] = None;
         if self.last == Some(slot) {
             self.last = None;
@@ -290,10 +298,27 @@ fn save_running(shared: &mut SharedCpu, frame: &GuestRegs) -> Option<usize> {
 /// best-effort vCPU that yields (`yielding`) goes behind the others and runs again
 /// when its turn comes.
 pub fn give_away(frame: &GuestRegs, yielding: bool) -> ! {
+    give_away_waiting(frame, yielding, None)
+}
+
+/// The running vCPU waits in KEEL_MSG_RECV: it gives the pCPU away as for WFI, and a message
+/// for it or the counter reaching `until` wakes it too.
+pub fn give_away_until(frame: &GuestRegs, until: u64) -> ! {
+    give_away_waiting(frame, false, Some(until))
+}
+
+fn give_away_waiting(frame: &GuestRegs, yielding: bool, message_until: Option<u64>) -> ! {
     let next = {
         let mut shared = this_shared().lock();
         let now = timer::now();
         if let Some(slot) = shared.loaded {
+            match message_until {
+                Some(until) => {
+                    shared.receiving |= 1 << slot;
+                    shared.wake_at[slot] = until;
+                }
+                None => shared.receiving &= !(1 << slot),
+            }
             shared.scheduler.block(slot, now);
             if yielding && !shared.scheduler.has_reservation(slot) {
                 shared.scheduler.wake(slot, now);
@@ -473,10 +498,11 @@ fn refresh(shared: &mut SharedCpu, now: u64) {
         while scan != 0 {
             let slot = scan.trailing_zeros() as usize;
             scan &= scan - 1;
-            if shared.contexts[slot]
-                .timer
-                .deadline()
-                .is_some_and(|at| at <= now)
+            if wait_ends(shared, slot, now)
+                || shared.contexts[slot]
+                    .timer
+                    .deadline()
+                    .is_some_and(|at| at <= now)
             {
                 shared.scheduler.wake(slot, now);
             }
@@ -581,13 +607,21 @@ fn start_slot(
 /// registers or its vGIC, or its virtual timer's deadline passed.
 fn has_pending(shared: &SharedCpu, slot: usize, id: usize, vcpu: usize, now: u64) -> bool {
     let context = &shared.contexts[slot];
-    if context.interface.any_pending() {
+    if context.interface.any_pending() || wait_ends(shared, slot, now) {
+        return true;
+    }
+    if shared.receiving & (1 << slot) != 0 && crate::ipc::has_message(id, vcpu) {
         return true;
     }
     if context.timer.deadline().is_some_and(|at| at <= now) {
         return true;
     }
     vm::vm(id).devices.lock().vgic.next_pending(vcpu).is_some()
+}
+
+/// Whether `slot` waits in KEEL_MSG_RECV and its wait's end has come.
+fn wait_ends(shared: &SharedCpu, slot: usize, now: u64) -> bool {
+    shared.receiving & (1 << slot) != 0 && shared.wake_at[slot] <= now
 }
 
 /// Arms this pCPU's timer queue for a decision: the scheduler's next call, and the earliest
@@ -603,7 +637,14 @@ fn program(shared: &SharedCpu, decision: Decision) {
         if shared.scheduler.is_runnable(slot) {
             continue;
         }
-        if let Some(at) = shared.contexts[slot].timer.deadline() {
+        let receiving = shared.receiving & (1 << slot) != 0;
+        let wait_end = receiving.then_some(shared.wake_at[slot]);
+        for at in shared.contexts[slot]
+            .timer
+            .deadline()
+            .into_iter()
+            .chain(wait_end)
+        {
             earliest = Some(earliest.map_or(at, |e: u64| e.min(at)));
         }
     }

@@ -73,6 +73,7 @@ pub fn create(id: usize, request: &TaskRequest) -> u64 {
     shared.generations[slot] = vm.generation();
     shared.timer_lr[slot] = (0, 0);
     vm.set_vcpu_power(vcpu, VcpuPower::Off);
+    crate::ipc::clear(id, vcpu);
     tasks::handle(id, admitted.index)
 }
 

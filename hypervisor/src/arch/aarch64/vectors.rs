@@ -331,6 +331,13 @@ pub fn guest_pc() -> u64 {
     read_sysreg!("elr_el2")
 }
 
+/// Puts the guest back on the HVC it trapped with (ELR_EL2 is the instruction after it), so
+/// that it makes the call again when it resumes.
+pub fn repeat_call() {
+    // SAFETY: moves the guest's own return address back by the one instruction it executed.
+    unsafe { write_sysreg!("elr_el2", guest_pc() - 4) };
+}
+
 /// Moves the guest past the trapped instruction (all trapped AArch64 instructions are 4 bytes).
 pub fn skip_instruction() {
     // SAFETY: advances the guest's own return address within its address space.

@@ -1,0 +1,207 @@
+//! Inter-VM messages (KEEL_MSG_SEND, KEEL_MSG_RECV): each vCPU and task of a VM with a
+//! `messages` table has its own bounded queue in Keel's memory ([`keel_core::ipc::Queue`]);
+//! a send copies the message from the sender's memory into it and raises the VM's message
+//! interrupt at that vCPU, a receive copies the next one out into the receiver's memory.
+//!
+//! Ownership and locks: the queues' rings are carved once, at boot, out of one pool sized by
+//! the configuration compiler (`config::MESSAGE_POOL`); each destination's queue and ring sit
+//! behind a lock of their own, held for one bounded copy (at most one message, at most
+//! [`keel_core::ipc::MAX_MESSAGE`] bytes) and never together with another queue's. Lock
+//! order: a queue's lock, then the destination VM's device lock (to raise the interrupt).
+//!
+//! Guest memory is reached only through [`vm::guest_bytes`], which checks the whole range
+//! against the VM's own regions first. The bytes of a message are copied once and never
+//! interpreted, so a guest changing them meanwhile changes nothing but what it sends.
+
+use core::cell::UnsafeCell;
+
+use keel_core::addr::GuestPhysAddr;
+use keel_core::ipc::{self, MessageError, Queue, ReceiveRequest, Received, SendRequest, Sender};
+
+use crate::arch::cpu::{self, Mutex};
+use crate::arch::timer;
+use crate::config::{MESSAGE_POOL, SYSTEM};
+use crate::vm::{self, VcpuPower, VmState, MAX_VMS};
+use crate::MAX_VCPUS;
+
+/// One destination's queue and the ring it keeps its messages in.
+struct Destination {
+    queue: Queue,
+    ring: &'static mut [u8],
+}
+
+/// Every possible destination's queue; those of VMs without a `messages` table keep an empty
+/// ring (they are never reached: a send to them is refused first).
+static QUEUES: [[Mutex<Destination>; MAX_VCPUS]; MAX_VMS] = [const {
+    [const {
+        Mutex::new(Destination {
+            queue: Queue::new(0, 0),
+            ring: &mut [],
+        })
+    }; MAX_VCPUS]
+}; MAX_VMS];
+
+/// The rings' storage, handed out once by [`init`].
+struct Pool(UnsafeCell<[u8; MESSAGE_POOL]>);
+
+// SAFETY: the pool is only reached through the rings [`init`] carves out of it once, each
+// behind its queue's lock.
+unsafe impl Sync for Pool {}
+
+static POOL: Pool = Pool(UnsafeCell::new([0; MESSAGE_POOL]));
+
+/// Gives each destination its queue and its ring out of the pool, in the configuration
+/// compiler's layout. Called once, by pCPU 0 at boot, before any other pCPU or any guest runs.
+pub fn init() {
+    // SAFETY: this is the only reference ever made to the pool (init runs once, alone), and it
+    // is split into disjoint rings that live on behind their queues' locks.
+    let mut rest: &'static mut [u8] = unsafe { &mut *POOL.0.get() };
+    let mut offset = 0;
+    for (id, desc) in SYSTEM.vms.iter().enumerate() {
+        let Some(grant) = desc.messages else {
+            continue;
+        };
+        assert_eq!(grant.pool_offset, offset, "message pool layout");
+        for queue in QUEUES[id].iter().take(desc.vcpu_count()) {
+            let (ring, tail) = rest.split_at_mut(grant.ring_len());
+            rest = tail;
+            offset += ring.len();
+            *queue.lock() = Destination {
+                queue: Queue::new(usize::from(grant.depth), usize::from(grant.size)),
+                ring,
+            };
+        }
+    }
+}
+
+/// Forgets every message queued for vCPU `vcpu` of VM `id` (a new task in its place).
+pub fn clear(id: usize, vcpu: usize) {
+    if let Some(queue) = QUEUES[id].get(vcpu) {
+        queue.lock().queue.clear();
+    }
+}
+
+/// Forgets every message queued for VM `id` (reset). Its vCPUs were marked off first, so no
+/// send accepted after this finds them running.
+pub fn clear_vm(id: usize) {
+    for vcpu in 0..vm::desc(id).vcpu_count() {
+        clear(id, vcpu);
+    }
+}
+
+/// What a sent message asks of the sender's trap exit.
+pub enum Raised {
+    /// Nothing here: the receiver is another vCPU (kicked), or a task (tasks take no
+    /// interrupts; they poll).
+    Elsewhere,
+    /// The interrupt is for the sender itself: its list registers need an update.
+    Here,
+}
+
+/// KEEL_MSG_SEND from vCPU `vcpu` of VM `id`: the number of messages queued at the destination.
+pub fn send(id: usize, vcpu: usize, request: &SendRequest) -> Result<(u64, Raised), MessageError> {
+    let (to, to_vcpu, grant) = ipc::destination(SYSTEM.vms, id, request)?;
+    let len = request.len as usize;
+    let message = message_bytes(id, request.buffer, len, false).ok_or(MessageError::BadBuffer)?;
+    let queued = {
+        let mut destination = QUEUES[to][to_vcpu].lock();
+        // Checked under the queue's lock: a reset marks the vCPUs off before it clears their
+        // queues under the same lock, so nothing sent to the old incarnation survives it.
+        if vm::vm(to).state() != VmState::Running
+            || vm::vm(to).vcpu_power(to_vcpu) == VcpuPower::Off
+        {
+            return Err(MessageError::DestinationStopped);
+        }
+        let Destination { queue, ring } = &mut *destination;
+        let from = Sender {
+            vm: id as u16,
+            vcpu: vcpu as u16,
+        };
+        queue.send_with(ring, from, message, cpu::copy_bytes)?
+    };
+    Ok((queued as u64, raise(to, to_vcpu, grant.intid, id, vcpu)))
+}
+
+/// Raises VM `to`'s message interrupt `intid` for its vCPU `to_vcpu` and tells that vCPU's
+/// pCPU (a task takes no interrupts: nothing is raised for it).
+fn raise(to: usize, to_vcpu: usize, intid: u32, id: usize, vcpu: usize) -> Raised {
+    if to_vcpu >= vm::desc(to).pcpus.len() {
+        return Raised::Elsewhere;
+    }
+    let target = {
+        let mut devices = vm::vm(to).devices.lock();
+        devices.vgic.raise(to_vcpu, intid);
+        if intid < 32 {
+            to_vcpu
+        } else {
+            devices.vgic.spi_target(intid)
+        }
+    };
+    if (to, target) == (id, vcpu) {
+        Raised::Here
+    } else {
+        vm::kick_vcpu(to, target);
+        Raised::Elsewhere
+    }
+}
+
+/// What a receive asks of the receiver's trap exit.
+pub enum Outcome {
+    /// It took a message.
+    Took(Received),
+    /// Nothing is queued and the caller waits until the virtual counter reaches this value
+    /// (`u64::MAX`: for ever): it gives its pCPU away, and repeats the call when it runs again.
+    Wait(u64),
+}
+
+/// KEEL_MSG_RECV from vCPU `vcpu` of VM `id`. A buffer too small is refused with the
+/// message's length, which stays queued.
+pub fn receive(
+    id: usize,
+    vcpu: usize,
+    request: &ReceiveRequest,
+) -> Result<Outcome, (MessageError, u64)> {
+    let refused = |error| (error, 0);
+    let grant = vm::desc(id)
+        .messages
+        .ok_or(refused(MessageError::NotAllowed))?;
+    // Keel writes at most the largest message the queue takes, so only that much of the
+    // buffer has to be the caller's.
+    let writable = request.capacity.min(u64::from(grant.size)) as usize;
+    let buffer = message_bytes(id, request.buffer, writable, true)
+        .ok_or(refused(MessageError::BadBuffer))?;
+    let mut destination = QUEUES[id][vcpu].lock();
+    let Destination { queue, ring } = &mut *destination;
+    match queue.front(ring) {
+        None if request.wait_until == 0 || timer::now() >= request.wait_until => {
+            Err(refused(MessageError::Empty))
+        }
+        None => Ok(Outcome::Wait(request.wait_until)),
+        Some((_, len)) if len > buffer.len() => Err((MessageError::BufferTooSmall, len as u64)),
+        Some(_) => queue
+            .receive_with(ring, buffer, cpu::copy_bytes)
+            .map(Outcome::Took)
+            .map_err(refused),
+    }
+}
+
+/// Whether vCPU `vcpu` of VM `id` has a message queued (a vCPU waiting in KEEL_MSG_RECV wakes).
+pub fn has_message(id: usize, vcpu: usize) -> bool {
+    QUEUES[id]
+        .get(vcpu)
+        .is_some_and(|queue| !queue.lock().queue.is_empty())
+}
+
+/// `len` bytes of VM `id`'s memory at `ipa`, if they lie wholly in one of its regions (its RAM
+/// alone when Keel is to write them). Nothing is looked up for an empty message.
+fn message_bytes(id: usize, ipa: u64, len: usize, write: bool) -> Option<&'static mut [u8]> {
+    if len == 0 {
+        return Some(&mut []);
+    }
+    let desc = vm::desc(id);
+    let ipa = GuestPhysAddr(ipa);
+    if write && !desc.memory.contains_range(ipa, len as u64) {
+        return None;
+    }
+    vm::guest_bytes(desc, ipa, len)
+}
