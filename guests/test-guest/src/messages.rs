@@ -7,7 +7,7 @@
 //! | `pong` | echoes each message back to its sender, every byte inverted, until `KEEL-END`; counts those not from `keel.peer` |
 //! | `outsider` | sends to `keel.peer`, which does not take its messages: each send must be refused |
 //! | `stopped` | powers off at once (its senders must get "destination stopped") |
-//! | `flood` | sends to `keel.peer` (which never receives) for `keel.seconds`: exactly its queue's depth is accepted, the rest refused as full |
+//! | `flood` | from `keel.start` (counter ms) on, sends to `keel.peer` (which never receives) for `keel.seconds`: exactly its queue's depth is accepted, the rest refused as full |
 //!
 //! Numbers come from the boot arguments: `keel.peer` (a VM id), `keel.max` (the peer's largest
 //! message), `keel.depth` (the depth of this VM's own queue), `keel.stopped` (a VM id that
@@ -38,7 +38,11 @@ pub fn run(args: BootArgs<'_>) -> ! {
         }),
         Some("pong") => pong(peer),
         Some("outsider") => outsider(peer),
-        Some("flood") => flood(peer, number("keel.seconds").unwrap_or(2)),
+        Some("flood") => flood(
+            peer,
+            number("keel.start").unwrap_or(0),
+            number("keel.seconds").unwrap_or(2),
+        ),
         Some("stopped") => {
             println!("msg: stopped: powering off");
             system_off()
@@ -315,7 +319,12 @@ fn outsider(peer: u64) -> ! {
     system_off()
 }
 
-fn flood(peer: u64, seconds: u64) -> ! {
+fn flood(peer: u64, start_ms: u64, seconds: u64) -> ! {
+    let start = start_ms * timer::frequency() / 1000;
+    while timer::counter() < start {
+        keel_guest::yield_now();
+    }
+    println!("msg: flood: begins");
     let deadline = after_ms(seconds * 1000);
     let (mut accepted, mut full, mut other) = (0u64, 0u64, 0u64);
     let message = [0x5au8; 64];

@@ -24,15 +24,15 @@ const GANDALF_LATENESS_BOUND_US: u64 = 20;
 
 /// One `[job]` report of the test guest.
 #[derive(Debug)]
-struct JobReport {
-    second: u64,
-    jobs: u64,
-    misses: u64,
-    overruns: u64,
-    worst_response_us: u64,
+pub(super) struct JobReport {
+    pub(super) second: u64,
+    pub(super) jobs: u64,
+    pub(super) misses: u64,
+    pub(super) overruns: u64,
+    pub(super) worst_response_us: u64,
 }
 
-fn job_reports(ended: &Ended, vm: &str) -> Vec<JobReport> {
+pub(super) fn job_reports(ended: &Ended, vm: &str) -> Vec<JobReport> {
     let pattern = Regex::new(
         r"^\[job\] s=(\d+) jobs=(\d+) misses=(\d+) overruns=(\d+) worst_response_us=(\d+)$",
     )
@@ -68,7 +68,12 @@ fn share_reports(ended: &Ended, vm: &str) -> Vec<(u64, u64)> {
 /// Checks a real-time `job` VM: at least `min_reports` reports, a job released every
 /// `period_us` since it started (within one), no deadline miss, no overrun, every response
 /// within the period.
-fn check_jobs(ended: &Ended, vm: &str, period_us: u64, min_reports: usize) -> Result<()> {
+pub(super) fn check_jobs(
+    ended: &Ended,
+    vm: &str,
+    period_us: u64,
+    min_reports: usize,
+) -> Result<()> {
     let reports = job_reports(ended, vm);
     if reports.len() < min_reports {
         return Err(format!(
