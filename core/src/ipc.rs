@@ -411,6 +411,83 @@ mod tests {
         }
     }
 
+    /// A VM of `vcpus` vCPUs and `tasks` tasks, taking messages as `messages` says.
+    fn vm(id: u16, vcpus: usize, tasks: u8, messages: Option<MessageGrant>) -> VmDesc {
+        use crate::addr::{GuestPhysAddr, MemoryRegion, PhysAddr, VmId};
+        use crate::sched::Params;
+        const PCPUS: [u32; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
+        const SCHED: [Params; 8] = [Params {
+            priority: 0,
+            reservation: None,
+        }; 8];
+        VmDesc {
+            id: VmId(id),
+            name: "vm",
+            memory: MemoryRegion {
+                ipa: GuestPhysAddr(0x4000_0000),
+                phys: PhysAddr(0x5000_0000 + u64::from(id) * 0x100_0000),
+                size: 0x100_0000,
+            },
+            pcpus: &PCPUS[..vcpus],
+            sched: &SCHED[..vcpus],
+            flash: None,
+            image: &[],
+            image_ipa: GuestPhysAddr(0x4000_0000),
+            dtb: &[],
+            dtb_ipa: GuestPhysAddr(0x40e0_0000),
+            initrd: &[],
+            initrd_ipa: GuestPhysAddr(0),
+            console: true,
+            wfi: crate::system::WfiPolicy::Trap,
+            pmu: false,
+            tasks: (tasks > 0).then_some(crate::system::TaskGrant {
+                max: tasks,
+                utilisation_ppm: 100_000,
+                managers: &[],
+            }),
+            messages,
+        }
+    }
+
+    #[test]
+    fn destinations_are_checked_in_order_each_refusal_its_own() {
+        let grant = |senders: &'static [u8]| MessageGrant {
+            depth: 4,
+            size: 100,
+            intid: 9,
+            senders,
+            pool_offset: 0,
+        };
+        // VM 0 takes messages from 1 and itself; VM 1 (2 vCPUs, 2 tasks) from 0; VM 2 none.
+        let vms = [
+            vm(0, 1, 0, Some(grant(&[1, 0]))),
+            vm(1, 2, 2, Some(grant(&[0]))),
+            vm(2, 1, 0, None),
+        ];
+        let send = |sender: usize, vm: u64, vcpu: u64, len: u64| {
+            let request = SendRequest {
+                vm,
+                vcpu,
+                buffer: 0x4000_0000,
+                len,
+            };
+            destination(&vms, sender, &request).map(|(id, vcpu, grant)| (id, vcpu, grant.size))
+        };
+        assert_eq!(send(0, 1, 0, 100), Ok((1, 0, 100)));
+        // A task's vCPU: after the configured ones, within the grant's max.
+        assert_eq!(send(0, 1, 3, 0), Ok((1, 3, 100)));
+        assert_eq!(send(0, 1, 4, 0), Err(MessageError::UnknownDestination));
+        assert_eq!(send(0, 3, 0, 0), Err(MessageError::UnknownDestination));
+        assert_eq!(send(0, u64::MAX, 0, 0), Err(MessageError::UnknownDestination));
+        assert_eq!(send(0, 0, u64::MAX, 0), Err(MessageError::UnknownDestination));
+        // Not a sender it lists, or a VM that takes none: before the size is looked at.
+        assert_eq!(send(2, 1, 0, 1_000), Err(MessageError::NotAllowed));
+        assert_eq!(send(0, 2, 0, 1), Err(MessageError::NotAllowed));
+        assert_eq!(send(0, 0, 0, 1), Ok((0, 0, 100)));
+        assert_eq!(send(1, 0, 0, 101), Err(MessageError::TooLarge));
+        assert_eq!(send(1, 0, 0, u64::MAX), Err(MessageError::TooLarge));
+    }
+
     #[test]
     fn codes_are_distinct_and_negative() {
         let codes = MessageError::ALL.map(MessageError::code);
