@@ -478,8 +478,14 @@ mod tests {
         assert_eq!(send(0, 1, 3, 0), Ok((1, 3, 100)));
         assert_eq!(send(0, 1, 4, 0), Err(MessageError::UnknownDestination));
         assert_eq!(send(0, 3, 0, 0), Err(MessageError::UnknownDestination));
-        assert_eq!(send(0, u64::MAX, 0, 0), Err(MessageError::UnknownDestination));
-        assert_eq!(send(0, 0, u64::MAX, 0), Err(MessageError::UnknownDestination));
+        assert_eq!(
+            send(0, u64::MAX, 0, 0),
+            Err(MessageError::UnknownDestination)
+        );
+        assert_eq!(
+            send(0, 0, u64::MAX, 0),
+            Err(MessageError::UnknownDestination)
+        );
         // Not a sender it lists, or a VM that takes none: before the size is looked at.
         assert_eq!(send(2, 1, 0, 1_000), Err(MessageError::NotAllowed));
         assert_eq!(send(0, 2, 0, 1), Err(MessageError::NotAllowed));

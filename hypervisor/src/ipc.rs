@@ -91,11 +91,13 @@ pub fn clear_vm(id: usize) {
 
 /// What a sent message asks of the sender's trap exit.
 pub enum Raised {
-    /// Nothing here: the receiver is another vCPU (kicked), or a task (tasks take no
-    /// interrupts; they poll).
+    /// Nothing here: the receiver is on another pCPU (kicked), it need not wake, or it is a
+    /// task (tasks take no interrupts; they poll).
     Elsewhere,
     /// The interrupt is for the sender itself: its list registers need an update.
     Here,
+    /// The receiver shares this pCPU and woke: the scheduler decides whether it preempts.
+    WokeHere,
 }
 
 /// KEEL_MSG_SEND from vCPU `vcpu` of VM `id`: the number of messages queued at the destination.
@@ -139,6 +141,14 @@ fn raise(to: usize, to_vcpu: usize, intid: u32, id: usize, vcpu: usize) -> Raise
     };
     if (to, target) == (id, vcpu) {
         Raised::Here
+    } else if vm::desc(to).pcpus.get(target) == Some(&(cpu::index() as u32))
+        && crate::sched::is_shared()
+    {
+        if crate::sched::wake_here(to, target) {
+            Raised::WokeHere
+        } else {
+            Raised::Elsewhere
+        }
     } else {
         vm::kick_vcpu(to, target);
         Raised::Elsewhere

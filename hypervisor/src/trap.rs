@@ -81,6 +81,8 @@ enum Next {
     Wait,
     /// KEEL_YIELD on a shared pCPU: give the pCPU away.
     Yield,
+    /// A vCPU on this shared pCPU woke: the scheduler may pick it over the caller.
+    Reschedule,
     /// KEEL_MSG_RECV found nothing: wait (as WFI does) until an interrupt or a message, or
     /// until the virtual counter reaches this value; the call is repeated after.
     WaitMessage(u64),
@@ -107,6 +109,7 @@ fn guest_sync(regs: &mut GuestRegs) {
             Next::Yield => sched::give_away(regs, true),
             Next::Wait => wait(id, vcpu, regs),
             Next::WaitMessage(until) => wait_for_message(id, vcpu, until, regs),
+            Next::Reschedule => sched::reschedule(regs),
             next => finish(id, vcpu, esr, next, regs),
         }
     } else {
@@ -204,6 +207,7 @@ fn finish(id: usize, vcpu: usize, esr: Esr, next: Next, regs: &GuestRegs) {
         Next::Wait => wait(id, vcpu, regs),
         Next::Yield => sched::give_away(regs, true),
         Next::WaitMessage(until) => wait_for_message(id, vcpu, until, regs),
+        Next::Reschedule => sched::reschedule(regs),
         Next::ResumeWithInterrupts => irq::sync_list_registers(),
         Next::Stop(fault) => {
             let pc = vectors::guest_pc();
@@ -343,6 +347,7 @@ fn hypercall(id: usize, vcpu: usize, regs: &mut GuestRegs) -> Next {
                 return match raised {
                     crate::ipc::Raised::Here => Next::ResumeWithInterrupts,
                     crate::ipc::Raised::Elsewhere => Next::Resume,
+                    crate::ipc::Raised::WokeHere => Next::Reschedule,
                 };
             }
             Err(error) => error.code() as u64,

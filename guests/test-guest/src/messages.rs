@@ -6,6 +6,8 @@
 //! | `ping` | a round trip with `pong` for every size 0..=`keel.max`, content checked both ways; then every refusal, each checked against its code; then `KEEL-END` to `pong` |
 //! | `pong` | echoes each message back to its sender, every byte inverted, until `KEEL-END`; counts those not from `keel.peer` |
 //! | `outsider` | sends to `keel.peer`, which does not take its messages: each send must be refused |
+//! | `bench` | the benchmarks' sender: for each size, `keel.depth` sends timed alone, then round trips timing delivery (send to the receiver's receive returning) |
+//! | `bench-receiver` | the benchmarks' receiver, `keel.peer` the sender: times each receive of a queued message, and answers each delivery with when it got it |
 //! | `stopped` | powers off at once (its senders must get "destination stopped") |
 //! | `flood` | from `keel.start` (counter ms) on, sends to `keel.peer` (which never receives) for `keel.seconds`: exactly its queue's depth is accepted, the rest refused as full |
 //!
@@ -43,6 +45,8 @@ pub fn run(args: BootArgs<'_>) -> ! {
             number("keel.start").unwrap_or(0),
             number("keel.seconds").unwrap_or(2),
         ),
+        Some("bench") => bench_sender(peer, number("keel.depth").unwrap_or(4)),
+        Some("bench-receiver") => bench_receiver(peer, number("keel.depth").unwrap_or(4)),
         Some("stopped") => {
             println!("msg: stopped: powering off");
             system_off()
@@ -336,5 +340,135 @@ fn flood(peer: u64, start_ms: u64, seconds: u64) -> ! {
         }
     }
     println!("msg: flood: {accepted} accepted, {full} refused as full, {other} other refusals");
+    system_off()
+}
+
+/// The benchmarks' message sizes (the M5150 paper's table II).
+const BENCH_SIZES: [usize; 5] = [20, 40, 60, 80, 100];
+/// Delivery round trips per size.
+const BENCH_ROUNDS: usize = 64;
+/// Batches of `depth` timed sends (and receives) per size.
+const BENCH_BATCHES: usize = 16;
+
+/// Counter ticks as nanoseconds: instructions under `-icount shift=0`.
+fn ticks_ns(ticks: u64) -> u64 {
+    ticks * 1_000_000_000 / timer::frequency()
+}
+
+/// Minimum, sum and count of samples, printed as a `bench:` figure.
+struct Figure {
+    min: u64,
+    max: u64,
+    total: u64,
+    count: u64,
+}
+
+impl Figure {
+    fn new() -> Self {
+        Figure {
+            min: u64::MAX,
+            max: 0,
+            total: 0,
+            count: 0,
+        }
+    }
+
+    fn add(&mut self, ticks: u64) {
+        let ns = ticks_ns(ticks);
+        self.min = self.min.min(ns);
+        self.max = self.max.max(ns);
+        self.total += ns;
+        self.count += 1;
+    }
+
+    fn print(&self, name: &str, size: usize) {
+        println!(
+            "bench: {name}-{size} min={} avg={} max={}",
+            self.min,
+            self.total / self.count.max(1),
+            self.max
+        );
+    }
+}
+
+/// Sends until accepted (the receiver drains its queue meanwhile).
+fn send_until_taken(peer: u64, message: &[u8]) {
+    while message::send(peer, 0, message) == Err(MessageError::QueueFull) {
+        keel_guest::yield_now();
+    }
+}
+
+fn bench_sender(peer: u64, depth: u64) -> ! {
+    let mut out = [0u8; 128];
+    let mut back = [0u8; 128];
+    // Let the receiver boot and wait.
+    let _ = message::receive(&mut back, after_ms(5));
+    for size in BENCH_SIZES {
+        for (i, byte) in out[..size].iter_mut().enumerate() {
+            *byte = pattern(size, i);
+        }
+        let mut send = Figure::new();
+        for _ in 0..BENCH_BATCHES {
+            for _ in 0..depth {
+                let start = timer::counter();
+                let sent = message::send(peer, 0, &out[..size]);
+                let end = timer::counter();
+                match sent {
+                    Ok(_) => send.add(end - start),
+                    Err(_) => send_until_taken(peer, &out[..size]),
+                }
+            }
+            // The receiver says when it has taken the batch.
+            let _ = message::receive(&mut back, u64::MAX);
+        }
+        send.print("msg-send", size);
+        let mut delivery = Figure::new();
+        for _ in 0..BENCH_ROUNDS {
+            let start = timer::counter();
+            send_until_taken(peer, &out[..size]);
+            if let Ok(reply) = message::receive(&mut back, u64::MAX) {
+                if reply.len == 8 {
+                    let mut at = [0u8; 8];
+                    at.copy_from_slice(&back[..8]);
+                    delivery.add(u64::from_le_bytes(at).saturating_sub(start));
+                }
+            }
+        }
+        delivery.print("msg-delivery", size);
+    }
+    println!("bench: done");
+    system_off()
+}
+
+fn bench_receiver(peer: u64, depth: u64) -> ! {
+    let mut buffer = [0u8; 128];
+    for size in BENCH_SIZES {
+        let mut receive = Figure::new();
+        for _ in 0..BENCH_BATCHES {
+            let mut taken = 0;
+            while taken < depth {
+                // Wait for a message without taking it (an empty buffer is too small for
+                // any of these), then time the receive of a queued message alone.
+                // SAFETY: Keel writes nothing into an empty buffer.
+                let _ = unsafe { message::receive_raw(buffer.as_mut_ptr() as u64, 0, u64::MAX) };
+                let start = timer::counter();
+                let got = message::receive(&mut buffer, 0);
+                let end = timer::counter();
+                if got.is_ok() {
+                    receive.add(end - start);
+                    taken += 1;
+                }
+            }
+            send_until_taken(peer, b"batch");
+        }
+        receive.print("msg-receive", size);
+        for _ in 0..BENCH_ROUNDS {
+            let got = message::receive(&mut buffer, u64::MAX);
+            let at = timer::counter();
+            if got.is_ok() {
+                send_until_taken(peer, &at.to_le_bytes());
+            }
+        }
+    }
     system_off()
 }

@@ -654,6 +654,29 @@ fn program(shared: &SharedCpu, decision: Decision) {
     ]);
 }
 
+/// An interrupt was raised (a message queued) for vCPU `vcpu` of VM `id`, which is placed on
+/// this shared pCPU and not running: it wakes here at once, without the kick SGI a remote
+/// pCPU would need, if it waits and now has something to take. Returns whether the
+/// scheduler should be asked again (it woke).
+pub fn wake_here(id: usize, vcpu: usize) -> bool {
+    let mut guard = this_shared().lock();
+    let shared = &mut *guard;
+    let Some(slot) = shared.slot_of(id, vcpu) else {
+        return false;
+    };
+    if shared.loaded == Some(slot) || !shared.is_started(slot) {
+        return false;
+    }
+    // Its list registers are brought up to date from the vGIC when it next runs.
+    shared.needs_sync |= 1 << slot;
+    let now = timer::now();
+    if shared.scheduler.is_runnable(slot) || !has_pending(shared, slot, id, vcpu, now) {
+        return false;
+    }
+    shared.scheduler.wake(slot, now);
+    true
+}
+
 /// Whether the running vCPU on this shared pCPU has something to do now, so that its WFI
 /// must not give the pCPU away: an interrupt listed pending or pending in its vGIC, or its
 /// virtual timer's condition met.
