@@ -7,7 +7,8 @@
 //! the configuration compiler (`config::MESSAGE_POOL`); each destination's queue and ring sit
 //! behind a lock of their own, held for one bounded copy (at most one message, at most
 //! [`keel_core::ipc::MAX_MESSAGE`] bytes) and never together with another queue's. Lock
-//! order: a queue's lock, then the destination VM's device lock (to raise the interrupt).
+//! order: a queue's lock alone; the destination VM's vGIC lock (to raise the interrupt) is
+//! taken after it is released.
 //!
 //! Guest memory is reached only through [`vm::guest_bytes`], which checks the whole range
 //! against the VM's own regions first. The bytes of a message are copied once and never
@@ -131,12 +132,12 @@ fn raise(to: usize, to_vcpu: usize, intid: u32, id: usize, vcpu: usize) -> Raise
         return Raised::Elsewhere;
     }
     let target = {
-        let mut devices = vm::vm(to).devices.lock();
-        devices.vgic.raise(to_vcpu, intid);
+        let mut vgic = vm::vm(to).vgic.lock();
+        vgic.raise(to_vcpu, intid);
         if intid < 32 {
             to_vcpu
         } else {
-            devices.vgic.spi_target(intid)
+            vgic.spi_target(intid)
         }
     };
     if (to, target) == (id, vcpu) {

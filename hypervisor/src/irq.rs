@@ -128,8 +128,8 @@ fn virtual_timer() -> bool {
     let running = vm::current().filter(|&(id, _)| vm::vm(id).state() == VmState::Running);
     match running {
         Some((id, vcpu)) => {
-            let mut devices = vm::vm(id).devices.lock();
-            let vgic = &mut devices.vgic;
+            let mut vgic = vm::vm(id).vgic.lock();
+            let vgic = &mut *vgic;
             vgic.raise(vcpu, layout::VTIMER_INTID);
             let cpu = vm::this_cpu();
             let list_registers = gic::list_registers();
@@ -234,15 +234,16 @@ fn deliver_input(id: usize, byte: u8) {
         return;
     }
     let target = {
-        let mut guard = vm::vm(id).devices.lock();
-        let devices = &mut *guard;
-        let overrun = devices.uart.receive(byte).is_err();
-        devices
-            .vgic
-            .set_level(layout::UART_INTID, devices.uart.interrupt_level());
-        let target = devices.vgic.spi_target(layout::UART_INTID);
+        // Lock order: the UART's, then the vGIC's.
+        let mut uart = vm::vm(id).uart.lock();
+        let overrun = uart.receive(byte).is_err();
+        let target = {
+            let mut vgic = vm::vm(id).vgic.lock();
+            vgic.set_level(layout::UART_INTID, uart.interrupt_level());
+            vgic.spi_target(layout::UART_INTID)
+        };
+        drop(uart);
         if overrun {
-            drop(guard);
             keel_println_limited!(
                 DiagnosticKind::InputOverrun,
                 id,
@@ -267,9 +268,9 @@ pub fn discard_vcpu_interrupts(id: usize, vcpu: usize, generation: u32) {
     forget_timer_lr();
     crate::arch::guest::stop_virtual_timer();
     {
-        let mut devices = vm::vm(id).devices.lock();
+        let mut vgic = vm::vm(id).vgic.lock();
         if vm::vm(id).generation() == generation {
-            let vgic = &mut devices.vgic;
+            let vgic = &mut *vgic;
             let mut scan = cpu.listed.load(Ordering::Relaxed);
             while scan != 0 {
                 let lr = scan.trailing_zeros() as usize;
@@ -300,8 +301,8 @@ pub fn sync_list_registers() {
     };
     let cpu = vm::this_cpu();
     forget_timer_lr();
-    let mut devices = vm::vm(id).devices.lock();
-    let vgic = &mut devices.vgic;
+    let mut vgic = vm::vm(id).vgic.lock();
+    let vgic = &mut *vgic;
     let list_registers = gic::list_registers();
     let listed = reclaim_finished(vgic, vcpu, cpu.listed.load(Ordering::Relaxed));
     let (listed, waiting) = vgic.fill_list_registers(

@@ -4,6 +4,7 @@
 
 mod arch;
 mod console;
+mod devices;
 mod ipc;
 mod irq;
 mod masked;

@@ -2,9 +2,8 @@
 //! from ESR_EL2 and either emulated (the guest continues) or ends the VM with a diagnostic.
 
 use core::fmt;
-use core::sync::atomic::Ordering;
 
-use keel_core::abi::{self, layout, psci, CallError, MaskedSite};
+use keel_core::abi::{self, psci, CallError, MaskedSite};
 use keel_core::cpu_features;
 use keel_core::devices::DeviceError;
 use keel_core::esr::{sysregs, DataAbort, Esr, ExceptionClass, SysRegAccess};
@@ -15,7 +14,7 @@ use crate::arch::cpu;
 use crate::arch::regs::{read_id_register, read_sysreg};
 use crate::arch::vectors::{self, GuestRegs};
 use crate::vm::{self, VcpuPower};
-use crate::{console, irq, keel_println_limited, masked, sched, vcpu};
+use crate::{irq, keel_println_limited, masked, sched, vcpu};
 
 /// Why a VM is stopped.
 enum Fault {
@@ -497,9 +496,9 @@ fn send_virtual_sgi(id: usize, vcpu: usize, value: u64) -> bool {
         return false;
     }
     {
-        let mut devices = vm::vm(id).devices.lock();
+        let mut vgic = vm::vm(id).vgic.lock();
         for target in (0..vcpus).filter(|t| targets & (1 << t) != 0) {
-            devices.vgic.raise(target, intid);
+            vgic.raise(target, intid);
         }
     }
     for target in (0..vcpus).filter(|&t| targets & (1 << t) != 0 && t != vcpu) {
@@ -513,7 +512,6 @@ fn data_abort(id: usize, abort: DataAbort, regs: &mut GuestRegs) -> Next {
     if !abort.isv {
         return Next::Stop(Fault::NoSyndrome { ipa });
     }
-    let desc = vm::desc(id);
     let size = abort.access_size;
     let mask = if size == 8 {
         u64::MAX
@@ -521,69 +519,28 @@ fn data_abort(id: usize, abort: DataAbort, regs: &mut GuestRegs) -> Next {
         (1u64 << (8 * size)) - 1
     };
     let value = regs.get(abort.register) & mask;
-    let gicr_size = desc.pcpus.len() as u64 * layout::GICR_STRIDE;
-
-    let mut transmitted = None;
-    let result = {
-        let mut guard = vm::vm(id).devices.lock();
-        let devices = &mut *guard;
-        let (device, outcome) =
-            if (layout::GICD_BASE..layout::GICD_BASE + layout::GICD_SIZE).contains(&ipa) {
-                let offset = ipa - layout::GICD_BASE;
-                let outcome = if abort.write {
-                    vm::vm(id).gic_writes.fetch_add(1, Ordering::Relaxed);
-                    devices
-                        .vgic
-                        .distributor_write(offset, size, value)
-                        .map(|()| 0)
-                } else {
-                    devices.vgic.distributor_read(offset, size)
-                };
-                ("GIC distributor", outcome)
-            } else if (layout::GICR_BASE..layout::GICR_BASE + gicr_size).contains(&ipa) {
-                let offset = ipa - layout::GICR_BASE;
-                let outcome = if abort.write {
-                    vm::vm(id).gic_writes.fetch_add(1, Ordering::Relaxed);
-                    devices
-                        .vgic
-                        .redistributor_write(offset, size, value)
-                        .map(|()| 0)
-                } else {
-                    devices.vgic.redistributor_read(offset, size)
-                };
-                ("GIC redistributor", outcome)
-            } else if desc.console
-                && (layout::UART_BASE..layout::UART_BASE + layout::UART_SIZE).contains(&ipa)
-            {
-                let offset = ipa - layout::UART_BASE;
-                let outcome = if abort.write {
-                    devices.uart.write(offset, size, value as u32).map(|byte| {
-                        transmitted = byte;
-                        0
-                    })
-                } else {
-                    devices.uart.read(offset, size).map(u64::from)
-                };
-                devices
-                    .vgic
-                    .set_level(layout::UART_INTID, devices.uart.interrupt_level());
-                ("PL011 console", outcome)
-            } else {
-                return Next::Stop(Fault::Stage2 {
-                    ipa,
-                    write: abort.write,
-                    size,
-                });
-            };
-        outcome.map_err(|error| Fault::Device { device, ipa, error })
+    let Some((device, offset)) = crate::devices::find(vm::desc(id), ipa) else {
+        return Next::Stop(Fault::Stage2 {
+            ipa,
+            write: abort.write,
+            size,
+        });
     };
-    let loaded = match result {
+    let access = crate::devices::Access {
+        offset,
+        size,
+        write: abort.write.then_some(value),
+    };
+    let loaded = match device.access(id, access) {
         Ok(loaded) => loaded,
-        Err(fault) => return Next::Stop(fault),
+        Err(error) => {
+            return Next::Stop(Fault::Device {
+                device: device.name(),
+                ipa,
+                error,
+            })
+        }
     };
-    if let Some(byte) = transmitted {
-        console::vm_output(id, byte);
-    }
     if !abort.write {
         let mut loaded = loaded & mask;
         if abort.sign_extend && size < 8 {

@@ -1,9 +1,12 @@
 //! VMs at run time: their state, their device models, loading their images, and which
 //! pCPU runs which vCPU.
 //!
-//! Ownership: a VM's device models (vGIC, PL011) sit behind one lock per VM, taken by the
-//! pCPU running its vCPU (traps) and by pCPU 0 (console input). Lock order: a VM's device
-//! lock, then nothing (the console lock is never taken while holding it).
+//! Ownership: each of a VM's device models (vGIC, PL011) sits behind a lock of its own,
+//! taken by the pCPU running its vCPU (traps, through [`crate::devices`]), by pCPU 0 (console
+//! input) and by senders raising its interrupts. Lock order: a device model other than the
+//! vGIC, then the VM's vGIC (a model sets its interrupt's level under its own lock, so that a
+//! level cannot be overtaken by an older one), then nothing (the console lock is never taken
+//! while holding either).
 
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
@@ -36,14 +39,6 @@ pub enum VmState {
     Stopped = 2,
 }
 
-/// The emulated devices of one VM.
-pub struct Devices {
-    /// Distributor and redistributors.
-    pub vgic: Vgic,
-    /// The console UART.
-    pub uart: Pl011,
-}
-
 /// A vCPU's power state as PSCI sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -71,8 +66,11 @@ pub struct Vm {
     state: AtomicU8,
     /// Bumped on each reset: a vCPU started in an older generation stops.
     generation: AtomicU32,
-    /// The devices, set up by [`build`] before any vCPU of the VM runs.
-    pub devices: Mutex<Devices>,
+    /// The GIC distributor and redistributors, set up by [`build`] before any vCPU of the VM
+    /// runs, like every device model.
+    pub vgic: Mutex<Vgic>,
+    /// The console UART.
+    pub uart: Mutex<Pl011>,
     /// Set while a vCPU of the VM reloads it ([`reset`]): no other vCPU of it starts, and a
     /// second SYSTEM_RESET meanwhile just stops its caller.
     resetting: AtomicBool,
@@ -96,10 +94,8 @@ impl Vm {
             state: AtomicU8::new(VmState::Running as u8),
             generation: AtomicU32::new(0),
             // All-zero, so the VM table lives in .bss rather than in the image.
-            devices: Mutex::new(Devices {
-                vgic: Vgic::EMPTY,
-                uart: Pl011::ZEROED,
-            }),
+            vgic: Mutex::new(Vgic::EMPTY),
+            uart: Mutex::new(Pl011::ZEROED),
             resetting: AtomicBool::new(false),
             gic_writes: AtomicU32::new(0),
             stage2_root: AtomicU64::new(0),
@@ -366,11 +362,11 @@ fn reset_devices(id: usize) {
         owned[count] = intid;
         count += 1;
     }
-    let mut devices = VMS[id].devices.lock();
-    *devices = Devices {
-        vgic: Vgic::new(desc.pcpus.len(), &owned[..count]),
-        uart: Pl011::new(),
-    };
+    // Lock order: the UART's, then the vGIC's.
+    let mut uart = VMS[id].uart.lock();
+    let mut vgic = VMS[id].vgic.lock();
+    *uart = Pl011::new();
+    *vgic = Vgic::new(desc.pcpus.len(), &owned[..count]);
     VMS[id].gic_writes.fetch_add(1, Ordering::Relaxed);
 }
 

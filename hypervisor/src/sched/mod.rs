@@ -555,10 +555,10 @@ fn discard_saved(shared: &mut SharedCpu, slot: usize) {
     };
     let context = &mut shared.contexts[slot];
     if vm::vm(id).generation() == shared.generations[slot] {
-        let mut devices = vm::vm(id).devices.lock();
+        let mut vgic = vm::vm(id).vgic.lock();
         context.interface.for_each_listed(|intid, pending| {
             if intid >= 32 {
-                devices.vgic.unlisted(vcpu, intid, pending, false);
+                vgic.unlisted(vcpu, intid, pending, false);
             }
         });
     }
@@ -595,7 +595,7 @@ fn start_slot(
     if shared.fp_owner == Some(slot) {
         shared.fp_owner = None;
     }
-    vm.devices.lock().vgic.reset_vcpu(vcpu);
+    vm.vgic.lock().reset_vcpu(vcpu);
     if vcpu == 0 {
         crate::vcpu::announce_start(id);
     }
@@ -616,7 +616,7 @@ fn has_pending(shared: &SharedCpu, slot: usize, id: usize, vcpu: usize, now: u64
     if context.timer.deadline().is_some_and(|at| at <= now) {
         return true;
     }
-    vm::vm(id).devices.lock().vgic.next_pending(vcpu).is_some()
+    vm::vm(id).vgic.lock().next_pending(vcpu).is_some()
 }
 
 /// Whether `slot` waits in KEEL_MSG_RECV and its wait's end has come.
@@ -683,7 +683,7 @@ pub fn wake_here(id: usize, vcpu: usize) -> bool {
 pub fn running_has_work(id: usize, vcpu: usize) -> bool {
     gic::any_interrupt_pending()
         || guest::virtual_timer_expired()
-        || vm::vm(id).devices.lock().vgic.next_pending(vcpu).is_some()
+        || vm::vm(id).vgic.lock().next_pending(vcpu).is_some()
 }
 
 /// Statistics of vCPU `vcpu` of VM `id` on this pCPU's scheduler, if it is placed here.

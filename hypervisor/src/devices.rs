@@ -1,0 +1,144 @@
+//! The emulated devices of VMs behind one interface: each [`Device`] is a guest-physical
+//! window (where a VM sees it, if it has it) mapped to a model in the portable core, and
+//! serves the accesses that fault there. A data abort in no window stops the VM.
+//!
+//! Ownership and locks: each model of a VM has its own lock (`Vm::vgic`, `Vm::uart`, ...),
+//! taken by the device for the one access; a model that drives an interrupt line sets its
+//! level in the vGIC under its own lock (lock order: the model, then the vGIC; see
+//! [`crate::vm`]), so that levels are never applied out of order. No lock is held while the
+//! console is written.
+
+use core::sync::atomic::Ordering;
+
+use keel_core::abi::layout;
+use keel_core::devices::DeviceError;
+use keel_core::system::VmDesc;
+
+use crate::{console, vm};
+
+/// A guest's access to a device register: where in the device's window, how wide, and the
+/// value of a store (already cut to `size` bytes).
+#[derive(Clone, Copy, Debug)]
+pub struct Access {
+    /// Offset in the window.
+    pub offset: u64,
+    /// Bytes accessed.
+    pub size: u8,
+    /// A store's value; `None` for a load.
+    pub write: Option<u64>,
+}
+
+/// An emulated device model.
+pub trait Device: Sync {
+    /// Its name in diagnostics.
+    fn name(&self) -> &'static str;
+
+    /// Where VM `desc` sees it: `(base, size)`; `None` if the VM does not have it.
+    fn window(&self, desc: &VmDesc) -> Option<(u64, u64)>;
+
+    /// Serves `access` from a vCPU of VM `id`: a load's value (0 for a store).
+    fn access(&self, id: usize, access: Access) -> Result<u64, DeviceError>;
+}
+
+/// Every device model Keel emulates.
+static DEVICES: [&dyn Device; 3] = [&Distributor, &Redistributors, &Console];
+
+/// The device whose window in VM `desc` holds `ipa`, and the offset there.
+pub fn find(desc: &VmDesc, ipa: u64) -> Option<(&'static dyn Device, u64)> {
+    DEVICES.iter().find_map(|&device| {
+        let (base, size) = device.window(desc)?;
+        let offset = ipa.checked_sub(base).filter(|&offset| offset < size)?;
+        Some((device, offset))
+    })
+}
+
+/// The GICv3 distributor.
+struct Distributor;
+
+impl Device for Distributor {
+    fn name(&self) -> &'static str {
+        "GIC distributor"
+    }
+
+    fn window(&self, _: &VmDesc) -> Option<(u64, u64)> {
+        Some((layout::GICD_BASE, layout::GICD_SIZE))
+    }
+
+    fn access(&self, id: usize, access: Access) -> Result<u64, DeviceError> {
+        let vm = vm::vm(id);
+        let mut vgic = vm.vgic.lock();
+        match access.write {
+            Some(value) => {
+                vm.gic_writes.fetch_add(1, Ordering::Relaxed);
+                vgic.distributor_write(access.offset, access.size, value)
+                    .map(|()| 0)
+            }
+            None => vgic.distributor_read(access.offset, access.size),
+        }
+    }
+}
+
+/// The GICv3 redistributors, one frame pair per vCPU.
+struct Redistributors;
+
+impl Device for Redistributors {
+    fn name(&self) -> &'static str {
+        "GIC redistributor"
+    }
+
+    fn window(&self, desc: &VmDesc) -> Option<(u64, u64)> {
+        Some((
+            layout::GICR_BASE,
+            desc.pcpus.len() as u64 * layout::GICR_STRIDE,
+        ))
+    }
+
+    fn access(&self, id: usize, access: Access) -> Result<u64, DeviceError> {
+        let vm = vm::vm(id);
+        let mut vgic = vm.vgic.lock();
+        match access.write {
+            Some(value) => {
+                vm.gic_writes.fetch_add(1, Ordering::Relaxed);
+                vgic.redistributor_write(access.offset, access.size, value)
+                    .map(|()| 0)
+            }
+            None => vgic.redistributor_read(access.offset, access.size),
+        }
+    }
+}
+
+/// The PL011 console, multiplexed onto the board's UART.
+struct Console;
+
+impl Device for Console {
+    fn name(&self) -> &'static str {
+        "PL011 console"
+    }
+
+    fn window(&self, desc: &VmDesc) -> Option<(u64, u64)> {
+        desc.console
+            .then_some((layout::UART_BASE, layout::UART_SIZE))
+    }
+
+    fn access(&self, id: usize, access: Access) -> Result<u64, DeviceError> {
+        let vm = vm::vm(id);
+        let mut uart = vm.uart.lock();
+        let outcome = match access.write {
+            Some(value) => uart
+                .write(access.offset, access.size, value as u32)
+                .map(|byte| (0, byte)),
+            None => uart
+                .read(access.offset, access.size)
+                .map(|value| (u64::from(value), None)),
+        };
+        vm.vgic
+            .lock()
+            .set_level(layout::UART_INTID, uart.interrupt_level());
+        drop(uart);
+        let (value, transmitted) = outcome?;
+        if let Some(byte) = transmitted {
+            console::vm_output(id, byte);
+        }
+        Ok(value)
+    }
+}
