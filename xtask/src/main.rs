@@ -7,6 +7,7 @@ mod debian;
 mod dtb;
 mod fuzz;
 mod image;
+mod ipc_bench;
 mod process;
 mod qemu;
 mod scenarios;
@@ -47,6 +48,7 @@ const USAGE: &str = "usage: cargo xtask <command>
                    Linux benchmarks (native, Keel, Xen) unless `micro`
   bench sched      the shared-pCPU benchmarks: vCPU switch cost, lazy FP, the M5150 overhead table
   bench tasks      real-time task services, the sample partition's jitter, masked stretches, lateness through resets
+  bench messages   messages between VMs: send, receive and delivery of 20-100 byte messages, beside the M5150 paper
   fuzz [TARGET] [SECONDS]  run the core's fuzz targets (all, or TARGET) SECONDS each (default 10);
                    `fuzz TARGET --replay FILE` runs one saved input
   build CONFIG     compile CONFIG and build its image under target/keel/<name>/keel.bin";
@@ -58,6 +60,9 @@ fn main() -> ExitCode {
         Some("test") => return test(args.get(1).map(String::as_str)),
         Some("bench") if args.get(1).is_some_and(|a| a == "sched") => {
             setup::ensure_tools().and_then(|()| sched_bench::run())
+        }
+        Some("bench") if args.get(1).is_some_and(|a| a == "messages") => {
+            setup::ensure_tools().and_then(|()| ipc_bench::run_all())
         }
         Some("bench") if args.get(1).is_some_and(|a| a == "tasks") => {
             setup::ensure_tools().and_then(|()| tasks_bench::run())

@@ -1,0 +1,86 @@
+//! Benchmarks of messages between VMs (`cargo xtask bench messages`), beside the M5150
+//! paper's table II: the instructions of a send, of a receive of a queued message, and of a
+//! whole delivery (the sender's send until the receiver's receive returns, with the switch
+//! between them when both share a pCPU), for 20-100 byte messages. Under
+//! `-icount shift=0,sleep=off` (1 instruction = 1 ns), timed with the virtual counter (16 ns
+//! steps, so each figure is an average over many calls).
+
+use std::time::Duration;
+
+use crate::image::{build_guests, build_system};
+use crate::qemu::Machine;
+use crate::sched_bench::figure;
+use crate::{workspace, Result};
+
+/// The paper's sizes and figures (MIPS M5150 at 100 MHz, instructions): send, receive, delivery.
+const M5150: [(usize, u64, u64, u64); 5] = [
+    (20, 1420, 1042, 2594),
+    (40, 1485, 1107, 2724),
+    (60, 1550, 1172, 2854),
+    (80, 1615, 1237, 2984),
+    (100, 1680, 1302, 3114),
+];
+
+/// Boots benchmark configuration `name` (configs/bench) to its end; its figures.
+fn run(name: &str) -> Result<crate::qemu::Ended> {
+    let path = workspace().join(format!("configs/bench/{name}.toml"));
+    let image = build_system(&path)?;
+    let log = crate::image::output_dir().join(format!("logs/{name}.log"));
+    let ended = Machine::keel_icount(&image)
+        .spawn(&log)?
+        .finish(Duration::from_secs(600));
+    if !ended.lines.iter().any(|l| l.ends_with("bench: done")) {
+        return Err(format!(
+            "{name}: the benchmark did not finish (log: {})",
+            log.display()
+        ));
+    }
+    Ok(ended)
+}
+
+/// `avg (min-max)` of a figure.
+fn cell(figure: (u64, u64, u64)) -> String {
+    format!("{} ({}-{})", figure.1, figure.0, figure.2)
+}
+
+/// Prints the table.
+pub fn run_all() -> Result<()> {
+    build_guests()?;
+    let one = run("messages-one-pcpu")?;
+    let two = run("messages-two-pcpus")?;
+    println!(
+        "Messages between two VMs (instructions under icount: avg (min-max) of 128 sends, 128 \
+         receives of a queued message, 64 deliveries; M5150 = the paper's table II):"
+    );
+    println!(
+        "{:>5} | {:<20} {:<20} {:>6} | {:<20} {:<20} {:>6} | {:<20} {:<20} {:>6}",
+        "bytes",
+        "send, 1 pCPU",
+        "send, 2 pCPUs",
+        "M5150",
+        "receive, 1 pCPU",
+        "receive, 2 pCPUs",
+        "M5150",
+        "delivery, 1 pCPU",
+        "delivery, 2 pCPUs",
+        "M5150"
+    );
+    for (size, send, receive, delivery) in M5150 {
+        let f = |ended, what: &str| figure(ended, &format!("{what}-{size}")).map(cell);
+        println!(
+            "{size:>5} | {:<20} {:<20} {send:>6} | {:<20} {:<20} {receive:>6} | {:<20} {:<20} {delivery:>6}",
+            f(&one, "msg-send")?,
+            f(&two, "msg-send")?,
+            f(&one, "msg-receive")?,
+            f(&two, "msg-receive")?,
+            f(&one, "msg-delivery")?,
+            f(&two, "msg-delivery")?,
+        );
+    }
+    println!(
+        "1 pCPU: sender and receiver round robin on one pCPU; a delivery includes the sender's \
+         receive that gives the pCPU away and the switch. 2 pCPUs: pinned; a delivery includes \
+         the kick SGI and the receiver's wake from WFI."
+    );
+    Ok(())
+}
