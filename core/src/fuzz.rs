@@ -6,6 +6,10 @@
 use std::path::Path;
 
 use crate::console::{ConsoleMux, Sink};
+use crate::devices::virtio::memory::TestMemory;
+use crate::devices::virtio::mmio::{register, STATUS_DEVICE_NEEDS_RESET};
+use crate::devices::virtio::queue::max_accesses;
+use crate::devices::virtio::VirtioConsole;
 use crate::devices::{pl011::Pl011, vgic::Vgic};
 use crate::esr::{Esr, ExceptionClass};
 use crate::fdt::Fdt;
@@ -37,6 +41,10 @@ pub const TARGETS: &[Target] = &[
     Target {
         name: "pl011-mmio",
         run: pl011_mmio,
+    },
+    Target {
+        name: "virtio-mmio",
+        run: virtio_mmio,
     },
     Target {
         name: "console",
@@ -204,6 +212,143 @@ pub fn pl011_mmio(data: &[u8]) {
         }
         let _ = uart.interrupt_level();
     }
+}
+
+/// Where the virtio fuzz target's guest memory starts, and its size.
+const VIRTIO_BASE: u64 = 0x4000_0000;
+const VIRTIO_MEMORY: usize = 0x1_0000;
+
+/// The virtio console: register reads and writes at any offset and width (queue addresses,
+/// sizes, status, all guest-chosen), 8-byte pokes anywhere in guest memory (rings,
+/// descriptors, indices), transmits with any budget into a sink of any room, receives of any
+/// length, interrupt acknowledgements. Every access outside the memory is refused and answered
+/// by DEVICE_NEEDS_RESET; a call makes at most `max_accesses` accesses and moves at most its
+/// budget; the interrupt line follows InterruptStatus.
+pub fn virtio_mmio(data: &[u8]) {
+    let mut input = Reader { data };
+    let mut memory = TestMemory::new(VIRTIO_BASE, VIRTIO_MEMORY);
+    let mut console = VirtioConsole::new();
+    let u16 = |input: &mut Reader<'_>| u16::from_le_bytes([input.u8(), input.u8()]);
+    while !input.is_empty() {
+        let op = input.u8();
+        let (accesses, refused) = (memory.accesses(), memory.refused());
+        match op % 6 {
+            0 => {
+                let size = width(&mut input);
+                let offset = u64::from(input.u8()) << 2 | u64::from(op >> 6);
+                if let Ok(value) = console.mmio_read(offset, size) {
+                    assert!(size >= 4 || value >> (8 * u32::from(size)) == 0);
+                }
+            }
+            1 => {
+                let size = width(&mut input);
+                let offset = u64::from(input.u8()) << 2 | u64::from(op >> 6);
+                let _ = console.mmio_write(offset, size, input.u64());
+            }
+            2 => {
+                let at = usize::from(u16(&mut input)) % (VIRTIO_MEMORY - 8);
+                memory.bytes[at..at + 8].copy_from_slice(&input.u64().to_le_bytes());
+            }
+            3 => {
+                let budget = usize::from(u16(&mut input));
+                let mut room = usize::from(u16(&mut input));
+                let moved = console.transmit(&mut memory, budget, &mut |bytes: &[u8]| {
+                    let taken = bytes.len().min(room);
+                    room -= taken;
+                    taken
+                });
+                assert!(moved <= budget);
+                assert!(memory.accesses() - accesses <= max_accesses(budget) as u64);
+            }
+            4 => {
+                let bytes: Vec<u8> = (0..u16(&mut input) % 5000).map(|i| i as u8).collect();
+                let taken = console.receive(&mut memory, &bytes);
+                assert!(taken <= bytes.len());
+                assert!(memory.accesses() - accesses <= max_accesses(0) as u64);
+            }
+            _ => {
+                let status = console.mmio_read(register::INTERRUPT_STATUS, 4).unwrap();
+                let _ = console.mmio_write(register::INTERRUPT_ACK, 4, status.into());
+            }
+        }
+        if memory.refused() > refused {
+            let status = console.mmio_read(register::STATUS, 4).unwrap();
+            assert_ne!(
+                status & STATUS_DEVICE_NEEDS_RESET,
+                0,
+                "a refused access unnoticed"
+            );
+            assert!(console.queue_error().is_some());
+        }
+        let interrupt_status = console.mmio_read(register::INTERRUPT_STATUS, 4).unwrap();
+        assert_eq!(console.interrupt_level(), interrupt_status != 0);
+    }
+}
+
+/// A seed for `virtio_mmio`: a driver's setup as Linux does it (both queues of 8), "hello"
+/// made available on the transmit queue and sent, a receive buffer given and filled.
+fn virtio_mmio_seed() -> Vec<u8> {
+    let mut seed = Vec::new();
+    let mut write = |offset: u64, value: u64| {
+        seed.extend([1, 2, (offset >> 2) as u8]);
+        seed.extend(value.to_le_bytes());
+    };
+    for (offset, value) in [
+        (register::STATUS, 0),
+        (register::STATUS, 1),
+        (register::STATUS, 3),
+        (register::DRIVER_FEATURES_SEL, 1),
+        (register::DRIVER_FEATURES, 1),
+        (register::DRIVER_FEATURES_SEL, 0),
+        (register::DRIVER_FEATURES, 0),
+        (register::STATUS, 0xb),
+    ] {
+        write(offset, value);
+    }
+    // Queue q's descriptor table at 0x4000 * q, available ring 0x1000 on, used 0x2000 on.
+    for queue in 0..2 {
+        let base = VIRTIO_BASE + 0x4000 * queue;
+        for (offset, value) in [
+            (register::QUEUE_SEL, queue),
+            (register::QUEUE_NUM, 8),
+            (register::QUEUE_DESC_LOW, base),
+            (register::QUEUE_DRIVER_LOW, base + 0x1000),
+            (register::QUEUE_DEVICE_LOW, base + 0x2000),
+            (register::QUEUE_READY, 1),
+        ] {
+            write(offset, value);
+        }
+    }
+    write(register::STATUS, 0xf);
+    let mut poke = |at: u16, bytes: [u8; 8]| {
+        seed.push(2);
+        seed.extend(at.to_le_bytes());
+        seed.extend(bytes);
+    };
+    // Transmit: descriptor 0 = 5 bytes at 0x8000 (readable), available index 1, entry 0.
+    poke(0x4000, (VIRTIO_BASE + 0x8000).to_le_bytes());
+    poke(0x4008, [5, 0, 0, 0, 0, 0, 0, 0]);
+    poke(0x5000, [0, 0, 1, 0, 0, 0, 0, 0]);
+    poke(0x8000, *b"hello\0\0\0");
+    // Receive: descriptor 0 = 64 writable bytes at 0x9000, available index 1, entry 0.
+    poke(0x0000, (VIRTIO_BASE + 0x9000).to_le_bytes());
+    poke(0x0008, [64, 0, 0, 0, 2, 0, 0, 0]);
+    poke(0x1000, [0, 0, 1, 0, 0, 0, 0, 0]);
+    seed.extend([
+        1,
+        2,
+        (register::QUEUE_NOTIFY >> 2) as u8,
+        1,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+    ]);
+    seed.extend([3, 0, 0x10, 0xff, 0xff, 4, 8, 0, 5]);
+    seed
 }
 
 /// A UART that takes a few bytes at a time.
@@ -469,6 +614,7 @@ pub fn seeds(target: &str, device_tree: &[u8], config_files: &[Vec<u8>]) -> Vec<
         "pl011-mmio" => vec![vec![
             1, 2, 0x30, 1, 3, 0, 0, 0, 1, 2, 0, 0x41, 0, 0, 0, 0, 2, 0, 0, 0x42,
         ]],
+        "virtio-mmio" => vec![virtio_mmio_seed()],
         "console" => vec![b"\x00h\x00i\x00\n\x01x\x02\r\x03\x01\x03r\x00\x1b\x05\x40".to_vec()],
         "device-tree" => vec![device_tree.to_vec()],
         "config" => config_files.to_vec(),

@@ -2,6 +2,7 @@
 
 pub mod pl011;
 pub mod vgic;
+pub mod virtio;
 
 /// A guest access the device model refuses: the VM is stopped with this as the reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,6 +29,14 @@ pub enum DeviceError {
         /// Offset in the redistributor region.
         offset: u64,
     },
+    /// An access to an offset with no register, or in a direction the register lacks (a read
+    /// of a write-only register, a write of a read-only one).
+    NoSuchRegister {
+        /// Offset in the device frame.
+        offset: u64,
+        /// Whether the access was a write.
+        write: bool,
+    },
 }
 
 impl core::fmt::Display for DeviceError {
@@ -50,6 +59,10 @@ impl core::fmt::Display for DeviceError {
             }
             DeviceError::NoSuchRedistributor { offset } => {
                 write!(f, "no redistributor at offset {offset:#x} (no such vCPU)")
+            }
+            DeviceError::NoSuchRegister { offset, write } => {
+                let access = if write { "write" } else { "read" };
+                write!(f, "no register to {access} at offset {offset:#x}")
             }
         }
     }

@@ -97,7 +97,11 @@ impl TestMemory {
 
     /// Counts one access; the index range of `[ipa, ipa + len)` in `bytes` if wholly inside,
     /// else the refusal (counted too).
-    fn check(&self, ipa: GuestPhysAddr, len: usize) -> Result<core::ops::Range<usize>, MemoryError> {
+    fn check(
+        &self,
+        ipa: GuestPhysAddr,
+        len: usize,
+    ) -> Result<core::ops::Range<usize>, MemoryError> {
         self.accesses.set(self.accesses.get() + 1);
         let range = ipa
             .0

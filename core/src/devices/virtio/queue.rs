@@ -9,10 +9,13 @@
 //! refuses what is not the VM's. A broken rule breaks the queue (the device then needs a
 //! reset, 2.1.2) instead of being guessed around.
 //!
-//! One call does bounded work: it takes at most the entries available when it starts (at
-//! most a queue size of them), starts a chain only while fewer than a queue size of
-//! descriptors were visited (so at most twice the queue size in all), and moves at most its
-//! byte budget, [`CHUNK`] bytes per guest-memory access.
+//! Each chain is walked twice: once whole to check it, then to move its bytes, so a chain
+//! that breaks a rule moves nothing. One call does bounded work: it takes at most the
+//! entries available when it starts (at most a queue size of them), starts a chain only
+//! while fewer than twice the queue size of descriptors were visited (the chains a driver
+//! makes available at once share no descriptor, so they fit), hence visits at most four
+//! times the queue size in all, and moves at most its byte budget, [`CHUNK`] bytes per
+//! guest-memory access.
 
 use super::memory::{offset_address, read_bytes, GuestMemory, MemoryError};
 use crate::addr::GuestPhysAddr;
@@ -22,6 +25,17 @@ pub const MAX_QUEUE_SIZE: u16 = 64;
 
 /// Most bytes of a buffer the device reads with one guest-memory access.
 pub const CHUNK: usize = 256;
+
+/// Most guest-memory accesses one call makes: [`SplitQueue::drain_readable`] with a budget
+/// of `budget` bytes, or [`SplitQueue::fill_writable`] with `budget` 0 (it writes each
+/// descriptor's part in one access). That is the available index; per chain (at most a queue
+/// size) its head and two used-ring writes; per descriptor visited (at most four times the
+/// queue size, half of them to copy) the descriptor and, when copying, one access shorter
+/// than a chunk; the full chunks of the budget; one access cut short by the budget or sink.
+pub const fn max_accesses(budget: usize) -> usize {
+    let size = MAX_QUEUE_SIZE as usize;
+    1 + 3 * size + 4 * size + 2 * size + budget / CHUNK + 1
+}
 
 /// Descriptor flags (2.7.5): the chain continues at `next`.
 const DESCRIPTOR_NEXT: u16 = 1;
@@ -102,10 +116,16 @@ impl core::fmt::Display for QueueError {
                 write!(f, "descriptor {index} is beyond the descriptor table")
             }
             QueueError::ChainTooLong { head } => {
-                write!(f, "the chain from descriptor {head} is longer than the queue")
+                write!(
+                    f,
+                    "the chain from descriptor {head} is longer than the queue"
+                )
             }
             QueueError::WrongDirection { index } => {
-                write!(f, "descriptor {index} has the wrong direction for its queue")
+                write!(
+                    f,
+                    "descriptor {index} has the wrong direction for its queue"
+                )
             }
             QueueError::IndirectDescriptor { index } => {
                 write!(f, "descriptor {index} is indirect, which was not offered")
@@ -203,7 +223,10 @@ impl SplitQueue {
     pub fn enable(&mut self) -> bool {
         let usable = self.size.is_power_of_two()
             && self.size <= MAX_QUEUE_SIZE
-            && self.descriptor_table.0.is_multiple_of(DESCRIPTOR_TABLE_ALIGN)
+            && self
+                .descriptor_table
+                .0
+                .is_multiple_of(DESCRIPTOR_TABLE_ALIGN)
             && self.driver_area.0.is_multiple_of(DRIVER_AREA_ALIGN)
             && self.device_area.0.is_multiple_of(DEVICE_AREA_ALIGN);
         if usable {
@@ -250,10 +273,11 @@ impl SplitQueue {
         let mut visits = 0;
         let mut buffer = [0u8; CHUNK];
         for _ in 0..pending {
-            if transfer.bytes == budget || visits >= self.size {
+            if transfer.bytes == budget || visits >= 2 * self.size {
                 break;
             }
             let head = self.head(memory)?;
+            self.walk(memory, head, false, &mut visits, |_, _| Ok(Flow::Continue))?;
             // Position in the chain's bytes: where the current descriptor's buffer starts,
             // and how far the sink has taken them (in this call or before).
             let mut descriptor_start = 0u64;
@@ -266,8 +290,7 @@ impl SplitQueue {
                     if count == 0 {
                         return Ok(Flow::Stop);
                     }
-                    let ipa =
-                        offset_address(descriptor.addr, progress - descriptor_start, count)?;
+                    let ipa = offset_address(descriptor.addr, progress - descriptor_start, count)?;
                     memory.read(ipa, &mut buffer[..count])?;
                     let taken = sink(&buffer[..count]).min(count);
                     progress += taken as u64;
@@ -314,10 +337,11 @@ impl SplitQueue {
         let (pending, no_interrupt) = self.pending(memory)?;
         let mut visits = 0;
         for _ in 0..pending {
-            if transfer.bytes == bytes.len() || visits >= self.size {
+            if transfer.bytes == bytes.len() || visits >= 2 * self.size {
                 break;
             }
             let head = self.head(memory)?;
+            self.walk(memory, head, true, &mut visits, |_, _| Ok(Flow::Continue))?;
             let chain_start = transfer.bytes;
             self.walk(memory, head, true, &mut visits, |memory, descriptor| {
                 let count = (descriptor.len as usize).min(bytes.len() - transfer.bytes);
