@@ -35,6 +35,7 @@ pub static SYSTEM: keel_core::system::SystemDesc = keel_core::system::SystemDesc
     policies: &[keel_core::sched::Policy::Pinned],
     switch_cost_ns: 0,
     vms: &[],
+    channels: &[],
 };
 pub const MESSAGE_POOL: usize = 0;
 "#;

@@ -65,6 +65,12 @@ pub const KEEL_MSG_SEND: u32 = keel_call(0x30);
 /// x0 = the length, x1 = the sender's VM, x2 = its vCPU, x3 = messages still queued; or a
 /// negative [`crate::ipc::MessageError`] code (buffer too small: x1 = the message's length).
 pub const KEEL_MSG_RECV: u32 = keel_call(0x31);
+/// Rings a shared-memory channel's doorbell (see [`crate::channel`]): x1 = the channel's id
+/// (its index among the `[[channel]]` tables), x2 = the member to ring (its position in the
+/// channel's `vms`), or `u64::MAX` for every member but the caller. Keel raises the channel's
+/// interrupt in each such VM (an SGI at its vCPU 0, an SPI where the VM routes it). Returns the
+/// number of members rung, or a negative [`crate::channel::ChannelError`] code.
+pub const KEEL_CHANNEL_NOTIFY: u32 = keel_call(0x32);
 
 /// Where Keel ran with interrupts masked: the handler a stretch ended in, as
 /// [`KEEL_MASKED_STRETCH`] reports it.
@@ -197,6 +203,12 @@ pub mod layout {
     pub const UART_SIZE: u64 = 0x1000;
     /// The console's interrupt: SPI 1.
     pub const UART_INTID: u32 = 33;
+    /// Emulated virtio-mmio console (where QEMU `virt` puts its first virtio-mmio device).
+    pub const VIRTIO_BASE: u64 = 0x0a00_0000;
+    /// Size of the virtio-mmio frame.
+    pub const VIRTIO_SIZE: u64 = 0x200;
+    /// The virtio console's interrupt: SPI 16.
+    pub const VIRTIO_INTID: u32 = 48;
     /// EL1 virtual timer PPI.
     pub const VTIMER_INTID: u32 = 27;
     /// EL1 physical timer PPI (shown in the DTB, not delivered).

@@ -35,6 +35,8 @@ pub enum Call {
     MsgSend(crate::ipc::SendRequest),
     /// [`abi::KEEL_MSG_RECV`].
     MsgRecv(crate::ipc::ReceiveRequest),
+    /// [`abi::KEEL_CHANNEL_NOTIFY`].
+    ChannelNotify(crate::channel::NotifyRequest),
     /// [`abi::KEEL_MASKED_STRETCH`].
     MaskedStretch {
         /// The pCPU asked about.
@@ -135,6 +137,10 @@ pub fn decode(regs: &[u64; 8]) -> Call {
             buffer: regs[1],
             capacity: regs[2],
             wait_until: regs[3],
+        }),
+        abi::KEEL_CHANNEL_NOTIFY => Call::ChannelNotify(crate::channel::NotifyRequest {
+            channel: regs[1],
+            member: regs[2],
         }),
         abi::KEEL_MASKED_STRETCH => Call::MaskedStretch {
             pcpu: regs[1],
@@ -291,6 +297,17 @@ mod tests {
                 buffer: 0x4000_2000,
                 capacity: 64,
                 wait_until: u64::MAX,
+            })
+        );
+    }
+
+    #[test]
+    fn decodes_the_doorbell() {
+        assert_eq!(
+            decode(&[0xC600_0032, 3, u64::MAX, 9, 9, 9, 9, 9]),
+            Call::ChannelNotify(crate::channel::NotifyRequest {
+                channel: 3,
+                member: crate::channel::EVERY_OTHER_MEMBER,
             })
         );
     }

@@ -446,6 +446,7 @@ mod tests {
                 managers: &[],
             }),
             messages,
+            virtio_console: None,
         }
     }
 

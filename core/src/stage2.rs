@@ -23,6 +23,11 @@ const MEMATTR_NORMAL_WB: u64 = 0b1111 << 2;
 const MEMATTR_DEVICE: u64 = 0b0001 << 2;
 /// S2AP[1:0] = 0b11: read/write.
 const S2AP_RW: u64 = 0b11 << 6;
+/// S2AP[1:0] = 0b01: read-only (a write is a stage-2 permission fault).
+const S2AP_RO: u64 = 0b01 << 6;
+/// S2AP[1:0], both bits.
+#[cfg(test)]
+const S2AP_MASK: u64 = 0b11 << 6;
 /// SH[1:0] = 0b11: inner shareable.
 const SH_INNER: u64 = 0b11 << 8;
 /// Access flag.
@@ -37,6 +42,9 @@ pub enum MemoryKind {
     Normal,
     /// Passthrough device registers: Device-nGnRE, read/write, never executable.
     Device,
+    /// A read-only window on shared memory (a channel member with `access = "ro"`): normal
+    /// write-back, readable, never executable; a write is a stage-2 permission fault.
+    NormalReadOnly,
 }
 
 impl MemoryKind {
@@ -44,6 +52,7 @@ impl MemoryKind {
         match self {
             MemoryKind::Normal => MEMATTR_NORMAL_WB | S2AP_RW | SH_INNER | AF,
             MemoryKind::Device => MEMATTR_DEVICE | S2AP_RW | AF | XN,
+            MemoryKind::NormalReadOnly => MEMATTR_NORMAL_WB | S2AP_RO | SH_INNER | AF | XN,
         }
     }
 }
@@ -279,6 +288,44 @@ mod tests {
         assert_eq!(device_l3 & 0b11, 0b11, "level-3 page");
         assert_eq!(device_l3 & (0xf << 2), 0b0001 << 2);
         assert_ne!(device_l3 & XN, 0);
+        assert_eq!(normal & S2AP_MASK, S2AP_RW);
+        assert_eq!(normal & XN, 0);
+    }
+
+    #[test]
+    fn read_only_windows_are_normal_memory_readable_only_and_never_executable() {
+        let mut tables = pool(4);
+        {
+            let mut s2 = Stage2::new(&mut tables, 0x1000).unwrap();
+            s2.map(
+                0x7000_0000,
+                0x5f00_0000,
+                0x1_0000,
+                MemoryKind::NormalReadOnly,
+            )
+            .unwrap();
+            s2.map(
+                0x7020_0000,
+                0x5f00_0000,
+                2 << 20,
+                MemoryKind::NormalReadOnly,
+            )
+            .unwrap();
+            assert_eq!(s2.translate(0x7000_fffc), Some(0x5f00_fffc));
+            assert_eq!(s2.translate(0x7001_0000), None);
+            assert_eq!(s2.translate(0x7020_1234), Some(0x5f00_1234));
+        }
+        let page = tables[2][0];
+        let block = tables[1][table_index(0x7020_0000, 2)];
+        assert_eq!(page & 0b11, 0b11, "level-3 page");
+        assert_eq!(block & 0b11, 0b01, "level-2 block");
+        for descriptor in [page, block] {
+            assert_eq!(descriptor & (0xf << 2), MEMATTR_NORMAL_WB);
+            assert_eq!(descriptor & S2AP_MASK, S2AP_RO);
+            assert_eq!(descriptor & SH_INNER, SH_INNER);
+            assert_ne!(descriptor & AF, 0);
+            assert_ne!(descriptor & XN, 0);
+        }
     }
 
     #[test]

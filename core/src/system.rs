@@ -60,6 +60,10 @@ pub struct VmDesc {
     pub tasks: Option<TaskGrant>,
     /// Incoming messages (KEEL_MSG_*): `None` if no VM may send to this one.
     pub messages: Option<MessageGrant>,
+    /// The VM (by id) at the other end of its virtio console, if it has one: the console's
+    /// output goes to that VM's vCPU 0 as messages, and the messages for this VM's vCPU 0 are
+    /// the console's input.
+    pub virtio_console: Option<u8>,
 }
 
 /// A VM's incoming message queues (its `messages` table): each of its vCPUs and tasks has a
@@ -109,6 +113,57 @@ pub struct TaskGrant {
     pub managers: &'static [u8],
 }
 
+/// Most shared-memory channels a system may have.
+pub const MAX_CHANNELS: usize = 16;
+
+/// A shared-memory channel (a `[[channel]]` table): one physical region that each member VM
+/// sees at an IPA of its own, read-write or read-only, and a doorbell interrupt
+/// (KEEL_CHANNEL_NOTIFY) raised at the members. Its memory is no VM's own: Keel's accessor of
+/// guest memory ([`VmDesc::region_of`]) never finds it.
+#[derive(Debug)]
+pub struct ChannelDesc {
+    /// Name from the configuration, used in diagnostics.
+    pub name: &'static str,
+    /// First physical address of the shared memory.
+    pub phys: PhysAddr,
+    /// Its size in bytes (a multiple of 4 KiB).
+    pub size: u64,
+    /// The doorbell: an SGI (0..=15, raised at the member's vCPU 0) or an SPI
+    /// (32..[`crate::devices::vgic::NR_IRQS`], routed as the member routes it).
+    pub intid: u32,
+    /// The member VMs, in the order written (a doorbell names one by its position here).
+    pub members: &'static [ChannelMember],
+}
+
+/// One VM's view of a channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChannelMember {
+    /// The VM's id.
+    pub vm: u8,
+    /// Where the VM sees the channel's memory (4 KiB aligned).
+    pub ipa: GuestPhysAddr,
+    /// Whether it may write it (otherwise a write is a stage-2 permission fault).
+    pub writable: bool,
+}
+
+impl ChannelDesc {
+    /// The position of VM `vm` among the members, if it is one.
+    pub fn position_of(&self, vm: usize) -> Option<usize> {
+        self.members
+            .iter()
+            .position(|member| usize::from(member.vm) == vm)
+    }
+
+    /// The channel's memory as `member` sees it.
+    pub fn window(&self, member: &ChannelMember) -> MemoryRegion {
+        MemoryRegion {
+            ipa: member.ipa,
+            phys: self.phys,
+            size: self.size,
+        }
+    }
+}
+
 /// The whole system.
 #[derive(Debug)]
 pub struct SystemDesc {
@@ -126,6 +181,18 @@ pub struct SystemDesc {
     pub switch_cost_ns: u64,
     /// The VMs.
     pub vms: &'static [VmDesc],
+    /// The shared-memory channels; a channel's id is its index here.
+    pub channels: &'static [ChannelDesc],
+}
+
+impl SystemDesc {
+    /// The channels VM `vm` is a member of, each with its view of it.
+    pub fn channels_of(&self, vm: usize) -> impl Iterator<Item = (&ChannelDesc, &ChannelMember)> {
+        self.channels.iter().filter_map(move |channel| {
+            let member = channel.members.get(channel.position_of(vm)?)?;
+            Some((channel, member))
+        })
+    }
 }
 
 impl VmDesc {
@@ -178,6 +245,7 @@ mod tests {
             pmu: false,
             tasks: None,
             messages: None,
+            virtio_console: None,
         };
         let found = |ipa, len| vm.region_of(GuestPhysAddr(ipa), len).map(|r| r.phys.0);
         assert_eq!(found(0x4000_0000, 4), Some(0x6000_0000));
@@ -189,5 +257,91 @@ mod tests {
         assert_eq!(found(0x43ff_fffc, 8), None);
         let no_flash = VmDesc { flash: None, ..vm };
         assert_eq!(no_flash.region_of(GuestPhysAddr(0), 4), None);
+    }
+
+    fn vm_at(id: u16, phys: u64) -> VmDesc {
+        VmDesc {
+            id: VmId(id),
+            name: "member",
+            memory: MemoryRegion {
+                ipa: GuestPhysAddr(0x4000_0000),
+                phys: PhysAddr(phys),
+                size: 0x100_0000,
+            },
+            flash: None,
+            pcpus: &[1],
+            sched: &[],
+            image: &[],
+            image_ipa: GuestPhysAddr(0x4000_0000),
+            dtb: &[],
+            dtb_ipa: GuestPhysAddr(0x40e0_0000),
+            initrd: &[],
+            initrd_ipa: GuestPhysAddr(0),
+            console: true,
+            wfi: WfiPolicy::Native,
+            pmu: false,
+            tasks: None,
+            messages: None,
+            virtio_console: None,
+        }
+    }
+
+    #[test]
+    fn channels_are_found_by_member_and_are_never_a_vms_memory() {
+        static MEMBERS: [ChannelMember; 2] = [
+            ChannelMember {
+                vm: 1,
+                ipa: GuestPhysAddr(0x7000_0000),
+                writable: true,
+            },
+            ChannelMember {
+                vm: 0,
+                ipa: GuestPhysAddr(0x6000_0000),
+                writable: false,
+            },
+        ];
+        let system = SystemDesc {
+            name: "channels",
+            ram_base: PhysAddr(0x4000_0000),
+            ram_size: 0x4000_0000,
+            pcpus: 3,
+            policies: &[],
+            switch_cost_ns: 0,
+            vms: Vec::leak(vec![
+                vm_at(0, 0x5000_0000),
+                vm_at(1, 0x5100_0000),
+                vm_at(2, 0x5200_0000),
+            ]),
+            channels: Vec::leak(vec![ChannelDesc {
+                name: "telemetry",
+                phys: PhysAddr(0x5f00_0000),
+                size: 0x1_0000,
+                intid: 48,
+                members: &MEMBERS,
+            }]),
+        };
+        let channel = &system.channels[0];
+        assert_eq!(channel.position_of(0), Some(1));
+        assert_eq!(channel.position_of(1), Some(0));
+        assert_eq!(channel.position_of(2), None);
+        let of = |vm| -> Vec<(u64, bool)> {
+            system
+                .channels_of(vm)
+                .map(|(channel, member)| {
+                    (
+                        channel.window(member).translate(member.ipa).unwrap().0,
+                        member.writable,
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(of(0), [(0x5f00_0000, false)]);
+        assert_eq!(of(1), [(0x5f00_0000, true)]);
+        assert_eq!(of(2), []);
+        // Keel's guest-memory accessor looks in the VM's own regions only: a window is not one.
+        let reader = &system.vms[0];
+        assert_eq!(reader.region_of(GuestPhysAddr(0x6000_0000), 4), None);
+        assert_eq!(system.vms[1].region_of(GuestPhysAddr(0x7000_0000), 4), None);
+        assert!(reader.region_of(GuestPhysAddr(0x4000_0000), 4).is_some());
     }
 }

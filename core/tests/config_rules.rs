@@ -7,7 +7,9 @@ compile_error!("the configuration rule tests need keel-core's `std` feature (on 
 
 use std::path::{Path, PathBuf};
 
-use keel_core::config::{emit_rust, load, parse_str, ImageSource, Messages, System, Tasks};
+use keel_core::config::{
+    emit_rust, load, parse_str, Channel, ChannelMember, ImageSource, Messages, System, Tasks,
+};
 use keel_core::sched::{Params, Policy, Reservation};
 use keel_core::system::WfiPolicy;
 
@@ -480,7 +482,7 @@ fn rule_1_toml_syntax_error_has_line_and_column() {
 fn rule_1_unknown_field() {
     assert_rejected(
         "toml-unknown-field.toml",
-        "14:1: unknown field `memroy`, expected one of `name`, `image`, `initrd`, `memory`, `ipa`, `flash`, `pcpus`, `schedule`, `tasks`, `messages`, `devices`, `cmdline`, `wfi`, `pmu`",
+        "14:1: unknown field `memroy`, expected one of `name`, `image`, `initrd`, `memory`, `ipa`, `flash`, `pcpus`, `schedule`, `tasks`, `messages`, `virtio_console`, `devices`, `cmdline`, `wfi`, `pmu`",
     );
 }
 
@@ -831,7 +833,7 @@ fn rule_11_ipa_overlaps_device_window() {
     assert_rejected(
         "ipa-overlaps-devices.toml",
         "vm 'rt-a': ipa: guest memory 0x7800000..0x8800000 overlaps the emulated device window \
-         0x8000000..0xa000000 (GIC and PL011)",
+         0x8000000..0xa001000 (GIC, PL011, virtio)",
     );
 }
 
@@ -1648,5 +1650,441 @@ fn rule_20_pool_above_the_limit() {
     assert_rejected(
         "messages-pool-too-large.toml",
         "vm 'be': messages: the message queues take 1049344 bytes in all, above Keel's 1048576",
+    );
+}
+
+// ---- Rule 21: shared-memory channels ------------------------------------------------------------
+
+/// `valid-channels.toml` with each `(old, new)` of `replacements` made, compiled.
+fn valid_channels_with_all(replacements: &[(&str, &str)]) -> Result<System, String> {
+    let path = Path::new(FIXTURES).join("valid-channels.toml");
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    for (old, new) in replacements {
+        assert_eq!(text.matches(old).count(), 1, "{old:?}");
+        text = text.replace(old, new);
+    }
+    parse_str(&text, &path, &guest_image).map_err(|error| error.to_string())
+}
+
+#[test]
+fn channels_resolve_members_as_vm_ids_in_the_order_written() {
+    let system = load_fixture("valid-channels.toml");
+    let member = |vm, ipa, writable| ChannelMember { vm, ipa, writable };
+    assert_eq!(
+        system.channels,
+        [
+            Channel {
+                name: "telemetry".into(),
+                phys: 0x5f00_0000,
+                size: 0x1_0000,
+                intid: 10,
+                members: vec![member(0, 0x7000_0000, true), member(1, 0x7000_0000, false)],
+            },
+            Channel {
+                name: "commands".into(),
+                phys: 0x5f01_0000,
+                size: 0x2000,
+                intid: 48,
+                members: vec![
+                    member(1, 0x7001_0000, true),
+                    member(0, 0x6000_0000, false),
+                    member(2, 0x4800_0000, true),
+                ],
+            },
+        ]
+    );
+    let of = |vm| -> Vec<&str> {
+        system
+            .channels_of(vm)
+            .map(|(channel, _)| channel.name.as_str())
+            .collect()
+    };
+    assert_eq!(of(0), ["telemetry", "commands"]);
+    assert_eq!(of(2), ["commands"]);
+    assert!(load_fixture("valid.toml").channels.is_empty());
+}
+
+#[test]
+fn channels_are_emitted_as_channel_descriptions() {
+    let system = load_fixture("valid-channels.toml");
+    let dtbs: Vec<PathBuf> = system
+        .vms
+        .iter()
+        .map(|vm| PathBuf::from(format!("/out/{}.dtb", vm.name)))
+        .collect();
+    let source = emit_rust(&system, &dtbs);
+    for expected in [
+        "name: \"telemetry\",\n            phys: ::keel_core::addr::PhysAddr(0x5f000000),\n            \
+         size: 0x10000,\n            intid: 10,",
+        "members: &[::keel_core::system::ChannelMember { vm: 1, \
+         ipa: ::keel_core::addr::GuestPhysAddr(0x70010000), writable: true }, \
+         ::keel_core::system::ChannelMember { vm: 0, \
+         ipa: ::keel_core::addr::GuestPhysAddr(0x60000000), writable: false }, \
+         ::keel_core::system::ChannelMember { vm: 2, \
+         ipa: ::keel_core::addr::GuestPhysAddr(0x48000000), writable: true }],",
+    ] {
+        assert!(
+            source.contains(expected),
+            "missing {expected:?} in:\n{source}"
+        );
+    }
+    syn::parse_file(&source).expect("emitted Rust parses");
+}
+
+#[test]
+fn channels_may_share_an_interrupt_and_use_any_sgi_or_implemented_spi() {
+    let system = valid_channels_with_all(&[("interrupt = 10", "interrupt = 48")]).unwrap();
+    assert_eq!(system.channels[0].intid, system.channels[1].intid);
+    for intid in ["0", "15", "32", "127"] {
+        let system =
+            valid_channels_with_all(&[("interrupt = 48", &format!("interrupt = {intid}"))])
+                .unwrap_or_else(|error| panic!("interrupt {intid} refused: {error}"));
+        assert_eq!(system.channels[1].intid.to_string(), intid);
+    }
+    // The console's SPI is free when no member has the console.
+    let system = valid_channels_with_all(&[
+        (
+            "pcpus = [2]\ndevices = [\"console\"]",
+            "pcpus = [2]\ndevices = []",
+        ),
+        (
+            "    { vm = \"rt\", ipa = 0x6000_0000, access = \"ro\" },\n",
+            "",
+        ),
+        ("interrupt = 48", "interrupt = 33"),
+    ])
+    .unwrap();
+    assert_eq!(system.channels[1].intid, 33);
+}
+
+#[test]
+fn rule_21_too_many_channels() {
+    // (Not `assert_rejected`: the message begins with a digit, as a TOML error's line does.)
+    let path = Path::new(FIXTURES).join("channels-too-many.toml");
+    assert_eq!(
+        load(&path, &guest_image).unwrap_err().to_string(),
+        "tests/fixtures/channels-too-many.toml: 17 [[channel]] tables exceed Keel's maximum of \
+         16 channels"
+    );
+}
+
+#[test]
+fn rule_21_empty_name() {
+    assert_rejected(
+        "channels-empty-name.toml",
+        "channel #1: name: must not be empty",
+    );
+}
+
+#[test]
+fn rule_21_name_not_a_device_tree_node_name() {
+    assert_rejected(
+        "channels-name-not-a-node-name.toml",
+        "channel 'commands to rt': name: 'commands to rt' is not a device-tree node name (a \
+         letter, then letters, digits or , . _ + -; at most 31 characters): the VMs' device \
+         trees describe the channel under it",
+    );
+    for name in ["2way", "a@b", "thirty-two-characters-long-name!"] {
+        assert!(
+            valid_channels_with_all(&[("name = \"commands\"", &format!("name = {name:?}"))])
+                .is_err(),
+            "{name}"
+        );
+    }
+    let longest = "a".repeat(31);
+    valid_channels_with_all(&[("name = \"commands\"", &format!("name = {longest:?}"))])
+        .expect("31 characters are allowed");
+    valid_channels_with_all(&[("name = \"commands\"", "name = \"Cmd,v1.2_x+y-z\"")])
+        .expect("every allowed character");
+}
+
+#[test]
+fn rule_21_duplicate_name() {
+    assert_rejected(
+        "channels-duplicate-name.toml",
+        "channel 'telemetry': name: used by two channels (#0 and #1)",
+    );
+}
+
+#[test]
+fn rule_21_memory_shape() {
+    assert_rejected(
+        "channels-memory-unaligned.toml",
+        "channel 'commands': memory: base 0x5f010800 is not 4 KiB aligned",
+    );
+    assert_rejected(
+        "channels-memory-size-zero.toml",
+        "channel 'commands': memory: size is zero",
+    );
+    assert_eq!(
+        valid_channels_with_all(&[("size = \"8K\"", "size = 0x2200")]).unwrap_err(),
+        "tests/fixtures/valid-channels.toml: channel 'commands': memory: size 0x2200 is not 4 KiB \
+         aligned"
+    );
+    assert_eq!(
+        valid_channels_with_all(&[("size = \"8K\"", "size = \"0xFFFFFFFFF0000000\"")]).unwrap_err(),
+        "tests/fixtures/valid-channels.toml: channel 'commands': memory: 0x5f010000 + \
+         0xfffffffff0000000 wraps past the end of the 64-bit address space"
+    );
+}
+
+#[test]
+fn rule_21_memory_outside_ram() {
+    assert_rejected(
+        "channels-memory-outside-ram.toml",
+        "channel 'telemetry': memory: 0x80000000..0x80010000 is outside RAM 0x40000000..0x80000000",
+    );
+}
+
+#[test]
+fn rule_21_memory_overlaps_the_hypervisor() {
+    assert_rejected(
+        "channels-memory-overlaps-hypervisor.toml",
+        "channel 'telemetry': memory: 0x41ff0000..0x42000000 overlaps the hypervisor region \
+         0x40000000..0x42000000",
+    );
+}
+
+#[test]
+fn rule_21_memory_overlaps_a_vms_memory_or_flash() {
+    assert_rejected(
+        "channels-memory-overlaps-vm.toml",
+        "channel 'telemetry': memory: 0x50ff8000..0x51008000 overlaps vm 'rt' memory \
+         0x50000000..0x51000000",
+    );
+    assert_rejected(
+        "channels-memory-overlaps-flash.toml",
+        "channel 'commands': memory: 0x541ff000..0x54201000 overlaps vm 'fw' flash \
+         0x54000000..0x54200000",
+    );
+}
+
+#[test]
+fn rule_21_memory_overlaps_another_channel() {
+    assert_rejected(
+        "channels-memory-overlaps-channel.toml",
+        "channel 'commands': memory: 0x5f00f000..0x5f011000 overlaps channel 'telemetry' memory \
+         0x5f000000..0x5f010000",
+    );
+}
+
+#[test]
+fn rule_21_interrupt_is_a_ppi() {
+    assert_rejected(
+        "channels-interrupt-ppi.toml",
+        "channel 'telemetry': interrupt: 27 is a PPI (16..=31), which Keel keeps for the timers \
+         and the GIC maintenance interrupt: give an SGI (0..=15) or an SPI (32..=127)",
+    );
+}
+
+#[test]
+fn rule_21_interrupt_not_implemented() {
+    assert_rejected(
+        "channels-interrupt-range.toml",
+        "channel 'commands': interrupt: 128 is no interrupt Keel's vGIC implements: give an SGI \
+         (0..=15) or an SPI (32..=127)",
+    );
+    for intid in ["-1", "1020"] {
+        assert_eq!(
+            valid_channels_with_all(&[("interrupt = 48", &format!("interrupt = {intid}"))])
+                .unwrap_err(),
+            format!(
+                "tests/fixtures/valid-channels.toml: channel 'commands': interrupt: {intid} is \
+                 no interrupt Keel's vGIC implements: give an SGI (0..=15) or an SPI (32..=127)"
+            )
+        );
+    }
+}
+
+#[test]
+fn rule_21_interrupt_is_a_members_console() {
+    assert_rejected(
+        "channels-interrupt-console.toml",
+        "channel 'commands': interrupt: 33 is the console's interrupt (the PL011's SPI) in member \
+         vm 'linux': give another SGI (0..=15) or SPI (32..=127)",
+    );
+}
+
+#[test]
+fn rule_21_interrupt_is_a_members_message_interrupt() {
+    assert_rejected(
+        "channels-interrupt-messages.toml",
+        "channel 'telemetry': interrupt: 9 is the message interrupt of member vm 'rt': give \
+         another SGI (0..=15) or SPI (32..=127)",
+    );
+}
+
+#[test]
+fn rule_21_fewer_than_two_vms() {
+    assert_rejected(
+        "channels-one-vm.toml",
+        "channel 'telemetry': vms: names 1 VM: a channel joins at least two",
+    );
+    assert_eq!(
+        valid_channels_with_all(&[(
+            "vms = [\n    { vm = \"rt\", ipa = 0x7000_0000, access = \"rw\" },\n    \
+             { vm = \"linux\", ipa = 0x7000_0000, access = \"ro\" },\n]",
+            "vms = []"
+        )])
+        .unwrap_err(),
+        "tests/fixtures/valid-channels.toml: channel 'telemetry': vms: names 0 VMs: a channel \
+         joins at least two"
+    );
+}
+
+#[test]
+fn rule_21_unknown_vm() {
+    assert_rejected(
+        "channels-vm-unknown.toml",
+        "channel 'commands': vms: no VM is named 'rtos'",
+    );
+}
+
+#[test]
+fn rule_21_vm_listed_twice() {
+    assert_rejected(
+        "channels-vm-twice.toml",
+        "channel 'commands': vms: 'linux' is listed twice",
+    );
+}
+
+#[test]
+fn rule_21_unknown_access() {
+    assert_rejected(
+        "channels-access.toml",
+        "channel 'commands' vm 'fw': access: unknown access 'wo' (expected 'rw' or 'ro')",
+    );
+}
+
+#[test]
+fn rule_21_window_unaligned() {
+    assert_rejected(
+        "channels-ipa-unaligned.toml",
+        "channel 'commands' vm 'rt': ipa: address 0x60000200 is not 4 KiB aligned",
+    );
+}
+
+#[test]
+fn rule_21_window_over_the_members_memory_or_flash() {
+    assert_rejected(
+        "channels-ipa-over-memory.toml",
+        "channel 'commands' vm 'rt': ipa: window 0x40fff000..0x41001000 overlaps its memory \
+         0x40000000..0x41000000",
+    );
+    assert_rejected(
+        "channels-ipa-over-flash.toml",
+        "channel 'commands' vm 'fw': ipa: window 0x1ff000..0x201000 overlaps its flash \
+         0x0..0x200000",
+    );
+}
+
+#[test]
+fn rule_21_window_over_another_window_of_the_member() {
+    assert_rejected(
+        "channels-ipa-over-window.toml",
+        "channel 'commands' vm 'linux': ipa: window 0x7000f000..0x70011000 overlaps its window \
+         0x70000000..0x70010000 of channel 'telemetry'",
+    );
+    // Different VMs may see channels at the same addresses.
+    let system = valid_channels_with_all(&[(
+        "{ vm = \"fw\", ipa = 0x4800_0000",
+        "{ vm = \"fw\", ipa = 0x7000_0000",
+    )])
+    .unwrap();
+    assert_eq!(system.channels[1].members[2].ipa, 0x7000_0000);
+}
+
+#[test]
+fn rule_21_window_over_the_emulated_devices() {
+    assert_rejected(
+        "channels-ipa-devices.toml",
+        "channel 'commands' vm 'fw': ipa: window 0x9000000..0x9002000 overlaps the emulated \
+         device window 0x8000000..0xa001000 (GIC, PL011, virtio)",
+    );
+}
+
+#[test]
+fn rule_21_window_beyond_the_address_space() {
+    assert_rejected(
+        "channels-ipa-beyond.toml",
+        "channel 'commands' vm 'fw': ipa: window 0x7ffffff000..0x8000001000 extends past the \
+         39-bit guest-physical address space",
+    );
+}
+
+#[test]
+fn rule_21_unknown_key_or_missing_field() {
+    assert_rejected(
+        "channels-unknown-key.toml",
+        "43:1: unknown field `doorbell`, expected one of `name`, `memory`, `interrupt`, `vms`",
+    );
+    assert_rejected(
+        "channels-member-unknown-key.toml",
+        "46:52: unknown field `cached`, expected one of `vm`, `ipa`, `access`",
+    );
+    assert_rejected("channels-missing-vms.toml", "30:1: missing field `vms`");
+}
+
+// Rule 22: a VM's `virtio_console` names another VM it takes messages from, which takes
+// messages from it, and the VM's message interrupt is not the console's SPI.
+
+#[test]
+fn rule_22_virtio_console_is_accepted_and_emitted() {
+    let system = load_fixture("valid-virtio.toml");
+    let be = system.vms.iter().find(|vm| vm.name == "be").unwrap();
+    assert_eq!(be.virtio_console, Some(0));
+    assert!(system
+        .vms
+        .iter()
+        .all(|vm| vm.name == "be" || vm.virtio_console.is_none()));
+    let dtbs: Vec<PathBuf> = system
+        .vms
+        .iter()
+        .map(|vm| PathBuf::from(format!("/out/{}.dtb", vm.name)))
+        .collect();
+    let rust = emit_rust(&system, &dtbs);
+    assert!(rust.contains("virtio_console: Some(0),"), "{rust}");
+}
+
+#[test]
+fn rule_22_virtio_peer_names_no_vm() {
+    assert_rejected(
+        "virtio-peer-unknown.toml",
+        "vm 'be': virtio_console.peer: no VM is named 'rt-z'",
+    );
+}
+
+#[test]
+fn rule_22_virtio_peer_is_itself() {
+    assert_rejected(
+        "virtio-peer-itself.toml",
+        "vm 'be': virtio_console.peer: 'be' is this VM: a virtio console's peer is another VM",
+    );
+}
+
+#[test]
+fn rule_22_virtio_input_needs_messages_from_the_peer() {
+    assert_rejected(
+        "virtio-input-not-allowed.toml",
+        "vm 'be': virtio_console.peer: the console's input comes as messages from 'rt-b': this \
+         VM's messages.from must list it",
+    );
+}
+
+#[test]
+fn rule_22_virtio_output_needs_the_peer_to_take_messages() {
+    assert_rejected(
+        "virtio-output-not-allowed.toml",
+        "vm 'be': virtio_console.peer: the console's output goes as messages to 'rt-a', whose \
+         messages table must list this VM in its from",
+    );
+}
+
+#[test]
+fn rule_22_message_interrupt_is_not_the_virtio_spi() {
+    assert_rejected(
+        "virtio-interrupt.toml",
+        "vm 'be': messages.interrupt: 48 is the virtio console's interrupt: give another SGI \
+         (0..=15) or SPI (32..=127)",
     );
 }

@@ -1,6 +1,6 @@
 //! Publishes the SDK's linker script to guests' build scripts, and checks that the C header
-//! `include/keel.h` carries exactly the numbers of `keel_core::abi` (and the task refusal codes
-//! of `keel_core::tasks`).
+//! `include/keel.h` carries exactly the numbers of `keel_core::abi` (and the refusal codes of
+//! `keel_core::tasks`, `keel_core::ipc` and `keel_core::channel`).
 //!
 //! A guest crate's `build.rs` reads `DEP_KEEL_GUEST_LINKER_SCRIPT` and passes it on with
 //! `cargo:rustc-link-arg-bins=-T<path>` (link arguments of a library do not reach the binary).
@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use keel_core::abi::{self, layout, psci, CallError};
+use keel_core::channel::ChannelError;
 use keel_core::ipc::MessageError;
 use keel_core::tasks::TaskError;
 
@@ -48,6 +49,11 @@ fn expected_defines() -> Vec<(&'static str, i128)> {
         ("KEEL_FN_MASKED_STRETCH", abi::KEEL_MASKED_STRETCH.into()),
         ("KEEL_FN_MSG_SEND", abi::KEEL_MSG_SEND.into()),
         ("KEEL_FN_MSG_RECV", abi::KEEL_MSG_RECV.into()),
+        ("KEEL_FN_CHANNEL_NOTIFY", abi::KEEL_CHANNEL_NOTIFY.into()),
+        (
+            "KEEL_EVERY_OTHER_MEMBER",
+            keel_core::channel::EVERY_OTHER_MEMBER.into(),
+        ),
         ("KEEL_VERSION_VALUE", abi::KEEL_VERSION_VALUE.into()),
         ("KEEL_SMCCC_VERSION", abi::SMCCC_VERSION.into()),
         ("KEEL_SMCCC_ARCH_FEATURES", abi::SMCCC_ARCH_FEATURES.into()),
@@ -101,6 +107,10 @@ fn expected_defines() -> Vec<(&'static str, i128)> {
             MessageError::DestinationStopped.code().into(),
         ),
         ("KEEL_NO_MESSAGE", MessageError::Empty.code().into()),
+        (
+            "KEEL_NO_SUCH_CHANNEL",
+            ChannelError::NoSuchChannel.code().into(),
+        ),
         ("KEEL_GICD_BASE", layout::GICD_BASE.into()),
         ("KEEL_GICD_SIZE", layout::GICD_SIZE.into()),
         ("KEEL_GICR_BASE", layout::GICR_BASE.into()),

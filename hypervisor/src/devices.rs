@@ -41,7 +41,12 @@ pub trait Device: Sync {
 }
 
 /// Every device model Keel emulates.
-static DEVICES: [&dyn Device; 3] = [&Distributor, &Redistributors, &Console];
+static DEVICES: [&dyn Device; 4] = [
+    &Distributor,
+    &Redistributors,
+    &Console,
+    &crate::virtio::VirtioConsoleDevice,
+];
 
 /// The device whose window in VM `desc` holds `ipa`, and the offset there.
 pub fn find(desc: &VmDesc, ipa: u64) -> Option<(&'static dyn Device, u64)> {

@@ -22,6 +22,7 @@ use keel_core::ipc::{self, MessageError, Queue, ReceiveRequest, Received, SendRe
 use crate::arch::cpu::{self, Mutex};
 use crate::arch::timer;
 use crate::config::{MESSAGE_POOL, SYSTEM};
+use crate::irq::Raised;
 use crate::vm::{self, VcpuPower, VmState, MAX_VMS};
 use crate::MAX_VCPUS;
 
@@ -90,22 +91,30 @@ pub fn clear_vm(id: usize) {
     }
 }
 
-/// What a sent message asks of the sender's trap exit.
-pub enum Raised {
-    /// Nothing here: the receiver is on another pCPU (kicked), it need not wake, or it is a
-    /// task (tasks take no interrupts; they poll).
-    Elsewhere,
-    /// The interrupt is for the sender itself: its list registers need an update.
-    Here,
-    /// The receiver shares this pCPU and woke: the scheduler decides whether it preempts.
-    WokeHere,
-}
-
-/// KEEL_MSG_SEND from vCPU `vcpu` of VM `id`: the number of messages queued at the destination.
+/// KEEL_MSG_SEND from vCPU `vcpu` of VM `id`: the number of messages queued at the
+/// destination, and what the raised message interrupt asks of the sender's trap exit.
 pub fn send(id: usize, vcpu: usize, request: &SendRequest) -> Result<(u64, Raised), MessageError> {
     let (to, to_vcpu, grant) = ipc::destination(SYSTEM.vms, id, request)?;
     let len = request.len as usize;
     let message = message_bytes(id, request.buffer, len, false).ok_or(MessageError::BadBuffer)?;
+    let from = Sender {
+        vm: id as u16,
+        vcpu: vcpu as u16,
+    };
+    let queued = enqueue(from, to, to_vcpu, message)?;
+    if crate::virtio::feeds_console(to, to_vcpu) {
+        // The destination's virtio console takes it as input: no message interrupt.
+        crate::virtio::input_queued(to);
+        return Ok((queued, Raised::Elsewhere));
+    }
+    // The message interrupt is raised at the receiving vCPU (nothing for a task: it polls).
+    let raised = crate::irq::raise_and_kick(to, to_vcpu, grant.intid, id, vcpu);
+    Ok((queued, raised))
+}
+
+/// Copies `message` from `from` into the queue of vCPU `to_vcpu` of VM `to`, if it runs;
+/// returns the number queued there.
+fn enqueue(from: Sender, to: usize, to_vcpu: usize, message: &[u8]) -> Result<u64, MessageError> {
     let queued = {
         let mut destination = QUEUES[to][to_vcpu].lock();
         // Checked under the queue's lock: a reset marks the vCPUs off before it clears their
@@ -116,44 +125,42 @@ pub fn send(id: usize, vcpu: usize, request: &SendRequest) -> Result<(u64, Raise
             return Err(MessageError::DestinationStopped);
         }
         let Destination { queue, ring } = &mut *destination;
-        let from = Sender {
-            vm: id as u16,
-            vcpu: vcpu as u16,
-        };
         queue.send_with(ring, from, message, cpu::copy_bytes)?
     };
-    Ok((queued as u64, raise(to, to_vcpu, grant.intid, id, vcpu)))
+    Ok(queued as u64)
 }
 
-/// Raises VM `to`'s message interrupt `intid` for its vCPU `to_vcpu` and tells that vCPU's
-/// pCPU (a task takes no interrupts: nothing is raised for it).
-fn raise(to: usize, to_vcpu: usize, intid: u32, id: usize, vcpu: usize) -> Raised {
-    if to_vcpu >= vm::desc(to).pcpus.len() {
-        return Raised::Elsewhere;
-    }
-    let target = {
-        let mut vgic = vm::vm(to).vgic.lock();
-        vgic.raise(to_vcpu, intid);
-        if intid < 32 {
-            to_vcpu
-        } else {
-            vgic.spi_target(intid)
+/// A message of Keel's own device (a virtio console's output, on behalf of vCPU `from`):
+/// queued at vCPU `to_vcpu` of VM `to` and its message interrupt raised there. The caller
+/// checked that `to` takes messages from `from.vm`, and `bytes` fit its size.
+pub fn send_bytes(
+    from: Sender,
+    to: usize,
+    to_vcpu: usize,
+    bytes: &[u8],
+) -> Result<(), MessageError> {
+    enqueue(from, to, to_vcpu, bytes)?;
+    if let Some(grant) = vm::desc(to).messages {
+        let raised =
+            crate::irq::raise_and_kick(to, to_vcpu, grant.intid, usize::from(from.vm), usize::MAX);
+        if matches!(raised, Raised::WokeHere) {
+            // The receiver shares this pCPU and woke: the scheduler looks again at this
+            // trap's exit (the kick is taken then).
+            vm::kick_pcpu(cpu::index());
         }
-    };
-    if (to, target) == (id, vcpu) {
-        Raised::Here
-    } else if vm::desc(to).pcpus.get(target) == Some(&(cpu::index() as u32))
-        && crate::sched::is_shared()
-    {
-        if crate::sched::wake_here(to, target) {
-            Raised::WokeHere
-        } else {
-            Raised::Elsewhere
-        }
-    } else {
-        vm::kick_vcpu(to, target);
-        Raised::Elsewhere
     }
+    Ok(())
+}
+
+/// Takes the next message queued for vCPU `vcpu` of VM `id` into `out` (which holds the
+/// largest), for Keel's own device (a virtio console's input); its length.
+pub fn take(id: usize, vcpu: usize, out: &mut [u8]) -> Option<usize> {
+    let mut destination = QUEUES[id].get(vcpu)?.lock();
+    let Destination { queue, ring } = &mut *destination;
+    queue
+        .receive_with(ring, out, cpu::copy_bytes)
+        .ok()
+        .map(|taken| taken.len)
 }
 
 /// What a receive asks of the receiver's trap exit.
@@ -189,10 +196,13 @@ pub fn receive(
         }
         None => Ok(Outcome::Wait(request.wait_until)),
         Some((_, len)) if len > buffer.len() => Err((MessageError::BufferTooSmall, len as u64)),
-        Some(_) => queue
-            .receive_with(ring, buffer, cpu::copy_bytes)
-            .map(Outcome::Took)
-            .map_err(refused),
+        Some(_) => {
+            let taken = queue.receive_with(ring, buffer, cpu::copy_bytes);
+            drop(destination);
+            // Room was made: a virtio console whose output waited for it goes on.
+            crate::virtio::peer_received(id);
+            taken.map(Outcome::Took).map_err(refused)
+        }
     }
 }
 

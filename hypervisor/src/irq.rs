@@ -316,3 +316,50 @@ pub fn sync_list_registers() {
     gic::set_underflow_interrupt(waiting);
     cpu.listed.store(listed, Ordering::Relaxed);
 }
+
+/// What raising a virtual interrupt asks of the raiser's trap exit ([`raise_and_kick`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Raised {
+    /// Nothing here: the target is on another pCPU (kicked), it need not wake, or it is a
+    /// task (tasks take no interrupts; they poll).
+    Elsewhere,
+    /// The target shares this pCPU and woke: the scheduler decides whether it preempts.
+    WokeHere,
+    /// The interrupt is for the raiser itself: its list registers need an update.
+    Here,
+}
+
+/// Raises virtual interrupt `intid` of VM `to` for its vCPU `to_vcpu` (an SPI: for the vCPU
+/// the VM routes it to) on behalf of vCPU `vcpu` of VM `id` (a message sent, a doorbell rung),
+/// and tells the target's pCPU: another pCPU gets the kick SGI, a target that shares this
+/// pCPU is woken in place. A task takes no interrupts: nothing is raised for it.
+///
+/// Locks: the target VM's vGIC alone, and not while kicking.
+pub fn raise_and_kick(to: usize, to_vcpu: usize, intid: u32, id: usize, vcpu: usize) -> Raised {
+    if to_vcpu >= vm::desc(to).pcpus.len() {
+        return Raised::Elsewhere;
+    }
+    let target = {
+        let mut vgic = vm::vm(to).vgic.lock();
+        vgic.raise(to_vcpu, intid);
+        if intid < 32 {
+            to_vcpu
+        } else {
+            vgic.spi_target(intid)
+        }
+    };
+    if (to, target) == (id, vcpu) {
+        Raised::Here
+    } else if vm::desc(to).pcpus.get(target) == Some(&(crate::arch::cpu::index() as u32))
+        && crate::sched::is_shared()
+    {
+        if crate::sched::wake_here(to, target) {
+            Raised::WokeHere
+        } else {
+            Raised::Elsewhere
+        }
+    } else {
+        vm::kick_vcpu(to, target);
+        Raised::Elsewhere
+    }
+}

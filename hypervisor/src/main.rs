@@ -3,6 +3,7 @@
 #![no_main]
 
 mod arch;
+mod channel;
 mod console;
 mod devices;
 mod ipc;
@@ -13,6 +14,7 @@ mod sched;
 mod timers;
 mod trap;
 mod vcpu;
+mod virtio;
 mod vm;
 
 /// The system configuration, compiled on the host by `cargo xtask build`.

@@ -36,6 +36,31 @@ enum Fault {
     GuestCrash { esr: u64, elr: u64, far: u64 },
     /// An exception class Keel does not expect from a guest.
     Unexpected,
+    /// A write to a channel's memory through the VM's read-only window on it (a stage-2
+    /// permission fault; see [`Fault::named_by_channel`]).
+    ReadOnlyChannel {
+        channel: &'static str,
+        ipa: u64,
+        size: u8,
+    },
+}
+
+impl Fault {
+    /// The fault as VM `id`'s diagnostic names it: a write that faulted in one of its
+    /// read-only channel windows is a write to that channel, not an access outside its memory.
+    fn named_by_channel(self, id: usize) -> Fault {
+        match self {
+            Fault::Stage2 {
+                ipa,
+                write: true,
+                size,
+            } => match crate::channel::read_only_window_at(id, ipa) {
+                Some(channel) => Fault::ReadOnlyChannel { channel, ipa, size },
+                None => self,
+            },
+            other => other,
+        }
+    }
 }
 
 impl fmt::Display for Fault {
@@ -58,6 +83,7 @@ impl fmt::Display for Fault {
                 Esr(*esr).class().description()
             ),
             Fault::Unexpected => write!(f, "unexpected exception"),
+            Fault::ReadOnlyChannel { channel, ipa, size } => write!(f, "stage-2 permission fault: {size}-byte write at IPA {ipa:#x}, in its read-only window of channel '{channel}'"),
         }
     }
 }
@@ -209,6 +235,7 @@ fn finish(id: usize, vcpu: usize, esr: Esr, next: Next, regs: &GuestRegs) {
         Next::Reschedule => sched::reschedule(regs),
         Next::ResumeWithInterrupts => irq::sync_list_registers(),
         Next::Stop(fault) => {
+            let fault = fault.named_by_channel(id);
             let pc = vectors::guest_pc();
             vm::stop(
                 id,
@@ -343,11 +370,14 @@ fn hypercall(id: usize, vcpu: usize, regs: &mut GuestRegs) -> Next {
         Call::MsgSend(request) => match crate::ipc::send(id, vcpu, &request) {
             Ok((queued, raised)) => {
                 regs.x[0] = queued;
-                return match raised {
-                    crate::ipc::Raised::Here => Next::ResumeWithInterrupts,
-                    crate::ipc::Raised::Elsewhere => Next::Resume,
-                    crate::ipc::Raised::WokeHere => Next::Reschedule,
-                };
+                return after_raise(raised);
+            }
+            Err(error) => error.code() as u64,
+        },
+        Call::ChannelNotify(request) => match crate::channel::notify(id, vcpu, &request) {
+            Ok((rung, raised)) => {
+                regs.x[0] = rung;
+                return after_raise(raised);
             }
             Err(error) => error.code() as u64,
         },
@@ -414,6 +444,15 @@ fn hypercall(id: usize, vcpu: usize, regs: &mut GuestRegs) -> Next {
     };
     regs.x[0] = result;
     Next::Resume
+}
+
+/// The trap exit a raised virtual interrupt asks for (a message sent, a doorbell rung).
+fn after_raise(raised: irq::Raised) -> Next {
+    match raised {
+        irq::Raised::Here => Next::ResumeWithInterrupts,
+        irq::Raised::Elsewhere => Next::Resume,
+        irq::Raised::WokeHere => Next::Reschedule,
+    }
 }
 
 fn system_register(id: usize, vcpu: usize, access: SysRegAccess, regs: &mut GuestRegs) -> Next {

@@ -71,6 +71,8 @@ pub struct Vm {
     pub vgic: Mutex<Vgic>,
     /// The console UART.
     pub uart: Mutex<Pl011>,
+    /// The virtio console, if the VM has one.
+    pub virtio: Mutex<crate::virtio::Console>,
     /// Set while a vCPU of the VM reloads it ([`reset`]): no other vCPU of it starts, and a
     /// second SYSTEM_RESET meanwhile just stops its caller.
     resetting: AtomicBool,
@@ -96,6 +98,7 @@ impl Vm {
             // All-zero, so the VM table lives in .bss rather than in the image.
             vgic: Mutex::new(Vgic::EMPTY),
             uart: Mutex::new(Pl011::ZEROED),
+            virtio: Mutex::new(crate::virtio::Console::new()),
             resetting: AtomicBool::new(false),
             gic_writes: AtomicU32::new(0),
             stage2_root: AtomicU64::new(0),
@@ -329,6 +332,19 @@ pub fn build(id: usize) -> Result<(), LoadError> {
             .map(region.ipa.0, region.phys.0, region.size, MemoryKind::Normal)
             .map_err(LoadError::Map)?;
     }
+    // Its windows on the channels it is a member of: shared memory, never the VM's own (Keel's
+    // accessor of guest memory, `guest_bytes`, does not reach them).
+    for (channel, member) in SYSTEM.channels_of(id) {
+        let window = channel.window(member);
+        let kind = if member.writable {
+            MemoryKind::Normal
+        } else {
+            MemoryKind::NormalReadOnly
+        };
+        tables
+            .map(window.ipa.0, window.phys.0, window.size, kind)
+            .map_err(LoadError::Map)?;
+    }
     VMS[id]
         .stage2_root
         .store(tables.root_phys(), Ordering::Relaxed);
@@ -350,21 +366,29 @@ pub fn build(id: usize) -> Result<(), LoadError> {
 
 fn reset_devices(id: usize) {
     let desc = desc(id);
-    // The SPIs its devices and its message queues raise (an SGI needs no owning).
+    // The SPIs its devices, its message queues and its channels' doorbells raise (an SGI
+    // needs no owning).
     let console = desc.console.then_some(layout::UART_INTID);
-    let messages = desc
-        .messages
-        .map(|grant| grant.intid)
-        .filter(|&intid| intid >= 32);
-    let mut owned = [0; 2];
+    let virtio = desc.virtio_console.map(|_| layout::VIRTIO_INTID);
+    let messages = desc.messages.map(|grant| grant.intid);
+    let doorbells = SYSTEM.channels_of(id).map(|(channel, _)| channel.intid);
+    let mut owned = [0; 3 + keel_core::system::MAX_CHANNELS];
     let mut count = 0;
-    for intid in console.into_iter().chain(messages) {
+    for intid in console
+        .into_iter()
+        .chain(virtio)
+        .chain(messages)
+        .chain(doorbells)
+        .filter(|&intid| intid >= 32)
+    {
         owned[count] = intid;
         count += 1;
     }
-    // Lock order: the UART's, then the vGIC's.
+    // Lock order: the device models', then the vGIC's.
+    let mut virtio = VMS[id].virtio.lock();
     let mut uart = VMS[id].uart.lock();
     let mut vgic = VMS[id].vgic.lock();
+    *virtio = crate::virtio::Console::new();
     *uart = Pl011::new();
     *vgic = Vgic::new(desc.pcpus.len(), &owned[..count]);
     VMS[id].gic_writes.fetch_add(1, Ordering::Relaxed);

@@ -1,12 +1,13 @@
 //! Guest device trees: the platform a VM sees, described as QEMU `virt` would describe it to Linux.
 //!
 //! Only what Keel presents is listed: the vCPUs (PSCI over HVC), the VM's memory, the emulated
-//! GICv3, the architected timer and, with the `console` device, the emulated PL011.
+//! GICv3, the architected timer, with the `console` device the emulated PL011, and the VM's
+//! windows on shared-memory channels (`/keel-channels/<name>`, see [`write_channels`]).
 //! Bindings: Linux `Documentation/devicetree/bindings/` (`arm/cpus.yaml`, `arm/psci.yaml`,
 //! `interrupt-controller/arm,gic-v3.yaml`, `timer/arm,arch_timer.yaml`, `serial/pl011.yaml`).
 
 use keel_core::abi::layout;
-use keel_core::config::{Vm, DTB_REGION_SIZE};
+use keel_core::config::{Channel, Vm, DTB_REGION_SIZE};
 use keel_core::seed::{GUEST_SEED_LEN, SEED_PROPERTIES};
 use vm_fdt::FdtWriter;
 
@@ -30,9 +31,11 @@ const SECURE_PHYS_TIMER_INTID: u32 = 29;
 /// Third cell: level-sensitive, active high.
 const IRQ_TYPE_LEVEL_HIGH: u32 = 4;
 
-/// Builds VM `vm`'s device tree blob; it must fit the [`DTB_REGION_SIZE`] reserved for it.
-pub fn guest_dtb(vm: &Vm) -> Result<Vec<u8>, String> {
-    let blob = write_tree(vm).map_err(|error| format!("vm '{}': device tree: {error}", vm.name))?;
+/// Builds VM `vm`'s device tree blob (`channels`: the system's, of which it describes those
+/// `vm` is a member); it must fit the [`DTB_REGION_SIZE`] reserved for it.
+pub fn guest_dtb(vm: &Vm, channels: &[Channel]) -> Result<Vec<u8>, String> {
+    let blob = write_tree(vm, channels)
+        .map_err(|error| format!("vm '{}': device tree: {error}", vm.name))?;
     if blob.len() as u64 > DTB_REGION_SIZE {
         return Err(format!(
             "vm '{}': device tree: {:#x} bytes exceed the {DTB_REGION_SIZE:#x} reserved for it",
@@ -50,7 +53,7 @@ fn timer_flags(vcpu_count: usize) -> u32 {
     mask << 8 | IRQ_TYPE_LEVEL_HIGH
 }
 
-fn write_tree(vm: &Vm) -> Result<Vec<u8>, vm_fdt::Error> {
+fn write_tree(vm: &Vm, channels: &[Channel]) -> Result<Vec<u8>, vm_fdt::Error> {
     let mut fdt = FdtWriter::new()?;
     let vcpu_count = vm.vcpu_count();
     let uart_path = format!("/pl011@{:x}", layout::UART_BASE);
@@ -166,6 +169,26 @@ fn write_tree(vm: &Vm) -> Result<Vec<u8>, vm_fdt::Error> {
         fdt.end_node(aliases)?;
     }
 
+    if vm.virtio_console.is_some() {
+        // Keel's virtio-mmio console (virtio/mmio.yaml), where QEMU `virt` puts its first
+        // virtio-mmio device; its interrupt follows the used ring (level, SPI 16).
+        let virtio = fdt.begin_node(&format!("virtio_mmio@{:x}", layout::VIRTIO_BASE))?;
+        fdt.property_string("compatible", "virtio,mmio")?;
+        fdt.property_array_u64("reg", &[layout::VIRTIO_BASE, layout::VIRTIO_SIZE])?;
+        fdt.property_array_u32(
+            "interrupts",
+            &[
+                GIC_SPI,
+                layout::VIRTIO_INTID - SPI_FIRST_INTID,
+                IRQ_TYPE_LEVEL_HIGH,
+            ],
+        )?;
+        fdt.property_null("dma-coherent")?;
+        fdt.end_node(virtio)?;
+    }
+
+    write_channels(&mut fdt, vm, channels)?;
+
     let chosen = fdt.begin_node("chosen")?;
     fdt.property_string("bootargs", &vm.cmdline)?;
     // Placeholders Keel fills with the VM's seeds at each boot, or removes (keel_core::seed).
@@ -184,6 +207,59 @@ fn write_tree(vm: &Vm) -> Result<Vec<u8>, vm_fdt::Error> {
 
     fdt.end_node(root)?;
     fdt.finish()
+}
+
+/// Third cell of an SPI's specifier: edge-triggered, rising (a doorbell is an event).
+const IRQ_TYPE_EDGE_RISING: u32 = 1;
+
+/// `/keel-channels`: one node per channel `vm` is a member of, named as the channel, with its
+/// window (`reg`), its doorbell (`interrupts` for an SPI; `keel,doorbell-sgi` for an SGI, which
+/// the GIC binding cannot describe), `read-only` for a read-only window, and what
+/// KEEL_CHANNEL_NOTIFY takes: `keel,channel` (the channel's id) and `keel,member` (this VM's
+/// position in it). Nothing is written for a VM of no channel. Keel's own binding.
+fn write_channels(fdt: &mut FdtWriter, vm: &Vm, channels: &[Channel]) -> Result<(), vm_fdt::Error> {
+    let mine: Vec<(usize, &Channel, usize)> = channels
+        .iter()
+        .enumerate()
+        .filter_map(|(id, channel)| {
+            let position = channel
+                .members
+                .iter()
+                .position(|member| u16::from(member.vm) == vm.id)?;
+            Some((id, channel, position))
+        })
+        .collect();
+    if mine.is_empty() {
+        return Ok(());
+    }
+    let node = fdt.begin_node("keel-channels")?;
+    fdt.property_u32("#address-cells", 2)?;
+    fdt.property_u32("#size-cells", 2)?;
+    for (id, channel, position) in mine {
+        let member = channel.members[position];
+        let window = fdt.begin_node(&channel.name)?;
+        fdt.property_string("compatible", "keel,channel")?;
+        fdt.property_array_u64("reg", &[member.ipa, channel.size])?;
+        if channel.intid >= SPI_FIRST_INTID {
+            fdt.property_array_u32(
+                "interrupts",
+                &[
+                    GIC_SPI,
+                    channel.intid - SPI_FIRST_INTID,
+                    IRQ_TYPE_EDGE_RISING,
+                ],
+            )?;
+        } else {
+            fdt.property_u32("keel,doorbell-sgi", channel.intid)?;
+        }
+        if !member.writable {
+            fdt.property_null("read-only")?;
+        }
+        fdt.property_u32("keel,channel", id as u32)?;
+        fdt.property_u32("keel,member", position as u32)?;
+        fdt.end_node(window)?;
+    }
+    fdt.end_node(node)
 }
 
 #[cfg(test)]
@@ -215,6 +291,7 @@ mod tests {
             pmu: false,
             tasks: None,
             messages: None,
+            virtio_console: None,
             cmdline: "keel.mode=ticks keel.off=6".into(),
         }
     }
@@ -228,7 +305,7 @@ mod tests {
             ipa: 0x40c0_0000,
             size: 0x1_2345,
         });
-        let blob = guest_dtb(&with_initrd).unwrap();
+        let blob = guest_dtb(&with_initrd, &[]).unwrap();
         let fdt = keel_core::fdt::Fdt::new(&blob).unwrap();
         let chosen = fdt.find_node("/chosen").unwrap().unwrap();
         assert_eq!(
@@ -239,7 +316,7 @@ mod tests {
             chosen.property_u64("linux,initrd-end").unwrap(),
             Some(0x40c1_2345)
         );
-        let without = guest_dtb(&vm(true, vec![1])).unwrap();
+        let without = guest_dtb(&vm(true, vec![1]), &[]).unwrap();
         let fdt = keel_core::fdt::Fdt::new(&without).unwrap();
         let chosen = fdt.find_node("/chosen").unwrap().unwrap();
         assert_eq!(chosen.property("linux,initrd-start").unwrap(), None);
@@ -247,7 +324,7 @@ mod tests {
 
     #[test]
     fn chosen_reserves_the_rng_seed_keel_fills() {
-        let blob = guest_dtb(&vm(false, vec![1])).unwrap();
+        let blob = guest_dtb(&vm(false, vec![1]), &[]).unwrap();
         let key = keel_core::seed::SeedKey::from_platform(&[3; 32]).unwrap();
         for seed in SEED_PROPERTIES {
             let patch = keel_core::seed::seed_patch(&blob, seed, Some(&key), VmId(0), 0)
@@ -311,7 +388,7 @@ mod tests {
 
     #[test]
     fn blob_header_is_valid() {
-        let blob = guest_dtb(&vm(true, vec![1, 2])).unwrap();
+        let blob = guest_dtb(&vm(true, vec![1, 2]), &[]).unwrap();
         assert_eq!(be32(&blob, 0), 0xd00d_feed, "FDT magic");
         assert_eq!(be32(&blob, 4) as usize, blob.len(), "totalsize");
         assert_eq!(be32(&blob, 20), 17, "version");
@@ -326,7 +403,7 @@ mod tests {
 
     #[test]
     fn decompiled_tree_describes_the_platform() {
-        let blob = guest_dtb(&vm(true, vec![1, 2])).unwrap();
+        let blob = guest_dtb(&vm(true, vec![1, 2]), &[]).unwrap();
         let source = decompile(&blob, "console");
         let lines: Vec<&str> = source.lines().map(str::trim).collect();
         let expected_lines = [
@@ -367,8 +444,79 @@ mod tests {
     }
 
     #[test]
+    fn channels_of_the_vm_are_described_with_what_the_doorbell_takes() {
+        use keel_core::config::ChannelMember;
+        let member = |vm, ipa, writable| ChannelMember { vm, ipa, writable };
+        let channel = |name: &str, intid, members| Channel {
+            name: name.into(),
+            phys: 0x5f00_0000,
+            size: 0x1_0000,
+            intid,
+            members,
+        };
+        let channels = [
+            channel(
+                "telemetry",
+                48,
+                vec![member(1, 0x7000_0000, true), member(0, 0x6000_0000, false)],
+            ),
+            channel(
+                "elsewhere",
+                49,
+                vec![member(1, 0x7100_0000, true), member(2, 0x7100_0000, true)],
+            ),
+            channel(
+                "commands",
+                5,
+                vec![member(0, 0x6010_0000, true), member(1, 0x7010_0000, false)],
+            ),
+        ];
+        let source = decompile(
+            &guest_dtb(&vm(true, vec![1]), &channels).unwrap(),
+            "channels",
+        );
+        let lines: Vec<&str> = source.lines().map(str::trim).collect();
+        let node = |name: &str| -> Vec<&str> {
+            let start = lines
+                .iter()
+                .position(|line| *line == format!("{name} {{"))
+                .unwrap_or_else(|| panic!("no node {name} in:\n{source}"));
+            let end = start + lines[start..].iter().position(|l| *l == "};").unwrap();
+            lines[start + 1..end].to_vec()
+        };
+        assert!(lines.contains(&"keel-channels {"), "{source}");
+        let expected_telemetry = [
+            "compatible = \"keel,channel\";",
+            "reg = <0x00 0x60000000 0x00 0x10000>;",
+            "interrupts = <0x00 0x10 0x01>;",
+            "read-only;",
+            "keel,channel = <0x00>;",
+            "keel,member = <0x01>;",
+        ];
+        assert_eq!(node("telemetry"), expected_telemetry.map(normalize_hex));
+        let expected_commands = [
+            "compatible = \"keel,channel\";",
+            "reg = <0x00 0x60100000 0x00 0x10000>;",
+            "keel,doorbell-sgi = <0x05>;",
+            "keel,channel = <0x02>;",
+            "keel,member = <0x00>;",
+        ];
+        assert_eq!(node("commands"), expected_commands.map(normalize_hex));
+        assert!(!source.contains("elsewhere"), "not a member");
+        let outsider = Vm {
+            id: 2,
+            ..vm(true, vec![1])
+        };
+        let alone = decompile(
+            &guest_dtb(&outsider, &channels[..1]).unwrap(),
+            "no-channels",
+        );
+        assert!(!alone.contains("keel-channels"));
+    }
+
+    #[test]
     fn no_console_means_no_uart() {
-        let blob = guest_dtb(&vm(false, vec![1])).unwrap();
+        let blob = guest_dtb(&vm(false, vec![1]), &[]).unwrap();
         let source = decompile(&blob, "headless");
         assert!(!source.contains("pl011"));
         assert!(!source.contains("stdout-path"));

@@ -186,7 +186,7 @@ pub fn build_system(config_path: &Path) -> Result<SystemImage> {
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let mut dtbs = Vec::new();
     for vm in &system.vms {
-        let blob = crate::dtb::guest_dtb(vm)?;
+        let blob = crate::dtb::guest_dtb(vm, &system.channels)?;
         let path = dir.join(format!("{}.dtb", vm.name));
         std::fs::write(&path, blob).map_err(|e| e.to_string())?;
         dtbs.push(path);

@@ -2,12 +2,13 @@
 
 use std::path::{Path, PathBuf};
 
-use super::model::{Messages, System, Tasks};
+use super::model::{ChannelMember, Messages, System, Tasks};
 use crate::sched::{Params, Policy};
 use crate::system::WfiPolicy;
 
-/// Emits Rust source defining `pub static SYSTEM: ::keel_core::system::SystemDesc` and
-/// `pub const MESSAGE_POOL: usize`, the bytes of every VM's message queue rings.
+/// Emits Rust source defining `pub static SYSTEM: ::keel_core::system::SystemDesc` (its VMs
+/// and its channels) and `pub const MESSAGE_POOL: usize`, the bytes of every VM's message
+/// queue rings.
 ///
 /// Images and device trees are embedded with `include_bytes!` of absolute paths
 /// (`dtb_paths[i]` is VM `i`'s generated device tree; a relative one is made absolute against
@@ -125,8 +126,27 @@ pub fn emit_rust(system: &System, dtb_paths: &[PathBuf]) -> String {
             messages(vm.messages.as_ref())
         ));
         line(format!(
+            "            virtio_console: {:?},",
+            vm.virtio_console
+        ));
+        line(format!(
             "            wfi: ::keel_core::system::WfiPolicy::{wfi},"
         ));
+        line("        },".into());
+    }
+    line("    ],".into());
+    line("    channels: &[".into());
+    for channel in &system.channels {
+        line("        ::keel_core::system::ChannelDesc {".into());
+        line(format!("            name: {:?},", channel.name));
+        line(format!(
+            "            phys: ::keel_core::addr::PhysAddr({:#x}),",
+            channel.phys
+        ));
+        line(format!("            size: {:#x},", channel.size));
+        line(format!("            intid: {},", channel.intid));
+        let members: Vec<String> = channel.members.iter().map(channel_member).collect();
+        line(format!("            members: &[{}],", members.join(", ")));
         line("        },".into());
     }
     line("    ],".into());
@@ -188,6 +208,15 @@ fn messages(messages: Option<&Messages>) -> String {
     )
 }
 
+/// A channel member as a Rust expression.
+fn channel_member(member: &ChannelMember) -> String {
+    format!(
+        "::keel_core::system::ChannelMember {{ vm: {}, ipa: ::keel_core::addr::GuestPhysAddr({:#x}), \
+         writable: {} }}",
+        member.vm, member.ipa, member.writable
+    )
+}
+
 /// A vCPU's scheduling parameters as a Rust expression.
 fn params(params: Params) -> String {
     let reservation = match params.reservation {
@@ -206,7 +235,7 @@ fn params(params: Params) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{ImageSource, Vm};
+    use crate::config::{Channel, ImageSource, Vm};
     use crate::sched::Reservation;
 
     fn system() -> System {
@@ -220,6 +249,7 @@ mod tests {
             pcpus,
             tasks: None,
             messages: None,
+            virtio_console: None,
             image: ImageSource::Guest("test-guest".to_string()),
             image_path: PathBuf::from("/images/test-guest.bin"),
             flash: (id == 1).then_some(crate::config::Flash {
@@ -283,6 +313,24 @@ mod tests {
                     ..vm(1, "rt \"b\"", 0x5100_0000, vec![2, 3], WfiPolicy::Trap)
                 },
             ],
+            channels: vec![Channel {
+                name: "telemetry".to_string(),
+                phys: 0x5f00_0000,
+                size: 0x1_0000,
+                intid: 48,
+                members: vec![
+                    ChannelMember {
+                        vm: 1,
+                        ipa: 0x7000_0000,
+                        writable: true,
+                    },
+                    ChannelMember {
+                        vm: 0,
+                        ipa: 0x6000_0000,
+                        writable: false,
+                    },
+                ],
+            }],
         }
     }
 
@@ -346,6 +394,13 @@ mod tests {
              deadline: 800000 }) }],",
             "sched: &[::keel_core::sched::Params { priority: 7, reservation: None }, \
              ::keel_core::sched::Params { priority: 0, reservation: None }],",
+            "    channels: &[\n        ::keel_core::system::ChannelDesc {\n            \
+             name: \"telemetry\",\n            phys: ::keel_core::addr::PhysAddr(0x5f000000),\n            \
+             size: 0x10000,\n            intid: 48,\n            \
+             members: &[::keel_core::system::ChannelMember { vm: 1, \
+             ipa: ::keel_core::addr::GuestPhysAddr(0x70000000), writable: true }, \
+             ::keel_core::system::ChannelMember { vm: 0, \
+             ipa: ::keel_core::addr::GuestPhysAddr(0x60000000), writable: false }],\n        },\n    ],\n};",
         ] {
             assert!(source.contains(expected), "missing {expected:?} in:\n{source}");
         }
@@ -357,6 +412,18 @@ mod tests {
         assert_eq!(file.items.len(), 2);
         assert!(matches!(&file.items[0], syn::Item::Static(item) if item.ident == "SYSTEM"));
         assert!(matches!(&file.items[1], syn::Item::Const(item) if item.ident == "MESSAGE_POOL"));
+    }
+
+    #[test]
+    fn without_channels_the_table_is_empty() {
+        let mut system = system();
+        system.channels.clear();
+        let source = emit_rust(&system, &[PathBuf::from("/a.dtb"), PathBuf::from("/b.dtb")]);
+        assert!(
+            source.contains("    ],\n    channels: &[\n    ],\n};\n"),
+            "{source}"
+        );
+        syn::parse_file(&source).expect("emitted Rust parses");
     }
 
     #[test]

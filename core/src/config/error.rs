@@ -80,6 +80,13 @@ pub enum ConfigErrorKind {
         /// The broken rule.
         problem: Problem,
     },
+    /// `<count> [[channel]] tables exceed Keel's maximum of <max> channels`.
+    TooManyChannels {
+        /// Number of `[[channel]]` tables.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
     /// `pCPU <pcpu>: <problem>`: the reservations on a shared pCPU cannot all be guaranteed.
     Unschedulable {
         /// The pCPU.
@@ -98,6 +105,10 @@ impl fmt::Display for ConfigErrorKind {
             Self::TooManyVms { count, max } => write!(
                 f,
                 "{count} [[vm]] tables exceed Keel's maximum of {max} VMs"
+            ),
+            Self::TooManyChannels { count, max } => write!(
+                f,
+                "{count} [[channel]] tables exceed Keel's maximum of {max} channels"
             ),
             Self::Invalid {
                 subject,
@@ -124,6 +135,19 @@ pub enum Subject {
     Pcpu(u32),
     /// `[[pcpu]] #<index>`: a `[[pcpu]]` table whose id names no pCPU (0-based index in the file).
     PcpuTable(usize),
+    /// `channel '<name>'`: a `[[channel]]` table.
+    Channel(String),
+    /// `channel #<index>`: a `[[channel]]` table without a usable name (0-based index in the
+    /// file).
+    UnnamedChannel(usize),
+    /// `channel '<channel>' vm '<vm>'`: one member's entry in a channel's `vms` (the names
+    /// boxed, so that every rule's error stays small).
+    ChannelMember {
+        /// The channel's name.
+        channel: Box<str>,
+        /// The member VM's name.
+        vm: Box<str>,
+    },
 }
 
 /// A vCPU as messages name it: `vm '<vm>' vCPU <vcpu>`.
@@ -150,6 +174,9 @@ impl fmt::Display for Subject {
             Self::Vcpu(vcpu) => write!(f, "{vcpu}"),
             Self::Pcpu(pcpu) => write!(f, "pCPU {pcpu}"),
             Self::PcpuTable(index) => write!(f, "[[pcpu]] #{index}"),
+            Self::Channel(name) => write!(f, "channel '{name}'"),
+            Self::UnnamedChannel(index) => write!(f, "channel #{index}"),
+            Self::ChannelMember { channel, vm } => write!(f, "channel '{channel}' vm '{vm}'"),
         }
     }
 }
@@ -256,16 +283,17 @@ pub enum Problem {
     },
     /// `<range> overlaps the hypervisor region <hypervisor>`.
     OverlapsHypervisor {
-        /// The VM's memory.
+        /// The VM's memory or flash, or a channel's memory.
         range: AddressRange,
         /// Keel's region.
         hypervisor: AddressRange,
     },
     /// `<range> overlaps vm '<other>' <other_what> <other_range>`.
     OverlapsVm {
-        /// This VM's memory or flash.
+        /// This VM's memory or flash, or a channel's memory.
         range: AddressRange,
-        /// The VM declared earlier (or this VM, for its flash against its memory).
+        /// The VM declared earlier (or this VM, for its flash against its memory; any VM, for
+        /// a channel's memory).
         other: String,
         /// Which of its ranges.
         other_what: Backing,
@@ -400,16 +428,20 @@ pub enum Problem {
         /// Where the device tree goes.
         dtb_ipa: u64,
     },
-    /// `guest memory <range> overlaps the emulated device window <window> (GIC and PL011)`.
+    /// `<what> <range> overlaps the emulated device window <window> (GIC, PL011, virtio)`.
     OverlapsDeviceWindow {
-        /// The VM's guest-physical memory.
+        /// `guest memory` (a VM's) or `window` (a channel member's).
+        what: &'static str,
+        /// The guest-physical range.
         range: AddressRange,
         /// The emulated devices' window.
         window: AddressRange,
     },
-    /// `guest memory <range> extends past the <bits>-bit guest-physical address space`.
+    /// `<what> <range> extends past the <bits>-bit guest-physical address space`.
     BeyondIpaSpace {
-        /// The VM's guest-physical memory.
+        /// `guest memory` (a VM's) or `window` (a channel member's).
+        what: &'static str,
+        /// The guest-physical range.
         range: AddressRange,
         /// Width of the stage-2 input address.
         bits: u32,
@@ -563,6 +595,28 @@ pub enum Problem {
         /// The VM's own name.
         name: String,
     },
+    /// `'<name>' is this VM: a virtio console's peer is another VM`.
+    VirtioPeerIsItself {
+        /// The VM's own name.
+        name: String,
+    },
+    /// `the console's input comes as messages from '<peer>': this VM's messages.from must list
+    /// it`.
+    VirtioInputNotAllowed {
+        /// The peer's name.
+        peer: String,
+    },
+    /// `the console's output goes as messages to '<peer>', whose messages table must list this
+    /// VM in its from`.
+    VirtioOutputNotAllowed {
+        /// The peer's name.
+        peer: String,
+    },
+    /// `<intid> is the virtio console's interrupt: give another SGI (0..=15) or SPI (32..=127)`.
+    InterruptIsVirtio {
+        /// The INTID given.
+        intid: u32,
+    },
     /// `'<name>' is listed twice`: a VM named twice in `tasks.managers` or `messages.from`.
     VmListedTwice {
         /// The name given.
@@ -608,6 +662,73 @@ pub enum Problem {
         total: usize,
         /// [`MAX_MESSAGE_POOL`](crate::system::MAX_MESSAGE_POOL).
         max: usize,
+    },
+    /// `used by two channels (#<first> and #<second>)`.
+    DuplicateChannelName {
+        /// Index of the first channel with the name.
+        first: usize,
+        /// Index of the second.
+        second: usize,
+    },
+    /// `'<name>' is not a device-tree node name (a letter, then letters, digits or , . _ + -;
+    /// at most 31 characters): the VMs' device trees describe the channel under it`.
+    ChannelNameNotANodeName {
+        /// The name given.
+        name: String,
+    },
+    /// `<range> overlaps channel '<other>' memory <other_range>`.
+    OverlapsChannel {
+        /// This channel's memory.
+        range: AddressRange,
+        /// The channel declared earlier.
+        other: String,
+        /// Its memory.
+        other_range: AddressRange,
+    },
+    /// `names <count> VM(s): a channel joins at least two` (singular for 1).
+    TooFewMembers {
+        /// Entries in `vms`.
+        count: usize,
+    },
+    /// `unknown access '<value>' (expected 'rw' or 'ro')`.
+    UnknownAccess {
+        /// The value given.
+        value: String,
+    },
+    /// `window <range> overlaps its <what> <other_range>`: a member's view of a channel over
+    /// the VM's own guest memory or flash.
+    WindowOverlapsOwn {
+        /// The window, guest-physical.
+        range: AddressRange,
+        /// The VM's memory or flash.
+        what: Backing,
+        /// That range, guest-physical.
+        other_range: AddressRange,
+    },
+    /// `window <range> overlaps its window <other_range> of channel '<other>'`.
+    WindowOverlapsChannel {
+        /// The window, guest-physical.
+        range: AddressRange,
+        /// The channel declared earlier that the VM also sees.
+        other: String,
+        /// The VM's window of it.
+        other_range: AddressRange,
+    },
+    /// `<intid> is the console's interrupt (the PL011's SPI) in member vm '<vm>': give another
+    /// SGI (0..=15) or SPI (32..=127)`.
+    ChannelInterruptIsConsole {
+        /// The INTID given ([`UART_INTID`](crate::abi::layout::UART_INTID)).
+        intid: u32,
+        /// The member with the console.
+        vm: String,
+    },
+    /// `<intid> is the message interrupt of member vm '<vm>': give another SGI (0..=15) or SPI
+    /// (32..=127)`.
+    ChannelInterruptIsMessages {
+        /// The INTID given.
+        intid: u32,
+        /// The member whose `messages.interrupt` it is.
+        vm: String,
     },
 }
 
@@ -728,13 +849,17 @@ impl fmt::Display for Problem {
                 "{:#x} bytes loaded at {image} do not fit below the device tree at {dtb_ipa:#x}",
                 image.size()
             ),
-            Self::OverlapsDeviceWindow { range, window } => write!(
+            Self::OverlapsDeviceWindow {
+                what,
+                range,
+                window,
+            } => write!(
                 f,
-                "guest memory {range} overlaps the emulated device window {window} (GIC and PL011)"
+                "{what} {range} overlaps the emulated device window {window} (GIC, PL011, virtio)"
             ),
-            Self::BeyondIpaSpace { range, bits } => write!(
+            Self::BeyondIpaSpace { what, range, bits } => write!(
                 f,
-                "guest memory {range} extends past the {bits}-bit guest-physical address space"
+                "{what} {range} extends past the {bits}-bit guest-physical address space"
             ),
             Self::UnknownDevice { device, known } => {
                 let known: Vec<String> = known.iter().map(|name| format!("'{name}'")).collect();
@@ -849,6 +974,27 @@ impl fmt::Display for Problem {
                  that may"
             ),
             Self::VmListedTwice { name } => write!(f, "'{name}' is listed twice"),
+            Self::VirtioPeerIsItself { name } => {
+                write!(
+                    f,
+                    "'{name}' is this VM: a virtio console's peer is another VM"
+                )
+            }
+            Self::VirtioInputNotAllowed { peer } => write!(
+                f,
+                "the console's input comes as messages from '{peer}': this VM's messages.from \
+                 must list it"
+            ),
+            Self::VirtioOutputNotAllowed { peer } => write!(
+                f,
+                "the console's output goes as messages to '{peer}', whose messages table must \
+                 list this VM in its from"
+            ),
+            Self::InterruptIsVirtio { intid } => write!(
+                f,
+                "{intid} is the virtio console's interrupt: give another SGI (0..=15) or SPI \
+                 (32..=127)"
+            ),
             Self::QueueDepthOutOfRange { value, max } => write!(f, "{value} is outside 1..={max}"),
             Self::MessageSizeOutOfRange { value, max } => {
                 write!(f, "{value} is outside 1..={max} bytes")
@@ -873,6 +1019,50 @@ impl fmt::Display for Problem {
             Self::MessagePoolTooLarge { total, max } => write!(
                 f,
                 "the message queues take {total} bytes in all, above Keel's {max}"
+            ),
+            Self::DuplicateChannelName { first, second } => {
+                write!(f, "used by two channels (#{first} and #{second})")
+            }
+            Self::ChannelNameNotANodeName { name } => write!(
+                f,
+                "'{name}' is not a device-tree node name (a letter, then letters, digits or \
+                 , . _ + -; at most 31 characters): the VMs' device trees describe the channel \
+                 under it"
+            ),
+            Self::OverlapsChannel {
+                range,
+                other,
+                other_range,
+            } => write!(f, "{range} overlaps channel '{other}' memory {other_range}"),
+            Self::TooFewMembers { count } => {
+                let plural = if *count == 1 { "" } else { "s" };
+                write!(f, "names {count} VM{plural}: a channel joins at least two")
+            }
+            Self::UnknownAccess { value } => {
+                write!(f, "unknown access '{value}' (expected 'rw' or 'ro')")
+            }
+            Self::WindowOverlapsOwn {
+                range,
+                what,
+                other_range,
+            } => write!(f, "window {range} overlaps its {what} {other_range}"),
+            Self::WindowOverlapsChannel {
+                range,
+                other,
+                other_range,
+            } => write!(
+                f,
+                "window {range} overlaps its window {other_range} of channel '{other}'"
+            ),
+            Self::ChannelInterruptIsConsole { intid, vm } => write!(
+                f,
+                "{intid} is the console's interrupt (the PL011's SPI) in member vm '{vm}': give \
+                 another SGI (0..=15) or SPI (32..=127)"
+            ),
+            Self::ChannelInterruptIsMessages { intid, vm } => write!(
+                f,
+                "{intid} is the message interrupt of member vm '{vm}': give another SGI \
+                 (0..=15) or SPI (32..=127)"
             ),
         }
     }

@@ -6,7 +6,7 @@ use std::ops::RangeInclusive;
 use super::error::{ConfigErrorKind, Problem, Subject};
 use super::model::{Messages, Vm};
 use super::schema::VmTable;
-use crate::abi::layout::UART_INTID;
+use crate::abi::layout::{UART_INTID, VIRTIO_INTID};
 use crate::devices::vgic::NR_IRQS;
 use crate::ipc::MAX_MESSAGE;
 use crate::system::{MAX_MESSAGE_POOL, MAX_QUEUE_DEPTH};
@@ -93,9 +93,9 @@ pub fn check_messages(
     }))
 }
 
-/// The interrupt a message raises: an SGI or an implemented SPI, not the console's when the VM
-/// has one.
-fn check_interrupt(intid: i64, console: bool) -> Result<u32, Problem> {
+/// The interrupt a message (or a channel's doorbell) raises: an SGI or an implemented SPI, not
+/// the console's when the VM has one.
+pub(super) fn check_interrupt(intid: i64, console: bool) -> Result<u32, Problem> {
     if PPIS.contains(&intid) {
         return Err(Problem::MessageInterruptIsPpi { intid });
     }
@@ -125,6 +125,80 @@ pub fn check_pool(vm: &Vm, subject: &Subject) -> Result<(), ConfigErrorKind> {
                 max: MAX_MESSAGE_POOL,
             },
         });
+    }
+    Ok(())
+}
+
+/// VM `index`'s `virtio_console` (its `messages` already checked), reported under `subject`:
+/// the peer (by id) is another VM, which this VM takes messages from, and the VM's message
+/// interrupt is not the console's. Whether the peer takes messages from this VM is checked
+/// once every VM is known ([`check_virtio_peers`]).
+pub fn check_virtio_console(
+    table: &VmTable,
+    index: usize,
+    subject: &Subject,
+    messages: Option<&Messages>,
+    names: &[&str],
+) -> Result<Option<u8>, ConfigErrorKind> {
+    let Some(console) = &table.virtio_console else {
+        return Ok(None);
+    };
+    let at = |field: &'static str, problem: Problem| ConfigErrorKind::Invalid {
+        subject: subject.clone(),
+        field,
+        problem,
+    };
+    let peer = &console.peer;
+    let Some(id) = names.iter().position(|name| name == peer) else {
+        return Err(at(
+            "virtio_console.peer",
+            Problem::UnknownVm { name: peer.clone() },
+        ));
+    };
+    if id == index {
+        return Err(at(
+            "virtio_console.peer",
+            Problem::VirtioPeerIsItself { name: peer.clone() },
+        ));
+    }
+    let id = u8::try_from(id).expect("MAX_VMS fits a u8");
+    let Some(messages) = messages.filter(|messages| messages.senders.contains(&id)) else {
+        return Err(at(
+            "virtio_console.peer",
+            Problem::VirtioInputNotAllowed { peer: peer.clone() },
+        ));
+    };
+    if messages.intid == VIRTIO_INTID {
+        return Err(at(
+            "messages.interrupt",
+            Problem::InterruptIsVirtio {
+                intid: messages.intid,
+            },
+        ));
+    }
+    Ok(Some(id))
+}
+
+/// Every VM with a virtio console: its peer takes messages from it.
+pub fn check_virtio_peers(vms: &[Vm]) -> Result<(), ConfigErrorKind> {
+    for vm in vms {
+        let Some(peer) = vm.virtio_console else {
+            continue;
+        };
+        let peer = &vms[usize::from(peer)];
+        let takes = peer
+            .messages
+            .as_ref()
+            .is_some_and(|messages| messages.senders.contains(&(vm.id as u8)));
+        if !takes {
+            return Err(ConfigErrorKind::Invalid {
+                subject: Subject::Vm(vm.name.clone()),
+                field: "virtio_console.peer",
+                problem: Problem::VirtioOutputNotAllowed {
+                    peer: peer.name.clone(),
+                },
+            });
+        }
     }
     Ok(())
 }

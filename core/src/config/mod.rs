@@ -2,12 +2,14 @@
 //!
 //! [`load`] parses a file (`schema`; durations in `duration`, percentages in `percent`) and
 //! checks every rejection rule in file order (`validate`, with the scheduling rules and
-//! build-time admission in `schedule`, the `tasks` table's rules in `tasks` and the `messages`
-//! table's in `messages`; each rule's exact message is a [`Problem`] or [`Unschedulable`]
+//! build-time admission in `schedule`, the `tasks` table's rules in `tasks`, the `messages`
+//! table's in `messages` and the `[[channel]]` tables' in `channels`; each rule's exact
+//! message is a [`Problem`] or [`Unschedulable`]
 //! variant); [`emit_rust`] turns the result into the
 //! [`SystemDesc`](crate::system::SystemDesc) and message pool size the hypervisor links in. EL2
 //! never parses TOML.
 
+mod channels;
 mod codegen;
 mod decimal;
 mod duration;
@@ -30,9 +32,10 @@ pub use error::{AddressRange, Backing, ConfigError, ConfigErrorKind, Problem, Su
 pub use image::{inspect as inspect_image, ImageLayout};
 pub use load::{load, parse_str};
 pub use model::{
-    Flash, ImageSource, Initrd, Messages, System, Tasks, Vm, DEFAULT_IPA, DEVICE_WINDOW_END,
-    DEVICE_WINDOW_START, DTB_REGION_SIZE, FLASH_WINDOW_SIZE, HYPERVISOR_IMAGE_OFFSET, IPA_BITS,
-    KNOWN_DEVICES, LINUX_IMAGE_BASE_ALIGN, MAX_PCPUS, MAX_VCPUS, MAX_VMS, MIN_VM_MEMORY, PAGE_SIZE,
+    Channel, ChannelMember, Flash, ImageSource, Initrd, Messages, System, Tasks, Vm, DEFAULT_IPA,
+    DEVICE_WINDOW_END, DEVICE_WINDOW_START, DTB_REGION_SIZE, FLASH_WINDOW_SIZE,
+    HYPERVISOR_IMAGE_OFFSET, IPA_BITS, KNOWN_DEVICES, LINUX_IMAGE_BASE_ALIGN, MAX_PCPUS, MAX_VCPUS,
+    MAX_VMS, MIN_VM_MEMORY, PAGE_SIZE,
 };
 pub use percent::{parse_percent, PercentError};
 pub use schedule::{DEFAULT_QUANTUM_NS, DEFAULT_SWITCH_COST_NS};

@@ -23,8 +23,8 @@ pub const HYPERVISOR_IMAGE_OFFSET: u64 = 2 << 20;
 pub const LINUX_IMAGE_BASE_ALIGN: u64 = 2 << 20;
 /// First guest-physical address of the emulated device window (GIC distributor).
 pub const DEVICE_WINDOW_START: u64 = layout::GICD_BASE;
-/// End of the emulated device window (exclusive): GIC and PL011 lie below.
-pub const DEVICE_WINDOW_END: u64 = 0x0A00_0000;
+/// End of the emulated device window (exclusive): GIC, PL011 and virtio console lie below.
+pub const DEVICE_WINDOW_END: u64 = 0x0A00_1000;
 /// Width of guest-physical addresses Keel's stage 2 translates.
 pub const IPA_BITS: u32 = crate::system::IPA_BITS;
 /// Most VMs a system may have.
@@ -63,6 +63,37 @@ pub struct System {
     pub switch_cost_ns: u64,
     /// The VMs; `vms[i].id == i`.
     pub vms: Vec<Vm>,
+    /// The shared-memory channels, in file order (a channel's id is its index).
+    pub channels: Vec<Channel>,
+}
+
+/// A validated `[[channel]]` table, emitted as a [`ChannelDesc`](crate::system::ChannelDesc).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Channel {
+    /// Name from the configuration (unique among channels).
+    pub name: String,
+    /// First physical address of its memory: in RAM, clear of Keel, of every VM's memory and
+    /// flash, and of the other channels.
+    pub phys: u64,
+    /// Size in bytes (a multiple of 4 KiB).
+    pub size: u64,
+    /// The doorbell: an SGI (0..=15) or an SPI (32..=127), neither the console's interrupt of a
+    /// member with the console nor the message interrupt of a member.
+    pub intid: u32,
+    /// At least two distinct VMs, in the order written.
+    pub members: Vec<ChannelMember>,
+}
+
+/// One VM's view of a channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChannelMember {
+    /// The VM's id.
+    pub vm: u8,
+    /// Where it sees the memory: 4 KiB aligned, clear of its own memory and flash, of its other
+    /// channels' windows and of the emulated device window.
+    pub ipa: u64,
+    /// `access = "rw"` (otherwise `"ro"`).
+    pub writable: bool,
 }
 
 /// Where a VM's kernel image comes from.
@@ -103,6 +134,9 @@ pub struct Vm {
     /// Its incoming message queues, from its `messages` table (`None`: no VM may send to it):
     /// one per vCPU and per task it may have, all laid out in Keel's message pool.
     pub messages: Option<Messages>,
+    /// The VM (by id) at the other end of its virtio console, from its `virtio_console` table:
+    /// this VM's queues take messages from it, and its queues take messages from this VM.
+    pub virtio_console: Option<u8>,
     /// Where the image came from.
     pub image: ImageSource,
     /// The image file: absolute, and it exists.
@@ -238,6 +272,17 @@ impl Vm {
 }
 
 impl System {
+    /// The channels VM `vm` is a member of, each with its view of it, in channel order.
+    pub fn channels_of(&self, vm: u16) -> impl Iterator<Item = (&Channel, &ChannelMember)> {
+        self.channels.iter().filter_map(move |channel| {
+            let member = channel
+                .members
+                .iter()
+                .find(|member| u16::from(member.vm) == vm)?;
+            Some((channel, member))
+        })
+    }
+
     /// Bytes of Keel's message pool: every VM's rings, one VM after another in VM order.
     pub fn message_pool_len(&self) -> usize {
         self.vms.iter().map(Vm::message_pool_len).sum()

@@ -18,6 +18,36 @@ pub struct ConfigFile {
     /// The `[[pcpu]]` tables: a scheduling policy for each shared pCPU (unlisted: pinned).
     #[serde(default)]
     pub pcpu: Vec<PcpuTable>,
+    /// The `[[channel]]` tables: shared memory between VMs (a channel's index is its id).
+    #[serde(default)]
+    pub channel: Vec<ChannelTable>,
+}
+
+/// One `[[channel]]` table: memory shared by VMs, with a doorbell interrupt.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelTable {
+    /// The channel's name.
+    pub name: String,
+    /// Its physical backing.
+    pub memory: RegionTable,
+    /// The doorbell INTID raised at the members: an SGI or an SPI (an integer of any width, so
+    /// the range check can name the channel).
+    pub interrupt: i64,
+    /// The member VMs and how each sees the memory.
+    pub vms: Vec<ChannelMemberTable>,
+}
+
+/// One member of a channel: `{ vm = "...", ipa = ..., access = "rw" }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelMemberTable {
+    /// The VM's name.
+    pub vm: String,
+    /// Where the VM sees the channel's memory.
+    pub ipa: u64,
+    /// `"rw"` or `"ro"` (checked later, so the message names the channel and the VM).
+    pub access: String,
 }
 
 /// The `[system]` table: the board and what Keel keeps for itself.
@@ -94,6 +124,14 @@ pub struct MessagesTable {
     pub from: Vec<String>,
 }
 
+/// A VM's `virtio_console` table.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VirtioConsoleTable {
+    /// The VM at the other end of the port.
+    pub peer: String,
+}
+
 /// `{ base = ..., size = ... }`.
 #[derive(Clone, Copy, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -128,6 +166,8 @@ pub struct VmTable {
     pub tasks: Option<TasksTable>,
     /// Message queues other VMs may send to (default: none).
     pub messages: Option<MessagesTable>,
+    /// A virtio console whose port is backed by messages with another VM (default: none).
+    pub virtio_console: Option<VirtioConsoleTable>,
     /// Emulated devices by name.
     #[serde(default)]
     pub devices: Vec<String>,

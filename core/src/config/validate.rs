@@ -2,10 +2,12 @@
 //!
 //! Rules are checked in file order — `[system]` and the `[[pcpu]]` tables first, then each
 //! `[[vm]]` against itself and against the VMs before it, then each shared pCPU across the
-//! VMs on it (`schedule`) — so the same file always yields the same error.
+//! VMs on it (`schedule`), then each `[[channel]]` against the VMs and the channels before it
+//! (`channels`) — so the same file always yields the same error.
 
 use std::path::{Path, PathBuf};
 
+use super::channels;
 use super::error::{AddressRange, Backing, ConfigErrorKind, Problem, Subject};
 use super::image;
 use super::messages;
@@ -39,7 +41,7 @@ fn check_aligned(value: u64, what: &'static str) -> Result<(), Problem> {
 }
 
 /// The shape rules every `{ base, size }` obeys: non-empty, page aligned, no wrap-around.
-fn check_region(region: &RegionTable) -> Result<AddressRange, Problem> {
+pub(super) fn check_region(region: &RegionTable) -> Result<AddressRange, Problem> {
     let (base, size) = (region.base, region.size.0);
     if size == 0 {
         return Err(Problem::SizeZero);
@@ -219,12 +221,14 @@ fn check_placement(
     Ok(range)
 }
 
-/// Guest-physical rules: page aligned, inside the IPA space, clear of the emulated devices.
-fn check_ipa(ipa: u64, size: u64) -> Result<AddressRange, Problem> {
+/// Guest-physical rules: page aligned, inside the IPA space, clear of the emulated devices;
+/// `what` names the range in messages (`guest memory`, or a channel member's `window`).
+pub(super) fn check_ipa(ipa: u64, size: u64, what: &'static str) -> Result<AddressRange, Problem> {
     check_aligned(ipa, "address")?;
     let range = AddressRange::new(ipa, size).ok_or(Problem::Wraps { base: ipa, size })?;
     if range.end > 1 << IPA_BITS {
         return Err(Problem::BeyondIpaSpace {
+            what,
             range,
             bits: IPA_BITS,
         });
@@ -234,7 +238,11 @@ fn check_ipa(ipa: u64, size: u64) -> Result<AddressRange, Problem> {
         end: DEVICE_WINDOW_END,
     };
     if range.overlaps(&window) {
-        return Err(Problem::OverlapsDeviceWindow { range, window });
+        return Err(Problem::OverlapsDeviceWindow {
+            what,
+            range,
+            window,
+        });
     }
     Ok(range)
 }
@@ -375,7 +383,8 @@ fn check_vm(table: &VmTable, index: usize, context: &Context) -> Result<Vm, Conf
 
     let memory = check_memory(table, context).map_err(|problem| at("memory", problem))?;
     let ipa = table.ipa.unwrap_or(DEFAULT_IPA);
-    let guest_memory = check_ipa(ipa, memory.size()).map_err(|problem| at("ipa", problem))?;
+    let guest_memory =
+        check_ipa(ipa, memory.size(), "guest memory").map_err(|problem| at("ipa", problem))?;
     let flash = check_flash(table, memory, guest_memory, context)
         .map_err(|problem| at("flash", problem))?;
     check_pcpus(&table.pcpus, context).map_err(|problem| at("pcpus", problem))?;
@@ -384,6 +393,8 @@ fn check_vm(table: &VmTable, index: usize, context: &Context) -> Result<Vm, Conf
     let console = check_devices(&table.devices).map_err(|problem| at("devices", problem))?;
     let messages =
         messages::check_messages(table, &subject, console, context.earlier, context.names)?;
+    let virtio_console =
+        messages::check_virtio_console(table, index, &subject, messages.as_ref(), context.names)?;
     let wfi = check_wfi(table.wfi.as_deref()).map_err(|problem| at("wfi", problem))?;
     if table.wfi.as_deref() == Some("native") {
         if let Some(&pcpu) = table
@@ -438,6 +449,7 @@ fn check_vm(table: &VmTable, index: usize, context: &Context) -> Result<Vm, Conf
         sched,
         tasks,
         messages,
+        virtio_console,
         image: source,
         image_path,
         flash,
@@ -487,7 +499,9 @@ pub fn validate(
         let vm = check_vm(table, index, &context)?;
         vms.push(vm);
     }
+    messages::check_virtio_peers(&vms)?;
     schedule::check_shared_pcpus(&policies, &vms, switch_cost_ns)?;
+    let channels = channels::check_channels(&file.channel, &vms, ram, hypervisor)?;
     Ok(System {
         name: file.system.name.clone(),
         ram_base: ram.start,
@@ -498,5 +512,6 @@ pub fn validate(
         policies,
         switch_cost_ns,
         vms,
+        channels,
     })
 }

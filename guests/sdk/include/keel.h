@@ -90,6 +90,18 @@
  */
 #define KEEL_FN_MSG_RECV 0xC6000031u
 
+/*
+ * Shared-memory channels: memory each member VM sees at an address of its own (read-write or
+ * read-only, from the configuration's [[channel]] tables), and a doorbell. Rings the doorbell:
+ * x1 = the channel's id (its index among the [[channel]] tables), x2 = the member to ring (its
+ * position in the channel's vms) or KEEL_EVERY_OTHER_MEMBER. Keel raises the channel's
+ * interrupt in each (an SGI at its vCPU 0, an SPI where the VM routes it). Returns the number
+ * of members rung (stopped ones are skipped).
+ */
+#define KEEL_FN_CHANNEL_NOTIFY 0xC6000032u
+/* KEEL_FN_CHANNEL_NOTIFY's x2 that rings every member but the caller. */
+#define KEEL_EVERY_OTHER_MEMBER 0xFFFFFFFFFFFFFFFFull
+
 /* KEEL_FN_VERSION's answer for this ABI. */
 #define KEEL_VERSION_VALUE 0x00010000u
 
@@ -149,6 +161,13 @@
 #define KEEL_DESTINATION_STOPPED (-36)
 /* Nothing is queued (no wait asked, or the wait ended). */
 #define KEEL_NO_MESSAGE (-37)
+/*
+ * The doorbell's refusals besides KEEL_DENIED (the caller is not a member of the channel) and
+ * KEEL_DESTINATION_STOPPED (the member rung, or every other member, is stopped): each rings
+ * nothing.
+ */
+/* No channel has that id, or the channel no member at that position. */
+#define KEEL_NO_SUCH_CHANNEL (-38)
 
 /* Guest-physical layout of the emulated platform (QEMU `virt` addresses). */
 #define KEEL_GICD_BASE 0x08000000u
@@ -370,6 +389,15 @@ static inline int64_t keel_msg_recv(void *buffer, uint64_t capacity, uint64_t wa
 		info->left = result.x3;
 	}
 	return (int64_t)result.x0;
+}
+
+/*
+ * KEEL_FN_CHANNEL_NOTIFY: rings `channel`'s doorbell at its member `member` (or at
+ * KEEL_EVERY_OTHER_MEMBER). Returns the number of members rung, or a negative error.
+ */
+static inline int64_t keel_channel_notify(uint64_t channel, uint64_t member)
+{
+	return (int64_t)keel_hvc(KEEL_FN_CHANNEL_NOTIFY, channel, member, 0).x0;
 }
 
 #endif /* __aarch64__ && !__ASSEMBLER__ */

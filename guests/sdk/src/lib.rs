@@ -7,6 +7,7 @@
 
 pub mod boot;
 pub mod bootargs;
+pub mod channel;
 pub mod console;
 pub mod cpu;
 pub mod devicetree;

@@ -6,6 +6,7 @@
 #![no_main]
 
 mod bench;
+mod channels;
 mod hostile;
 mod interrupts;
 mod messages;
@@ -78,6 +79,7 @@ fn main(device_tree_address: usize) -> ! {
         Mode::Share => shares::share(options.report_every_seconds),
         Mode::Work => shares::work(options.iterations, options.start_ms),
         Mode::Messages => messages::run(BootArgs::new(info.bootargs)),
+        Mode::Channel => channels::run(BootArgs::new(info.bootargs), &redistributor),
         Mode::Pingpong => shares::pingpong(
             info.bootargs.contains("keel.pingpong=measure"),
             info.bootargs.split_whitespace().any(|t| t == "keel.fp"),

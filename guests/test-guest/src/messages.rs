@@ -8,6 +8,7 @@
 //! | `outsider` | sends to `keel.peer`, which does not take its messages: each send must be refused |
 //! | `bench` | the benchmarks' sender: for each size, `keel.depth` sends timed alone, then round trips timing delivery (send to the receiver's receive returning) |
 //! | `bench-receiver` | the benchmarks' receiver, `keel.peer` the sender: times each receive of a queued message, and answers each delivery with when it got it |
+//! | `echo-lines` | the far side of a Linux VM's virtio console (`keel.peer`): takes its output as a byte stream, checks each `line N <pattern>` line and answers every line in capitals (messages of at most `keel.max` bytes) |
 //! | `stopped` | powers off at once (its senders must get "destination stopped") |
 //! | `flood` | from `keel.start` (counter ms) on, sends to `keel.peer` (which never receives) for `keel.seconds`: exactly its queue's depth is accepted, the rest refused as full |
 //!
@@ -47,6 +48,7 @@ pub fn run(args: BootArgs<'_>) -> ! {
         ),
         Some("bench") => bench_sender(peer, number("keel.depth").unwrap_or(4)),
         Some("bench-receiver") => bench_receiver(peer, number("keel.depth").unwrap_or(4)),
+        Some("echo-lines") => echo_lines(peer, number("keel.max").unwrap_or(256) as usize),
         Some("stopped") => {
             println!("msg: stopped: powering off");
             system_off()
@@ -355,8 +357,9 @@ fn ticks_ns(ticks: u64) -> u64 {
     ticks * 1_000_000_000 / timer::frequency()
 }
 
-/// Minimum, sum and count of samples, printed as a `bench:` figure.
-struct Figure {
+/// Minimum, sum and count of samples, printed as a `bench:` figure (also the channels'
+/// doorbell round trip, [`crate::channels`]).
+pub(crate) struct Figure {
     min: u64,
     max: u64,
     total: u64,
@@ -364,7 +367,7 @@ struct Figure {
 }
 
 impl Figure {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Figure {
             min: u64::MAX,
             max: 0,
@@ -373,7 +376,7 @@ impl Figure {
         }
     }
 
-    fn add(&mut self, ticks: u64) {
+    pub(crate) fn add(&mut self, ticks: u64) {
         let ns = ticks_ns(ticks);
         self.min = self.min.min(ns);
         self.max = self.max.max(ns);
@@ -382,8 +385,13 @@ impl Figure {
     }
 
     fn print(&self, name: &str, size: usize) {
+        self.print_as(format_args!("{name}-{size}"));
+    }
+
+    /// Prints `bench: <name> min=.. avg=.. max=..` (ns).
+    pub(crate) fn print_as(&self, name: core::fmt::Arguments<'_>) {
         println!(
-            "bench: {name}-{size} min={} avg={} max={}",
+            "bench: {name} min={} avg={} max={}",
             self.min,
             self.total / self.count.max(1),
             self.max
@@ -471,4 +479,68 @@ fn bench_receiver(peer: u64, depth: u64) -> ! {
         }
     }
     system_off()
+}
+
+/// Sends `bytes` to vCPU 0 of `peer` in messages of at most `max` bytes, each retried until
+/// the queue takes it.
+fn send_stream(peer: u64, bytes: &[u8], max: usize) {
+    for chunk in bytes.chunks(max.max(1)) {
+        send_until_taken(peer, chunk);
+    }
+}
+
+/// Whether `line` is `line N <N pattern bytes>` with the pattern of the Linux test
+/// (`xtask/src/debian/scripts.rs`, VIRTIO_TEST): byte i is 'a' + (7i + N) mod 26.
+fn pattern_line(line: &[u8]) -> Option<(usize, bool)> {
+    let rest = line.strip_prefix(b"line ")?;
+    let space = rest.iter().position(|&b| b == b' ')?;
+    let n: usize = core::str::from_utf8(&rest[..space]).ok()?.parse().ok()?;
+    let body = &rest[space + 1..];
+    let ok = body.len() == n
+        && body
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == b'a' + ((i * 7 + n) % 26) as u8);
+    Some((n, ok))
+}
+
+fn echo_lines(peer: u64, max: usize) -> ! {
+    let mut buffer = [0u8; BUFFER];
+    let mut line = [0u8; BUFFER];
+    let mut len = 0;
+    let (mut lines, mut checked, mut failed) = (0u64, 0u64, 0u64);
+    loop {
+        let Ok(message) = message::receive(&mut buffer, u64::MAX) else {
+            continue;
+        };
+        for &byte in &buffer[..message.len] {
+            if byte != b'\n' {
+                if len < line.len() - 1 {
+                    line[len] = byte;
+                    len += 1;
+                }
+                continue;
+            }
+            lines += 1;
+            // A terminal's output processing may end lines with CR LF.
+            if len > 0 && line[len - 1] == b'\r' {
+                len -= 1;
+            }
+            if let Some((n, ok)) = pattern_line(&line[..len]) {
+                checked += 1;
+                if !ok {
+                    failed += 1;
+                }
+                println!(
+                    "virtio: line {n} from vm {}: {} (lines {lines}, checked {checked}, failed {failed})",
+                    message.vm,
+                    if ok { "ok" } else { "FAIL" }
+                );
+            }
+            line[..len].make_ascii_uppercase();
+            line[len] = b'\n';
+            send_stream(peer, &line[..=len], max);
+            len = 0;
+        }
+    }
 }

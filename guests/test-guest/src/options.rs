@@ -3,8 +3,9 @@
 //! | token | meaning |
 //! | --- | --- |
 //! | `keel.native` | running on bare QEMU: no Keel hypercalls |
-//! | `keel.mode=ticks\|bench\|spin\|job\|share\|pingpong\|work\|messages` | what to run (default `ticks`) |
+//! | `keel.mode=ticks\|bench\|spin\|job\|share\|pingpong\|work\|messages\|channel` | what to run (default `ticks`) |
 //! | `keel.msg=<role>` and its numbers | messages mode (see [`crate::messages`]) |
+//! | `keel.chan=<role>` and its numbers | channel mode (see [`crate::channels`]) |
 //! | `keel.work=<us>\|forever` | job mode: work per job before yielding (default 100) |
 //! | `keel.pingpong=measure\|partner` | pingpong mode: count instructions (owns the PMU) or only yield |
 //! | `keel.fp` | pingpong mode: touch FP/SIMD before each yield |
@@ -41,6 +42,9 @@ pub enum Mode {
     Work,
     /// Messages between VMs (`keel.msg=<role>`, see [`crate::messages`]).
     Messages,
+    /// Shared-memory channels and their doorbells (`keel.chan=<role>`, see
+    /// [`crate::channels`]).
+    Channel,
 }
 
 impl fmt::Display for Mode {
@@ -54,6 +58,7 @@ impl fmt::Display for Mode {
             Mode::Pingpong => "pingpong",
             Mode::Work => "work",
             Mode::Messages => "messages",
+            Mode::Channel => "channel",
         })
     }
 }
@@ -120,11 +125,12 @@ impl<'a> Options<'a> {
             Some("pingpong") => Mode::Pingpong,
             Some("work") => Mode::Work,
             Some("messages") => Mode::Messages,
+            Some("channel") => Mode::Channel,
             Some(value) => {
                 return Err(OptionError {
                     key: "keel.mode",
                     value,
-                    expected: "ticks, bench, spin, job, share, pingpong, work or messages",
+                    expected: "ticks, bench, spin, job, share, pingpong, work, messages or channel",
                 })
             }
         };

@@ -680,10 +680,17 @@ pub fn wake_here(id: usize, vcpu: usize) -> bool {
 /// Whether the running vCPU on this shared pCPU has something to do now, so that its WFI
 /// must not give the pCPU away: an interrupt listed pending or pending in its vGIC, or its
 /// virtual timer's condition met.
+///
+/// Before it says no, the interrupts the guest has finished with go back to its vGIC
+/// ([`crate::irq::sync_list_registers`], which lists what is pending meanwhile): an interrupt
+/// still marked listed there would hide the next raise of the same INTID (a doorbell, an SGI)
+/// from [`wake_here`], and the vCPU would sleep on until some other event woke it.
 pub fn running_has_work(id: usize, vcpu: usize) -> bool {
-    gic::any_interrupt_pending()
-        || guest::virtual_timer_expired()
-        || vm::vm(id).vgic.lock().next_pending(vcpu).is_some()
+    if gic::any_interrupt_pending() || guest::virtual_timer_expired() {
+        return true;
+    }
+    crate::irq::sync_list_registers();
+    gic::any_interrupt_pending() || vm::vm(id).vgic.lock().next_pending(vcpu).is_some()
 }
 
 /// Statistics of vCPU `vcpu` of VM `id` on this pCPU's scheduler, if it is placed here.

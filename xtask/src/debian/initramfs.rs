@@ -10,6 +10,7 @@ use super::cpio::{Node, Tree};
 use super::elf::{is_elf, Elf};
 use super::scripts::{
     modules_test, BENCH_TEST, INIT, LOAD_TEST, MATRIXPROD_TEST, STRESS_TEST, TEST_LIBRARY,
+    VIRTIO_TEST,
 };
 use crate::step;
 
@@ -129,6 +130,7 @@ fn base_system(image: &mut Tree) {
     image.insert("tests/stress.sh", 0o100755, Node::Data(STRESS_TEST.into()));
     image.insert("tests/bench.sh", 0o100755, Node::Data(BENCH_TEST.into()));
     image.insert("tests/load.sh", 0o100755, Node::Data(LOAD_TEST.into()));
+    image.insert("tests/virtio.sh", 0o100755, Node::Data(VIRTIO_TEST.into()));
     image.insert(
         "tests/matrixprod.sh",
         0o100755,

@@ -3,6 +3,7 @@
 //! Scenarios that judge timing run under `-icount shift=0,sleep=off`, where virtual time is
 //! one nanosecond per instruction and repeats exactly, so a loaded machine cannot fail them.
 
+mod channels;
 mod messages;
 mod sched;
 mod tasks;
@@ -1125,6 +1126,7 @@ pub fn all() -> Vec<Scenario> {
     scenarios.extend(sched::all());
     scenarios.extend(tasks::all());
     scenarios.extend(messages::all());
+    scenarios.extend(channels::all());
     for (name, message) in bad {
         scenarios.push(Scenario {
             name: format!("bad configuration {name} fails the build with its message"),

@@ -39,6 +39,13 @@ pub fn isb() {
     unsafe { core::arch::asm!("isb", options(nostack, preserves_flags)) };
 }
 
+/// Data memory barrier, inner shareable: the memory accesses before it are observed by the
+/// other CPUs before those after it.
+pub fn dmb_ish() {
+    // SAFETY: a barrier has no effect but ordering.
+    unsafe { core::arch::asm!("dmb ish", options(nostack, preserves_flags)) };
+}
+
 /// Data synchronization barrier, full system.
 pub fn dsb_sy() {
     // SAFETY: a barrier has no effect but ordering.
