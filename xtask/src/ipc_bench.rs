@@ -23,13 +23,19 @@ const M5150: [(usize, u64, u64, u64); 5] = [
 
 /// Boots benchmark configuration `name` (configs/bench) to its end; its figures.
 fn run(name: &str) -> Result<crate::qemu::Ended> {
-    let path = workspace().join(format!("configs/bench/{name}.toml"));
+    run_config(&format!("configs/bench/{name}.toml"), name, "bench: done")
+}
+
+/// Boots configuration `relative` (to the workspace) until QEMU ends; checks a line ends
+/// with `done`.
+fn run_config(relative: &str, name: &str, done: &str) -> Result<crate::qemu::Ended> {
+    let path = workspace().join(relative);
     let image = build_system(&path)?;
     let log = crate::image::output_dir().join(format!("logs/{name}.log"));
     let ended = Machine::keel_icount(&image)
         .spawn(&log)?
         .finish(Duration::from_secs(600));
-    if !ended.lines.iter().any(|l| l.ends_with("bench: done")) {
+    if !ended.lines.iter().any(|l| l.contains(done)) {
         return Err(format!(
             "{name}: the benchmark did not finish (log: {})",
             log.display()
@@ -82,5 +88,54 @@ pub fn run_all() -> Result<()> {
          receive that gives the pCPU away and the switch. 2 pCPUs: pinned; a delivery includes \
          the kick SGI and the receiver's wake from WFI."
     );
+    println!();
+    for (config, setting) in [
+        ("chan-two-pcpus", "writer and reader on two pinned pCPUs"),
+        ("chan-one-pcpu", "writer and reader round robin on one pCPU"),
+    ] {
+        let ended = run_config(
+            &format!("configs/tests/{config}.toml"),
+            config,
+            "bench: doorbell-round-trip",
+        )?;
+        let found = ended
+            .lines
+            .iter()
+            .find_map(|line| line.split_once("bench: doorbell-round-trip "))
+            .map(|(_, figures)| figures.to_string())
+            .ok_or(format!("{config}: no doorbell figure"))?;
+        println!(
+            "Doorbell round trip over a shared-memory channel, {setting} (instructions): {found}"
+        );
+    }
+    let round_trip = virtio_round_trip()?;
+    println!(
+        "Linux to the real-time partition and back over the virtio console (/dev/hvc0, a 5-byte \
+         line each way, from Debian's busybox shell, `configs/tests/linux-virtio.toml`): \
+         {round_trip:.1} us per round trip (1,000 round trips, the guest's uptime at 10 ms \
+         resolution)"
+    );
     Ok(())
+}
+
+/// Boots the virtio console scenario's configuration until Linux's test ends; the time of
+/// one of its 1,000 round trips, in µs.
+fn virtio_round_trip() -> Result<f64> {
+    let path = workspace().join("configs/tests/linux-virtio.toml");
+    let image = build_system(&path)?;
+    let log = crate::image::output_dir().join("logs/bench-linux-virtio.log");
+    let mut session = Machine::keel_icount(&image).spawn(&log)?;
+    let outcome = session.wait_for(r"^\[linux\] KEEL-INIT-END ", Duration::from_secs(900));
+    let ended = session.kill();
+    outcome?;
+    let uptime = |edge: &str| {
+        let pattern = format!("KEEL-STEP virtio-1000-round-trips {edge} ");
+        ended
+            .lines
+            .iter()
+            .find_map(|line| line.split_once(pattern.as_str()))
+            .and_then(|(_, rest)| rest.split_whitespace().next()?.parse::<f64>().ok())
+            .ok_or(format!("no '{pattern}' line (log: {})", log.display()))
+    };
+    Ok((uptime("END")? - uptime("BEGIN")?) * 1e6 / 1000.0)
 }
