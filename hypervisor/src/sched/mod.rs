@@ -265,6 +265,7 @@ fn enter(slot: usize) -> ! {
         shared.loaded = Some(slot);
         shared.last = Some(slot);
         shared.waiting &= !(1 << slot);
+        shared.receiving &= !(1 << slot);
         if shared.needs_sync & (1 << slot) != 0 {
             shared.needs_sync &= !(1 << slot);
             irq::sync_list_registers();
@@ -606,17 +607,18 @@ fn start_slot(
 /// Whether a switched-out vCPU has an interrupt to take: one pending in its saved list
 /// registers or its vGIC, or its virtual timer's deadline passed.
 fn has_pending(shared: &SharedCpu, slot: usize, id: usize, vcpu: usize, now: u64) -> bool {
+    has_pending_saved(shared, slot, id, vcpu, now)
+        || vm::vm(id).vgic.lock().next_pending(vcpu).is_some()
+}
+
+/// [`has_pending`] but for its vGIC: pending in its saved list registers, its virtual timer's
+/// deadline passed, or the end of its wait for a message come or a message queued.
+fn has_pending_saved(shared: &SharedCpu, slot: usize, id: usize, vcpu: usize, now: u64) -> bool {
     let context = &shared.contexts[slot];
-    if context.interface.any_pending() || wait_ends(shared, slot, now) {
-        return true;
-    }
-    if shared.receiving & (1 << slot) != 0 && crate::ipc::has_message(id, vcpu) {
-        return true;
-    }
-    if context.timer.deadline().is_some_and(|at| at <= now) {
-        return true;
-    }
-    vm::vm(id).vgic.lock().next_pending(vcpu).is_some()
+    context.interface.any_pending()
+        || wait_ends(shared, slot, now)
+        || (shared.receiving & (1 << slot) != 0 && crate::ipc::has_message(id, vcpu))
+        || context.timer.deadline().is_some_and(|at| at <= now)
 }
 
 /// Whether `slot` waits in KEEL_MSG_RECV and its wait's end has come.
@@ -667,10 +669,16 @@ pub fn wake_here(id: usize, vcpu: usize) -> bool {
     if shared.loaded == Some(slot) || !shared.is_started(slot) {
         return false;
     }
-    // Its list registers are brought up to date from the vGIC when it next runs.
-    shared.needs_sync |= 1 << slot;
+    // Its list registers are brought up to date from the vGIC when it next runs, if the vGIC
+    // has something to list (a message whose interrupt it has not enabled needs nothing).
+    let interrupt = vm::vm(id).vgic.lock().next_pending(vcpu).is_some();
+    if interrupt {
+        shared.needs_sync |= 1 << slot;
+    }
     let now = timer::now();
-    if shared.scheduler.is_runnable(slot) || !has_pending(shared, slot, id, vcpu, now) {
+    if shared.scheduler.is_runnable(slot)
+        || !(interrupt || has_pending_saved(shared, slot, id, vcpu, now))
+    {
         return false;
     }
     shared.scheduler.wake(slot, now);
@@ -681,7 +689,8 @@ pub fn wake_here(id: usize, vcpu: usize) -> bool {
 /// must not give the pCPU away: an interrupt listed pending or pending in its vGIC, or its
 /// virtual timer's condition met.
 ///
-/// Before it says no, the interrupts the guest has finished with go back to its vGIC
+/// Before it says no, the interrupts the guest has finished with (if any is listed) go back to
+/// its vGIC
 /// ([`crate::irq::sync_list_registers`], which lists what is pending meanwhile): an interrupt
 /// still marked listed there would hide the next raise of the same INTID (a doorbell, an SGI)
 /// from [`wake_here`], and the vCPU would sleep on until some other event woke it.
@@ -689,8 +698,13 @@ pub fn running_has_work(id: usize, vcpu: usize) -> bool {
     if gic::any_interrupt_pending() || guest::virtual_timer_expired() {
         return true;
     }
-    crate::irq::sync_list_registers();
-    gic::any_interrupt_pending() || vm::vm(id).vgic.lock().next_pending(vcpu).is_some()
+    if vm::this_cpu().listed.load(Ordering::Relaxed) != 0 {
+        crate::irq::sync_list_registers();
+        if gic::any_interrupt_pending() {
+            return true;
+        }
+    }
+    vm::vm(id).vgic.lock().next_pending(vcpu).is_some()
 }
 
 /// Statistics of vCPU `vcpu` of VM `id` on this pCPU's scheduler, if it is placed here.
