@@ -2,6 +2,7 @@
 //! foreign and invalid CPUs and entry points, CPU_ON/CPU_OFF cycles and races. Each is
 //! answered with the error code the specification gives, and nothing else changes.
 
+use keel_core::ipc::MessageError;
 use keel_core::tasks::TaskError;
 use keel_guest::abi::{self, psci, CallError};
 use keel_guest::psci::{affinity_info, cpu_on_raw};
@@ -30,6 +31,9 @@ fn has_effect(function: u32) -> bool {
         abi::KEEL_TASK_DELETE,
         abi::KEEL_TASK_WAIT,
         abi::KEEL_TASK_STATS,
+        abi::KEEL_MSG_SEND,
+        abi::KEEL_MSG_RECV,
+        abi::KEEL_CHANNEL_NOTIFY,
     ]
     .contains(&function)
 }
@@ -123,6 +127,54 @@ pub fn calls() {
         "task-calls-refused",
         answers_wrong == 0,
         "1000 task service calls with random arguments from a VM without a grant: {answers_wrong} not refused"
+    );
+    // 2b. The message and channel services with random arguments, from a VM that takes no
+    //     messages, sends to none and is in no channel: every call is refused with one of
+    //     their codes (nothing queued, read, written or rung).
+    let refusals = [
+        MessageError::NotAllowed,
+        MessageError::UnknownDestination,
+        MessageError::TooLarge,
+    ]
+    .map(|e| e.code());
+    let channel_refusals = [CallError::Denied as i64, -38];
+    let mut answers_wrong = 0;
+    for round in 0..1500 {
+        let function = [
+            abi::KEEL_MSG_SEND,
+            abi::KEEL_MSG_RECV,
+            abi::KEEL_CHANNEL_NOTIFY,
+        ][round % 3];
+        // Destinations and channels: small (existing) or random; buffers random.
+        let small = |rng: &mut Rng| match rng.below(2) {
+            0 => rng.below(20),
+            _ => rng.next_u64(),
+        };
+        let args: [u64; 7] = [
+            small(&mut rng),
+            small(&mut rng),
+            rng.next_u64(),
+            small(&mut rng),
+            rng.next_u64(),
+            rng.next_u64(),
+            rng.next_u64(),
+        ];
+        // SAFETY: a VM without queues or channels is refused before Keel reads or writes
+        // anything of its memory (and a refused receive does not wait).
+        let x0 = unsafe { keel_guest::smccc::hvc_call7(function, args) }[0] as i64;
+        let expected: &[i64] = if function == abi::KEEL_CHANNEL_NOTIFY {
+            &channel_refusals
+        } else {
+            &refusals
+        };
+        if !expected.contains(&x0) {
+            answers_wrong += 1;
+        }
+    }
+    probe!(
+        "message-calls-refused",
+        answers_wrong == 0,
+        "1500 message and channel calls with random arguments from a VM without queues or channels: {answers_wrong} not refused"
     );
     // 3. The known ones with malformed arguments.
     let cases: [(&str, u32, [u64; 3], &[i64]); 9] = [

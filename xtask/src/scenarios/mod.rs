@@ -473,20 +473,64 @@ fn console_focus() -> Result<()> {
 }
 
 /// The demo as a user meets it (`configs/demo.toml`, under icount): Linux's shell answers
-/// what is typed, and the real-time partition's heartbeat comes once a minute, not through it.
+/// what is typed; the real-time partition's control loop answers the commands the shell writes
+/// to /dev/hvc0 (a setpoint, then the plant's value moved toward it, an unknown command
+/// refused); and its heartbeat comes once a minute, not through it.
 fn demo() -> Result<()> {
     let mut session = boot_config(&workspace().join("configs/demo.toml"), "demo")?;
     let wait = Duration::from_secs(600);
+    let telemetry = Regex::new(
+        r"^\[linux\] telemetry: t_ms=\d+ setpoint=(-?\d+\.\d{3}) value=(-?\d+\.\d{3}) ticks=\d+ late_max_us=\d+$",
+    )
+    .unwrap();
+    let value = |line: &str| -> Result<f64> {
+        let captures = telemetry
+            .captures(line)
+            .ok_or_else(|| format!("not a telemetry line: {line}"))?;
+        captures[2].parse().map_err(|e| format!("{line}: {e}"))
+    };
+    // Typed in pieces, so that no burst outruns the emulated PL011's 32-byte receive FIFO.
+    let type_line = |session: &mut Session, line: &str| -> Result<()> {
+        for piece in format!("{line}\n").as_bytes().chunks(16) {
+            session.send(piece)?;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    };
     let mut steps = || -> Result<()> {
         session.wait_for(r"^\[linux\] KEEL-INIT-END shell$", wait)?;
         session.send(b"echo demo-$((6 * 7))\n")?;
         session.wait_for(r"^\[linux\] demo-42$", wait)?;
+        type_line(&mut session, "echo 'setpoint 42.5' > /dev/hvc0")?;
+        type_line(&mut session, "head -n 1 /dev/hvc0")?;
+        let first = session.wait_for(r"^\[linux\] telemetry: .* setpoint=42\.500 ", wait)?;
+        type_line(&mut session, "echo get > /dev/hvc0")?;
+        type_line(&mut session, "head -n 1 /dev/hvc0")?;
+        let second = session.wait_for_count(r"^\[linux\] telemetry: ", 2, wait)?;
+        let (before, after) = (value(&first)?, value(&second)?);
+        if !((42.5 - after).abs() < (42.5 - before).abs() && after <= 42.5) {
+            return Err(format!(
+                "the value did not move toward the setpoint 42.5: {before} then {after}"
+            ));
+        }
+        type_line(&mut session, "echo bogus > /dev/hvc0")?;
+        type_line(&mut session, "head -n 1 /dev/hvc0")?;
+        session.wait_for(
+            r"^\[linux\] error: unknown command 'bogus' \(try: setpoint <value> \| get\)$",
+            wait,
+        )?;
         session.wait_for(r"^\[rt\] tick: s=60 ", wait)?;
         Ok(())
     };
     let outcome = steps();
     let ended = session.kill();
     outcome.map_err(|message| with_console_tail(message, &ended))?;
+    if let Some(warning) = lines_of(&ended, "rt")
+        .into_iter()
+        .find(|line| line.starts_with("control: ") && !line.starts_with("control: plant "))
+    {
+        return Err(format!("vm 'rt': {warning}"));
+    }
     let reports = tick_reports(&ended, "rt");
     if reports.iter().any(|r| !r.second.is_multiple_of(60)) {
         return Err(format!(
@@ -631,6 +675,7 @@ const ATTACKS: &[Attack] = &[
         probes: &[
             "hvc-unknown-ids",
             "task-calls-refused",
+            "message-calls-refused",
             "psci-features-unknown",
             "arch-features-unknown",
             "affinity-info-level-1",
