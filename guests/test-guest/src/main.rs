@@ -1,4 +1,5 @@
-//! Keel's test guest: periodic ticks with console echo, hostile actions, and micro-benchmarks.
+//! Keel's test guest: periodic ticks with console echo and a control loop, hostile actions, and
+//! micro-benchmarks.
 //!
 //! The same image runs as a Keel VM and natively on bare QEMU (`keel.native`); see
 //! [`options`] for the boot arguments it understands.
@@ -7,6 +8,7 @@
 
 mod bench;
 mod channels;
+mod control;
 mod hostile;
 mod interrupts;
 mod messages;

@@ -11,6 +11,9 @@
 //! | `keel.fp` | pingpong mode: touch FP/SIMD before each yield |
 //! | `keel.iterations=<n>` | work mode: rounds of the workload (default 10,000,000) |
 //! | `keel.lateness` | ticks mode: also report each second's min/avg/max tick lateness in ns |
+//! | `keel.control` | ticks mode: also run a control loop at the tick rate, commanded in lines over messages from `keel.peer` (see [`crate::control`]) |
+//! | `keel.peer=<vm id>` | the VM that commands `keel.control` and gets its answers (default 0); messages mode's peer |
+//! | `keel.max=<bytes>` | the largest message `keel.peer` takes (default 256, at least 1) |
 //! | `keel.start=<ms>` | work mode: start the work when the counter reaches this (default 0) |
 //! | `keel.report=<seconds>` | ticks mode: report every that many seconds (default 1) |
 //! | `keel.off=<seconds>` | ticks mode: SYSTEM_OFF after that many seconds |
@@ -93,6 +96,12 @@ pub struct Options<'a> {
     pub start_ms: u64,
     /// `keel.lateness`: ticks mode reports min/avg/max lateness too.
     pub lateness: bool,
+    /// `keel.control`: ticks mode runs the control loop too.
+    pub control: bool,
+    /// `keel.peer`: the VM that commands the control loop.
+    pub peer: u64,
+    /// `keel.max`: the largest message the peer takes, in bytes (at least 1).
+    pub max_message: usize,
 }
 
 /// A boot argument the guest cannot use.
@@ -182,7 +191,22 @@ impl<'a> Options<'a> {
         };
         let iterations = number("keel.iterations", "a whole number")?.unwrap_or(10_000_000);
         let start_ms = number("keel.start", "milliseconds")?.unwrap_or(0);
+        let peer = number("keel.peer", "a VM id")?.unwrap_or(0);
+        let max_message = match number("keel.max", "a size in bytes")? {
+            None => 256,
+            Some(0) => {
+                return Err(OptionError {
+                    key: "keel.max",
+                    value: "0",
+                    expected: "at least 1 byte",
+                })
+            }
+            Some(max) => max as usize,
+        };
         Ok(Self {
+            control: args.has_flag("keel.control"),
+            peer,
+            max_message,
             lateness: args.has_flag("keel.lateness"),
             start_ms,
             iterations,

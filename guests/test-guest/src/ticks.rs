@@ -1,5 +1,6 @@
 //! Ticks mode: a drift-free 1 kHz virtual-timer tick, a report each second, console echo,
-//! and the timed `keel.off` and `keel.hostile` actions.
+//! the timed `keel.off` and `keel.hostile` actions, and the `keel.control` loop
+//! ([`crate::control`]).
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
@@ -10,6 +11,7 @@ use keel_guest::exceptions::set_irq_handler;
 use keel_guest::gicv3::{IntId, Redistributor, Trigger, DISTRIBUTOR};
 use keel_guest::{console, println, system_off, system_reset, timer};
 
+use crate::control::{self, Control};
 use crate::hostile;
 use crate::interrupts::PRIORITY;
 use crate::options::Options;
@@ -31,6 +33,18 @@ static MIN_LATENESS: AtomicU64 = AtomicU64::new(u64::MAX);
 /// Sum of the latenesses since the last report, and their number.
 static SUM_LATENESS: AtomicU64 = AtomicU64::new(0);
 static COUNT_LATENESS: AtomicU64 = AtomicU64::new(0);
+/// Largest lateness of a tick interrupt since the start (counter ticks); never reset.
+static WORST_LATENESS: AtomicU64 = AtomicU64::new(0);
+
+/// Ticks taken since the start.
+pub fn ticks_taken() -> u64 {
+    TICKS.load(Ordering::Relaxed)
+}
+
+/// The worst lateness of a tick interrupt since the start, in counter ticks.
+pub fn worst_lateness() -> u64 {
+    WORST_LATENESS.load(Ordering::Relaxed)
+}
 
 fn handle_irq(intid: IntId) {
     if intid == layout::VTIMER_INTID {
@@ -38,6 +52,9 @@ fn handle_irq(intid: IntId) {
         let lateness = timer::counter().saturating_sub(NEXT_DEADLINE.load(Ordering::Relaxed));
         if lateness > MAX_LATENESS.load(Ordering::Relaxed) {
             MAX_LATENESS.store(lateness, Ordering::Relaxed);
+        }
+        if lateness > WORST_LATENESS.load(Ordering::Relaxed) {
+            WORST_LATENESS.store(lateness, Ordering::Relaxed);
         }
         if lateness < MIN_LATENESS.load(Ordering::Relaxed) {
             MIN_LATENESS.store(lateness, Ordering::Relaxed);
@@ -55,6 +72,7 @@ fn handle_irq(intid: IntId) {
         let next = NEXT_DEADLINE.load(Ordering::Relaxed) + PERIOD.load(Ordering::Relaxed);
         NEXT_DEADLINE.store(next, Ordering::Relaxed);
         timer::set_deadline(next);
+        control::step();
     } else if intid == layout::UART_INTID {
         console::drain_receive_fifo();
     }
@@ -111,12 +129,24 @@ pub fn run(options: &Options<'_>, info: &BootInfo<'_>, redistributor: &Redistrib
     );
     enable_irqs();
 
+    let mut control = options
+        .control
+        .then(|| Control::new(options.peer, options.max_message, start, frequency));
+    let mut polled_tick = 0;
     let mut reported_seconds = 0;
     let mut hostile_pending = options.hostile;
     loop {
         wait_for_interrupt();
         while let Some(byte) = console::read_byte() {
             echo(byte);
+        }
+        // Messages once per tick, here rather than in the handler: a tick is never late for them.
+        if let Some(control) = &mut control {
+            let tick = ticks_taken();
+            if tick != polled_tick {
+                polled_tick = tick;
+                control.poll(tick);
+            }
         }
         // Both samples with IRQs masked, so that no tick lands between them.
         let (now, ticks) = with_irqs_masked(|| (timer::counter(), TICKS.load(Ordering::Relaxed)));
