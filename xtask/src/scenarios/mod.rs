@@ -1096,7 +1096,7 @@ pub fn all() -> Vec<Scenario> {
             run: Box::new(broken_device_tree),
         },
         Scenario {
-            name: "the demo: Linux's shell answers, the RT heartbeat comes once a minute".into(),
+            name: "the demo: Linux's shell answers and drives the RT control loop over /dev/hvc0, the RT heartbeat comes once a minute".into(),
             run: Box::new(demo),
         },
     ];
