@@ -166,8 +166,15 @@ fn transmit(id: usize, console: &mut Console) {
 fn fill(id: usize, console: &mut Console) -> bool {
     let mut memory = VmMemory { desc: vm::desc(id) };
     let mut took = false;
+    // At most a queue's worth of messages per call, whatever senders on other pCPUs add
+    // meanwhile: each of those calls [`input_queued`] itself after queueing.
+    let mut budget = vm::desc(id).messages.map_or(0, |grant| grant.depth);
     loop {
         if console.pending_at == console.pending_len {
+            if budget == 0 {
+                return took;
+            }
+            budget -= 1;
             match crate::ipc::take(id, 0, &mut console.pending) {
                 Some(len) => {
                     console.pending_at = 0;
