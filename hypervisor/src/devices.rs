@@ -11,6 +11,7 @@
 use core::sync::atomic::Ordering;
 
 use keel_core::abi::layout;
+use keel_core::devices::vgic::Vgic;
 use keel_core::devices::DeviceError;
 use keel_core::system::VmDesc;
 
@@ -57,6 +58,25 @@ pub fn find(desc: &VmDesc, ipa: u64) -> Option<(&'static dyn Device, u64)> {
     })
 }
 
+/// An access to one of the vGIC's frames, `read` or `write` being that frame's registers:
+/// under the VM's vGIC lock, a write counted in `gic_writes` (the timer fast path's check).
+fn gic_access(
+    id: usize,
+    access: Access,
+    read: fn(&Vgic, u64, u8) -> Result<u64, DeviceError>,
+    write: fn(&mut Vgic, u64, u8, u64) -> Result<(), DeviceError>,
+) -> Result<u64, DeviceError> {
+    let vm = vm::vm(id);
+    let mut vgic = vm.vgic.lock();
+    match access.write {
+        Some(value) => {
+            vm.gic_writes.fetch_add(1, Ordering::Relaxed);
+            write(&mut vgic, access.offset, access.size, value).map(|()| 0)
+        }
+        None => read(&vgic, access.offset, access.size),
+    }
+}
+
 /// The GICv3 distributor.
 struct Distributor;
 
@@ -70,16 +90,7 @@ impl Device for Distributor {
     }
 
     fn access(&self, id: usize, access: Access) -> Result<u64, DeviceError> {
-        let vm = vm::vm(id);
-        let mut vgic = vm.vgic.lock();
-        match access.write {
-            Some(value) => {
-                vm.gic_writes.fetch_add(1, Ordering::Relaxed);
-                vgic.distributor_write(access.offset, access.size, value)
-                    .map(|()| 0)
-            }
-            None => vgic.distributor_read(access.offset, access.size),
-        }
+        gic_access(id, access, Vgic::distributor_read, Vgic::distributor_write)
     }
 }
 
@@ -99,16 +110,12 @@ impl Device for Redistributors {
     }
 
     fn access(&self, id: usize, access: Access) -> Result<u64, DeviceError> {
-        let vm = vm::vm(id);
-        let mut vgic = vm.vgic.lock();
-        match access.write {
-            Some(value) => {
-                vm.gic_writes.fetch_add(1, Ordering::Relaxed);
-                vgic.redistributor_write(access.offset, access.size, value)
-                    .map(|()| 0)
-            }
-            None => vgic.redistributor_read(access.offset, access.size),
-        }
+        gic_access(
+            id,
+            access,
+            Vgic::redistributor_read,
+            Vgic::redistributor_write,
+        )
     }
 }
 

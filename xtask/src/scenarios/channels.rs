@@ -15,10 +15,7 @@ use crate::Result;
 /// The round trips, the doorbell's figure, the refusals and the outsider of configuration
 /// `name` (`chan-two-pcpus`, `chan-one-pcpu`).
 fn round_trips(name: &str) -> Result<()> {
-    let ended = boot_to_end(name)?;
-    let checked = check_round_trips(&ended).map_err(|m| with_console_tail(m, &ended));
-    checked?;
-    expect_clean_exit(&ended)
+    super::boot_to_end_checked(name, check_round_trips)
 }
 
 fn check_round_trips(ended: &Ended) -> Result<()> {

@@ -9,7 +9,7 @@ use regex::Regex;
 
 use super::sched::job_reports;
 use super::Scenario;
-use super::{boot, boot_to_end, expect_clean_exit, expect_line, lines_of, with_console_tail};
+use super::{boot, expect_line, lines_of, with_console_tail};
 use crate::qemu::Ended;
 use crate::Result;
 
@@ -30,10 +30,7 @@ const CASES: &[(&str, i64)] = &[
 
 /// The round trips and refusals of configuration `name` (ping, pong, outsider, stopped).
 fn round_trips(name: &str) -> Result<()> {
-    let ended = boot_to_end(name)?;
-    let checked = check_round_trips(&ended).map_err(|m| with_console_tail(m, &ended));
-    checked?;
-    expect_clean_exit(&ended)
+    super::boot_to_end_checked(name, check_round_trips)
 }
 
 fn check_round_trips(ended: &Ended) -> Result<()> {

@@ -55,6 +55,14 @@ fn boot_to_end(name: &str) -> Result<Ended> {
     Ok(boot(name)?.finish(DEADLINE))
 }
 
+/// Boots configuration `name` under icount until QEMU ends by itself; `check` judges its
+/// console (a failure shows the console's last lines), then QEMU must have exited cleanly.
+fn boot_to_end_checked(name: &str, check: fn(&Ended) -> Result<()>) -> Result<()> {
+    let ended = boot_to_end(name)?;
+    check(&ended).map_err(|m| with_console_tail(m, &ended))?;
+    expect_clean_exit(&ended)
+}
+
 /// Console lines of VM `vm` (the multiplexer's `[vm] ` prefix removed).
 fn lines_of<'a>(ended: &'a Ended, vm: &str) -> Vec<&'a str> {
     let prefix = format!("[{vm}] ");
