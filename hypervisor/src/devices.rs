@@ -42,10 +42,12 @@ pub trait Device: Sync {
 }
 
 /// Every device model Keel emulates.
+/// The console first: a guest's most frequent device accesses are its console's (a trap per
+/// byte written, and the status polls around it).
 static DEVICES: [&dyn Device; 4] = [
+    &Console,
     &Distributor,
     &Redistributors,
-    &Console,
     &crate::virtio::VirtioConsoleDevice,
 ];
 
@@ -135,6 +137,7 @@ impl Device for Console {
     fn access(&self, id: usize, access: Access) -> Result<u64, DeviceError> {
         let vm = vm::vm(id);
         let mut uart = vm.uart.lock();
+        let level = uart.interrupt_level();
         let outcome = match access.write {
             Some(value) => uart
                 .write(access.offset, access.size, value as u32)
@@ -143,9 +146,13 @@ impl Device for Console {
                 .read(access.offset, access.size)
                 .map(|value| (u64::from(value), None)),
         };
-        vm.vgic
-            .lock()
-            .set_level(layout::UART_INTID, uart.interrupt_level());
+        // The vGIC holds the line's level as of the last change, made under this lock: only
+        // a change needs it.
+        if uart.interrupt_level() != level {
+            vm.vgic
+                .lock()
+                .set_level(layout::UART_INTID, uart.interrupt_level());
+        }
         drop(uart);
         let (value, transmitted) = outcome?;
         if let Some(byte) = transmitted {
