@@ -413,40 +413,14 @@ mod tests {
 
     /// A VM of `vcpus` vCPUs and `tasks` tasks, taking messages as `messages` says.
     fn vm(id: u16, vcpus: usize, tasks: u8, messages: Option<MessageGrant>) -> VmDesc {
-        use crate::addr::{GuestPhysAddr, MemoryRegion, PhysAddr, VmId};
-        use crate::sched::Params;
-        const PCPUS: [u32; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
-        const SCHED: [Params; 8] = [Params {
-            priority: 0,
-            reservation: None,
-        }; 8];
         VmDesc {
-            id: VmId(id),
-            name: "vm",
-            memory: MemoryRegion {
-                ipa: GuestPhysAddr(0x4000_0000),
-                phys: PhysAddr(0x5000_0000 + u64::from(id) * 0x100_0000),
-                size: 0x100_0000,
-            },
-            pcpus: &PCPUS[..vcpus],
-            sched: &SCHED[..vcpus],
-            flash: None,
-            image: &[],
-            image_ipa: GuestPhysAddr(0x4000_0000),
-            dtb: &[],
-            dtb_ipa: GuestPhysAddr(0x40e0_0000),
-            initrd: &[],
-            initrd_ipa: GuestPhysAddr(0),
-            console: true,
-            wfi: crate::system::WfiPolicy::Trap,
-            pmu: false,
             tasks: (tasks > 0).then_some(crate::system::TaskGrant {
                 max: tasks,
                 utilisation_ppm: 100_000,
                 managers: &[],
             }),
             messages,
-            virtio_console: None,
+            ..crate::system::test_vm(id, 0x5000_0000 + u64::from(id) * 0x100_0000, vcpus)
         }
     }
 

@@ -213,6 +213,41 @@ impl VmDesc {
     }
 }
 
+/// A VM for host tests: `vcpus` best-effort vCPUs on pCPUs 1.., 16 MiB of RAM at IPA
+/// 0x4000_0000 backed at `phys`, a console, and nothing else.
+#[cfg(test)]
+pub(crate) fn test_vm(id: u16, phys: u64, vcpus: usize) -> VmDesc {
+    static PCPUS: [u32; MAX_VCPUS] = [1, 2, 3, 4, 5, 6, 7, 8];
+    static SCHED: [Params; MAX_VCPUS] = [Params {
+        priority: 0,
+        reservation: None,
+    }; MAX_VCPUS];
+    VmDesc {
+        id: VmId(id),
+        name: "vm",
+        memory: MemoryRegion {
+            ipa: GuestPhysAddr(0x4000_0000),
+            phys: PhysAddr(phys),
+            size: 0x100_0000,
+        },
+        pcpus: &PCPUS[..vcpus],
+        sched: &SCHED[..vcpus],
+        flash: None,
+        image: &[],
+        image_ipa: GuestPhysAddr(0x4000_0000),
+        dtb: &[],
+        dtb_ipa: GuestPhysAddr(0x40e0_0000),
+        initrd: &[],
+        initrd_ipa: GuestPhysAddr(0),
+        console: true,
+        wfi: WfiPolicy::Trap,
+        pmu: false,
+        tasks: None,
+        messages: None,
+        virtio_console: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -259,33 +294,6 @@ mod tests {
         assert_eq!(no_flash.region_of(GuestPhysAddr(0), 4), None);
     }
 
-    fn vm_at(id: u16, phys: u64) -> VmDesc {
-        VmDesc {
-            id: VmId(id),
-            name: "member",
-            memory: MemoryRegion {
-                ipa: GuestPhysAddr(0x4000_0000),
-                phys: PhysAddr(phys),
-                size: 0x100_0000,
-            },
-            flash: None,
-            pcpus: &[1],
-            sched: &[],
-            image: &[],
-            image_ipa: GuestPhysAddr(0x4000_0000),
-            dtb: &[],
-            dtb_ipa: GuestPhysAddr(0x40e0_0000),
-            initrd: &[],
-            initrd_ipa: GuestPhysAddr(0),
-            console: true,
-            wfi: WfiPolicy::Native,
-            pmu: false,
-            tasks: None,
-            messages: None,
-            virtio_console: None,
-        }
-    }
-
     #[test]
     fn channels_are_found_by_member_and_are_never_a_vms_memory() {
         static MEMBERS: [ChannelMember; 2] = [
@@ -308,9 +316,9 @@ mod tests {
             policies: &[],
             switch_cost_ns: 0,
             vms: Vec::leak(vec![
-                vm_at(0, 0x5000_0000),
-                vm_at(1, 0x5100_0000),
-                vm_at(2, 0x5200_0000),
+                test_vm(0, 0x5000_0000, 1),
+                test_vm(1, 0x5100_0000, 1),
+                test_vm(2, 0x5200_0000, 1),
             ]),
             channels: Vec::leak(vec![ChannelDesc {
                 name: "telemetry",
