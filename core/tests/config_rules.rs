@@ -1362,6 +1362,33 @@ fn rule_18_native_wfi_on_a_shared_pcpu() {
     );
 }
 
+#[test]
+fn rule_18_pmu_on_a_shared_pcpu() {
+    assert_rejected(
+        "pmu-on-shared.toml",
+        "vm 'a': pmu: true on pCPU 1, which is shared (policy \"round-robin\"): a PMU belongs \
+         to its pCPU, so only a VM pinned on pCPUs of its own may own it (its cycle counter \
+         would count the other vCPUs' work there)",
+    );
+    // The same VMs with the PMU hidden share the pCPU.
+    let path = Path::new(FIXTURES).join("pmu-on-shared.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let hidden = text.replace("pmu = true", "pmu = false");
+    let system = parse_str(&hidden, &path, &guest_image).unwrap();
+    assert_eq!(system.vms[1].pcpus, [1]);
+    // Every shared policy is refused, by name.
+    for policy in ["fixed-priority", "edf"] {
+        let text = text.replace("\"round-robin\"", &format!("\"{policy}\""));
+        let error = parse_str(&text, &path, &guest_image).unwrap_err();
+        assert!(
+            error.to_string().contains(&format!(
+                "vm 'a': pmu: true on pCPU 1, which is shared (policy \"{policy}\")"
+            )),
+            "{error}"
+        );
+    }
+}
+
 // ---- Rule 19: real-time tasks ----------------------------------------------------------------
 
 #[test]

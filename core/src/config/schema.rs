@@ -176,7 +176,8 @@ pub struct VmTable {
     pub cmdline: String,
     /// WFI policy: `"native"` or `"trap"` (checked later, so the message names the VM).
     pub wfi: Option<String>,
-    /// Whether the VM owns its pCPUs' PMU (counters passed through; default: hidden).
+    /// Whether the VM owns its pCPUs' PMU (counters passed through; default: hidden); pinned
+    /// pCPUs only (checked later).
     #[serde(default)]
     pub pmu: bool,
 }
