@@ -20,8 +20,9 @@ use crate::{irq, keel_println_limited, masked, sched, vcpu};
 enum Fault {
     /// A guest-physical access no memory or device answers.
     Stage2 { ipa: u64, write: bool, size: u8 },
-    /// A data abort without a valid instruction syndrome (e.g. a load pair to a device).
-    NoSyndrome { ipa: u64 },
+    /// A data abort without a valid instruction syndrome (e.g. a load pair to a device);
+    /// `permission_write`: a permission fault on a write, which the syndrome tells even so.
+    NoSyndrome { ipa: u64, permission_write: bool },
     /// An instruction fetch outside the VM's memory.
     Fetch { ipa: u64 },
     /// A device model refused the access.
@@ -37,11 +38,12 @@ enum Fault {
     /// An exception class Keel does not expect from a guest.
     Unexpected,
     /// A write to a channel's memory through the VM's read-only window on it (a stage-2
-    /// permission fault; see [`Fault::named_by_channel`]).
+    /// permission fault; see [`Fault::named_by_channel`]); `size` is `None` for an instruction
+    /// without syndrome (STP, STR with writeback, STR Q, STXR, atomics).
     ReadOnlyChannel {
         channel: &'static str,
         ipa: u64,
-        size: u8,
+        size: Option<u8>,
     },
 }
 
@@ -55,7 +57,22 @@ impl Fault {
                 write: true,
                 size,
             } => match crate::channel::read_only_window_at(id, ipa) {
-                Some(channel) => Fault::ReadOnlyChannel { channel, ipa, size },
+                Some(channel) => Fault::ReadOnlyChannel {
+                    channel,
+                    ipa,
+                    size: Some(size),
+                },
+                None => self,
+            },
+            Fault::NoSyndrome {
+                ipa,
+                permission_write: true,
+            } => match crate::channel::read_only_window_at(id, ipa) {
+                Some(channel) => Fault::ReadOnlyChannel {
+                    channel,
+                    ipa,
+                    size: None,
+                },
                 None => self,
             },
             other => other,
@@ -70,7 +87,7 @@ impl fmt::Display for Fault {
                 let access = if *write { "write" } else { "read" };
                 write!(f, "stage-2 fault: {size}-byte {access} at IPA {ipa:#x}, outside its memory and devices")
             }
-            Fault::NoSyndrome { ipa } => write!(f, "stage-2 fault at IPA {ipa:#x} with no instruction syndrome"),
+            Fault::NoSyndrome { ipa, .. } => write!(f, "stage-2 fault at IPA {ipa:#x} with no instruction syndrome"),
             Fault::Fetch { ipa } => write!(f, "stage-2 fault: instruction fetch at IPA {ipa:#x}, outside its memory"),
             Fault::Device { device, ipa, error } => write!(f, "{device} at IPA {ipa:#x}: {error}"),
             Fault::SysReg(access) => {
@@ -83,7 +100,8 @@ impl fmt::Display for Fault {
                 Esr(*esr).class().description()
             ),
             Fault::Unexpected => write!(f, "unexpected exception"),
-            Fault::ReadOnlyChannel { channel, ipa, size } => write!(f, "stage-2 permission fault: {size}-byte write at IPA {ipa:#x}, in its read-only window of channel '{channel}'"),
+            Fault::ReadOnlyChannel { channel, ipa, size: Some(size) } => write!(f, "stage-2 permission fault: {size}-byte write at IPA {ipa:#x}, in its read-only window of channel '{channel}'"),
+            Fault::ReadOnlyChannel { channel, ipa, size: None } => write!(f, "stage-2 permission fault: write at IPA {ipa:#x}, in its read-only window of channel '{channel}' (an instruction without syndrome: size unknown)"),
         }
     }
 }
@@ -549,7 +567,10 @@ fn send_virtual_sgi(id: usize, vcpu: usize, value: u64) -> bool {
 fn data_abort(id: usize, abort: DataAbort, regs: &mut GuestRegs) -> Next {
     let ipa = faulting_ipa();
     if !abort.isv {
-        return Next::Stop(Fault::NoSyndrome { ipa });
+        return Next::Stop(Fault::NoSyndrome {
+            ipa,
+            permission_write: abort.permission_fault_write() == Some(true),
+        });
     }
     let size = abort.access_size;
     let mask = if size == 8 {

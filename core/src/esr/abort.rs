@@ -86,6 +86,24 @@ impl DataAbort {
     pub fn fault_status_name(&self) -> &'static str {
         fault_status_name(self.fault_status)
     }
+
+    /// Whether the DFSC is a permission fault, at any level (0b0011LL).
+    pub fn is_permission_fault(&self) -> bool {
+        self.fault_status & 0x3c == 0x0c
+    }
+
+    /// For a permission fault on the instruction's own data access, whether that access was a
+    /// write; `None` for any other abort. It holds with or without an instruction syndrome
+    /// (STP, pre- and post-indexed stores, a 16-byte `STR Q`, STXR and the atomics give none):
+    /// only ISS\[23:14\] depend on ISV, and WnR (bit \[6\]) is valid for every data abort (Arm
+    /// ARM D17.2.37, "ISS encoding for an exception from a Data Abort"). An atomic that reads
+    /// and writes reports a write unless a read of the location would itself have faulted, so
+    /// through a read-only mapping it is a write too. Left out, as their WnR does not say what
+    /// the instruction did: a fault on a stage-1 table walk (S1PTW) and a cache maintenance or
+    /// address translation instruction (CM, whose WnR is always 1).
+    pub fn permission_fault_write(&self) -> Option<bool> {
+        (self.is_permission_fault() && !self.s1ptw && !self.cache_maintenance).then_some(self.write)
+    }
 }
 
 /// The ISS of an instruction abort, EC 0x20/0x21 (Arm ARM D17.2.37, "ISS encoding for an
@@ -162,6 +180,17 @@ mod tests {
             assert_eq!(abort.s1ptw, field("S1PTW") == 1);
             assert_eq!(abort.write, field("WnR") == 1);
             assert_eq!(u64::from(abort.fault_status), field("DFSC"));
+            let dfsc = fields
+                .iter()
+                .find(|f| f.name == "ISS")
+                .and_then(|iss| iss.subfields.iter().find(|f| f.name == "DFSC"))
+                .and_then(|dfsc| dfsc.description.clone())
+                .unwrap_or_default();
+            assert_eq!(
+                abort.is_permission_fault(),
+                dfsc.to_lowercase().starts_with("permission fault"),
+                "{dfsc}"
+            );
             assert_eq!(
                 Esr(value).il(),
                 fields.iter().any(|f| f.name == "IL" && f.value == 1)
@@ -169,6 +198,53 @@ mod tests {
             compared += 1;
         }
         assert!(compared > 1000);
+    }
+
+    /// ESR_EL2 of a data abort from EL1 (EC 0x24, IL) with `iss`.
+    fn lower_data_abort(iss: u64) -> DataAbort {
+        Esr(0x24 << 26 | IL | iss).data_abort().unwrap()
+    }
+
+    const WNR: u64 = 1 << 6;
+    const CM: u64 = 1 << 8;
+    const S1PTW: u64 = 1 << 7;
+    const ISV_4_BYTE_STORE: u64 = 1 << 24 | 2 << 22 | 1 << 16;
+
+    #[test]
+    fn a_permission_fault_without_syndrome_tells_a_write_from_a_read() {
+        for level in 0..4 {
+            let permission = 0x0c | level;
+            // STP, STR with writeback, STR Q, STXR, SWP into a read-only page: ISV = 0, WnR = 1.
+            let store = lower_data_abort(WNR | permission);
+            assert!(!store.isv);
+            assert!(store.is_permission_fault());
+            assert_eq!(store.permission_fault_write(), Some(true), "level {level}");
+            // LDP from a page that may not be read.
+            let load = lower_data_abort(permission);
+            assert_eq!(load.permission_fault_write(), Some(false), "level {level}");
+        }
+        // With a syndrome the answer is the same.
+        let store = lower_data_abort(ISV_4_BYTE_STORE | WNR | 0x0f);
+        assert_eq!(store.permission_fault_write(), Some(true));
+    }
+
+    #[test]
+    fn only_the_instructions_own_permission_faults_say_write() {
+        // Translation, access flag, address size and alignment faults: no answer.
+        for fault_status in [0x07, 0x0b, 0x03, 0x21, 0x10] {
+            let abort = lower_data_abort(WNR | fault_status);
+            assert!(!abort.is_permission_fault(), "{fault_status:#x}");
+            assert_eq!(abort.permission_fault_write(), None, "{fault_status:#x}");
+        }
+        // A stage-1 table walk's access, or cache maintenance (WnR always 1): no answer.
+        assert_eq!(
+            lower_data_abort(S1PTW | WNR | 0x0f).permission_fault_write(),
+            None
+        );
+        assert_eq!(
+            lower_data_abort(CM | WNR | 0x0f).permission_fault_write(),
+            None
+        );
     }
 
     /// The fault status names agree with the oracle on which codes exist and at which level.
