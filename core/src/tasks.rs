@@ -226,15 +226,18 @@ impl TaskTable {
             .sum()
     }
 
-    /// Creates a task for a partition with `grant` whose pCPUs are `vm_pcpus`, on `scheduler`
+    /// Creates a task for partition `owner` (its VM id) with `grant` whose pCPUs are
+    /// `vm_pcpus`, on `scheduler`
     /// (the request's pCPU's, whose durations are `request` durations converted by
     /// `ticks_per_ns = (numerator, denominator)`), checking in order: allowed, limit,
     /// parameters, addresses (`in_memory(address, length)`), schedulable. On success the
     /// task is added to `scheduler`, stopped, and recorded as created; on a refusal nothing
-    /// changed.
+    /// changed. A task re-created with the parameters of one `owner` deleted within its
+    /// budget window takes that window over ([`Scheduler::add_for`]).
     #[allow(clippy::too_many_arguments)]
     pub fn create(
         &mut self,
+        owner: u32,
         grant: Option<&TaskGrant>,
         vm_pcpus: &[u32],
         request: &TaskRequest,
@@ -283,12 +286,14 @@ impl TaskTable {
         if scaled_reservation.budget == 0 {
             return Err(TaskError::InvalidParameters);
         }
-        scheduler.admit(scaled).map_err(|error| match error {
-            SchedError::Full | SchedError::Unschedulable(_) => TaskError::NotSchedulable,
-            SchedError::Invalid => TaskError::InvalidParameters,
-        })?;
+        scheduler
+            .admit_for(scaled, Some(owner))
+            .map_err(|error| match error {
+                SchedError::Full | SchedError::Unschedulable(_) => TaskError::NotSchedulable,
+                SchedError::Invalid => TaskError::InvalidParameters,
+            })?;
         let slot = scheduler
-            .add(scaled)
+            .add_for(scaled, Some(owner))
             .map_err(|_| TaskError::NotSchedulable)?;
         self.tasks[index] = Task {
             state: TaskState::Created,

@@ -1,5 +1,7 @@
 //! vCPU scheduling on one pCPU: policies fed with events, answering with decisions.
 
+#[cfg(test)]
+mod budget_tests;
 mod params;
 mod scheduler;
 #[cfg(any(test, feature = "std"))]

@@ -15,6 +15,15 @@
 //! runnable, it goes to the back of the queue. Running alone, its quantum restarts at the
 //! first `decide` after it ends, and no quantum timer is set.
 //!
+//! Budget across stops and starts: a vCPU's budget belongs to the window of one period its
+//! last release opened, not to the run that used it. A vCPU stopped and started again within
+//! that window (CPU_OFF and CPU_ON, its VM's reset) gets only what is left of it, with the
+//! same deadline; a vCPU removed within it (a task deleted) leaves its slot retired until the
+//! window ends: still counted by admission, and taken over, window and all, by the next
+//! vCPU its owner adds with the same parameters (the task re-created). So whatever a vCPU
+//! does, it never runs more than its budget in a window of one period from a release, and
+//! two releases are at least a period apart.
+//!
 //! Overruns: counted when a vCPU's budget runs out while it still runs (in `decide` or
 //! `wake`), not when it blocks or stops at that very instant, nor when the EDF wake-up clip
 //! leaves it nothing.
@@ -98,6 +107,8 @@ pub struct Scheduler {
     quantum_armed: bool,
     /// The next round-robin ticket: the back of every queue.
     next_ticket: u64,
+    /// Retired slots (one bit each): removed within their budget window, freed when it ends.
+    retired: u32,
 }
 
 impl Scheduler {
@@ -126,6 +137,7 @@ impl Scheduler {
             quantum_armed: false,
             // Zero, like everything else here: an unused scheduler in a static costs no image.
             next_ticket: 0,
+            retired: 0,
         }
     }
 
@@ -138,12 +150,26 @@ impl Scheduler {
     /// addition, then those freed by [`Scheduler::remove`]). A pinned pCPU takes one vCPU and
     /// ignores its parameters.
     pub fn add(&mut self, params: Params) -> Result<usize, SchedError> {
+        self.add_for(params, None)
+    }
+
+    /// [`Scheduler::add`] for `owner` (a partition adding its tasks): if a slot `owner` removed
+    /// with the same parameters is retired (its budget window still open), the new vCPU takes
+    /// it over, window and all: what is left of that window's budget and its deadline.
+    pub fn add_for(&mut self, params: Params, owner: Option<u32>) -> Result<usize, SchedError> {
         let capacity = if self.policy == Policy::Pinned {
             1
         } else {
             MAX_SLOTS
         };
         let reservation = self.checked(params)?;
+        if let Some(slot) = self.retired_match(params, owner) {
+            let taken = &mut self.slots[slot];
+            taken.retired = false;
+            taken.stats = Stats::ZERO;
+            self.retired &= !(1 << slot);
+            return Ok(slot);
+        }
         let slot = (0..capacity)
             .find(|&slot| !self.slots[slot].present)
             .ok_or(SchedError::Full)?;
@@ -151,10 +177,25 @@ impl Scheduler {
             present: true,
             priority: params.priority,
             reservation,
+            owner,
             ..Slot::EMPTY
         };
         self.len = self.len.max(slot + 1);
         Ok(slot)
+    }
+
+    /// The retired slot that `owner` removed with `params`, if any.
+    fn retired_match(&self, params: Params, owner: Option<u32>) -> Option<usize> {
+        if owner.is_none() || self.retired == 0 {
+            return None;
+        }
+        (0..self.len).find(|&slot| {
+            let s = &self.slots[slot];
+            s.retired
+                && s.owner == owner
+                && s.priority == params.priority
+                && s.reservation == params.reservation
+        })
     }
 
     /// The reservation `params` gives a vCPU under the policy, if they fit it.
@@ -172,17 +213,30 @@ impl Scheduler {
     }
 
     /// Removes `slot` at `now` (stopping it first): its statistics are gone and
-    /// [`Scheduler::add`] may reuse it.
+    /// [`Scheduler::add`] may reuse it. A vCPU with a reservation removed within its budget
+    /// window leaves the slot retired until the window ends (see the module's doc).
     pub fn remove(&mut self, slot: usize, now: Time) {
-        if slot >= self.len || !self.slots[slot].present {
+        if slot >= self.len || !self.slots[slot].present || self.slots[slot].retired {
             return;
         }
         self.stop(slot, now);
-        self.slots[slot] = Slot::EMPTY;
         if self.current == Some(slot) {
             self.current = None;
             self.holding = false;
         }
+        let s = &mut self.slots[slot];
+        if s.reservation.is_some() && self.clock < s.window_end {
+            s.retired = true;
+            self.retired |= 1 << slot;
+            return;
+        }
+        self.free(slot);
+    }
+
+    /// Empties `slot`.
+    fn free(&mut self, slot: usize) {
+        self.slots[slot] = Slot::EMPTY;
+        self.retired &= !(1 << slot);
         while self.len > 0 && !self.slots[self.len - 1].present {
             self.len -= 1;
         }
@@ -193,16 +247,32 @@ impl Scheduler {
     /// same tests as the configuration compiler ([`crate::admission`]), within
     /// [`admission::Limits::RUN_TIME`] (a set that needs more work is refused). Under fixed priority
     /// no two reservations may share a priority, and a reservation must rank above every
-    /// best-effort vCPU.
+    /// best-effort vCPU. Retired slots count as the reservations they were (see the module's
+    /// doc), except the one [`Scheduler::add_for`] would hand `owner` for these parameters.
     pub fn admit(&self, params: Params) -> Result<(), SchedError> {
+        self.admit_for(params, None)
+    }
+
+    /// [`Scheduler::admit`] for what [`Scheduler::add_for`] would add for `owner`.
+    pub fn admit_for(&self, params: Params, owner: Option<u32>) -> Result<(), SchedError> {
         let reservation = self.checked(params)?;
-        if !(0..MAX_SLOTS).any(|slot| !self.slots[slot].present) || self.policy == Policy::Pinned {
+        if self.policy == Policy::Pinned {
+            return Err(SchedError::Full);
+        }
+        let taken_over = self.retired_match(params, owner);
+        if taken_over.is_none() && !(0..MAX_SLOTS).any(|slot| !self.slots[slot].present) {
             return Err(SchedError::Full);
         }
         let Some(new) = reservation else {
             return Ok(());
         };
-        let present = || self.slots[..self.len].iter().filter(|s| s.present);
+        let present = || {
+            self.slots[..self.len]
+                .iter()
+                .enumerate()
+                .filter(move |&(i, s)| s.present && Some(i) != taken_over)
+                .map(|(_, s)| s)
+        };
         let mut tasks = [admission::Task {
             period: 1,
             budget: 0,
@@ -210,10 +280,12 @@ impl Scheduler {
         }; MAX_SLOTS + 1];
         let mut priorities = [0u8; MAX_SLOTS + 1];
         let mut count = 0;
+        let mut retired = [false; MAX_SLOTS + 1];
         for slot in present() {
             if let Some(r) = slot.reservation {
                 tasks[count] = task(r);
                 priorities[count] = slot.priority;
+                retired[count] = slot.retired;
                 count += 1;
             } else if matches!(self.policy, Policy::FixedPriority { .. })
                 && slot.priority >= params.priority
@@ -226,7 +298,9 @@ impl Scheduler {
         count += 1;
         let result = match self.policy {
             Policy::FixedPriority { .. } => {
-                if priorities[..count - 1].contains(&params.priority) {
+                // A retired slot never runs again: its priority is free, and among equal
+                // priorities it ranks first (its window's work may come before the new one's).
+                if (0..count - 1).any(|i| !retired[i] && priorities[i] == params.priority) {
                     return Err(SchedError::Invalid);
                 }
                 // Highest priority first.
@@ -234,7 +308,8 @@ impl Scheduler {
                 for (i, o) in order.iter_mut().enumerate().take(count) {
                     *o = i;
                 }
-                order[..count].sort_unstable_by_key(|&i| core::cmp::Reverse(priorities[i]));
+                order[..count]
+                    .sort_unstable_by_key(|&i| (core::cmp::Reverse(priorities[i]), !retired[i]));
                 let mut sorted = tasks;
                 for (k, &i) in order[..count].iter().enumerate() {
                     sorted[k] = tasks[i];
@@ -254,33 +329,38 @@ impl Scheduler {
         result.map_err(SchedError::Unschedulable)
     }
 
-    /// The reservations of the vCPUs here, with their priorities.
+    /// The reservations of the vCPUs here (not of retired slots), with their priorities.
     pub fn reservations(&self) -> impl Iterator<Item = (u8, super::Reservation)> + '_ {
         self.slots[..self.len]
             .iter()
-            .filter(|s| s.present)
+            .filter(|s| s.present && !s.retired)
             .filter_map(|s| Some((s.priority, s.reservation?)))
     }
 
     /// Powers `slot` on at `now`: runnable, at the back of its round-robin queue; a vCPU with
-    /// a reservation has its first job released at `now`. Ignored if already started.
+    /// a reservation has a job released at `now`, unless its budget window is still open
+    /// (it was stopped within it): then it resumes with what is left of that window's budget
+    /// (under EDF clipped to its bandwidth until the window's deadline, as at a wake-up) and
+    /// the same deadline. Ignored if already started, or retired.
     pub fn start(&mut self, slot: usize, now: Time) {
-        if slot >= self.len || self.slots[slot].started {
+        if slot >= self.len || self.slots[slot].started || self.slots[slot].retired {
             return;
         }
         let now = self.account(now, true);
         let ticket = self.take_ticket();
-        self.slots[slot].start(now, ticket);
+        let clip = matches!(self.policy, Policy::Edf { .. });
+        self.slots[slot].start(now, ticket, clip);
     }
 
-    /// Powers `slot` on at `now` with its first job released at `release` (phase alignment):
-    /// until then it waits. A `release` not after `now`, or a vCPU without a reservation,
-    /// starts as [`Scheduler::start`] does. Ignored if already started.
+    /// Powers `slot` on at `now` with its first job released at `release` (phase alignment),
+    /// or when its open budget window ends if that is later: until then it waits. A `release`
+    /// not after `now`, or a vCPU without a reservation, starts as [`Scheduler::start`] does.
+    /// Ignored if already started, or retired.
     pub fn start_at(&mut self, slot: usize, now: Time, release: Time) {
         if release <= now || !self.has_reservation(slot) {
             return self.start(slot, now);
         }
-        if self.slots[slot].started {
+        if self.slots[slot].started || self.slots[slot].retired {
             return;
         }
         self.account(now, true);
@@ -394,6 +474,14 @@ impl Scheduler {
             .map_or(Stats::ZERO, |s| s.stats)
     }
 
+    /// `slot`'s budget window: the release that opened it and its end (`(0, 0)`: none yet,
+    /// or no such slot).
+    pub fn budget_window(&self, slot: usize) -> (Time, Time) {
+        self.slots[..self.len]
+            .get(slot)
+            .map_or((0, 0), |s| (s.release, s.window_end))
+    }
+
     /// Whether `slot` has a reservation (a real-time vCPU).
     pub fn has_reservation(&self, slot: usize) -> bool {
         self.slots[..self.len]
@@ -436,12 +524,29 @@ impl Scheduler {
         self.clock
     }
 
-    /// Counts misses and releases the jobs due at the latest `now` seen.
+    /// Counts misses and releases the jobs due at the latest `now` seen; frees the retired
+    /// slots whose window has ended.
     #[inline(always)]
     fn catch_up(&mut self) {
         let clock = self.clock;
         for slot in &mut self.slots[..self.len] {
             slot.catch_up(clock);
+        }
+        if self.retired != 0 {
+            self.free_expired(clock);
+        }
+    }
+
+    /// Frees the retired slots whose budget window ended by `clock`.
+    #[cold]
+    fn free_expired(&mut self, clock: Time) {
+        let mut scan = self.retired;
+        while scan != 0 {
+            let slot = scan.trailing_zeros() as usize;
+            scan &= scan - 1;
+            if clock >= self.slots[slot].window_end {
+                self.free(slot);
+            }
         }
     }
 

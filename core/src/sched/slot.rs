@@ -1,4 +1,10 @@
 //! One vCPU's scheduling state on its pCPU: run state, budget, current job and statistics.
+//!
+//! Budget windows: a job's release opens a window of one period (`[release, window_end)`)
+//! whose budget is all the vCPU may run until `window_end`, however it stops and starts
+//! meanwhile. A start within the window (CPU_ON after CPU_OFF, its VM's reset, a task
+//! re-created) resumes with what is left of the budget and the same deadline; only a start
+//! after the window has ended releases a new job at once.
 
 use super::{Reservation, Time};
 
@@ -66,6 +72,16 @@ pub(super) struct Slot {
     pub(super) job_missed: bool,
     /// The current job was given the pCPU (its release lateness is counted).
     pub(super) job_dispatched: bool,
+    /// End of the budget window opened by the last release (`0`: none yet). Until then, the
+    /// budget left is all the vCPU may run, whatever stops and starts it.
+    pub(super) window_end: Time,
+    /// Removed while its budget window was open: holds its place (and its reservation, for
+    /// admission) until `window_end`, and a vCPU added with the same parameters and owner
+    /// takes its window over.
+    pub(super) retired: bool,
+    /// Who added it ([`super::Scheduler::add_for`]): only the same owner takes a retired
+    /// slot's window over.
+    pub(super) owner: Option<u32>,
     /// Place in the round-robin queue of its class: lower runs first.
     pub(super) ticket: u64,
     /// What was left of its quantum when a vCPU of a higher class preempted it (0: none): it
@@ -91,6 +107,9 @@ impl Slot {
         job_pending: false,
         job_missed: false,
         job_dispatched: false,
+        window_end: 0,
+        retired: false,
+        owner: None,
         ticket: 0,
         quantum_left: 0,
         stats: Stats::ZERO,
@@ -102,25 +121,34 @@ impl Slot {
         self.started && !self.blocked && (self.reservation.is_none() || self.budget > 0)
     }
 
-    /// Powers the vCPU on at `now`: runnable, first job released at `now`.
-    pub(super) fn start(&mut self, now: Time, ticket: u64) {
+    /// Powers the vCPU on at `now`: runnable. With a reservation, a job is released at `now`,
+    /// unless the budget window of its last release is still open: then it resumes with
+    /// what is left of that window's budget (under EDF, clipped to its bandwidth until the
+    /// window's deadline, as at a wake-up: `clip`) and no new job.
+    pub(super) fn start(&mut self, now: Time, ticket: u64, clip: bool) {
         self.started = true;
         self.blocked = false;
         self.ticket = ticket;
         self.job_pending = false;
         if let Some(reservation) = self.reservation {
-            self.release_job(now, reservation);
+            if now < self.window_end {
+                if clip {
+                    self.clip_budget(now);
+                }
+            } else {
+                self.release_job(now, reservation);
+            }
         }
     }
 
     /// Powers the vCPU off: its current job is dropped (not counted as a miss unless its
-    /// deadline had already passed, which the caller's catch-up counted).
+    /// deadline had already passed, which the caller's catch-up counted). What is left of
+    /// its budget stays with its window ([`Slot::start`]).
     pub(super) fn stop(&mut self) {
         self.started = false;
         self.blocked = false;
         self.quantum_left = 0;
         self.job_pending = false;
-        self.budget = 0;
     }
 
     /// Charges `elapsed` execution to the budget. Running out counts an overrun when
@@ -176,6 +204,7 @@ impl Slot {
         self.release = at;
         self.deadline = at.saturating_add(reservation.deadline);
         self.next_release = at.saturating_add(reservation.period.max(1));
+        self.window_end = self.next_release;
         self.budget = reservation.budget;
         self.job_pending = true;
         self.job_missed = false;
@@ -194,13 +223,15 @@ impl Slot {
     }
 
     /// Powers the vCPU on at `now` with its first job released at `release` (later than
-    /// `now`): until then it waits.
+    /// `now`), or at the end of its open budget window if that is later: until then it waits,
+    /// with no budget.
     pub(super) fn start_later(&mut self, release: Time, ticket: u64) {
         self.started = true;
         self.blocked = true;
         self.ticket = ticket;
         self.job_pending = false;
-        self.next_release = release;
+        self.budget = 0;
+        self.next_release = release.max(self.window_end);
     }
 
     /// The vCPU blocks at `now`: its current job (if any) is complete.

@@ -232,9 +232,16 @@ fn block_and_stop_charge_the_running_vcpu_up_to_then_and_no_further() {
     assert!(scheduler.wake(0, 6));
     // 7 left: 3 charged by block, nothing between the block and this decide.
     assert_eq!(scheduler.decide(8), decision(Some(0), Some(15)));
+    // Stopped at 10 and started again at 20, within the window its release at 0 opened: 5
+    // left (3 + 2 charged), not a fresh budget.
     scheduler.stop(0, 10);
     scheduler.start(0, 20);
-    assert_eq!(scheduler.decide(20), decision(Some(0), Some(30)));
+    assert_eq!(scheduler.decide(20), decision(Some(0), Some(25)));
+    // Started after that window: a new job at once, with its full budget.
+    scheduler.stop(0, 22);
+    scheduler.start(0, 130);
+    assert_eq!(scheduler.decide(130), decision(Some(0), Some(140)));
+    assert_eq!(scheduler.stats(0).jobs, 2);
 }
 
 #[test]
@@ -510,19 +517,25 @@ fn removed_slots_stop_at_once_and_are_reused() {
     assert_eq!(scheduler.decide(0).run, Some(0));
     scheduler.remove(0, 10);
     assert!(!scheduler.is_runnable(0));
-    assert_eq!(scheduler.stats(0), Stats::ZERO);
+    assert_eq!(scheduler.reservations().count(), 1);
     assert_eq!(scheduler.decide(10).run, Some(1), "the next in line runs");
     assert_eq!(scheduler.len(), 3);
     scheduler.remove(2, 20);
     assert_eq!(scheduler.len(), 2, "trailing free slots are dropped");
-    assert_eq!(scheduler.add(reserved(0, 50, 10, 50)), Ok(0));
-    assert_eq!(scheduler.add(best_effort(0)), Ok(2));
+    // Slot 0 is retired until its window ends at 100.
+    assert_eq!(scheduler.add(reserved(0, 50, 10, 50)), Ok(2));
+    assert_eq!(scheduler.add(best_effort(0)), Ok(3));
     // Started with a later first release: waits for it, and its lateness is counted.
-    scheduler.start_at(0, 20, 150);
-    assert!(!scheduler.is_runnable(0));
-    assert_eq!(scheduler.stats(0).jobs, 0);
+    scheduler.start_at(2, 20, 150);
+    assert!(!scheduler.is_runnable(2));
+    assert_eq!(scheduler.stats(2).jobs, 0);
     scheduler.block(1, 40);
-    assert_eq!(scheduler.decide(160).run, Some(0));
-    let stats = scheduler.stats(0);
+    assert_eq!(scheduler.decide(160).run, Some(2));
+    assert_eq!(
+        scheduler.add(best_effort(0)),
+        Ok(0),
+        "its window ended: free"
+    );
+    let stats = scheduler.stats(2);
     assert_eq!((stats.jobs, stats.worst_lateness), (1, 10));
 }

@@ -7,6 +7,8 @@ const MS: u64 = 1_000_000;
 /// One tick per nanosecond: the tests' scheduler runs in nanoseconds.
 const UNIT: (u64, u64) = (1, 1);
 const SWITCH: u64 = 2_000;
+/// The partition creating the tasks (its VM id).
+const VM: u32 = 1;
 
 const GRANT: TaskGrant = TaskGrant {
     max: 3,
@@ -66,6 +68,7 @@ fn create(
     request: &TaskRequest,
 ) -> Result<Admitted, TaskError> {
     table.create(
+        VM,
         Some(&GRANT),
         &[1],
         request,
@@ -109,10 +112,70 @@ fn create_launch_wait_delete_and_reuse() {
     assert!(!scheduler.is_runnable(2));
     assert_eq!(table.get(0), Err(TaskError::NoSuchTask));
     assert_eq!(scheduler.reservations().count(), 1);
-    // A new task reuses the index and the slot, with fresh statistics.
+    // A new task with other parameters reuses the index; its slot is another one while the
+    // deleted task's budget window (until 7 ms) is open.
     let again = create(&mut table, &mut scheduler, &request(2 * MS, 100_000)).unwrap();
-    assert_eq!(again, Admitted { index: 0, slot: 2 });
-    assert_eq!(scheduler.stats(2).jobs, 0);
+    assert_eq!(again, Admitted { index: 0, slot: 3 });
+    assert_eq!(scheduler.stats(3).jobs, 0);
+    // Once that window has ended, the slot is free again.
+    table.delete(0).unwrap();
+    scheduler.remove(3, 7 * MS);
+    let third = create(&mut table, &mut scheduler, &request(2 * MS, 100_000)).unwrap();
+    assert_eq!(third, Admitted { index: 0, slot: 2 });
+}
+
+/// A task deleted and re-created with the same parameters within a period gets only what
+/// was left of that period's budget, and its deadline: deleting it is no way to a fresh one.
+#[test]
+fn a_recreated_task_keeps_its_periods_budget() {
+    let mut table = TaskTable::EMPTY;
+    let mut scheduler = pcpu(FIXED, 0);
+    let budget = 200_000;
+    let task = create(&mut table, &mut scheduler, &request(MS, budget)).unwrap();
+    let slot = task.slot;
+    table.launch(0).unwrap();
+    scheduler.start(0, 0);
+    scheduler.start(slot, 0);
+    assert_eq!(scheduler.decide(0).run, Some(slot));
+    // It runs 150 us of its 200 us, then deletes itself and is re-created at once.
+    table.delete(0).unwrap();
+    scheduler.remove(slot, 150_000);
+    let again = create(&mut table, &mut scheduler, &request(MS, budget)).unwrap();
+    assert_eq!(again.slot, slot, "takes the retired slot over");
+    table.launch(0).unwrap();
+    scheduler.start(slot, 150_000);
+    let decision = scheduler.decide(150_000);
+    assert_eq!(decision.run, Some(slot));
+    assert_eq!(
+        decision.until,
+        Some(200_000),
+        "50 us left, not a fresh 200 us"
+    );
+    assert_eq!(
+        scheduler.decide(200_000).run,
+        Some(0),
+        "throttled: Linux runs"
+    );
+    // The next period brings a full budget again.
+    let next = scheduler.decide(MS);
+    assert_eq!((next.run, next.until), (Some(slot), Some(MS + budget)));
+    // Another partition's task with the same parameters does not take a window over.
+    table.delete(0).unwrap();
+    scheduler.remove(slot, MS + 10);
+    let mut other = TaskTable::EMPTY;
+    let foreign = other
+        .create(
+            VM + 1,
+            Some(&GRANT),
+            &[1],
+            &request(MS, budget),
+            in_memory,
+            &mut scheduler,
+            UNIT,
+            SWITCH,
+        )
+        .unwrap();
+    assert_ne!(foreign.slot, slot);
 }
 
 /// Every refusal has its own code, and changes neither the table nor the scheduler.
@@ -128,6 +191,7 @@ fn every_refusal_has_its_code_and_changes_nothing() {
     );
     let mut refuse = |grant: Option<&TaskGrant>, request: TaskRequest, expected: TaskError| {
         let result = table.create(
+            VM,
             grant,
             &[1],
             &request,
@@ -229,6 +293,7 @@ fn a_create_that_breaks_an_admitted_set_is_refused() {
     let mut scheduler = pcpu(EDF, 700_000);
     let mut create = |scheduler: &mut Scheduler, request: TaskRequest| {
         table.create(
+            VM,
             Some(&whole),
             &[1],
             &request,
@@ -334,6 +399,7 @@ fn a_scaled_budget_of_zero_ticks_is_invalid() {
     let mut scheduler = pcpu(EDF, 0);
     // 62.5 MHz: 16 ns per tick; a 10 ns budget rounds down to nothing.
     let result = table.create(
+        VM,
         Some(&GRANT),
         &[1],
         &request(MS, 10),

@@ -45,6 +45,7 @@ pub fn create(id: usize, request: &TaskRequest) -> u64 {
     let mut guard = SHARED[pcpu].lock();
     let shared = &mut *guard;
     let admitted = tables[id].create(
+        id as u32,
         desc.tasks.as_ref(),
         desc.pcpus,
         request,
