@@ -1,6 +1,7 @@
 //! Rate limits for Keel's own diagnostics: a guest that triggers one (an SMC, a console
-//! overrun, a reset) flat out gets a few lines per second and a count of what was left out,
-//! never a flood that hides everything else or keeps the console busy.
+//! overrun, a reset, a start of its vCPU 0) flat out gets a few lines per second and a count
+//! of what was left out, never a flood that hides everything else or keeps the console busy.
+//! The first line of each kind for each VM is always printed (its first boot's start).
 
 use crate::console::MAX_VMS;
 
@@ -14,12 +15,14 @@ pub enum DiagnosticKind {
     Smc = 0,
     /// Console input the guest did not read.
     InputOverrun = 1,
-    /// A VM reset.
+    /// A VM reset (its announcement and its reload's report).
     Reset = 2,
+    /// A VM starts (its vCPU 0 enters the image: boot, after a reset, or CPU_ON of vCPU 0).
+    Start = 3,
 }
 
 /// Number of [`DiagnosticKind`]s.
-const KINDS: usize = 3;
+const KINDS: usize = 4;
 
 #[derive(Clone, Copy, Debug, Default)]
 struct Window {
@@ -132,6 +135,109 @@ mod tests {
             Verdict::Print { suppressed: 0 },
             "another kind from the same VM is still reported"
         );
+    }
+
+    /// The `(time, suppressed)` of each line printed.
+    type Printed = Vec<(u64, u64)>;
+
+    /// What VM 1 makes Keel say when it resets itself every `gap` ticks from `from` to `to`
+    /// (each reset: its announcement, its reload's report, then the start), then once more
+    /// `after` ticks later: the `(time, suppressed)` of each line printed, per kind.
+    fn reset_loop(
+        limiter: &mut RateLimiter,
+        from: u64,
+        to: u64,
+        gap: u64,
+        after: u64,
+    ) -> (u64, Printed, Printed) {
+        let (mut resets, mut reset_lines, mut start_lines) = (0, Vec::new(), Vec::new());
+        let mut say = |kind, now, lines: &mut Printed| {
+            if let Verdict::Print { suppressed } = limiter.check(kind, 1, now) {
+                lines.push((now, suppressed));
+            }
+        };
+        say(DiagnosticKind::Start, from, &mut start_lines);
+        let mut now = from;
+        while now < to + after {
+            now = if now < to { now + gap } else { to + after };
+            resets += 1;
+            say(DiagnosticKind::Reset, now, &mut reset_lines);
+            say(DiagnosticKind::Reset, now, &mut reset_lines);
+            say(DiagnosticKind::Start, now, &mut start_lines);
+        }
+        (resets, reset_lines, start_lines)
+    }
+
+    #[test]
+    fn a_reset_loop_prints_its_first_start_then_a_burst_per_window_and_counts_the_rest() {
+        // One tick a microsecond. VM 1 boots at 0.5 s and resets every 150 us until 3.5 s
+        // (20,000 resets: the rate measured before starts were limited), then once more 1.5 s
+        // later.
+        let second = 1_000_000;
+        let mut limiter = RateLimiter::new(second);
+        let (resets, reset_lines, start_lines) = reset_loop(
+            &mut limiter,
+            second / 2,
+            3 * second + second / 2,
+            150,
+            3 * second / 2,
+        );
+        assert_eq!(resets, 20_001);
+        assert_eq!(
+            start_lines[0],
+            (second / 2, 0),
+            "the first boot's start is printed, with nothing left out before it"
+        );
+        for (lines, per_event) in [(&start_lines, 1), (&reset_lines, 2)] {
+            for &(at, _) in lines.iter() {
+                let in_window = lines
+                    .iter()
+                    .filter(|&&(t, _)| (at..at + second).contains(&t))
+                    .count();
+                assert!(
+                    in_window <= BURST as usize,
+                    "{in_window} lines within a second"
+                );
+            }
+            let reported: u64 = lines.iter().map(|&(_, suppressed)| suppressed).sum();
+            let events = if per_event == 1 {
+                resets + 1
+            } else {
+                2 * resets
+            };
+            assert_eq!(
+                lines.len() as u64 + reported,
+                events,
+                "every line printed or counted in a later one"
+            );
+        }
+        // 3 windows of the loop and the last reset's: at most 20 starts printed (4 windows x 5).
+        assert!(start_lines.len() <= 4 * BURST as usize);
+        let last = *start_lines.last().unwrap();
+        assert_eq!(last.0, 5 * second, "the reset after the pause is printed");
+        assert!(
+            last.1 > 0,
+            "and carries the count of the loop's last window"
+        );
+        assert_eq!(limiter.pending(DiagnosticKind::Start, 1), 0);
+    }
+
+    #[test]
+    fn another_vms_first_start_is_printed_whatever_one_vm_floods() {
+        let mut limiter = RateLimiter::new(1000);
+        for now in 0..500 {
+            limiter.check(DiagnosticKind::Start, 1, now);
+            limiter.check(DiagnosticKind::Reset, 1, now);
+        }
+        assert_eq!(
+            limiter.check(DiagnosticKind::Start, 0, 499),
+            Verdict::Print { suppressed: 0 }
+        );
+        assert_eq!(
+            limiter.check(DiagnosticKind::Start, 2, 499),
+            Verdict::Print { suppressed: 0 }
+        );
+        assert_eq!(limiter.pending(DiagnosticKind::Start, 1), 495);
     }
 
     #[test]

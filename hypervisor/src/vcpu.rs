@@ -3,11 +3,12 @@
 use core::sync::atomic::Ordering;
 
 use keel_core::abi::layout;
+use keel_core::ratelimit::DiagnosticKind;
 use keel_core::system::WfiPolicy;
 
 use crate::arch::{boot, cpu, guest, timer, vectors};
 use crate::vm::{self, VmState};
-use crate::{irq, keel_println};
+use crate::{irq, keel_println_limited};
 
 /// Enters vCPU `vcpu` of VM `id` at `entry` with `x0`, from its power-on state.
 pub fn start(id: usize, vcpu: usize, entry: u64, x0: u64) -> ! {
@@ -45,10 +46,13 @@ pub fn start(id: usize, vcpu: usize, entry: u64, x0: u64) -> ! {
 }
 
 /// Says that VM `id` starts (its vCPU 0), with the time since power-on, so boot times under
-/// Keel can count what came before the guest.
+/// Keel can count what came before the guest. A guest can start its vCPU 0 at will (reset,
+/// CPU_OFF and CPU_ON), so the line is rate-limited; the first boot's is always printed.
 pub fn announce_start(id: usize) {
     let micros = u128::from(timer::now()) * 1_000_000 / u128::from(timer::frequency().max(1));
-    keel_println!(
+    keel_println_limited!(
+        DiagnosticKind::Start,
+        id,
         "vm '{}' (id {id}) starts at {}.{:06} s",
         vm::desc(id).name,
         micros / 1_000_000,
