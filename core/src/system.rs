@@ -56,6 +56,10 @@ pub struct VmDesc {
     pub wfi: WfiPolicy,
     /// Whether the VM owns its pCPUs' PMU (counters passed through) or the PMU is hidden.
     pub pmu: bool,
+    /// Whether the VM may read and reset every pCPU's interrupts-masked record
+    /// (KEEL_MASKED_STRETCH), other VMs' traps and PCs included: a measurement partition the
+    /// integrator trusts. Otherwise only those of the pCPUs it alone uses.
+    pub monitor_masked_stretch: bool,
     /// Real-time task services: `None` if the VM may not create tasks.
     pub tasks: Option<TaskGrant>,
     /// Incoming messages (KEEL_MSG_*): `None` if no VM may send to this one.
@@ -186,6 +190,35 @@ pub struct SystemDesc {
 }
 
 impl SystemDesc {
+    /// Whether pCPU `pcpu` runs vCPUs of VM `vm` and of no other VM: the configuration places
+    /// at least one of its vCPUs there (a pinned pCPU of its own, or a shared one) and no
+    /// other VM's. Tasks go only on their partition's own pCPUs, so none of another VM's
+    /// either. What Keel records per pCPU there (its traps, its guests' PCs) is this VM's own.
+    pub fn pcpu_used_only_by(&self, pcpu: u32, vm: usize) -> bool {
+        let mut used = false;
+        for (id, desc) in self.vms.iter().enumerate() {
+            if desc.pcpus.contains(&pcpu) {
+                if id != vm {
+                    return false;
+                }
+                used = true;
+            }
+        }
+        used
+    }
+
+    /// Whether VM `vm` may read and reset pCPU `pcpu`'s record of its longest stretch with
+    /// interrupts masked (KEEL_MASKED_STRETCH), whose ESR_EL2 and ELR_EL2 are a trap and a PC
+    /// of whichever vCPU ran there: only if the pCPU is its own alone
+    /// ([`Self::pcpu_used_only_by`]), or the configuration makes it a monitor of every pCPU
+    /// ([`VmDesc::monitor_masked_stretch`]).
+    pub fn may_read_masked_record(&self, vm: usize, pcpu: u32) -> bool {
+        self.vms
+            .get(vm)
+            .is_some_and(|desc| desc.monitor_masked_stretch)
+            || self.pcpu_used_only_by(pcpu, vm)
+    }
+
     /// The channels VM `vm` is a member of, each with its view of it.
     pub fn channels_of(&self, vm: usize) -> impl Iterator<Item = (&ChannelDesc, &ChannelMember)> {
         self.channels.iter().filter_map(move |channel| {
@@ -242,6 +275,7 @@ pub(crate) fn test_vm(id: u16, phys: u64, vcpus: usize) -> VmDesc {
         console: true,
         wfi: WfiPolicy::Trap,
         pmu: false,
+        monitor_masked_stretch: false,
         tasks: None,
         messages: None,
         virtio_console: None,
@@ -278,6 +312,7 @@ mod tests {
             console: true,
             wfi: WfiPolicy::Native,
             pmu: false,
+            monitor_masked_stretch: false,
             tasks: None,
             messages: None,
             virtio_console: None,
@@ -292,6 +327,78 @@ mod tests {
         assert_eq!(found(0x43ff_fffc, 8), None);
         let no_flash = VmDesc { flash: None, ..vm };
         assert_eq!(no_flash.region_of(GuestPhysAddr(0), 4), None);
+    }
+
+    /// A system of `vms`, each given as its vCPUs' pCPUs, on 5 pCPUs.
+    fn placed(vms: &[&'static [u32]]) -> SystemDesc {
+        SystemDesc {
+            name: "placement",
+            ram_base: PhysAddr(0x4000_0000),
+            ram_size: 0x4000_0000,
+            pcpus: 5,
+            policies: &[],
+            switch_cost_ns: 0,
+            vms: Vec::leak(
+                vms.iter()
+                    .enumerate()
+                    .map(|(id, &pcpus)| VmDesc {
+                        pcpus,
+                        ..test_vm(id as u16, 0x5000_0000 + 0x100_0000 * id as u64, 0)
+                    })
+                    .collect(),
+            ),
+            channels: &[],
+        }
+    }
+
+    #[test]
+    fn a_pcpu_is_a_vms_own_only_if_every_vcpu_placed_there_is_its() {
+        // VM 0 pinned on 1, its second vCPU on 4, which it shares with VM 2; VM 1 pinned on 2
+        // and 3; VM 3 has both of its vCPUs on (shared) pCPU 0. Nobody on 5.
+        let system = placed(&[&[1, 4], &[2, 3], &[4], &[0, 0]]);
+        let own = |vm| -> Vec<u32> {
+            (0..6)
+                .filter(|&pcpu| system.pcpu_used_only_by(pcpu, vm))
+                .collect()
+        };
+        assert_eq!(own(0), [1], "pCPU 4 is shared with VM 2");
+        assert_eq!(own(1), [2, 3]);
+        assert_eq!(own(2), [] as [u32; 0], "its only pCPU is shared with VM 0");
+        assert_eq!(own(3), [0], "both of its vCPUs on one pCPU");
+        assert_eq!(own(4), [] as [u32; 0], "no such VM");
+        // A pCPU nobody uses is nobody's.
+        assert!((0..5).all(|vm| !system.pcpu_used_only_by(5, vm)));
+    }
+
+    #[test]
+    fn masked_records_are_read_by_their_pcpus_only_vm_or_a_monitor() {
+        let mut system = placed(&[&[1], &[2, 3], &[1]]);
+        let readable = |system: &SystemDesc, vm| -> Vec<u32> {
+            (0..5)
+                .filter(|&pcpu| system.may_read_masked_record(vm, pcpu))
+                .collect()
+        };
+        assert_eq!(
+            readable(&system, 0),
+            [] as [u32; 0],
+            "pCPU 1 is shared with VM 2"
+        );
+        assert_eq!(readable(&system, 1), [2, 3]);
+        assert_eq!(readable(&system, 2), [] as [u32; 0]);
+        let mut vms: Vec<VmDesc> = system.vms.iter().map(|vm| VmDesc { ..*vm }).collect();
+        vms[2].monitor_masked_stretch = true;
+        system.vms = Vec::leak(vms);
+        assert_eq!(
+            readable(&system, 2),
+            [0, 1, 2, 3, 4],
+            "a monitor reads every pCPU"
+        );
+        assert_eq!(
+            readable(&system, 0),
+            [] as [u32; 0],
+            "and nobody else gains"
+        );
+        assert_eq!(readable(&system, 1), [2, 3]);
     }
 
     #[test]

@@ -89,6 +89,10 @@ fn valid_system_resolves_every_field() {
     assert!(rt_a.console);
     assert_eq!(rt_a.wfi, WfiPolicy::Native);
     assert!(!rt_a.pmu, "the PMU is hidden unless asked for");
+    assert!(
+        !rt_a.monitor_masked_stretch,
+        "only the pCPUs it alone uses, unless made a monitor"
+    );
     assert_eq!(rt_a.cmdline, "keel.mode=ticks");
 
     let rt_b = &system.vms[1];
@@ -98,6 +102,7 @@ fn valid_system_resolves_every_field() {
     );
     assert_eq!(rt_b.wfi, WfiPolicy::Trap);
     assert!(rt_b.pmu);
+    assert!(rt_b.monitor_masked_stretch);
     assert_eq!(rt_b.cmdline, "");
 }
 
@@ -482,7 +487,7 @@ fn rule_1_toml_syntax_error_has_line_and_column() {
 fn rule_1_unknown_field() {
     assert_rejected(
         "toml-unknown-field.toml",
-        "14:1: unknown field `memroy`, expected one of `name`, `image`, `initrd`, `memory`, `ipa`, `flash`, `pcpus`, `schedule`, `tasks`, `messages`, `virtio_console`, `devices`, `cmdline`, `wfi`, `pmu`",
+        "14:1: unknown field `memroy`, expected one of `name`, `image`, `initrd`, `memory`, `ipa`, `flash`, `pcpus`, `schedule`, `tasks`, `messages`, `virtio_console`, `devices`, `cmdline`, `wfi`, `pmu`, `monitor_masked_stretch`",
     );
 }
 

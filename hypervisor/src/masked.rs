@@ -8,7 +8,10 @@
 //! system counter's; nothing is recorded before a pCPU's first stretch begins (boot).
 //!
 //! Each pCPU writes its own record only; the query reads another pCPU's with relaxed loads
-//! (a figure a few instructions old at worst).
+//! (a figure a few instructions old at worst). A record's ESR_EL2 and ELR_EL2 are a trap and a
+//! PC of whichever vCPU ran there, so a VM reads (and resets) only the records of the pCPUs it
+//! alone uses, unless its configuration makes it a monitor
+//! ([`keel_core::system::SystemDesc::may_read_masked_record`]).
 
 use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
@@ -90,15 +93,20 @@ fn record_longest(record: &Record, length: u64) {
         .store(read_sysreg!("elr_el2"), Ordering::Relaxed);
 }
 
-/// KEEL_MASKED_STRETCH: pCPU `pcpu`'s longest stretch in nanoseconds (x0), its site (x1), and
-/// ESR_EL2 and ELR_EL2 when it ended (x2, x3); with `reset`, the record starts again from zero.
-pub fn query(pcpu: u64, reset: bool, regs: &mut GuestRegs) -> u64 {
+/// KEEL_MASKED_STRETCH from VM `caller`: pCPU `pcpu`'s longest stretch in nanoseconds (x0),
+/// its site (x1), and ESR_EL2 and ELR_EL2 when it ended (x2, x3); with `reset`, the record
+/// starts again from zero. NOT_SUPPORTED if there is no such pCPU, DENIED (nothing read or
+/// reset) if another VM's vCPUs may run there and the caller is not a monitor.
+pub fn query(caller: usize, pcpu: u64, reset: bool, regs: &mut GuestRegs) -> u64 {
     let Some(record) = RECORDS
         .get(pcpu as usize)
         .filter(|_| pcpu < u64::from(SYSTEM.pcpus))
     else {
         return CallError::NotSupported.to_x0();
     };
+    if !SYSTEM.may_read_masked_record(caller, pcpu as u32) {
+        return CallError::Denied.to_x0();
+    }
     let longest = record.longest.load(Ordering::Relaxed);
     regs.x[1] = u64::from(record.longest_site.load(Ordering::Relaxed));
     regs.x[2] = record.longest_esr.load(Ordering::Relaxed);

@@ -412,7 +412,7 @@ fn hypercall(id: usize, vcpu: usize, regs: &mut GuestRegs) -> Next {
                 error.code() as u64
             }
         },
-        Call::MaskedStretch { pcpu, reset } => crate::masked::query(pcpu, reset, regs),
+        Call::MaskedStretch { pcpu, reset } => crate::masked::query(id, pcpu, reset, regs),
         Call::KeelCrash { esr, elr, far } => {
             return Next::Stop(Fault::GuestCrash { esr, elr, far })
         }

@@ -289,6 +289,7 @@ mod tests {
             console,
             wfi: WfiPolicy::Native,
             pmu: false,
+            monitor_masked_stretch: false,
             tasks: None,
             messages: None,
             virtio_console: None,

@@ -120,6 +120,10 @@ pub fn emit_rust(system: &System, dtb_paths: &[PathBuf]) -> String {
         }
         line(format!("            console: {},", vm.console));
         line(format!("            pmu: {},", vm.pmu));
+        line(format!(
+            "            monitor_masked_stretch: {},",
+            vm.monitor_masked_stretch
+        ));
         line(format!("            tasks: {},", tasks(vm.tasks.as_ref())));
         line(format!(
             "            messages: {},",
@@ -262,6 +266,7 @@ mod tests {
             console: id == 0,
             wfi,
             pmu: id == 0,
+            monitor_masked_stretch: id == 1,
             cmdline: "keel.mode=ticks".to_string(),
         };
         System {
@@ -371,6 +376,8 @@ mod tests {
             "flash: None,",
             "pmu: true,",
             "pmu: false,",
+            "monitor_masked_stretch: true,",
+            "monitor_masked_stretch: false,",
             "flash: Some(::keel_core::addr::MemoryRegion {",
             "phys: ::keel_core::addr::PhysAddr(0x52000000),",
             "size: 0x200000,",

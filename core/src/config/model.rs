@@ -156,6 +156,9 @@ pub struct Vm {
     pub wfi: WfiPolicy,
     /// Whether the VM owns its pCPUs' PMU (otherwise the PMU is hidden and trapped).
     pub pmu: bool,
+    /// Whether the VM may read and reset every pCPU's interrupts-masked record
+    /// (KEEL_MASKED_STRETCH), not only those of the pCPUs it alone uses.
+    pub monitor_masked_stretch: bool,
     /// Kernel command line, for `/chosen/bootargs`.
     pub cmdline: String,
 }

@@ -180,6 +180,10 @@ pub struct VmTable {
     /// pCPUs only (checked later).
     #[serde(default)]
     pub pmu: bool,
+    /// Whether the VM may read every pCPU's interrupts-masked record (default: only those of
+    /// the pCPUs it alone uses).
+    #[serde(default)]
+    pub monitor_masked_stretch: bool,
 }
 
 /// `image = { guest = "..." }` or `image = { file = "..." }`.

@@ -471,6 +471,7 @@ fn check_vm(table: &VmTable, index: usize, context: &Context) -> Result<Vm, Conf
         console,
         wfi,
         pmu: table.pmu,
+        monitor_masked_stretch: table.monitor_masked_stretch,
         cmdline: table.cmdline.clone(),
     };
     messages::check_pool(&vm, &subject)?;

@@ -180,7 +180,8 @@ pub struct MaskedStretch {
 }
 
 /// KEEL_MASKED_STRETCH: pCPU `pcpu`'s longest stretch at EL2 with interrupts masked; `reset`
-/// starts the record again.
+/// starts the record again. `Denied` if another VM's vCPUs may run on that pCPU (unless this
+/// VM is configured as a monitor), `NotSupported` if there is no such pCPU.
 pub fn masked_stretch(pcpu: u64, reset: bool) -> Result<MaskedStretch, CallError> {
     // SAFETY: reading (and resetting) a record has no other effect.
     let x = unsafe {
@@ -189,8 +190,10 @@ pub fn masked_stretch(pcpu: u64, reset: bool) -> Result<MaskedStretch, CallError
             [pcpu, u64::from(reset), 0, 0, 0, 0, 0],
         )
     };
-    if (x[0] as i64) < 0 {
-        return Err(CallError::NotSupported);
+    match x[0] as i64 {
+        code if code == CallError::Denied as i64 => return Err(CallError::Denied),
+        code if code < 0 => return Err(CallError::NotSupported),
+        _ => {}
     }
     Ok(MaskedStretch {
         ns: x[0],
