@@ -1,12 +1,16 @@
 //! Per-pCPU EL2 configuration for running a guest vCPU: traps, stage 2, identity, timers,
 //! and the guest's EL1 state at power-on.
 
-use super::regs::{cnthctl, cptr, hcr, mdcr, read_sysreg, write_sysreg, SCTLR_EL1_RESET};
+use super::regs::{cnthctl, cptr, hcr, mdcr, pmcr, read_sysreg, write_sysreg, SCTLR_EL1_RESET};
 
-/// Sets EL2 up to run vCPU `vcpu` of the VM with VMID `vmid` on this pCPU, with its EL1
-/// state as at power-on. `own_pmu`: the VM owns this pCPU's PMU, else the PMU is trapped.
+/// Sets EL2 up to run vCPU `vcpu` of the VM with VMID `vmid` on this (pinned) pCPU, with its
+/// EL1 state as at power-on. `own_pmu`: the VM owns this pCPU's PMU, which is reset to a clean
+/// state ([`reset_pmu`]); else the PMU is trapped.
 pub fn prepare(vmid: u16, stage2_root: u64, vcpu: usize, trap_wfi: bool, own_pmu: bool) {
     configure_pcpu(own_pmu, false);
+    if own_pmu {
+        reset_pmu();
+    }
     // SAFETY: these registers configure how this pCPU runs its (only) guest vCPU.
     unsafe {
         write_sysreg!("hcr_el2", hcr_value(trap_wfi));
@@ -78,22 +82,29 @@ pub fn configure_pcpu(own_pmu: bool, shared: bool) {
     deny_implementation_defined_registers(midr);
 }
 
+/// Whether this pCPU has a PMUv3 (ID_AA64DFR0_EL1.PMUVer neither 0 nor IMPLEMENTATION DEFINED).
+fn has_pmu() -> bool {
+    !matches!((read_sysreg!("id_aa64dfr0_el1") >> 8) & 0xf, 0 | 0xf)
+}
+
+/// The number of event counters of this pCPU's PMU (PMCR_EL0.N, as EL2 reads it).
+fn pmu_event_counters() -> u64 {
+    (read_sysreg!("pmcr_el0") >> pmcr::N_SHIFT) & pmcr::N_MASK
+}
+
 /// MDCR_EL2 for a guest: debug registers trapped; the PMU and the statistical profiler trapped
-/// unless the VM owns the PMU (`own_pmu`). On a shared pCPU the PMU's registers are not
-/// switched: a VM that owns it there counts whatever runs on the pCPU.
+/// unless the VM owns the PMU (`own_pmu`). Only a VM pinned on its pCPUs may own the PMU (the
+/// configuration compiler refuses it on a shared pCPU), so the PMU's registers are never
+/// switched between vCPUs: on a shared pCPU they would count, and time, the others' work.
 pub fn mdcr_value(own_pmu: bool) -> u64 {
     // A VM that owns the PMU gets every counter (HPMN = all); otherwise the PMU and the
     // statistical profiler trap, as do debug registers (read as zero, see trap.rs).
     // Each trap bit is set only where its feature exists (elsewhere the bit is RES0).
     let dfr0 = read_sysreg!("id_aa64dfr0_el1");
-    let has_pmu = !matches!((dfr0 >> 8) & 0xf, 0 | 0xf);
+    let has_pmu = has_pmu();
     let has_spe = (dfr0 >> 32) & 0xf != 0;
     // MDCR_EL2.HPMN: every counter stays the guest's (PMCR_EL0.N), where there is a PMU.
-    let counters = if has_pmu {
-        (read_sysreg!("pmcr_el0") >> 11) & 0x1f
-    } else {
-        0
-    };
+    let counters = if has_pmu { pmu_event_counters() } else { 0 };
     let pmu_traps = if own_pmu || !has_pmu {
         0
     } else {
@@ -155,6 +166,44 @@ fn reset_el1_state() {
         write_sysreg!("cntv_cval_el0", 0u64);
     }
     super::cpu::zero_fp_simd();
+}
+
+/// Gives the VM that owns this pCPU's PMU a clean one at each vCPU start (boot, CPU_ON,
+/// SYSTEM_RESET), as the README's entry state promises: nothing counted or configured by the
+/// vCPU's earlier run survives (Arm ARM D13, the PMU registers). Counters, their interrupts
+/// and overflow flags off; PMCR_EL0 with E = 0 and both resets written (P, C); no counter
+/// selected, no EL0 access; every event counter's type and value (n < PMCR_EL0.N), the cycle
+/// counter's filter and value zero.
+fn reset_pmu() {
+    if !has_pmu() {
+        return;
+    }
+    /// Every counter's bit in PMCNTENCLR, PMINTENCLR and PMOVSCLR (C is bit 31; bits of
+    /// counters that do not exist are RAZ/WI).
+    const ALL_COUNTERS: u64 = 0xffff_ffff;
+    let counters = pmu_event_counters();
+    // SAFETY: the PMU is the guest's alone (pinned pCPU, MDCR_EL2.HPMN = N) and Keel never
+    // counts with it; the guest does not run until its entry. Clearing the enables first
+    // stops every counter before the others are written.
+    unsafe {
+        write_sysreg!("pmcntenclr_el0", ALL_COUNTERS);
+        write_sysreg!("pmintenclr_el1", ALL_COUNTERS);
+        write_sysreg!("pmovsclr_el0", ALL_COUNTERS);
+        write_sysreg!("pmcr_el0", pmcr::P | pmcr::C);
+        for counter in 0..counters {
+            // PMSELR_EL0 selects the counter PMXEVTYPER/PMXEVCNTR reach; the ISB makes the
+            // selection visible to them.
+            write_sysreg!("pmselr_el0", counter);
+            core::arch::asm!("isb", options(nostack));
+            write_sysreg!("pmxevtyper_el0", 0u64);
+            write_sysreg!("pmxevcntr_el0", 0u64);
+        }
+        write_sysreg!("pmselr_el0", 0u64);
+        write_sysreg!("pmuserenr_el0", 0u64);
+        write_sysreg!("pmccfiltr_el0", 0u64);
+        write_sysreg!("pmccntr_el0", 0u64);
+        core::arch::asm!("isb", options(nostack));
+    }
 }
 
 /// Whether the running guest's virtual timer asserts its interrupt: enabled, unmasked and

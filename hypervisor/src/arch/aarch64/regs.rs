@@ -75,6 +75,19 @@ pub mod mdcr {
     pub const TDRA: u64 = 1 << 11;
 }
 
+/// PMCR_EL0 bits (Arm ARM D13, "PMCR_EL0, Performance Monitors Control Register"); bit 0 (E)
+/// enables the counters.
+pub mod pmcr {
+    /// Write 1: reset every event counter to zero.
+    pub const P: u64 = 1 << 1;
+    /// Write 1: reset the cycle counter to zero.
+    pub const C: u64 = 1 << 2;
+    /// N, bits \[15:11\]: the number of event counters (read only).
+    pub const N_SHIFT: u32 = 11;
+    /// N's width mask, after the shift.
+    pub const N_MASK: u64 = 0x1f;
+}
+
 /// CPTR_EL2 bits with E2H = 0 (D23.2.31).
 pub mod cptr {
     /// RES1 bits 13, 12 (TSM where SME exists: SME traps), 9 and 7:0.
