@@ -156,7 +156,7 @@ pub fn timer_cpu_off() {
 
 /// Where the reset count lives: the last words below the device tree's 2 MiB at the top of
 /// RAM, which a reset does not reload.
-fn reset_count_address(info: &BootInfo<'_>) -> Option<usize> {
+pub(crate) fn reset_count_address(info: &BootInfo<'_>) -> Option<usize> {
     info.memory
         .map(|memory| (memory.base + memory.size - (2 << 20) - 16) as usize)
 }
@@ -164,7 +164,7 @@ fn reset_count_address(info: &BootInfo<'_>) -> Option<usize> {
 /// Magic in the word before the count, so that stale RAM is not taken for a count.
 const COUNT_MAGIC: u64 = 0x686f_7374_696c_6521;
 
-fn read_reset_count(address: usize) -> u64 {
+pub(crate) fn read_reset_count(address: usize) -> u64 {
     // SAFETY: two words of the VM's own RAM below its device tree, used by nothing else.
     let (magic, count) = unsafe {
         (
@@ -179,7 +179,7 @@ fn read_reset_count(address: usize) -> u64 {
     }
 }
 
-fn write_reset_count(address: usize, count: u64) {
+pub(crate) fn write_reset_count(address: usize, count: u64) {
     // SAFETY: as in `read_reset_count`.
     unsafe {
         core::ptr::write_volatile(address as *mut u64, COUNT_MAGIC);

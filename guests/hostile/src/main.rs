@@ -8,6 +8,7 @@
 //! | `sgi-cross` | vCPU 0 raises 16 SGIs at vCPU 1 while vCPU 1 has IRQs masked |
 //! | `timer-cpu-off` | CPU_OFF with the virtual timer interrupt pending, then active; CPU_ON must give a working timer |
 //! | `timer-reset` | SYSTEM_RESET with the timer interrupt active, then pending, then a clean one; the timer must work after each |
+//! | `pmu-reset` | with `pmu = true`: fills every PMU register and lets the counters count, then CPU_OFF/CPU_ON and SYSTEM_RESET; each start must find the PMU clean (see [`pmu`]) |
 //! | `flood` | prints and issues SMCs flat out for `keel.millis` milliseconds |
 //! | `forge` | prints lines made to pass for Keel's or another VM's, with CR and ANSI escapes |
 //! | `calls` | unknown and malformed hypercalls and SMCs, PSCI on invalid CPUs and entry points, CPU_ON/CPU_OFF cycles and races |
@@ -22,6 +23,7 @@ mod calls;
 mod console_attacks;
 mod interrupts;
 mod lifecycle;
+mod pmu;
 mod shared;
 
 use keel_guest::bootargs::BootArgs;
@@ -74,6 +76,7 @@ fn run(attack: &str, args: &BootArgs<'_>, info: &BootInfo<'_>) {
         "sgi-cross" => interrupts::sgi_cross(),
         "timer-cpu-off" => lifecycle::timer_cpu_off(),
         "timer-reset" => lifecycle::timer_reset(info),
+        "pmu-reset" => pmu::pmu_reset(info),
         "flood" => console_attacks::flood(args),
         "forge" => console_attacks::forge(),
         "calls" => calls::calls(),

@@ -734,6 +734,16 @@ const ATTACKS: &[Attack] = &[
         check: no_more_checks,
     },
     Attack {
+        name: "pmu-reset",
+        probes: &[
+            "pmu-dirty-vcpu-1",
+            "pmu-clean-after-cpu-on",
+            "pmu-dirty-vcpu-0",
+            "pmu-clean-after-reset",
+        ],
+        check: no_more_checks,
+    },
+    Attack {
         name: "flood",
         probes: &[],
         check: flood_is_rate_limited,
@@ -744,6 +754,10 @@ const ATTACKS: &[Attack] = &[
         check: forgery_is_escaped,
     },
 ];
+
+/// The attacks whose VM owns its pCPUs' PMU (`pmu = true`). Sharing a pCPU, such a VM is
+/// refused at build time: a PMU belongs to its pCPU.
+const PMU_OWNERS: &[&str] = &["pmu-reset"];
 
 /// Runs attack `name` of the hostile guest (`configs/tests/attack.toml` with `keel.attack=name`)
 /// next to a 1 kHz victim: every probe passes, every vCPU start of the attacker is entered in
@@ -761,6 +775,19 @@ fn attack(attack: &Attack, shared: bool) -> Result<()> {
     );
     if !text.contains(&format!("keel.attack={name}")) {
         return Err(format!("{}: no empty cmdline to fill", template.display()));
+    }
+    let owns_pmu = PMU_OWNERS.contains(&name);
+    if owns_pmu {
+        text = text.replace(
+            &format!("cmdline = \"keel.attack={name}\"\n"),
+            &format!("cmdline = \"keel.attack={name}\"\npmu = true\n"),
+        );
+        if !text.contains("pmu = true") {
+            return Err(format!(
+                "{}: cannot give the attacker the PMU",
+                template.display()
+            ));
+        }
     }
     if shared {
         let before = text.clone();
@@ -789,10 +816,21 @@ fn attack(attack: &Attack, shared: bool) -> Result<()> {
     } else {
         format!("attack-{name}")
     };
+    // A system of its own per attack (its image under target/keel/<label>/): scenarios run at
+    // the same time in one checkout do not boot each other's image.
+    let text = text.replace("name = \"attack\"\n", &format!("name = \"{label}\"\n"));
     let dir = output_dir().join("attack-configs");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let path = dir.join(format!("{label}.toml"));
     std::fs::write(&path, text).map_err(|e| e.to_string())?;
+    if owns_pmu && shared {
+        let refusal = "vm 'hostile': pmu: true on pCPU 1, which is shared (policy \"fixed-priority\"): a PMU belongs to its pCPU, so only a VM pinned on pCPUs of its own may own it (its cycle counter would count the other vCPUs' work there)";
+        return match build_system(&path) {
+            Err(message) if message.ends_with(refusal) => Ok(()),
+            Err(message) => Err(format!("expected the refusal '{refusal}', got: {message}")),
+            Ok(_) => Err("a VM owning the PMU was built on a shared pCPU".into()),
+        };
+    }
     let ended = boot_config(&path, &label)?.finish(DEADLINE);
     let fail = |message: String| with_console_tail(message, &ended);
     expect_line(&ended, &format!(r"^\[hostile\] attack {name}: done$")).map_err(fail)?;
@@ -1161,9 +1199,14 @@ pub fn all() -> Vec<Scenario> {
         });
     }
     for attack_kind in ATTACKS {
+        let outcome = if PMU_OWNERS.contains(&attack_kind.name) {
+            "refused at build time (the PMU is the pCPU's)"
+        } else {
+            "contained, victim ticks on"
+        };
         scenarios.push(Scenario {
             name: format!(
-                "hostile guest attack '{}' with attacker and victim on one pCPU: contained, victim ticks on",
+                "hostile guest attack '{}' with attacker and victim on one pCPU: {outcome}",
                 attack_kind.name
             ),
             run: Box::new(move || attack(attack_kind, true)),
