@@ -57,6 +57,7 @@ pub fn run(micro_only: bool) -> Result<()> {
     let native = Machine {
         kernel: guest_image("test-guest").unwrap(),
         cpus: 1,
+        cpu: crate::qemu::REFERENCE_CPU,
         virtualization: false,
         icount: true,
         append: Some("keel.native keel.mode=bench".into()),
@@ -185,6 +186,7 @@ fn linux() -> Result<()> {
     let native = Machine {
         kernel: vm.image_path.clone(),
         cpus: 1,
+        cpu: crate::qemu::REFERENCE_CPU,
         virtualization: false,
         icount: true,
         append: Some(vm.cmdline.clone()),

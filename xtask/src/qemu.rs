@@ -17,6 +17,9 @@ pub const RAM_SIZE: u64 = 1 << 30;
 
 const MIB: u64 = 1 << 20;
 
+/// The CPU every machine here has unless it asks for another (`-cpu`): the reference platform's.
+pub const REFERENCE_CPU: &str = "cortex-a72";
+
 /// A file that QEMU's `guest-loader` device puts in memory for a hypervisor given with
 /// `-kernel` to find (QEMU lists it under `/chosen` of the device tree, as a multiboot module).
 #[derive(Clone, Debug)]
@@ -41,6 +44,9 @@ pub struct Machine {
     pub kernel: PathBuf,
     /// Number of CPUs.
     pub cpus: u32,
+    /// QEMU's CPU model (`-cpu`), [`REFERENCE_CPU`] but where a scenario needs a feature that
+    /// one lacks.
+    pub cpu: &'static str,
     /// EL2 present (Keel) or not (a guest running natively at EL1).
     pub virtualization: bool,
     /// Deterministic virtual time: one instruction per nanosecond (`-icount shift=0,sleep=off`),
@@ -63,6 +69,7 @@ impl Machine {
         Self {
             kernel: kernel.into(),
             cpus,
+            cpu: REFERENCE_CPU,
             virtualization: true,
             icount: false,
             append: None,
@@ -126,6 +133,7 @@ impl Machine {
         Ok(Self {
             kernel: xen.into(),
             cpus: 1,
+            cpu: REFERENCE_CPU,
             virtualization: true,
             icount: false,
             append: Some(xen_cmdline.into()),
@@ -171,7 +179,7 @@ impl Machine {
             "-M",
             &machine,
             "-cpu",
-            "cortex-a72",
+            self.cpu,
             "-m",
             &format!("{}M", RAM_SIZE / MIB),
             "-smp",

@@ -210,6 +210,7 @@ fn linux_sharing() -> Result<()> {
     let native = Machine {
         kernel: linux.image_path.clone(),
         cpus: 1,
+        cpu: crate::qemu::REFERENCE_CPU,
         virtualization: false,
         icount: true,
         append: Some("console=ttyAMA0 keel.test=matrixprod".into()),
@@ -260,6 +261,7 @@ pub fn run() -> Result<()> {
     let native = Machine {
         kernel: guest_image("test-guest").ok_or("no test-guest image")?,
         cpus: 1,
+        cpu: crate::qemu::REFERENCE_CPU,
         virtualization: false,
         icount: true,
         append: Some(format!(

@@ -223,6 +223,13 @@ mod tests {
             let load = lower_data_abort(permission);
             assert_eq!(load.permission_fault_write(), Some(false), "level {level}");
         }
+        // What QEMU (cortex-a72 and a76) gives for STP, STR with writeback, STR Q, STXR and
+        // SWP into a read-only channel window: EC 0x24, IL, ISV 0, WnR, permission fault level 3.
+        let seen = Esr(0x9200_004f).data_abort().unwrap();
+        assert_eq!(
+            (seen.isv, seen.permission_fault_write()),
+            (false, Some(true))
+        );
         // With a syndrome the answer is the same.
         let store = lower_data_abort(ISV_4_BYTE_STORE | WNR | 0x0f);
         assert_eq!(store.permission_fault_write(), Some(true));

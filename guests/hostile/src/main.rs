@@ -9,6 +9,7 @@
 //! | `timer-cpu-off` | CPU_OFF with the virtual timer interrupt pending, then active; CPU_ON must give a working timer |
 //! | `timer-reset` | SYSTEM_RESET with the timer interrupt active, then pending, then a clean one; the timer must work after each |
 //! | `pmu-reset` | with `pmu = true`: fills every PMU register and lets the counters count, then CPU_OFF/CPU_ON and SYSTEM_RESET; each start must find the PMU clean (see [`pmu`]) |
+//! | `ro-channel-owner`, `ro-channel-stores` | stores without instruction syndrome (STP, STR with writeback, STR Q, STXR, SWP) into a read-only channel window, its owner checking nothing landed (see [`ro_channel`]) |
 //! | `flood` | prints and issues SMCs flat out for `keel.millis` milliseconds |
 //! | `forge` | prints lines made to pass for Keel's or another VM's, with CR and ANSI escapes |
 //! | `calls` | unknown and malformed hypercalls and SMCs, PSCI on invalid CPUs and entry points, CPU_ON/CPU_OFF cycles and races |
@@ -24,6 +25,7 @@ mod console_attacks;
 mod interrupts;
 mod lifecycle;
 mod pmu;
+mod ro_channel;
 mod shared;
 
 use keel_guest::bootargs::BootArgs;
@@ -77,6 +79,8 @@ fn run(attack: &str, args: &BootArgs<'_>, info: &BootInfo<'_>) {
         "timer-cpu-off" => lifecycle::timer_cpu_off(),
         "timer-reset" => lifecycle::timer_reset(info),
         "pmu-reset" => pmu::pmu_reset(info),
+        "ro-channel-owner" => ro_channel::owner(args),
+        "ro-channel-stores" => ro_channel::stores(args),
         "flood" => console_attacks::flood(args),
         "forge" => console_attacks::forge(),
         "calls" => calls::calls(),
