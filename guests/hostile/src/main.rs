@@ -13,6 +13,8 @@
 //! | `flood` | prints and issues SMCs flat out for `keel.millis` milliseconds |
 //! | `forge` | prints lines made to pass for Keel's or another VM's, with CR and ANSI escapes |
 //! | `calls` | unknown and malformed hypercalls and SMCs, PSCI on invalid CPUs and entry points, CPU_ON/CPU_OFF cycles and races |
+//! | `reset-loop` | resets itself right after every boot for `keel.millis` ms (default 250), pauses, and resets once more; reports its boots (see [`reset_loop`]) |
+//! | `foreign-records` | KEEL_MASKED_STRETCH (read, reset) of the victim's pCPU and every pCPU not its own, KEEL_TASK_STATS of the other VMs' task handles: each must be refused; its own pCPUs must still answer (see [`foreign_records`]) |
 //! | `probe` | one access outside what the VM owns (`keel.probe=<kind>:<address>`, see [`access`]) |
 //!
 //! Every vCPU start (boot, CPU_ON, reset) also reports what the SDK's entry check found.
@@ -22,9 +24,11 @@
 mod access;
 mod calls;
 mod console_attacks;
+mod foreign_records;
 mod interrupts;
 mod lifecycle;
 mod pmu;
+mod reset_loop;
 mod ro_channel;
 mod shared;
 
@@ -48,11 +52,6 @@ macro_rules! probe {
 fn main(device_tree_address: usize) -> ! {
     set_environment(Environment::Keel);
     keel_guest::boot::set_secondary_main(lifecycle::secondary_main);
-    let (vm, vcpu) = vm_id();
-    println!(
-        "hostile: vm {vm} vcpu {vcpu} entry {}",
-        take_entry_state(vcpu as usize)
-    );
     // SAFETY: x0 at entry is where Keel put the device tree, which nothing writes.
     let device_tree = unsafe { device_tree_at(device_tree_address) };
     let info = match device_tree.and_then(|tree| boot_info(&tree)) {
@@ -67,6 +66,14 @@ fn main(device_tree_address: usize) -> ! {
         println!("hostile: no keel.attack=<name> on the command line");
         system_off();
     };
+    // `reset-loop` starts thousands of times: it reports its entry states itself.
+    if attack != "reset-loop" {
+        let (vm, vcpu) = vm_id();
+        println!(
+            "hostile: vm {vm} vcpu {vcpu} entry {}",
+            take_entry_state(vcpu as usize)
+        );
+    }
     run(attack, &args, &info);
     println!("attack {attack}: done");
     system_off()
@@ -84,6 +91,8 @@ fn run(attack: &str, args: &BootArgs<'_>, info: &BootInfo<'_>) {
         "flood" => console_attacks::flood(args),
         "forge" => console_attacks::forge(),
         "calls" => calls::calls(),
+        "reset-loop" => reset_loop::reset_loop(args, info),
+        "foreign-records" => foreign_records::foreign_records(args),
         "probe" => match args.value("keel.probe") {
             Some(spec) => access::probe(spec),
             None => println!("hostile: keel.attack=probe needs keel.probe=<kind>:<address>"),

@@ -676,6 +676,78 @@ fn forgery_is_escaped(ended: &Ended) -> Result<()> {
     Ok(())
 }
 
+/// Keel's `[keel] vm 'hostile' (id 1) <what>` lines matching `what` (a pattern): each one's
+/// time in µs (the `starts at` figure, when `what` captures its seconds and microseconds as
+/// `s` and `us`; otherwise 0) and the count of those left out before it (`(N more like it
+/// suppressed)`).
+fn limited_lines(ended: &Ended, what: &str) -> Vec<(u64, u64)> {
+    let line = Regex::new(&format!(
+        r"^\[keel\] vm 'hostile' \(id 1\) {what}(?: \((?P<left>\d+) more like it suppressed\))?$"
+    ))
+    .unwrap();
+    ended
+        .lines
+        .iter()
+        .filter_map(|l| {
+            let c = line.captures(l)?;
+            let number = |name| {
+                c.name(name)
+                    .map_or(0, |m| m.as_str().parse::<u64>().unwrap())
+            };
+            Some((number("s") * 1_000_000 + number("us"), number("left")))
+        })
+        .collect()
+}
+
+/// The reset loop: Keel's line about each start of the attacker comes at most 5 times in any
+/// second (the rate window begins at a printed line, so a run whose lines span S seconds has
+/// at most S + 1 windows), and the lines and the counts of those left out add up to exactly
+/// the boots the attacker counted (the last boot, after a pause longer than the window, gets
+/// the count of the loop's last window); the same for its `resets` and `reloaded` lines, two
+/// per reset.
+fn reset_loop_is_rate_limited(ended: &Ended) -> Result<()> {
+    let report =
+        Regex::new(r"^\[hostile\] probe reset-loop: ok boots=(\d+) clean=\d+ loop_ms=\d+$")
+            .unwrap();
+    let boots: u64 = ended
+        .lines
+        .iter()
+        .find_map(|l| report.captures(l)?[1].parse().ok())
+        .ok_or("the reset loop did not report its boots")?;
+    if boots < 100 {
+        return Err(format!("{boots} boots: the reset loop did not run"));
+    }
+    let starts = limited_lines(ended, r"starts at (?P<s>\d+)\.(?P<us>\d{6}) s");
+    let resets = limited_lines(
+        ended,
+        r"(?:resets|reloaded: \d+ bytes in \d+ steps over \d+ us)",
+    );
+    let (first, last) = match (starts.first(), starts.last()) {
+        (Some(first), Some(last)) => (first.0, last.0),
+        _ => return Err("no line about the attacker's starts".into()),
+    };
+    let windows = (last - first) / 1_000_000 + 1;
+    for (what, lines, events) in [
+        ("starts", &starts, boots),
+        ("resets and reloads", &resets, 2 * (boots - 1)),
+    ] {
+        let suppressed: u64 = lines.iter().map(|&(_, suppressed)| suppressed).sum();
+        if lines.len() as u64 > 5 * windows {
+            return Err(format!(
+                "{} lines about the attacker's {what} over {windows} rate windows: not rate-limited",
+                lines.len()
+            ));
+        }
+        if lines.len() as u64 + suppressed != events {
+            return Err(format!(
+                "{} lines about the attacker's {what} and {suppressed} reported as left out, for {events} {what} ({boots} boots)",
+                lines.len()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The hostile guest's attacks.
 const ATTACKS: &[Attack] = &[
     Attack {
@@ -753,6 +825,20 @@ const ATTACKS: &[Attack] = &[
         probes: &[],
         check: forgery_is_escaped,
     },
+    Attack {
+        name: "reset-loop",
+        probes: &["reset-loop"],
+        check: reset_loop_is_rate_limited,
+    },
+    Attack {
+        name: "foreign-records",
+        probes: &[
+            "masked-stretch-foreign",
+            "masked-stretch-own",
+            "task-stats-foreign",
+        ],
+        check: no_more_checks,
+    },
 ];
 
 /// The attacks whose VM owns its pCPUs' PMU (`pmu = true`). Sharing a pCPU, such a VM is
@@ -811,6 +897,14 @@ fn attack(attack: &Attack, shared: bool) -> Result<()> {
             ));
         }
     }
+    // Where attack.toml (and `shared` above) places the VMs, for the attacks that aim at the
+    // victim's pCPU or must tell their own from others'.
+    let own_pcpus = if shared { "none" } else { "2,3" };
+    text = text.replacen(
+        &format!("cmdline = \"keel.attack={name}"),
+        &format!("cmdline = \"keel.attack={name} keel.victim-pcpus=1 keel.own-pcpus={own_pcpus}"),
+        1,
+    );
     let label = if shared {
         format!("attack-{name}-shared")
     } else {
