@@ -193,6 +193,9 @@ fn calibrate(clock: &Clock, pcpu: u8) -> u64 {
         sleep_until(timer::counter() + clock.us(1_000));
     }
     let _ = task::delete(calibrator);
+    // Its reservation stays counted by Keel's admission until its period (budget window)
+    // ends: the tasks created next would not all fit beside it.
+    sleep_until(timer::counter() + clock.us(plan.period_us));
     PER_US.load(Ordering::Acquire)
 }
 
