@@ -196,11 +196,12 @@ fn read_only_stores() -> Result<()> {
                 .enumerate()
                 .find_map(|(at, l)| Some((at, stopped.captures(l)?[1].to_string())))
             else {
+                let stop = format!("[keel] vm '{vm}' (id {}) stopped: ", 2 + i);
                 let got = ended
                     .lines
                     .iter()
-                    .find(|l| l.starts_with(&format!("[keel] vm '{vm}' ")))
-                    .map_or("no line about it", |l| l.as_str());
+                    .find(|l| l.starts_with(&stop))
+                    .map_or("no stop", |l| l.as_str());
                 return Err(fail(format!(
                     "{form}: expected /{}/, got: {got}",
                     stopped.as_str()
