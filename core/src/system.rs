@@ -219,6 +219,15 @@ impl SystemDesc {
             || self.pcpu_used_only_by(pcpu, vm)
     }
 
+    /// Whether VM `vm` may also reset that record: only if it may read it and the pCPU is no
+    /// other VM's alone. A monitor never resets the record a partition keeps of its own pCPU
+    /// (a pCPU several VMs share is readable by monitors only, so resetting it wrongs no
+    /// partition).
+    pub fn may_reset_masked_record(&self, vm: usize, pcpu: u32) -> bool {
+        self.may_read_masked_record(vm, pcpu)
+            && (0..self.vms.len()).all(|other| other == vm || !self.pcpu_used_only_by(pcpu, other))
+    }
+
     /// The channels VM `vm` is a member of, each with its view of it.
     pub fn channels_of(&self, vm: usize) -> impl Iterator<Item = (&ChannelDesc, &ChannelMember)> {
         self.channels.iter().filter_map(move |channel| {
@@ -399,6 +408,19 @@ mod tests {
             "and nobody else gains"
         );
         assert_eq!(readable(&system, 1), [2, 3]);
+        // The monitor resets the records of pCPUs 0, 1 and 4 (nobody's alone) but not VM 1's.
+        let resettable = |vm| -> Vec<u32> {
+            (0..5)
+                .filter(|&pcpu| system.may_reset_masked_record(vm, pcpu))
+                .collect()
+        };
+        assert_eq!(
+            resettable(2),
+            [0, 1, 4],
+            "never another partition's own record"
+        );
+        assert_eq!(resettable(1), [2, 3]);
+        assert_eq!(resettable(0), [] as [u32; 0]);
     }
 
     #[test]

@@ -96,7 +96,8 @@ fn record_longest(record: &Record, length: u64) {
 /// KEEL_MASKED_STRETCH from VM `caller`: pCPU `pcpu`'s longest stretch in nanoseconds (x0),
 /// its site (x1), and ESR_EL2 and ELR_EL2 when it ended (x2, x3); with `reset`, the record
 /// starts again from zero. NOT_SUPPORTED if there is no such pCPU, DENIED (nothing read or
-/// reset) if another VM's vCPUs may run there and the caller is not a monitor.
+/// reset) if another VM's vCPUs may run there and the caller is not a monitor, or if a monitor
+/// would reset the record of a pCPU that is another VM's alone.
 pub fn query(caller: usize, pcpu: u64, reset: bool, regs: &mut GuestRegs) -> u64 {
     let Some(record) = RECORDS
         .get(pcpu as usize)
@@ -104,7 +105,12 @@ pub fn query(caller: usize, pcpu: u64, reset: bool, regs: &mut GuestRegs) -> u64
     else {
         return CallError::NotSupported.to_x0();
     };
-    if !SYSTEM.may_read_masked_record(caller, pcpu as u32) {
+    let allowed = if reset {
+        SYSTEM.may_reset_masked_record(caller, pcpu as u32)
+    } else {
+        SYSTEM.may_read_masked_record(caller, pcpu as u32)
+    };
+    if !allowed {
         return CallError::Denied.to_x0();
     }
     let longest = record.longest.load(Ordering::Relaxed);
