@@ -384,6 +384,7 @@ pub fn stop_running() -> ! {
     {
         let mut shared = this_shared().lock();
         if let Some(slot) = shared.loaded.take() {
+            shared.contexts[slot].leave_unsaved();
             let now = timer::now();
             shared.scheduler.stop(slot, now);
             shared.started &= !(1 << slot);
@@ -410,6 +411,7 @@ pub fn reload(id: usize) -> ! {
         let shared = &mut *guard;
         let cpu = vm::this_cpu();
         if let Some(slot) = shared.loaded.take() {
+            shared.contexts[slot].leave_unsaved();
             let vcpu = cpu.vcpu.load(Ordering::Relaxed);
             irq::discard_vcpu_interrupts(id, vcpu, cpu.generation.load(Ordering::Relaxed));
             discard_saved(shared, slot);
@@ -589,6 +591,7 @@ fn start_slot(
         guest::vmpidr(vcpu),
         (guest::hcr_value(true), guest::mdcr_value(desc.pmu)),
         vttbr,
+        desc.pmu,
     );
     shared.generations[slot] = vm.generation();
     shared.fresh |= 1 << slot;

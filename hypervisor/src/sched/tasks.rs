@@ -68,6 +68,7 @@ pub fn create(id: usize, request: &TaskRequest) -> u64 {
         guest::vmpidr(vcpu),
         (guest::hcr_value(true), guest::mdcr_value(desc.pmu)),
         vttbr,
+        desc.pmu,
     );
     context.set_stack(request.stack);
     shared.placed[slot] = Some(Placed { vm: id, vcpu });

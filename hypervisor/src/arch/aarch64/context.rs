@@ -6,9 +6,13 @@
 //! FP/SIMD is switched lazily: a switch only traps FP/SIMD (CPTR_EL2.TFP); the first FP/SIMD
 //! instruction of the incoming vCPU saves the previous owner's registers and loads its own
 //! ([`FpState`]). SVE is trapped on shared pCPUs (CPTR_EL2.TZ), so there is no SVE state to keep.
+//!
+//! The PMU is switched only with the vCPUs of VMs that own it (`pmu = true`, [`PmuState`]):
+//! saved with its counters stopped at switch-out, restored at switch-in.
 
 use keel_core::abi::layout::VTIMER_INTID;
 
+use super::pmu::PmuState;
 use super::regs::{read_sysreg, write_sysreg};
 use super::vectors::GuestRegs;
 use super::{gic, stage2};
@@ -334,6 +338,10 @@ pub struct VcpuContext {
     pub vttbr: u64,
     /// FP/SIMD registers, valid while another vCPU (or none) owns the pCPU's FP/SIMD unit.
     pub fp: FpState,
+    /// Whether its VM owns the PMU (`pmu = true`): only then is `pmu` switched.
+    owns_pmu: bool,
+    /// Its PMU registers while it is switched out (a PMU owner's only).
+    pmu: PmuState,
 }
 
 impl VcpuContext {
@@ -355,11 +363,22 @@ impl VcpuContext {
         mdcr: 0,
         vttbr: 0,
         fp: FpState::ZERO,
+        owns_pmu: false,
+        pmu: PmuState::RESET,
     };
 
     /// The vCPU's power-on state (`traps`: its HCR_EL2 and MDCR_EL2): entry at `pc` with `x0`, EL1h with interrupts masked, EL1
-    /// registers, timer, interface and FP/SIMD as the README's entry state says.
-    pub fn reset(&mut self, pc: u64, x0: u64, vmpidr: u64, traps: (u64, u64), vttbr: u64) {
+    /// registers, timer, interface, FP/SIMD and (`owns_pmu`: its VM owns the PMU) a clean PMU
+    /// as the README's entry state says.
+    pub fn reset(
+        &mut self,
+        pc: u64,
+        x0: u64,
+        vmpidr: u64,
+        traps: (u64, u64),
+        vttbr: u64,
+        owns_pmu: bool,
+    ) {
         *self = Self::EMPTY;
         self.pstate = super::regs::SPSR_EL1H_MASKED;
         self.el1 = El1State::RESET;
@@ -369,6 +388,15 @@ impl VcpuContext {
         self.vmpidr = vmpidr;
         (self.hcr, self.mdcr) = traps;
         self.vttbr = vttbr;
+        self.owns_pmu = owns_pmu;
+    }
+
+    /// The vCPU leaves the pCPU without being saved (it stops: CPU_OFF, its VM's end or
+    /// reset): the PMU it owned stops counting, so nothing of it runs on with the next vCPU.
+    pub fn leave_unsaved(&self) {
+        if self.owns_pmu {
+            PmuState::stop();
+        }
     }
 
     /// Sets the stack pointer the vCPU starts with (SP_EL1: it starts in EL1h).
@@ -405,6 +433,9 @@ impl VcpuContext {
         self.interface.vmcr = read_sysreg!("ich_vmcr_el2");
         self.interface.hcr = read_sysreg!("ich_hcr_el2");
         gic::save_active_priorities(&mut self.interface.ap0r, &mut self.interface.ap1r);
+        if self.owns_pmu {
+            self.pmu.save();
+        }
     }
 
     /// Loads this context onto the pCPU, all but the general registers and ELR/SPSR, which
@@ -412,6 +443,9 @@ impl VcpuContext {
     /// of the same VM (same VMID), whose EL1 TLB entries must not be used by this one.
     pub fn restore(&self, redistributor: Option<&gic::Redistributor>, same_vm_other_vcpu: bool) {
         self.el1.restore();
+        if self.owns_pmu {
+            self.pmu.restore();
+        }
         // SAFETY: the incoming vCPU's identity, traps and stage-2 root (a complete table built
         // at boot); VMIDs keep VMs apart in the TLB, so only a switch between two vCPUs of one
         // VM needs its EL1 entries dropped.

@@ -1,6 +1,7 @@
 //! Per-pCPU EL2 configuration for running a guest vCPU: traps, stage 2, identity, timers,
 //! and the guest's EL1 state at power-on.
 
+use super::pmu;
 use super::regs::{cnthctl, cptr, hcr, mdcr, pmcr, read_sysreg, write_sysreg, SCTLR_EL1_RESET};
 
 /// Sets EL2 up to run vCPU `vcpu` of the VM with VMID `vmid` on this (pinned) pCPU, with its
@@ -82,29 +83,18 @@ pub fn configure_pcpu(own_pmu: bool, shared: bool) {
     deny_implementation_defined_registers(midr);
 }
 
-/// Whether this pCPU has a PMUv3 (ID_AA64DFR0_EL1.PMUVer neither 0 nor IMPLEMENTATION DEFINED).
-fn has_pmu() -> bool {
-    !matches!((read_sysreg!("id_aa64dfr0_el1") >> 8) & 0xf, 0 | 0xf)
-}
-
-/// The number of event counters of this pCPU's PMU (PMCR_EL0.N, as EL2 reads it).
-fn pmu_event_counters() -> u64 {
-    (read_sysreg!("pmcr_el0") >> pmcr::N_SHIFT) & pmcr::N_MASK
-}
-
 /// MDCR_EL2 for a guest: debug registers trapped; the PMU and the statistical profiler trapped
-/// unless the VM owns the PMU (`own_pmu`). Only a VM pinned on its pCPUs may own the PMU (the
-/// configuration compiler refuses it on a shared pCPU), so the PMU's registers are never
-/// switched between vCPUs: on a shared pCPU they would count, and time, the others' work.
+/// unless the VM owns the PMU (`own_pmu`). On a shared pCPU each owning vCPU's PMU registers
+/// are switched with it ([`super::pmu::PmuState`]), its counters stopped while it is out.
 pub fn mdcr_value(own_pmu: bool) -> u64 {
     // A VM that owns the PMU gets every counter (HPMN = all); otherwise the PMU and the
     // statistical profiler trap, as do debug registers (read as zero, see trap.rs).
     // Each trap bit is set only where its feature exists (elsewhere the bit is RES0).
     let dfr0 = read_sysreg!("id_aa64dfr0_el1");
-    let has_pmu = has_pmu();
+    let has_pmu = pmu::present();
     let has_spe = (dfr0 >> 32) & 0xf != 0;
     // MDCR_EL2.HPMN: every counter stays the guest's (PMCR_EL0.N), where there is a PMU.
-    let counters = if has_pmu { pmu_event_counters() } else { 0 };
+    let counters = if has_pmu { pmu::event_counters() } else { 0 };
     let pmu_traps = if own_pmu || !has_pmu {
         0
     } else {
@@ -175,13 +165,13 @@ fn reset_el1_state() {
 /// selected, no EL0 access; every event counter's type and value (n < PMCR_EL0.N), the cycle
 /// counter's filter and value zero.
 fn reset_pmu() {
-    if !has_pmu() {
+    if !pmu::present() {
         return;
     }
     /// Every counter's bit in PMCNTENCLR, PMINTENCLR and PMOVSCLR (C is bit 31; bits of
     /// counters that do not exist are RAZ/WI).
     const ALL_COUNTERS: u64 = 0xffff_ffff;
-    let counters = pmu_event_counters();
+    let counters = pmu::event_counters();
     // SAFETY: the PMU is the guest's alone (pinned pCPU, MDCR_EL2.HPMN = N) and Keel never
     // counts with it; the guest does not run until its entry. Clearing the enables first
     // stops every counter before the others are written.

@@ -7,6 +7,7 @@ pub mod gic;
 pub mod guest;
 pub mod mmio;
 pub mod mmu;
+pub mod pmu;
 pub mod psci;
 pub mod regs;
 pub mod stage2;

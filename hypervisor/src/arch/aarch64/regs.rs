@@ -82,6 +82,9 @@ pub mod pmcr {
     pub const P: u64 = 1 << 1;
     /// Write 1: reset the cycle counter to zero.
     pub const C: u64 = 1 << 2;
+    /// The settings bits a vCPU's PMU state keeps: E, D, X, DP, LC and LP (bits 0, 7:3); P
+    /// and C are write-only resets, the bits above 7 read-only or RES0.
+    pub const SETTINGS: u64 = 0xf9;
     /// N, bits \[15:11\]: the number of event counters (read only).
     pub const N_SHIFT: u32 = 11;
     /// N's width mask, after the shift.
