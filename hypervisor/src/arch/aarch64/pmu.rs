@@ -87,8 +87,8 @@ impl PmuState {
             return;
         }
         self.counting = read_sysreg!("pmcntenset_el0");
-        Self::stop();
         self.interrupts = read_sysreg!("pmintenset_el1");
+        Self::stop();
         self.overflows = read_sysreg!("pmovsset_el0");
         self.control = read_sysreg!("pmcr_el0") & pmcr::SETTINGS;
         self.selected = read_sysreg!("pmselr_el0");
