@@ -504,15 +504,6 @@ pub enum Problem {
         /// The shared pCPU.
         pcpu: u32,
     },
-    /// `true on pCPU <pcpu>, which is shared (policy "<policy>"): a PMU belongs to its pCPU, so
-    /// only a VM pinned on pCPUs of its own may own it (its cycle counter would count the other
-    /// vCPUs' work there)`.
-    PmuOnSharedPcpu {
-        /// The shared pCPU.
-        pcpu: u32,
-        /// Its policy as written: `fixed-priority`, `edf` or `round-robin`.
-        policy: &'static str,
-    },
     /// `pCPU <pcpu> is scheduled by EDF, which takes no priority (a period and budget make a
     /// reservation)`.
     PriorityOnEdf {
@@ -909,12 +900,6 @@ impl fmt::Display for Problem {
                 f,
                 "\"native\" needs pinned pCPUs: pCPU {pcpu} is shared, where Keel traps WFI \
                  to give the pCPU to another vCPU"
-            ),
-            Self::PmuOnSharedPcpu { pcpu, policy } => write!(
-                f,
-                "true on pCPU {pcpu}, which is shared (policy \"{policy}\"): a PMU belongs to \
-                 its pCPU, so only a VM pinned on pCPUs of its own may own it (its cycle counter \
-                 would count the other vCPUs' work there)"
             ),
             Self::PriorityOnEdf { pcpu } => write!(
                 f,

@@ -90,16 +90,6 @@ pub fn policies(tables: &[PcpuTable], pcpu_count: u32) -> Result<Vec<Policy>, Co
     Ok(policies)
 }
 
-/// A policy's name as a `[[pcpu]]` table writes it.
-pub fn policy_name(policy: Policy) -> &'static str {
-    match policy {
-        Policy::Pinned => "pinned",
-        Policy::FixedPriority { .. } => "fixed-priority",
-        Policy::Edf { .. } => "edf",
-        Policy::RoundRobin { .. } => "round-robin",
-    }
-}
-
 /// One VM's `schedule` (its `pcpus` already checked): one [`Params`] per vCPU, each fitting
 /// the policy of the vCPU's pCPU. `subject` is the VM's.
 pub fn vcpu_params(

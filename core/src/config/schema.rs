@@ -176,8 +176,8 @@ pub struct VmTable {
     pub cmdline: String,
     /// WFI policy: `"native"` or `"trap"` (checked later, so the message names the VM).
     pub wfi: Option<String>,
-    /// Whether the VM owns its pCPUs' PMU (counters passed through; default: hidden); pinned
-    /// pCPUs only (checked later).
+    /// Whether the VM owns its pCPUs' PMU (counters passed through; default: hidden). On a
+    /// shared pCPU each of its vCPUs has a PMU of its own, switched with it.
     #[serde(default)]
     pub pmu: bool,
     /// Whether the VM may read every pCPU's interrupts-masked record (default: only those of

@@ -405,18 +405,6 @@ fn check_vm(table: &VmTable, index: usize, context: &Context) -> Result<Vm, Conf
             return Err(at("wfi", Problem::NativeWfiOnSharedPcpu { pcpu }));
         }
     }
-    // The PMU is the pCPU's: its counters are not switched with the vCPUs, so on a shared
-    // pCPU they would count (and time) the other vCPUs' work.
-    if table.pmu {
-        if let Some(&pcpu) = table
-            .pcpus
-            .iter()
-            .find(|&&pcpu| context.policies[pcpu as usize].is_shared())
-        {
-            let policy = schedule::policy_name(context.policies[pcpu as usize]);
-            return Err(at("pmu", Problem::PmuOnSharedPcpu { pcpu, policy }));
-        }
-    }
     if table.cmdline.contains('\0') {
         return Err(at("cmdline", Problem::NulInCmdline));
     }

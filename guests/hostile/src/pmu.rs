@@ -7,19 +7,27 @@
 //! counter's type and value (n < PMCR_EL0.N) and the cycle counter zero. A counter that kept
 //! running, or a setting that survived, would carry one run's activity into the next.
 //!
+//! Before those, on its first boot, vCPU 0 checks that the PMU is its own ([`own_values`]):
+//! it writes values of its VM's own into every register, lets the cycle counter and event
+//! counter 0 count, and gives the pCPU away (KEEL_YIELD) eight times; after each it must find
+//! exactly what it left, the two counters only advanced. On a shared pCPU another VM owning
+//! the PMU does the same with its values between, so any register switched wrongly shows
+//! the other VM's value (or a counter that went back).
+//!
 //! The reset count below the device tree (see [`crate::lifecycle`]) tells the boot before the
 //! reset from the one after it.
 
 use core::arch::asm;
 
+use keel_guest::bootargs::BootArgs;
 use keel_guest::devicetree::BootInfo;
 use keel_guest::entry_check::take_entry_state;
 use keel_guest::psci::{affinity_info, cpu_off, cpu_on};
-use keel_guest::{println, system_reset};
+use keel_guest::{println, system_reset, timer, vm_id, yield_now};
 
 use crate::lifecycle::{read_reset_count, reset_count_address, write_reset_count};
 use crate::probe;
-use crate::shared::{secondary_stack_top, spin_for, wait_until, Mailbox};
+use crate::shared::{micros_to_ticks, secondary_stack_top, spin_for, wait_until, Mailbox};
 
 /// Reads a PMU register (the VM owns the PMU, so nothing traps).
 macro_rules! read_pmu {
@@ -243,6 +251,193 @@ fn check_clean(name: &str) -> bool {
     clean
 }
 
+/// The values a VM writes for [`own_values`], each distinct for VMs of different parities and
+/// the counters' high bits carrying the VM's tag (0xa0 + its id), so that another VM's value
+/// is told from its own.
+struct OwnValues {
+    tag: u64,
+    control: u64,
+    selected: u64,
+    user_enable: u64,
+    cycle_filter: u64,
+    event_type: u64,
+    /// PMCNTENSET, PMINTENSET and PMOVSSET: the interrupts and overflow flags on different
+    /// counters, so that no overflow interrupt is raised.
+    counting: u64,
+    interrupts: u64,
+    overflows: u64,
+}
+
+impl OwnValues {
+    fn of(vm: u64, counters: u64) -> Self {
+        let odd = vm % 2 == 1;
+        // Only the counters that exist keep their bits (the others are RAZ/WI).
+        let existing = CYCLE_COUNTER | ((1u64 << counters) - 1);
+        Self {
+            tag: 0xa0 + (vm & 0xf),
+            // E and LC, with X (odd) or DP (even).
+            control: 1 << 0 | 1 << 6 | if odd { 1 << 4 } else { 1 << 5 },
+            selected: (if odd { 3 } else { 5 }).min(counters - 1),
+            user_enable: if odd { 0xf } else { 0x5 },
+            // NSH (count at EL2 too), and U (not at EL0) for the odd one.
+            cycle_filter: 1 << 27 | if odd { 1 << 30 } else { 0 },
+            event_type: 0x11 | 1 << 27 | if odd { 1 << 30 } else { 0 },
+            counting: ENABLED_DIRTY & existing,
+            interrupts: (1 << (2 + vm % 2)) & existing,
+            overflows: (1 << (4 + vm % 2)) & existing,
+        }
+    }
+
+    /// Event counter `n`'s start: the tag in bits 31:24.
+    fn event_count(&self, n: u64) -> u64 {
+        self.tag << 24 | n << 16
+    }
+
+    /// The cycle counter's start: the tag in bits 63:56.
+    fn cycles(&self) -> u64 {
+        self.tag << 56
+    }
+}
+
+/// Yields of [`own_values`].
+const OWN_ROUNDS: usize = 8;
+
+/// A yield longer than this gave the pCPU to another vCPU.
+const AWAY_MICROS: u64 = 100;
+
+/// Writes this VM's own values into every PMU register, lets the cycle counter and event
+/// counter 0 count, and gives the pCPU away [`OWN_ROUNDS`] times; after each, every register
+/// must hold exactly what it left and the two counters must only have advanced, keeping the
+/// VM's tag. Probe `pmu-own-values`; on a shared pCPU (`keel.own-pcpus=none`) the yields must
+/// have given the pCPU away at least once. Leaves the PMU stopped.
+fn own_values(args: &BootArgs<'_>) -> bool {
+    let counters = event_counters();
+    if counters < 2 {
+        probe!(
+            "pmu-own-values",
+            false,
+            "{counters} event counters: too few"
+        );
+        return false;
+    }
+    let (vm, _) = vm_id();
+    let own = OwnValues::of(vm, counters);
+    for counter in 0..counters {
+        select(counter);
+        write_pmu!("pmxevtyper_el0", own.event_type);
+        write_pmu!("pmxevcntr_el0", own.event_count(counter));
+    }
+    write_pmu!("pmccfiltr_el0", own.cycle_filter);
+    write_pmu!("pmccntr_el0", own.cycles());
+    write_pmu!("pmuserenr_el0", own.user_enable);
+    write_pmu!("pmintenset_el1", own.interrupts);
+    write_pmu!("pmovsset_el0", own.overflows);
+    write_pmu!("pmcntenset_el0", own.counting);
+    write_pmu!("pmcr_el0", own.control);
+    write_pmu!("pmselr_el0", own.selected);
+    keel_guest::cpu::isb();
+    let shared = args.value("keel.own-pcpus") == Some("none");
+    let mut cycles = read_pmu!("pmccntr_el0");
+    let mut events = read_pmu!("pmevcntr0_el0");
+    let (mut away, mut counted, mut elapsed) = (0, 0, 0);
+    for round in 0..OWN_ROUNDS {
+        spin_for(300);
+        let (cycles_before, before) = (read_pmu!("pmccntr_el0"), timer::counter());
+        yield_now();
+        let took = timer::counter() - before;
+        let cycles_after = read_pmu!("pmccntr_el0");
+        if took >= micros_to_ticks(AWAY_MICROS) {
+            away += 1;
+            counted += cycles_after.wrapping_sub(cycles_before);
+            elapsed += took;
+        }
+        let mut wrong: Option<(&str, u64, u64)> = None;
+        let mut expect = |name: &'static str, value: u64, expected: u64| {
+            if value != expected && wrong.is_none() {
+                wrong = Some((name, value, expected));
+            }
+        };
+        // PMSELR first: the event counters below are read through it.
+        expect("PMSELR_EL0", read_pmu!("pmselr_el0") & 0x1f, own.selected);
+        expect(
+            "PMCR_EL0",
+            read_pmu!("pmcr_el0") & PMCR_SETTINGS,
+            own.control,
+        );
+        expect(
+            "PMUSERENR_EL0",
+            read_pmu!("pmuserenr_el0") & 0xf,
+            own.user_enable,
+        );
+        expect(
+            "PMCCFILTR_EL0",
+            read_pmu!("pmccfiltr_el0"),
+            own.cycle_filter,
+        );
+        expect("PMCNTENSET_EL0", read_pmu!("pmcntenset_el0"), own.counting);
+        expect(
+            "PMINTENSET_EL1",
+            read_pmu!("pmintenset_el1"),
+            own.interrupts,
+        );
+        expect("PMOVSSET_EL0", read_pmu!("pmovsset_el0"), own.overflows);
+        let now_cycles = cycles_after;
+        let now_events = read_pmu!("pmevcntr0_el0");
+        // A counter only advances, and keeps the tag it started with.
+        let cycles_ok = now_cycles > cycles && now_cycles >> 56 == own.tag;
+        expect(
+            "PMCCNTR_EL0",
+            now_cycles,
+            if cycles_ok { now_cycles } else { cycles },
+        );
+        let events_ok = now_events > events && now_events >> 24 == own.tag;
+        expect(
+            "PMEVCNTR0_EL0",
+            now_events,
+            if events_ok { now_events } else { events },
+        );
+        for counter in 0..counters {
+            select(counter);
+            expect(
+                "PMEVTYPER<n>_EL0",
+                read_pmu!("pmxevtyper_el0"),
+                own.event_type,
+            );
+            if counter > 0 {
+                expect(
+                    "PMEVCNTR<n>_EL0 (n > 0, not counting)",
+                    read_pmu!("pmxevcntr_el0"),
+                    own.event_count(counter),
+                );
+            }
+        }
+        write_pmu!("pmselr_el0", own.selected);
+        keel_guest::cpu::isb();
+        if let Some((name, value, expected)) = wrong {
+            probe!(
+                "pmu-own-values",
+                false,
+                "vm {vm} after yield {round}: {name} {value:#x}, it left {expected:#x}"
+            );
+            return false;
+        }
+        cycles = now_cycles;
+        events = now_events;
+    }
+    write_pmu!("pmcntenclr_el0", own.counting);
+    keel_guest::cpu::isb();
+    let ok = !shared || away > 0;
+    probe!(
+        "pmu-own-values",
+        ok,
+        "vm {vm}: after {OWN_ROUNDS} yields ({away} gave the pCPU away for {} us, in which its \
+         cycle counter advanced {counted}) every PMU register held its own value, the counters \
+         only advanced (PMCCNTR_EL0 {cycles:#x}, PMEVCNTR0_EL0 {events:#x})",
+        elapsed * 1_000_000 / timer::frequency()
+    );
+    ok
+}
+
 /// What vCPU 1 does when started: 1 dirty its PMU, 2 check it.
 static TASK: Mailbox = Mailbox::new();
 /// vCPU 1's answer for its task: 0 none yet, 1 done.
@@ -300,6 +495,9 @@ pub fn pmu_reset(info: &BootInfo<'_>) {
         return;
     }
     if read_reset_count(address) == 0 {
+        if !own_values(&BootArgs::new(info.bootargs)) {
+            return;
+        }
         keel_guest::boot::set_secondary_main(secondary_main);
         if !(run_on_vcpu_1(TASK_DIRTY) && run_on_vcpu_1(TASK_CHECK)) {
             return;
