@@ -36,8 +36,9 @@ fn spec(pcpu: u8, period_us: u64, priority: u8) -> TaskSpec {
     }
 }
 
-/// The cycle counter when task "first" entered KEEL_TASK_WAIT, and the samples of
-/// task "second"'s first instruction after it.
+/// The virtual counter when task "first" entered KEEL_TASK_WAIT, and the samples of
+/// task "second"'s first instruction after it (counter ticks: each task has a PMU of its own,
+/// stopped while the other runs, so the pair is timed with the counter the two share).
 static WAIT_START: AtomicU64 = AtomicU64::new(0);
 static WAIT_SAMPLES: [AtomicU64; ROUNDS] = [const { AtomicU64::new(0) }; ROUNDS];
 static WAIT_ROUND: AtomicU64 = AtomicU64::new(0);
@@ -45,7 +46,7 @@ static WAIT_ROUND: AtomicU64 = AtomicU64::new(0);
 /// Released with `second`, earlier deadline (or higher priority): runs first, stamps, waits.
 fn first(_: u64) -> ! {
     loop {
-        WAIT_START.store(pmu::cycle_counter(), Ordering::Relaxed);
+        WAIT_START.store(timer::counter(), Ordering::Relaxed);
         let _ = task::wait_next_period();
     }
 }
@@ -53,7 +54,7 @@ fn first(_: u64) -> ! {
 /// Runs when `first` has waited: records the cost.
 fn second(_: u64) -> ! {
     loop {
-        let now = pmu::cycle_counter();
+        let now = timer::counter();
         let round = WAIT_ROUND.fetch_add(1, Ordering::Relaxed) as usize;
         if let Some(sample) = WAIT_SAMPLES.get(round) {
             sample.store(
@@ -119,7 +120,12 @@ pub fn run(pcpu: u8) -> ! {
         system_off();
     }
     crate::sleep_until(release + clock.us(2_000 * (ROUNDS as u64 + 2)));
-    let wait: [u64; ROUNDS] = core::array::from_fn(|i| WAIT_SAMPLES[i].load(Ordering::Relaxed));
+    // Ticks to nanoseconds, which are instructions under `-icount shift=0` (16 per tick of
+    // QEMU's 62.5 MHz counter: this figure's resolution).
+    let per_second = timer::frequency().max(1);
+    let wait: [u64; ROUNDS] = core::array::from_fn(|i| {
+        WAIT_SAMPLES[i].load(Ordering::Relaxed) * 1_000_000_000 / per_second
+    });
     print("hvc-null", &null);
     print("task-create", &create);
     print("task-launch", &launch);

@@ -132,21 +132,25 @@ pub fn pingpong(measure: bool, fp: bool) -> ! {
         }
         keel_guest::system_off()
     }
-    keel_guest::pmu::enable_cycle_counter();
+    // Timed with the virtual counter, not the PMU: on a shared pCPU each VM's PMU is its own,
+    // stopped while the partner runs. Under `-icount shift=0` a nanosecond is an instruction,
+    // and a round of 1,000 yields makes the counter's 16 ns tick negligible.
+    let per_second = keel_guest::timer::frequency().max(1);
     // Warm up: let the partner start and both settle into alternation.
     for _ in 0..PINGPONG_YIELDS {
         yield_now();
     }
     let (mut min, mut max, mut total) = (u64::MAX, 0, 0);
     for _ in 0..PINGPONG_ROUNDS {
-        let start = keel_guest::pmu::cycle_counter();
+        let start = keel_guest::timer::counter();
         for i in 0..PINGPONG_YIELDS {
             if fp {
                 touch_fp(i);
             }
             yield_now();
         }
-        let per_yield = (keel_guest::pmu::cycle_counter() - start) / PINGPONG_YIELDS;
+        let ticks = keel_guest::timer::counter() - start;
+        let per_yield = ticks * 1_000_000_000 / per_second / PINGPONG_YIELDS;
         min = min.min(per_yield);
         max = max.max(per_yield);
         total += per_yield;
