@@ -15,13 +15,17 @@
 //! | `calls` | unknown and malformed hypercalls and SMCs, PSCI on invalid CPUs and entry points, CPU_ON/CPU_OFF cycles and races |
 //! | `reset-loop` | resets itself right after every boot for `keel.millis` ms (default 250), pauses, and resets once more; reports its boots (see [`reset_loop`]) |
 //! | `foreign-records` | KEEL_MASKED_STRETCH (read, reset) of the victim's pCPU and every pCPU not its own, KEEL_TASK_STATS of the other VMs' task handles: each must be refused; its own pCPUs must still answer (see [`foreign_records`]) |
+//! | `budget-reset` | on a shared pCPU with a reservation: spins `keel.spin` µs (default 50), resets the VM, and again, for `keel.millis` ms (default 2000); reports the time it ran (see [`budget`]) |
+//! | `budget-cpu-off` | the same with CPU_OFF of vCPU 0 and a CPU_ON from vCPU 1 on another pCPU as soon as AFFINITY_INFO says off |
 //! | `probe` | one access outside what the VM owns (`keel.probe=<kind>:<address>`, see [`access`]) |
 //!
-//! Every vCPU start (boot, CPU_ON, reset) also reports what the SDK's entry check found.
+//! Every vCPU start (boot, CPU_ON, reset) also reports what the SDK's entry check found (the
+//! budget attacks, which start thousands of times, count them in their summary line).
 #![no_std]
 #![no_main]
 
 mod access;
+mod budget;
 mod calls;
 mod console_attacks;
 mod foreign_records;
@@ -67,7 +71,7 @@ fn main(device_tree_address: usize) -> ! {
         system_off();
     };
     // `reset-loop` starts thousands of times: it reports its entry states itself.
-    if attack != "reset-loop" {
+    if !budget::reports_own_entries(attack) && attack != "reset-loop" {
         let (vm, vcpu) = vm_id();
         println!(
             "hostile: vm {vm} vcpu {vcpu} entry {}",
@@ -93,6 +97,8 @@ fn run(attack: &str, args: &BootArgs<'_>, info: &BootInfo<'_>) {
         "calls" => calls::calls(),
         "reset-loop" => reset_loop::reset_loop(args, info),
         "foreign-records" => foreign_records::foreign_records(args),
+        "budget-reset" => budget::reset(args, info),
+        "budget-cpu-off" => budget::cpu_off_attack(args, info),
         "probe" => match args.value("keel.probe") {
             Some(spec) => access::probe(spec),
             None => println!("hostile: keel.attack=probe needs keel.probe=<kind>:<address>"),

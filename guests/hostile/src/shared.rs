@@ -28,23 +28,35 @@ pub const TIMER_CPU_OFF: u32 = 1;
 /// [`TIMER_ACTION`]: reset the VM from inside the handler (the interrupt active).
 pub const TIMER_RESET: u32 = 2;
 
-/// Bytes of vCPU 1's stack.
+/// Bytes of a vCPU's stack.
 const STACK_SIZE: usize = 16 * 1024;
 
-/// A stack for vCPU 1 (CPU_ON), 16-byte aligned.
+/// A stack for a vCPU started by CPU_ON, 16-byte aligned.
 #[repr(C, align(16))]
 pub struct Stack(core::cell::UnsafeCell<[u8; STACK_SIZE]>);
 
-// SAFETY: Rust code never reads or writes the bytes; they are only vCPU 1's stack, and only
-// one vCPU 1 runs at a time (it is started again only once AFFINITY_INFO says it is off).
+// SAFETY: Rust code never reads or writes the bytes; each stack is one vCPU's alone, and that
+// vCPU is started again only once AFFINITY_INFO says it is off.
 unsafe impl Sync for Stack {}
 
+impl Stack {
+    /// A stack (zero-initialised, so it lives in .bss).
+    pub const fn new() -> Self {
+        Self(core::cell::UnsafeCell::new([0; STACK_SIZE]))
+    }
+
+    /// Its top: the stack pointer CPU_ON gives the vCPU.
+    pub fn top(&self) -> usize {
+        self.0.get() as usize + STACK_SIZE
+    }
+}
+
 /// vCPU 1's stack.
-static SECONDARY_STACK: Stack = Stack(core::cell::UnsafeCell::new([0; STACK_SIZE]));
+static SECONDARY_STACK: Stack = Stack::new();
 
 /// The top of vCPU 1's stack.
 pub fn secondary_stack_top() -> usize {
-    SECONDARY_STACK.0.get() as usize + STACK_SIZE
+    SECONDARY_STACK.top()
 }
 
 /// A flag or small value one vCPU publishes to another.
