@@ -3,6 +3,7 @@
 //! Scenarios that judge timing run under `-icount shift=0,sleep=off`, where virtual time is
 //! one nanosecond per instruction and repeats exactly, so a loaded machine cannot fail them.
 
+mod budget;
 mod channels;
 mod messages;
 mod sched;
@@ -1345,6 +1346,7 @@ pub fn all() -> Vec<Scenario> {
     scenarios.extend(tasks::all());
     scenarios.extend(messages::all());
     scenarios.extend(channels::all());
+    scenarios.extend(budget::all());
     for (name, message) in bad {
         scenarios.push(Scenario {
             name: format!("bad configuration {name} fails the build with its message"),

@@ -20,7 +20,7 @@ use crate::Result;
 /// handler that was running when the deadline passed: Linux's longest traps on that pCPU (a
 /// console line written out, a vGIC write with its list-register sync) take a few thousand
 /// instructions. 20 µs is four times that sum. Measured: 3 µs.
-const GANDALF_LATENESS_BOUND_US: u64 = 20;
+pub(super) const GANDALF_LATENESS_BOUND_US: u64 = 20;
 
 /// One `[job]` report of the test guest.
 #[derive(Debug)]
