@@ -273,7 +273,13 @@ fn enter(slot: usize) -> ! {
         frame.fill(&context.regs);
         (context.pc, context.pstate)
     };
-    vectors::resume_guest(&frame, pc, pstate, boot::stack_top(cpu::index()))
+    vectors::resume_guest(
+        &frame,
+        pc,
+        pstate,
+        boot::stack_top(cpu::index()),
+        crate::masked::end,
+    )
 }
 
 /// Saves the running vCPU (general registers in `frame`) into its context and leaves the

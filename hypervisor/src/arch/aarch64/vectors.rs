@@ -299,31 +299,44 @@ pub fn install() {
 }
 
 /// Enters the guest at `pc` (EL1h, interrupts masked) with the given registers, on a fresh
-/// stack. The stage-2 tables, HCR_EL2 and the guest's EL1 state must be set up.
-pub fn enter_guest(regs: &GuestRegs, pc: u64, stack_top: u64) -> ! {
+/// stack. The stage-2 tables, HCR_EL2 and the guest's EL1 state must be set up. `last` runs
+/// once the guest's return state is written (ELR_EL2 holds `pc`), the last thing before the
+/// registers are loaded: the caller ends its interrupts-masked stretch there.
+pub fn enter_guest(regs: &GuestRegs, pc: u64, stack_top: u64, last: impl FnOnce()) -> ! {
     // SAFETY: ELR/SPSR describe an EL1h entry into the current VM, whose memory and traps are
-    // set up; keel_enter_guest copies `regs` before discarding this stack.
+    // set up; nothing between here and the eret below writes them.
     unsafe {
         write_sysreg!("elr_el2", pc);
         write_sysreg!("spsr_el2", super::regs::SPSR_EL1H_MASKED);
-        crate::masked::end();
-        keel_enter_guest(regs, stack_top)
     }
+    last();
+    // SAFETY: ELR/SPSR were written above for this entry; keel_enter_guest copies `regs`
+    // before discarding this stack.
+    unsafe { keel_enter_guest(regs, stack_top) }
 }
 
 /// Enters the guest at `pc` with PSTATE `pstate` and the given registers, on a fresh stack:
 /// a vCPU resuming on a shared pCPU where it was switched out. Its context must be loaded.
-pub fn resume_guest(frame: &ResumeFrame, pc: u64, pstate: u64, stack_top: u64) -> ! {
+/// `last` runs as for [`enter_guest`].
+pub fn resume_guest(
+    frame: &ResumeFrame,
+    pc: u64,
+    pstate: u64,
+    stack_top: u64,
+    last: impl FnOnce(),
+) -> ! {
     let regs = frame.regs();
     // SAFETY: ELR/SPSR are the values saved when the vCPU left (or its entry state), at EL1 or
-    // EL0 of its own VM, whose stage 2, traps and EL1 state are loaded; keel_enter_guest
-    // loads `regs` before anything is written to the new stack.
+    // EL0 of its own VM, whose stage 2, traps and EL1 state are loaded; nothing between here
+    // and the eret below writes them.
     unsafe {
         write_sysreg!("elr_el2", pc);
         write_sysreg!("spsr_el2", pstate);
-        crate::masked::end();
-        keel_enter_guest(regs, stack_top)
     }
+    last();
+    // SAFETY: ELR/SPSR were written above for this resumption; keel_enter_guest loads `regs`
+    // before anything is written to the new stack.
+    unsafe { keel_enter_guest(regs, stack_top) }
 }
 
 /// The guest's return address (ELR_EL2).
