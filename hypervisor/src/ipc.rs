@@ -23,8 +23,7 @@ use crate::arch::cpu::{self, Mutex};
 use crate::arch::timer;
 use crate::config::{MESSAGE_POOL, SYSTEM};
 use crate::irq::Raised;
-use crate::vm::{self, VcpuPower, VmState, MAX_VMS};
-use crate::MAX_VCPUS;
+use crate::vm::{self, VcpuPower, VmState, MAX_VCPUS, MAX_VMS};
 
 /// One destination's queue and the ring it keeps its messages in.
 struct Destination {

@@ -66,7 +66,7 @@ pub fn handle_pending() -> Handled {
                 crate::sched::mark_stale(crate::sched::Stale::Kicked);
                 handled.reschedule = true;
             }
-            _ if intid == crate::uart_intid() => console_input(),
+            _ if intid == crate::platform::uart_intid() => console_input(),
             _ => {}
         }
         gic::deactivate(intid);

@@ -22,7 +22,7 @@ mod config {
     include!(concat!(env!("OUT_DIR"), "/system.rs"));
 }
 
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::Ordering;
 
 use arch::{boot, cpu, gic, mmu, psci, uart::Uart, vectors};
 use keel_core::abi::layout;
@@ -31,25 +31,8 @@ use keel_core::fdt;
 use config::SYSTEM;
 use platform::Platform;
 
-/// Most vCPUs per VM.
-pub const MAX_VCPUS: usize = keel_core::devices::vgic::MAX_VCPUS;
-
 /// QEMU virt's PL011, used to report a device tree too broken to name the console.
 const FALLBACK_UART: u64 = 0x0900_0000;
-
-static PLATFORM: spin::Once<Platform> = spin::Once::new();
-static UART_INTID: AtomicU32 = AtomicU32::new(u32::MAX);
-
-/// The physical UART's interrupt id.
-pub fn uart_intid() -> u32 {
-    UART_INTID.load(Ordering::Relaxed)
-}
-
-fn platform() -> &'static Platform {
-    PLATFORM
-        .get()
-        .expect("platform is read before any other pCPU starts")
-}
 
 /// Reads the device tree at `address` into a slice, checking its header first.
 fn device_tree(address: u64) -> Result<&'static [u8], platform::BootError> {
@@ -100,14 +83,13 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
     // SAFETY: QEMU virt's UART address, used only to report a device tree Keel cannot read.
     let fallback = unsafe { Uart::new(FALLBACK_UART) };
     let platform = match device_tree(dtb).and_then(Platform::from_dtb) {
-        Ok(platform) => PLATFORM.call_once(|| platform),
+        Ok(platform) => platform::record(platform),
         Err(error) => boot_failure(fallback, format_args!("{error}")),
     };
     scrub_platform_seeds(dtb);
     // SAFETY: the device tree names this PL011 as the board's UART; Keel is its only user.
     let uart = unsafe { Uart::new(platform.uart) };
     console::init_early(uart);
-    UART_INTID.store(platform.uart_intid, Ordering::Relaxed);
     check_configuration(platform).unwrap_or_else(|()| {
         boot_failure(uart, format_args!("configuration does not fit this board"))
     });
@@ -231,7 +213,7 @@ fn check_configuration(platform: &Platform) -> Result<(), ()> {
 
 /// Common per-pCPU bring-up, then run this pCPU's vCPU (or idle).
 fn cpu_main(index: usize) -> ! {
-    let platform = platform();
+    let platform = platform::get();
     let this = vm::percpu(index);
     this.mpidr.store(cpu::mpidr(), Ordering::Relaxed);
     // SAFETY: the redistributor region comes from the device tree.

@@ -3,10 +3,37 @@
 //! Every node and property Keel needs is checked; a missing or malformed one is a
 //! [`BootError`] naming it, printed on the early console before Keel powers off.
 
+use core::sync::atomic::{AtomicU32, Ordering};
+
 use keel_core::fdt::{Fdt, FdtError, Node};
 use keel_core::seed::SeedKey;
+use spin::Once;
 
 use crate::arch::boot::MAX_CPUS;
+
+/// The board's facts, read once by pCPU 0 at boot ([`record`]) and only read after.
+static PLATFORM: Once<Platform> = Once::new();
+/// The physical UART's interrupt id, kept apart for the interrupt loop (one load).
+static UART_INTID: AtomicU32 = AtomicU32::new(u32::MAX);
+
+/// Keeps the facts pCPU 0 read from the device tree, before any other pCPU starts.
+pub fn record(platform: Platform) -> &'static Platform {
+    let platform = PLATFORM.call_once(|| platform);
+    UART_INTID.store(platform.uart_intid, Ordering::Relaxed);
+    platform
+}
+
+/// The board's facts ([`record`]ed at boot).
+pub fn get() -> &'static Platform {
+    PLATFORM
+        .get()
+        .expect("platform is read before any other pCPU starts")
+}
+
+/// The physical UART's interrupt id.
+pub fn uart_intid() -> u32 {
+    UART_INTID.load(Ordering::Relaxed)
+}
 
 /// The hardware Keel runs on.
 #[derive(Clone, Debug)]

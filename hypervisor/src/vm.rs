@@ -27,6 +27,9 @@ use crate::{keel_println, keel_println_limited};
 /// Most VMs (as many as VMIDs Keel hands out from its stage-2 pool).
 pub const MAX_VMS: usize = stage2::MAX_VMS;
 
+/// Most vCPUs per VM.
+pub const MAX_VCPUS: usize = keel_core::devices::vgic::MAX_VCPUS;
+
 /// A VM's life cycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -80,7 +83,7 @@ pub struct Vm {
     /// the timer fast path ([`crate::irq`]) reuses what it listed only while this is unchanged.
     pub gic_writes: AtomicU32,
     stage2_root: AtomicU64,
-    vcpus: [Vcpu; crate::MAX_VCPUS],
+    vcpus: [Vcpu; MAX_VCPUS],
     /// How far the reload of a reset has come (used by the resetting pCPU alone, while
     /// `resetting` is set).
     reload: Mutex<Reload>,
@@ -108,7 +111,7 @@ impl Vm {
                     entry: AtomicU64::new(0),
                     context: AtomicU64::new(0),
                 }
-            }; crate::MAX_VCPUS],
+            }; MAX_VCPUS],
             reload: Mutex::new(Reload::START),
             seed_offsets: [const { AtomicUsize::new(0) }; seed::SEED_PROPERTIES.len()],
         }
@@ -590,7 +593,7 @@ fn seed_device_tree(desc: &VmDesc, n: usize, generation: u32) {
     if offset == 0 {
         return;
     }
-    let key = crate::platform().seed_key.as_ref();
+    let key = crate::platform::get().seed_key.as_ref();
     let patch = seed::patch_at(offset, *property, key, desc.id, generation);
     let ipa = GuestPhysAddr(desc.dtb_ipa.0 + patch.offset as u64);
     copy_into(desc, ipa, patch.bytes());
