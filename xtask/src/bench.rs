@@ -11,7 +11,7 @@ use crate::image::{build_guests, build_system, guest_image, output_dir};
 use crate::qemu::Machine;
 use crate::{workspace, Result};
 
-type Figures = BTreeMap<String, (u64, u64, u64)>;
+pub(crate) type Figures = BTreeMap<String, (u64, u64, u64)>;
 
 fn parse(lines: &[String], prefix: &str) -> Result<Figures> {
     let regex = Regex::new(r"bench: (\S+) min=(\d+) avg=(\d+) max=(\d+)$").unwrap();
@@ -44,15 +44,24 @@ fn parse(lines: &[String], prefix: &str) -> Result<Figures> {
     Ok(figures)
 }
 
-/// Runs the benchmarks and prints the table.
+/// The micro-benchmarks under Keel (`configs/bench.toml`, the guests built): each figure's
+/// `(min, avg, max)` instructions, and the size of Keel's image with its guest (bytes).
+pub(crate) fn under_keel() -> Result<(Figures, u64)> {
+    let keel = build_system(&workspace().join("configs/bench.toml"))?;
+    let ended = Machine::keel_icount(&keel)
+        .spawn(&output_dir().join("logs/bench-keel.log"))?
+        .finish(Duration::from_secs(300));
+    let figures = parse(&ended.lines, "[bench] ")?;
+    let size = std::fs::metadata(&keel.path)
+        .map_err(|e| format!("{}: {e}", keel.path.display()))?
+        .len();
+    Ok((figures, size))
+}
+
 /// Runs the micro-benchmarks, then (unless `micro_only`) the Linux benchmarks.
 pub fn run(micro_only: bool) -> Result<()> {
     build_guests()?;
-    let keel = build_system(&workspace().join("configs/bench.toml"))?;
-    let under_keel = Machine::keel_icount(&keel)
-        .spawn(&output_dir().join("logs/bench-keel.log"))?
-        .finish(Duration::from_secs(300));
-    let under_keel = parse(&under_keel.lines, "[bench] ")?;
+    let (under_keel, size) = under_keel()?;
 
     let native = Machine {
         kernel: guest_image("test-guest").unwrap(),
@@ -93,9 +102,6 @@ pub fn run(micro_only: bool) -> Result<()> {
             extra
         );
     }
-    let size = std::fs::metadata(&keel.path)
-        .map_err(|e| e.to_string())?
-        .len();
     let guest = std::fs::metadata(guest_image("test-guest").unwrap())
         .map_err(|e| e.to_string())?
         .len();

@@ -22,7 +22,7 @@ const M5150: [(usize, u64, u64, u64); 5] = [
 ];
 
 /// Boots benchmark configuration `name` (configs/bench) to its end; its figures.
-fn run(name: &str) -> Result<crate::qemu::Ended> {
+pub(crate) fn run(name: &str) -> Result<crate::qemu::Ended> {
     run_config(&format!("configs/bench/{name}.toml"), name, "bench: done")
 }
 

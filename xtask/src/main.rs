@@ -2,6 +2,7 @@
 //! test, `bench` prints the micro-benchmarks, `build` compiles a configuration into an image.
 #![forbid(unsafe_code)]
 
+mod baseline;
 mod bench;
 mod debian;
 mod dtb;
@@ -49,6 +50,8 @@ const USAGE: &str = "usage: cargo xtask <command>
   bench sched      the shared-pCPU benchmarks: vCPU switch cost, lazy FP, the M5150 overhead table
   bench tasks      real-time task services, the sample partition's jitter, masked stretches, lateness through resets
   bench messages   messages between VMs: send, receive and delivery of 20-100 byte messages, beside the M5150 paper
+  bench baseline [--update]  the figures the test command holds (xtask/baseline.toml) beside their
+                   baseline; with --update, written as the new baseline
   fuzz [TARGET] [SECONDS]  run the core's fuzz targets (all, or TARGET) SECONDS each (default 10);
                    `fuzz TARGET --replay FILE` runs one saved input
   build CONFIG     compile CONFIG and build its image under target/keel/<name>/keel.bin";
@@ -67,6 +70,8 @@ fn main() -> ExitCode {
         Some("bench") if args.get(1).is_some_and(|a| a == "tasks") => {
             setup::ensure_tools().and_then(|()| tasks_bench::run())
         }
+        Some("bench") if args.get(1).is_some_and(|a| a == "baseline") => setup::ensure_tools()
+            .and_then(|()| baseline::run(args.get(2).is_some_and(|a| a == "--update"))),
         Some("bench") => setup::ensure_tools()
             .and_then(|()| bench::run(args.get(1).is_some_and(|a| a == "micro"))),
         Some("fuzz") => setup::ensure_tools().and_then(|()| fuzz::run(&args[1..])),

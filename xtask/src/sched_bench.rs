@@ -229,24 +229,31 @@ fn linux_sharing() -> Result<()> {
     Ok(())
 }
 
+/// Two vCPU switches: `(min, avg, max)` instructions of a yield ping-pong between two VMs
+/// round robin on one pCPU, with FP/SIMD used by both if `fp` (the guests built).
+pub(crate) fn switch_pair(fp: bool) -> Result<(u64, u64, u64)> {
+    let (name, fp) = if fp {
+        ("switch-pair-fp", " keel.fp")
+    } else {
+        ("switch-pair", "")
+    };
+    let config = shared_config(
+        &format!("bench-{name}"),
+        "policy = \"round-robin\"\nquantum = \"10ms\"",
+        2,
+        &format!("keel.mode=pingpong keel.pingpong=measure{fp}"),
+        &format!("keel.mode=pingpong keel.pingpong=partner{fp}"),
+        // Timed with the virtual counter: no PMU, whose switching would be measured too.
+        false,
+    );
+    let ended = run_config(&format!("bench-{name}"), &config)?;
+    figure(&ended, name)
+}
+
 /// Runs the scheduling benchmarks and prints their table.
 pub fn run() -> Result<()> {
     build_guests()?;
-    let round_robin = "policy = \"round-robin\"\nquantum = \"10ms\"";
-    let mut switches = Vec::new();
-    for (name, fp) in [("switch-pair", ""), ("switch-pair-fp", " keel.fp")] {
-        let config = shared_config(
-            &format!("bench-{name}"),
-            round_robin,
-            2,
-            &format!("keel.mode=pingpong keel.pingpong=measure{fp}"),
-            &format!("keel.mode=pingpong keel.pingpong=partner{fp}"),
-            // Timed with the virtual counter: no PMU, whose switching would be measured too.
-            false,
-        );
-        let ended = run_config(&format!("bench-{name}"), &config)?;
-        switches.push(figure(&ended, name)?);
-    }
+    let switches = [switch_pair(false)?, switch_pair(true)?];
     println!();
     println!("Scheduling on a shared pCPU: QEMU 'virt' cortex-a72, -icount shift=0,sleep=off (1 instruction = 1 ns)");
     println!(

@@ -1347,6 +1347,13 @@ pub fn all() -> Vec<Scenario> {
     scenarios.extend(messages::all());
     scenarios.extend(channels::all());
     scenarios.extend(budget::all());
+    scenarios.push(Scenario {
+        name: format!(
+            "benchmark figures (bench micro, the image, two switches, a 100-byte delivery on one and two pCPUs) within {} % of xtask/baseline.toml",
+            crate::baseline::TOLERANCE_PERCENT
+        ),
+        run: Box::new(crate::baseline::check),
+    });
     for (name, message) in bad {
         scenarios.push(Scenario {
             name: format!("bad configuration {name} fails the build with its message"),

@@ -1,0 +1,220 @@
+//! The figures CI holds. Under `-icount shift=0,sleep=off` the benchmarks repeat exactly, so
+//! the test command measures the fast paths again (the micro-benchmarks, the image, two vCPU
+//! switches, a 100-byte message delivery on one and on two pCPUs) and compares them with the
+//! committed `xtask/baseline.toml`: a figure more than [`TOLERANCE_PERCENT`] above its baseline
+//! fails the run, naming it; one more than that below it fails too, asking for the baseline to
+//! be updated in the same commit (`cargo xtask bench baseline --update`), so the file, and the
+//! README figures taken from the same runs, stay true.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use crate::{bench, ipc_bench, sched_bench, workspace, Result};
+
+/// How far a figure may move from its baseline, in percent.
+pub const TOLERANCE_PERCENT: u64 = 2;
+
+/// Figures by name, in instructions (bytes for the image).
+pub type Figures = BTreeMap<String, u64>;
+
+/// The micro-benchmark figures held (their average over the run).
+const MICRO: [&str; 6] = [
+    "hvc-null",
+    "mmio-gicd-typer",
+    "psci-version",
+    "sysreg-trap",
+    "timer-irq-entry",
+    "timer-irq-roundtrip",
+];
+
+fn path() -> PathBuf {
+    workspace().join("xtask/baseline.toml")
+}
+
+/// Measures every held figure (the guests must be built).
+pub fn measure() -> Result<Figures> {
+    let mut figures = Figures::new();
+    let (micro, image) = bench::under_keel()?;
+    for name in MICRO {
+        let (_, avg, _) = micro
+            .get(name)
+            .ok_or(format!("the micro-benchmarks printed no '{name}' figure"))?;
+        figures.insert(name.into(), *avg);
+    }
+    // Keel's own image: the bench system's, without its guest (as `bench micro` shows it).
+    let guest = crate::image::guest_image("test-guest").ok_or("no test-guest image")?;
+    let guest = std::fs::metadata(&guest)
+        .map_err(|e| format!("{}: {e}", guest.display()))?
+        .len();
+    figures.insert("image-bytes".into(), image - guest);
+    figures.insert("switch-pair".into(), sched_bench::switch_pair(false)?.1);
+    for (config, name) in [
+        ("messages-one-pcpu", "msg-delivery-100-one-pcpu"),
+        ("messages-two-pcpus", "msg-delivery-100-two-pcpus"),
+    ] {
+        let ended = ipc_bench::run(config)?;
+        figures.insert(
+            name.into(),
+            sched_bench::figure(&ended, "msg-delivery-100")?.1,
+        );
+    }
+    Ok(figures)
+}
+
+/// Reads a baseline file's text: `name = value` lines; `#` starts a comment.
+pub fn parse(text: &str) -> Result<Figures> {
+    let mut figures = Figures::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let (name, value) = line.split_once('=').ok_or(format!(
+            "line {}: expected `name = value`, found '{line}'",
+            n + 1
+        ))?;
+        let (name, value) = (name.trim(), value.trim().replace('_', ""));
+        let value = value
+            .parse::<u64>()
+            .map_err(|_| format!("line {}: '{value}' is not a whole number", n + 1))?;
+        if figures.insert(name.to_string(), value).is_some() {
+            return Err(format!("line {}: '{name}' given twice", n + 1));
+        }
+    }
+    Ok(figures)
+}
+
+/// Compares `measured` with `baseline`: one message per figure that moved beyond the
+/// tolerance, is missing from either, or is new.
+pub fn compare(baseline: &Figures, measured: &Figures) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (name, &held) in baseline {
+        let Some(&now) = measured.get(name) else {
+            problems.push(format!("{name}: in the baseline ({held}) but not measured"));
+            continue;
+        };
+        // now > held × (1 + t/100), in integers.
+        if now * 100 > held * (100 + TOLERANCE_PERCENT) {
+            problems.push(format!(
+                "{name}: {now}, more than {TOLERANCE_PERCENT} % above its baseline {held}"
+            ));
+        } else if now * 100 < held * (100 - TOLERANCE_PERCENT) {
+            problems.push(format!(
+                "{name}: {now}, more than {TOLERANCE_PERCENT} % below its baseline {held}: \
+                 record the improvement (cargo xtask bench baseline --update)"
+            ));
+        }
+    }
+    for (name, now) in measured {
+        if !baseline.contains_key(name) {
+            problems.push(format!("{name}: measured ({now}) but not in the baseline"));
+        }
+    }
+    problems
+}
+
+fn render(figures: &Figures) -> String {
+    let mut text = String::from(
+        "# The figures the test command holds (xtask/src/baseline.rs): instructions under\n\
+         # -icount (bytes for the image). Made by `cargo xtask bench baseline --update`.\n",
+    );
+    for (name, value) in figures {
+        let _ = writeln!(text, "{name} = {value}");
+    }
+    text
+}
+
+/// The test command's check: measures and compares; the error names each figure out of line.
+pub fn check() -> Result<()> {
+    let file = path();
+    let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let baseline = parse(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+    let measured = measure()?;
+    let problems = compare(&baseline, &measured);
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{}: {}", file.display(), problems.join("; ")))
+    }
+}
+
+/// `cargo xtask bench baseline [--update]`: prints the figures beside their baseline, and
+/// writes them as the new baseline if asked.
+pub fn run(update: bool) -> Result<()> {
+    crate::image::build_guests()?;
+    let measured = measure()?;
+    let baseline = std::fs::read_to_string(path())
+        .ok()
+        .map(|text| parse(&text))
+        .transpose()?
+        .unwrap_or_default();
+    println!("{:<28} {:>10} {:>10}", "figure", "baseline", "now");
+    for (name, now) in &measured {
+        let held = baseline.get(name).map_or("-".into(), u64::to_string);
+        println!("{name:<28} {held:>10} {now:>10}");
+    }
+    if update {
+        std::fs::write(path(), render(&measured)).map_err(|e| e.to_string())?;
+        println!("wrote {}", path().display());
+    } else {
+        for problem in compare(&baseline, &measured) {
+            println!("{problem}");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn figures(pairs: &[(&str, u64)]) -> Figures {
+        pairs.iter().map(|&(n, v)| (n.to_string(), v)).collect()
+    }
+
+    #[test]
+    fn parses_what_it_renders() {
+        let held = figures(&[("hvc-null", 120), ("image-bytes", 327_648)]);
+        assert_eq!(parse(&render(&held)).unwrap(), held);
+        assert_eq!(
+            parse("a = 1_000 # note\n\n# only a comment\n").unwrap(),
+            figures(&[("a", 1000)])
+        );
+    }
+
+    #[test]
+    fn refuses_bad_lines_naming_them() {
+        assert!(parse("a = 1\nb 2\n").unwrap_err().starts_with("line 2:"));
+        assert!(parse("a = x\n")
+            .unwrap_err()
+            .contains("'x' is not a whole number"));
+        assert!(parse("a = 1\na = 2\n")
+            .unwrap_err()
+            .contains("'a' given twice"));
+    }
+
+    #[test]
+    fn holds_within_the_tolerance() {
+        let held = figures(&[("hvc-null", 100)]);
+        assert!(compare(&held, &figures(&[("hvc-null", 102)])).is_empty());
+        assert!(compare(&held, &figures(&[("hvc-null", 98)])).is_empty());
+        let grew = compare(&held, &figures(&[("hvc-null", 103)]));
+        assert_eq!(grew.len(), 1);
+        assert!(grew[0].starts_with("hvc-null: 103, more than 2 % above its baseline 100"));
+        let improved = compare(&held, &figures(&[("hvc-null", 97)]));
+        assert!(improved[0].contains("below its baseline 100: record the improvement"));
+    }
+
+    #[test]
+    fn names_missing_and_new_figures() {
+        let problems = compare(&figures(&[("a", 1)]), &figures(&[("b", 1)]));
+        assert_eq!(
+            problems,
+            [
+                "a: in the baseline (1) but not measured",
+                "b: measured (1) but not in the baseline"
+            ]
+        );
+    }
+}
