@@ -16,9 +16,6 @@ use crate::timers::{self, Deadline};
 use crate::vm::{self, VmState};
 use crate::{console, keel_println, keel_println_limited};
 
-/// The SGI one pCPU sends another to make it look at its vCPU again.
-pub const KICK_SGI: u32 = 0;
-
 /// What the physical interrupts handled mean for the vCPU on this pCPU.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Handled {
@@ -62,8 +59,8 @@ pub fn handle_pending() -> Handled {
             // The maintenance interrupt stays asserted until its cause (an EOI'd or underflowing
             // list register) is dealt with: sync now, or it would fire again at once.
             layout::MAINTENANCE_INTID => sync_list_registers(),
-            KICK_SGI => {
-                crate::sched::mark_stale(crate::sched::Stale::Kicked);
+            vm::KICK_SGI => {
+                vm::mark_stale(vm::Stale::Kicked);
                 handled.reschedule = true;
             }
             _ if intid == crate::platform::uart_intid() => console_input(),
@@ -83,7 +80,7 @@ fn hyp_timer() -> bool {
         console::flush_partial();
     }
     if timers::is_due(due, Deadline::VirtualTimers) {
-        crate::sched::mark_stale(crate::sched::Stale::TimerDue);
+        vm::mark_stale(vm::Stale::TimerDue);
     }
     timers::is_due(due, Deadline::Schedule) || timers::is_due(due, Deadline::VirtualTimers)
 }
@@ -112,12 +109,6 @@ fn relist_timer() -> bool {
     }
     gic::write_lr(lr, cpu.timer_lr_value.load(Ordering::Relaxed));
     true
-}
-
-/// Forgets the timer fast path's list register: something else wrote the list registers.
-#[inline(always)]
-pub fn forget_timer_lr() {
-    vm::this_cpu().timer_lr.store(0, Ordering::Relaxed);
 }
 
 /// The guest's virtual timer fired. The physical interrupt stays active until the guest's EOI
@@ -265,7 +256,7 @@ fn deliver_input(id: usize, byte: u8) {
 /// for the guest's EOI, is deactivated, or it would never be signalled on this pCPU again.
 pub fn discard_vcpu_interrupts(id: usize, vcpu: usize, generation: u32) {
     let cpu = vm::this_cpu();
-    forget_timer_lr();
+    cpu.forget_timer_lr();
     crate::arch::guest::stop_virtual_timer();
     {
         let mut vgic = vm::vm(id).vgic.lock();
@@ -300,7 +291,7 @@ pub fn sync_list_registers() {
         return;
     };
     let cpu = vm::this_cpu();
-    forget_timer_lr();
+    cpu.forget_timer_lr();
     let mut vgic = vm::vm(id).vgic.lock();
     let vgic = &mut *vgic;
     let list_registers = gic::list_registers();
@@ -351,7 +342,7 @@ pub fn raise_and_kick(to: usize, to_vcpu: usize, intid: u32, id: usize, vcpu: us
     if (to, target) == (id, vcpu) {
         Raised::Here
     } else if vm::desc(to).pcpus.get(target) == Some(&(crate::arch::cpu::index() as u32))
-        && crate::sched::is_shared()
+        && vm::this_cpu_is_shared()
     {
         if crate::sched::wake_here(to, target) {
             Raised::WokeHere

@@ -228,7 +228,7 @@ fn cpu_main(index: usize) -> ! {
     };
     redistributor.init();
     for intid in [
-        irq::KICK_SGI,
+        vm::KICK_SGI,
         layout::MAINTENANCE_INTID,
         layout::HYP_TIMER_INTID,
     ] {
@@ -236,7 +236,7 @@ fn cpu_main(index: usize) -> ! {
     }
     this.redistributor.call_once(|| redistributor);
     gic::init_cpu_interface();
-    if sched::is_shared() {
+    if vm::this_cpu_is_shared() {
         // Guest settings that do not change between the vCPUs placed here.
         arch::guest::configure_pcpu(false, true);
         sched::init(index);

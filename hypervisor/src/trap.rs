@@ -190,7 +190,7 @@ fn other_trap(id: usize, vcpu: usize, esr: Esr, regs: &mut GuestRegs) {
             vectors::skip_instruction();
             if esr.wfx() != Some(false) {
                 Next::Resume
-            } else if sched::is_shared() {
+            } else if vm::this_cpu_is_shared() {
                 Next::Wait
             } else {
                 if !crate::arch::gic::any_interrupt_listed() {
@@ -201,7 +201,7 @@ fn other_trap(id: usize, vcpu: usize, esr: Esr, regs: &mut GuestRegs) {
                 Next::Resume
             }
         }
-        ExceptionClass::FpAccess if sched::is_shared() => {
+        ExceptionClass::FpAccess if vm::this_cpu_is_shared() => {
             sched::fp_trap();
             Next::Resume
         }
@@ -228,7 +228,7 @@ fn wait(id: usize, vcpu: usize, regs: &GuestRegs) {
 /// sleeps until a physical interrupt (a sender's kick, or Keel's timer set for the timeout).
 fn wait_for_message(id: usize, vcpu: usize, until: u64, regs: &GuestRegs) {
     vectors::repeat_call();
-    if sched::is_shared() {
+    if vm::this_cpu_is_shared() {
         if !sched::running_has_work(id, vcpu) {
             sched::give_away_until(regs, until);
         }
@@ -267,7 +267,7 @@ fn finish(id: usize, vcpu: usize, esr: Esr, next: Next, regs: &GuestRegs) {
         }
         Next::Reset => {
             if vm::reset_begin(id) {
-                if sched::is_shared() {
+                if vm::this_cpu_is_shared() {
                     sched::reload(id);
                 }
                 vm::reload_here(id);
@@ -298,7 +298,7 @@ fn guest_irq(regs: &mut GuestRegs) {
         if !vcpu::still_valid() {
             vcpu::park();
         }
-        if sched::is_shared() {
+        if vm::this_cpu_is_shared() {
             sched::reschedule(regs);
         }
     }
@@ -347,11 +347,11 @@ fn hypercall(id: usize, vcpu: usize, regs: &mut GuestRegs) -> Next {
             regs.x[1] = vcpu as u64;
             u64::from(vm::vm_id(id).0)
         }
-        Call::KeelYield if sched::is_shared() => {
+        Call::KeelYield if vm::this_cpu_is_shared() => {
             regs.x[0] = 0;
             return Next::Yield;
         }
-        Call::PsciCpuSuspend if sched::is_shared() => {
+        Call::PsciCpuSuspend if vm::this_cpu_is_shared() => {
             regs.x[0] = 0;
             return Next::Wait;
         }

@@ -22,7 +22,7 @@ pub fn start(id: usize, vcpu: usize, entry: u64, x0: u64) -> ! {
         desc.pmu,
     );
     this.listed.store(0, Ordering::Relaxed);
-    irq::forget_timer_lr();
+    this.forget_timer_lr();
     this.generation
         .store(vm::vm(id).generation(), Ordering::Relaxed);
     // A clean start: the vCPU's redistributor in its reset state, and the virtual timer's
@@ -82,7 +82,7 @@ pub fn park() -> ! {
         // Only On becomes Off: a start requested meanwhile (CPU_ON, reset) must survive.
         vm::vm(id).power_off_if_on(vcpu);
     }
-    if crate::sched::is_shared() {
+    if vm::this_cpu_is_shared() {
         crate::sched::stop_running()
     }
     idle()
@@ -109,7 +109,7 @@ pub fn idle() -> ! {
 /// First run of this pCPU's vCPU: vCPU 0 boots the VM's image; others wait for CPU_ON. A
 /// shared pCPU enters its run loop.
 pub fn run_this_cpu() -> ! {
-    if crate::sched::is_shared() {
+    if vm::this_cpu_is_shared() {
         crate::sched::run_loop()
     }
     match vm::current() {

@@ -30,6 +30,9 @@ pub const MAX_VMS: usize = stage2::MAX_VMS;
 /// Most vCPUs per VM.
 pub const MAX_VCPUS: usize = keel_core::devices::vgic::MAX_VCPUS;
 
+/// The SGI one pCPU sends another to make it look at its vCPUs again ([`kick_pcpu`]).
+pub const KICK_SGI: u32 = 0;
+
 /// A VM's life cycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -254,6 +257,14 @@ pub struct PerCpu {
     pub timer_lr_value: AtomicU64,
 }
 
+impl PerCpu {
+    /// Forgets the timer fast path's list register: something else wrote the list registers.
+    #[inline(always)]
+    pub fn forget_timer_lr(&self) {
+        self.timer_lr.store(0, Ordering::Relaxed);
+    }
+}
+
 static CPUS: [PerCpu; MAX_CPUS] = [const {
     PerCpu {
         mpidr: AtomicU64::new(0),
@@ -280,12 +291,44 @@ pub fn this_cpu() -> &'static PerCpu {
     &CPUS[cpu::index()]
 }
 
+/// Whether this pCPU is shared between vCPUs (its policy is not `pinned`).
+#[inline(always)]
+pub fn this_cpu_is_shared() -> bool {
+    this_cpu().shared.load(Ordering::Relaxed)
+}
+
 /// The vCPU running on this pCPU (pinned here, or loaded on a shared pCPU): `(vm, vcpu)`.
 #[inline(always)]
 pub fn current() -> Option<(usize, usize)> {
     let cpu = this_cpu();
     let vm = cpu.vm.load(Ordering::Relaxed);
     (vm != usize::MAX).then(|| (vm, cpu.vcpu.load(Ordering::Relaxed)))
+}
+
+/// Why a pCPU must look at its vCPUs again (a shared pCPU's scheduler takes them: see
+/// `sched::refresh`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Stale {
+    /// A kick: an interrupt raised for one of its vCPUs, a start requested, a VM ended or
+    /// reset.
+    Kicked = 1,
+    /// A waiting vCPU's virtual-timer deadline passed.
+    TimerDue = 2,
+}
+
+/// Per pCPU, the [`Stale`] reasons since they were last taken (at boot: kicked, since the
+/// first starts are pending).
+static STALE: [AtomicU8; MAX_CPUS] = [const { AtomicU8::new(Stale::Kicked as u8) }; MAX_CPUS];
+
+/// Something about this pCPU's switched-out vCPUs may have changed.
+pub fn mark_stale(reason: Stale) {
+    STALE[cpu::index()].fetch_or(reason as u8, Ordering::Relaxed);
+}
+
+/// Takes this pCPU's [`Stale`] reasons marked since the last take (bit = reason; 0: none).
+pub fn take_stale() -> u8 {
+    STALE[cpu::index()].swap(0, Ordering::Relaxed)
 }
 
 /// Records which vCPU runs where (from the configuration's pinning) and which pCPUs are
@@ -736,7 +779,7 @@ pub fn kick_vcpu(id: usize, vcpu: usize) {
 /// Sends the kick SGI to pCPU `pcpu` (also this one: it is then taken at the next exit).
 pub fn kick_pcpu(pcpu: usize) {
     if let Some(target) = CPUS.get(pcpu) {
-        gic::send_sgi(crate::irq::KICK_SGI, target.mpidr.load(Ordering::Relaxed));
+        gic::send_sgi(KICK_SGI, target.mpidr.load(Ordering::Relaxed));
     }
 }
 

@@ -18,7 +18,7 @@
 
 pub mod tasks;
 
-use core::sync::atomic::{AtomicU8, Ordering};
+use core::sync::atomic::Ordering;
 
 use keel_core::sched::{Decision, Scheduler, Stats, MAX_SLOTS};
 
@@ -152,12 +152,6 @@ fn this_shared() -> &'static Mutex<SharedCpu> {
     &SHARED[cpu::index()]
 }
 
-/// Whether this pCPU is shared between vCPUs (its policy is not `pinned`).
-#[inline(always)]
-pub fn is_shared() -> bool {
-    vm::this_cpu().shared.load(Ordering::Relaxed)
-}
-
 /// Converts configuration nanoseconds into counter ticks: `(numerator, denominator)`.
 fn ticks_per_ns() -> (u64, u64) {
     (timer::frequency(), 1_000_000_000)
@@ -231,7 +225,7 @@ fn enter(slot: usize) -> ! {
             // Its VM ended or is being reset, and the kick saying so is not handled yet.
             cpu.in_guest.store(false, Ordering::SeqCst);
             cpu.vm.store(usize::MAX, Ordering::Relaxed);
-            mark_stale(Stale::Kicked);
+            vm::mark_stale(vm::Stale::Kicked);
             drop(guard);
             run_loop()
         }
@@ -472,35 +466,15 @@ pub fn fp_trap() {
     shared.fp_owner = Some(slot);
 }
 
-/// Why a pCPU must look at its vCPUs again ([`refresh`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Stale {
-    /// A kick: an interrupt raised for one of its vCPUs, a start requested, a VM ended or
-    /// reset.
-    Kicked = 1,
-    /// A waiting vCPU's virtual-timer deadline passed.
-    TimerDue = 2,
-}
-
-/// Per pCPU, the [`Stale`] reasons since its last [`refresh`] (at boot: kicked, since the
-/// first starts are pending).
-static STALE: [AtomicU8; MAX_CPUS] = [const { AtomicU8::new(Stale::Kicked as u8) }; MAX_CPUS];
-
-/// Something about this pCPU's switched-out vCPUs may have changed.
-pub fn mark_stale(reason: Stale) {
-    STALE[cpu::index()].fetch_or(reason as u8, Ordering::Relaxed);
-}
-
 /// Brings the scheduler up to date with the world, if a kick or a deadline said it may have
 /// changed: vCPUs whose VM ended or was reset stop, start requests (CPU_ON, reset) start, and
 /// waiting vCPUs with an interrupt pending wake. Bounded by the slots of one pCPU.
 fn refresh(shared: &mut SharedCpu, now: u64) {
-    let reasons = STALE[cpu::index()].swap(0, Ordering::Relaxed);
+    let reasons = vm::take_stale();
     if reasons == 0 {
         return;
     }
-    let kicked = reasons & Stale::Kicked as u8 != 0;
+    let kicked = reasons & vm::Stale::Kicked as u8 != 0;
     if !kicked {
         // Only a virtual-timer deadline passed: wake the waiting vCPUs it was for.
         let mut scan = shared.waiting & shared.started;

@@ -208,7 +208,7 @@ pub fn stats(caller: usize, handle: u64, regs: &mut GuestRegs) -> u64 {
 /// KEEL_TASK_WAIT from vCPU `vcpu` of VM `id`: whether the caller is a task on this (shared)
 /// pCPU, which then gives the pCPU away until its next release.
 pub fn may_wait(id: usize, vcpu: usize) -> Result<(), CallError> {
-    if vcpu < vm::desc(id).pcpus.len() || !super::is_shared() {
+    if vcpu < vm::desc(id).pcpus.len() || !vm::this_cpu_is_shared() {
         return Err(CallError::Denied);
     }
     let shared = this_shared().lock();
