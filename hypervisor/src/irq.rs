@@ -10,6 +10,7 @@ use core::sync::atomic::Ordering;
 use keel_core::abi::layout;
 use keel_core::console::Input;
 use keel_core::ratelimit::DiagnosticKind;
+use spin::Once;
 
 use crate::arch::gic;
 use crate::timers::{self, Deadline};
@@ -308,6 +309,17 @@ pub fn sync_list_registers() {
     cpu.listed.store(listed, Ordering::Relaxed);
 }
 
+/// The scheduler's "wake here" (`sched::wake_here`, installed once at boot by [`set_wake_here`]
+/// before any guest runs): vCPU `vcpu` of VM `id`, placed on this shared pCPU and not running,
+/// wakes if it waits and now has something to take; returns whether it woke. The one place
+/// this layer reaches up to the scheduler.
+static WAKE_HERE: Once<fn(usize, usize) -> bool> = Once::new();
+
+/// Installs the scheduler's [`WAKE_HERE`] function (at boot, before any guest runs).
+pub fn set_wake_here(wake: fn(usize, usize) -> bool) {
+    WAKE_HERE.call_once(|| wake);
+}
+
 /// What raising a virtual interrupt asks of the raiser's trap exit ([`raise_and_kick`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Raised {
@@ -344,7 +356,7 @@ pub fn raise_and_kick(to: usize, to_vcpu: usize, intid: u32, id: usize, vcpu: us
     } else if vm::desc(to).pcpus.get(target) == Some(&(crate::arch::cpu::index() as u32))
         && vm::this_cpu_is_shared()
     {
-        if crate::sched::wake_here(to, target) {
+        if WAKE_HERE.get().is_some_and(|wake| wake(to, target)) {
             Raised::WokeHere
         } else {
             Raised::Elsewhere

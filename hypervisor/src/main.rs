@@ -111,6 +111,7 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
     distributor.enable_spi(platform.uart_intid, platform.cpus[0]);
 
     vm::assign_pcpus();
+    irq::set_wake_here(sched::wake_here);
     let mut names = [""; vm::MAX_VMS];
     let mut consoles = [false; vm::MAX_VMS];
     for (index, desc) in SYSTEM.vms.iter().enumerate() {

@@ -642,7 +642,8 @@ fn program(shared: &SharedCpu, decision: Decision) {
 /// An interrupt was raised (a message queued) for vCPU `vcpu` of VM `id`, which is placed on
 /// this shared pCPU and not running: it wakes here at once, without the kick SGI a remote
 /// pCPU would need, if it waits and now has something to take. Returns whether the
-/// scheduler should be asked again (it woke).
+/// scheduler should be asked again (it woke). Called by [`crate::irq::raise_and_kick`], which
+/// is given it at boot ([`crate::irq::set_wake_here`]): the layer below reaches it only so.
 pub fn wake_here(id: usize, vcpu: usize) -> bool {
     let mut guard = this_shared().lock();
     let shared = &mut *guard;
