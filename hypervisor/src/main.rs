@@ -8,6 +8,7 @@ mod console;
 mod devices;
 mod ipc;
 mod irq;
+mod lifecycle;
 mod masked;
 mod platform;
 mod sched;
@@ -117,7 +118,7 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
     for (index, desc) in SYSTEM.vms.iter().enumerate() {
         names[index] = desc.name;
         consoles[index] = desc.console;
-        if let Err(error) = vm::build(index) {
+        if let Err(error) = lifecycle::build(index) {
             boot_failure(
                 uart,
                 format_args!("vm '{}': cannot build its stage-2 map: {error}", desc.name),

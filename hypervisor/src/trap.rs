@@ -14,7 +14,7 @@ use crate::arch::cpu;
 use crate::arch::regs::{read_id_register, read_sysreg};
 use crate::arch::vectors::{self, GuestRegs};
 use crate::vm::{self, VcpuPower};
-use crate::{irq, keel_println_limited, masked, sched, vcpu};
+use crate::{irq, keel_println_limited, lifecycle, masked, sched, vcpu};
 
 /// Why a VM is stopped.
 enum Fault {
@@ -255,22 +255,22 @@ fn finish(id: usize, vcpu: usize, esr: Esr, next: Next, regs: &GuestRegs) {
         Next::Stop(fault) => {
             let fault = fault.named_by_channel(id);
             let pc = vectors::guest_pc();
-            vm::stop(
+            lifecycle::stop(
                 id,
                 format_args!("{fault} (ESR {:#010x}, PC {pc:#x})", esr.0),
             );
             vcpu::park();
         }
         Next::PowerOff => {
-            vm::power_off(id);
+            lifecycle::power_off(id);
             vcpu::park();
         }
         Next::Reset => {
-            if vm::reset_begin(id) {
+            if lifecycle::reset_begin(id) {
                 if vm::this_cpu_is_shared() {
                     sched::reload(id);
                 }
-                vm::reload_here(id);
+                lifecycle::reload_here(id);
             }
             vcpu::park();
         }

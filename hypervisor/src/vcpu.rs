@@ -42,7 +42,12 @@ pub fn start(id: usize, vcpu: usize, entry: u64, x0: u64) -> ! {
     }
     let mut regs = vectors::GuestRegs::default();
     regs.x[0] = x0;
-    vectors::enter_guest(&regs, entry, boot::stack_top(cpu::index()), crate::masked::end)
+    vectors::enter_guest(
+        &regs,
+        entry,
+        boot::stack_top(cpu::index()),
+        crate::masked::end,
+    )
 }
 
 /// Says that VM `id` starts (its vCPU 0), with the time since power-on, so boot times under

@@ -5,7 +5,7 @@
 //! ([`keel_core::devices::virtio::console`]) walks the rings in bounded steps and checks every
 //! address through [`VmMemory`].
 //!
-//! Ownership and locks: each VM's console state sits behind its own lock (`Vm::virtio`). Lock
+//! Ownership and locks: each VM's console state sits behind its own lock ([`console`]). Lock
 //! order: the console's lock, then a message queue's lock (taking input, or sending output),
 //! then the VM's vGIC lock (its interrupt level). Output the peer's full queue cannot take
 //! stays in the driver's ring and is retried when the peer receives a message
@@ -19,10 +19,10 @@ use keel_core::devices::DeviceError;
 use keel_core::ipc::{Sender, MAX_MESSAGE};
 use keel_core::system::VmDesc;
 
-use crate::arch::cpu;
+use crate::arch::cpu::{self, Mutex};
 use crate::config::SYSTEM;
 use crate::devices::{Access, Device};
-use crate::vm;
+use crate::vm::{self, MAX_VMS};
 
 /// Bytes of output one trap moves at most (one bounded step).
 const STEP: usize = 4096;
@@ -49,6 +49,14 @@ impl Console {
             blocked: false,
         }
     }
+}
+
+/// Each VM's console state (reset by `lifecycle` with the VM's other devices).
+static CONSOLES: [Mutex<Console>; MAX_VMS] = [const { Mutex::new(Console::new()) }; MAX_VMS];
+
+/// VM `id`'s console state, behind its lock.
+pub fn console(id: usize) -> &'static Mutex<Console> {
+    &CONSOLES[id]
 }
 
 /// A VM's memory as the virtio model reaches it: every range checked against the VM's RAM.
@@ -94,7 +102,7 @@ impl Device for VirtioConsoleDevice {
     }
 
     fn access(&self, id: usize, access: Access) -> Result<u64, DeviceError> {
-        let mut console = vm::vm(id).virtio.lock();
+        let mut console = console(id).lock();
         let value = match access.write {
             None => u64::from(console.model.mmio_read(access.offset, access.size)?),
             Some(value) => {
@@ -215,7 +223,7 @@ fn update_level(id: usize, console: &Console) {
 /// A message was queued for vCPU 0 of VM `id`, which has a console: it goes to the driver's
 /// receive buffers if they have room.
 pub fn input_queued(id: usize) {
-    let mut console = vm::vm(id).virtio.lock();
+    let mut console = console(id).lock();
     let took = fill(id, &mut console);
     update_level(id, &console);
     drop(console);
@@ -231,7 +239,7 @@ pub fn peer_received(receiver: usize) {
         if desc.virtio_console.map(usize::from) != Some(receiver) {
             continue;
         }
-        let mut console = vm::vm(id).virtio.lock();
+        let mut console = console(id).lock();
         if console.blocked {
             transmit(id, &mut console);
             update_level(id, &console);

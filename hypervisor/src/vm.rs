@@ -1,28 +1,28 @@
-//! VMs at run time: their state, their device models, loading their images, and which
-//! pCPU runs which vCPU.
+//! VMs and pCPUs at run time: each VM's state (life cycle, vCPU power, device models, task
+//! table), which pCPU runs which vCPU, why a pCPU must look at its vCPUs again and the kick
+//! that tells it, and the one checked access to guest memory. What changes the state (build,
+//! stop, reset) is [`crate::lifecycle`]'s; the state itself knows no module above it.
 //!
-//! Ownership: each of a VM's device models (vGIC, PL011) sits behind a lock of its own,
-//! taken by the pCPU running its vCPU (traps, through [`crate::devices`]), by pCPU 0 (console
-//! input) and by senders raising its interrupts. Lock order: a device model other than the
-//! vGIC, then the VM's vGIC (a model sets its interrupt's level under its own lock, so that a
-//! level cannot be overtaken by an older one), then nothing (the console lock is never taken
-//! while holding either).
+//! Ownership: each of a VM's device models (vGIC, PL011 here; the virtio console in
+//! [`crate::devices`]) sits behind a lock of its own, taken by the pCPU running its vCPU
+//! (traps, through [`crate::devices`]), by pCPU 0 (console input) and by senders raising its
+//! interrupts. Lock order: a device model other than the vGIC, then the VM's vGIC (a model
+//! sets its interrupt's level under its own lock, so that a level cannot be overtaken by an
+//! older one), then nothing (the console lock is never taken while holding either). The task
+//! tables of all VMs sit behind one lock ([`task_tables`]), taken before a shared pCPU's own
+//! (see `sched::tasks`).
 
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
-use keel_core::abi::layout;
 use keel_core::addr::{GuestPhysAddr, VmId};
 use keel_core::devices::{pl011::Pl011, vgic::Vgic};
-use keel_core::ratelimit::DiagnosticKind;
-use keel_core::seed;
-use keel_core::stage2::MemoryKind;
 use keel_core::system::VmDesc;
+use keel_core::tasks::TaskTable;
 use spin::Once;
 
 use crate::arch::cpu::{self, Mutex};
 use crate::arch::{boot::MAX_CPUS, gic, stage2};
 use crate::config::SYSTEM;
-use crate::{keel_println, keel_println_limited};
 
 /// Most VMs (as many as VMIDs Keel hands out from its stage-2 pool).
 pub const MAX_VMS: usize = stage2::MAX_VMS;
@@ -72,28 +72,19 @@ pub struct Vm {
     state: AtomicU8,
     /// Bumped on each reset: a vCPU started in an older generation stops.
     generation: AtomicU32,
-    /// The GIC distributor and redistributors, set up by [`build`] before any vCPU of the VM
-    /// runs, like every device model.
+    /// The GIC distributor and redistributors, set up by `lifecycle::build` before any vCPU
+    /// of the VM runs, like every device model.
     pub vgic: Mutex<Vgic>,
     /// The console UART.
     pub uart: Mutex<Pl011>,
-    /// The virtio console, if the VM has one.
-    pub virtio: Mutex<crate::virtio::Console>,
-    /// Set while a vCPU of the VM reloads it ([`reset`]): no other vCPU of it starts, and a
-    /// second SYSTEM_RESET meanwhile just stops its caller.
+    /// Set while a vCPU of the VM reloads it (`lifecycle::reset_begin`): no other vCPU of it
+    /// starts, and a second SYSTEM_RESET meanwhile just stops its caller.
     resetting: AtomicBool,
     /// Bumped, under the device lock, by every guest write to the vGIC and every reset of it:
     /// the timer fast path ([`crate::irq`]) reuses what it listed only while this is unchanged.
     pub gic_writes: AtomicU32,
     stage2_root: AtomicU64,
     vcpus: [Vcpu; MAX_VCPUS],
-    /// How far the reload of a reset has come (used by the resetting pCPU alone, while
-    /// `resetting` is set).
-    reload: Mutex<Reload>,
-    /// Where each of [`seed::SEED_PROPERTIES`]'s values sits in the VM's device tree, found
-    /// once by [`build`] (0: not there; no value sits in the blob's header): a reload patches
-    /// them without parsing. Zero at first, so that the VM table stays in .bss.
-    seed_offsets: [AtomicUsize; seed::SEED_PROPERTIES.len()],
 }
 
 impl Vm {
@@ -104,7 +95,6 @@ impl Vm {
             // All-zero, so the VM table lives in .bss rather than in the image.
             vgic: Mutex::new(Vgic::EMPTY),
             uart: Mutex::new(Pl011::ZEROED),
-            virtio: Mutex::new(crate::virtio::Console::new()),
             resetting: AtomicBool::new(false),
             gic_writes: AtomicU32::new(0),
             stage2_root: AtomicU64::new(0),
@@ -115,8 +105,6 @@ impl Vm {
                     context: AtomicU64::new(0),
                 }
             }; MAX_VCPUS],
-            reload: Mutex::new(Reload::START),
-            seed_offsets: [const { AtomicUsize::new(0) }; seed::SEED_PROPERTIES.len()],
         }
     }
 
@@ -137,6 +125,33 @@ impl Vm {
     /// Root of the VM's stage-2 tables.
     pub fn stage2_root(&self) -> u64 {
         self.stage2_root.load(Ordering::Relaxed)
+    }
+
+    /// Records the root of the VM's stage-2 tables (its build, before any vCPU of it runs).
+    pub fn set_stage2_root(&self, root: u64) {
+        self.stage2_root.store(root, Ordering::Relaxed);
+    }
+
+    /// Ends the VM in `state` ([`VmState::Off`] or [`VmState::Stopped`]); whether it was
+    /// running until now (only then is its end to be reported and carried out).
+    pub fn end(&self, state: VmState) -> bool {
+        self.state.swap(state as u8, Ordering::AcqRel) == VmState::Running as u8
+    }
+
+    /// Marks the VM as being reset and begins a new generation; false if a reset is already
+    /// under way (and then changes nothing). SeqCst with [`Vm::may_enter`]: either a vCPU
+    /// about to enter sees the flag, or the resetter sees its pCPU's `in_guest` and waits.
+    pub fn begin_reset(&self) -> bool {
+        if self.resetting.swap(true, Ordering::SeqCst) {
+            return false;
+        }
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        true
+    }
+
+    /// The reset is complete: vCPUs of the VM may start again.
+    pub fn end_reset(&self) {
+        self.resetting.store(false, Ordering::Release);
     }
 
     /// A vCPU's PSCI power state.
@@ -331,8 +346,13 @@ pub fn take_stale() -> u8 {
     STALE[cpu::index()].swap(0, Ordering::Relaxed)
 }
 
+/// The pCPUs of the configuration, in order.
+pub fn configured_pcpus() -> impl Iterator<Item = &'static PerCpu> {
+    CPUS.iter().take(SYSTEM.pcpus as usize)
+}
+
 /// Records which vCPU runs where (from the configuration's pinning) and which pCPUs are
-/// shared; a shared pCPU's vCPUs are placed by [`crate::sched::init`].
+/// shared; a shared pCPU's vCPUs are placed by `sched::init`.
 pub fn assign_pcpus() {
     for (index, policy) in SYSTEM.policies.iter().enumerate().take(MAX_CPUS) {
         CPUS[index]
@@ -351,95 +371,6 @@ pub fn assign_pcpus() {
     }
 }
 
-/// Why a VM could not be built.
-#[derive(Clone, Copy, Debug)]
-pub enum LoadError {
-    /// Out of stage-2 table storage.
-    NoTables,
-    /// The stage-2 map was refused.
-    Map(keel_core::stage2::Stage2Error),
-}
-
-impl core::fmt::Display for LoadError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            LoadError::NoTables => write!(f, "no stage-2 table storage left"),
-            LoadError::Map(error) => write!(f, "{error}"),
-        }
-    }
-}
-
-/// Builds VM `id`'s stage-2 tables, loads its image and device tree, creates its devices.
-pub fn build(id: usize) -> Result<(), LoadError> {
-    let desc = desc(id);
-    let mut tables = stage2::tables_for(id).ok_or(LoadError::NoTables)?;
-    for region in desc.regions() {
-        tables
-            .map(region.ipa.0, region.phys.0, region.size, MemoryKind::Normal)
-            .map_err(LoadError::Map)?;
-    }
-    // Its windows on the channels it is a member of: shared memory, never the VM's own (Keel's
-    // accessor of guest memory, `guest_bytes`, does not reach them).
-    for (channel, member) in SYSTEM.channels_of(id) {
-        let window = channel.window(member);
-        let kind = if member.writable {
-            MemoryKind::Normal
-        } else {
-            MemoryKind::NormalReadOnly
-        };
-        tables
-            .map(window.ipa.0, window.phys.0, window.size, kind)
-            .map_err(LoadError::Map)?;
-    }
-    VMS[id]
-        .stage2_root
-        .store(tables.root_phys(), Ordering::Relaxed);
-    for (n, property) in seed::SEED_PROPERTIES.iter().enumerate() {
-        if let Ok(Some(offset)) = seed::seed_offset(desc.dtb, *property) {
-            VMS[id].seed_offsets[n].store(offset, Ordering::Relaxed);
-        }
-    }
-    load_images(desc, VMS[id].generation());
-    reset_devices(id);
-    if is_shared_pcpu(desc.pcpus[0]) {
-        // A shared pCPU's run loop starts it like a CPU_ON (cannot fail: it is off).
-        let _ = VMS[id].request_start(0, desc.image_ipa.0, desc.dtb_ipa.0);
-    } else {
-        VMS[id].set_vcpu_power(0, VcpuPower::On);
-    }
-    Ok(())
-}
-
-fn reset_devices(id: usize) {
-    let desc = desc(id);
-    // The SPIs its devices, its message queues and its channels' doorbells raise (an SGI
-    // needs no owning).
-    let console = desc.console.then_some(layout::UART_INTID);
-    let virtio = desc.virtio_console.map(|_| layout::VIRTIO_INTID);
-    let messages = desc.messages.map(|grant| grant.intid);
-    let doorbells = SYSTEM.channels_of(id).map(|(channel, _)| channel.intid);
-    let mut owned = [0; 3 + keel_core::system::MAX_CHANNELS];
-    let mut count = 0;
-    for intid in console
-        .into_iter()
-        .chain(virtio)
-        .chain(messages)
-        .chain(doorbells)
-        .filter(|&intid| intid >= 32)
-    {
-        owned[count] = intid;
-        count += 1;
-    }
-    // Lock order: the device models', then the vGIC's.
-    let mut virtio = VMS[id].virtio.lock();
-    let mut uart = VMS[id].uart.lock();
-    let mut vgic = VMS[id].vgic.lock();
-    *virtio = crate::virtio::Console::new();
-    *uart = Pl011::new();
-    *vgic = Vgic::new(desc.pcpus.len(), &owned[..count]);
-    VMS[id].gic_writes.fetch_add(1, Ordering::Relaxed);
-}
-
 /// The VM's memory at `[ipa, ipa + len)` as a byte slice (to load it, or to copy a message
 /// in or out); None if no region of the VM holds it whole: the one check every access of
 /// Keel's to guest memory goes through.
@@ -450,295 +381,6 @@ pub fn guest_bytes(desc: &VmDesc, ipa: GuestPhysAddr, len: usize) -> Option<&'st
     // vCPU of the VM runs while it is (re)loaded; otherwise (messages) its vCPUs may write
     // the bytes meanwhile, which Keel copies in one pass and never interprets.
     Some(unsafe { core::slice::from_raw_parts_mut(phys.0 as *mut u8, len) })
-}
-
-/// Copies `bytes` into the VM's memory at `ipa` and cleans them to the point of coherency.
-fn copy_into(desc: &VmDesc, ipa: GuestPhysAddr, bytes: &[u8]) {
-    if let Some(destination) = guest_bytes(desc, ipa, bytes.len()) {
-        cpu::copy_bytes(destination, bytes);
-        cpu::clean_to_poc(destination.as_ptr() as usize, bytes.len());
-    }
-}
-
-/// Bytes one load step copies or fills: about 1,300 instructions with the cache cleaning,
-/// so that Keel serves interrupts (and a shared pCPU's scheduler runs) at least that often
-/// while it (re)loads a VM, whatever the image's size.
-const STEP_BYTES: usize = 4096;
-
-/// What a (re)load of a VM does, in order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Phase {
-    /// Say that the VM resets (a reset only).
-    Announce,
-    /// Erase the flash (all ones).
-    Flash,
-    /// Copy the kernel image.
-    Image,
-    /// Copy the device tree.
-    DeviceTree,
-    /// Give the device tree this boot's seed properties, one per step.
-    Seeds(usize),
-    /// Copy the initial RAM disk.
-    Initrd,
-    /// Fresh devices (a reset only: at boot [`build`] makes them).
-    Devices,
-    /// Say how the reload went (a reset only).
-    Report,
-    /// Complete.
-    Done,
-}
-
-/// How far a VM's load has come: bounded steps ([`Reload::step`]).
-#[derive(Clone, Copy, Debug)]
-pub struct Reload {
-    phase: Phase,
-    /// A boot's load: no announcement, devices or report (the caller does those).
-    boot: bool,
-    offset: usize,
-    /// Steps done, bytes copied or filled, and the counter when the first step began.
-    steps: u64,
-    bytes: u64,
-    began: u64,
-}
-
-impl Reload {
-    /// At the start of a boot's load.
-    const BOOT: Reload = Reload {
-        phase: Phase::Flash,
-        boot: true,
-        offset: 0,
-        steps: 0,
-        bytes: 0,
-        began: 0,
-    };
-
-    /// At the start of a reset's reload.
-    pub const START: Reload = Reload {
-        phase: Phase::Announce,
-        boot: false,
-        offset: 0,
-        steps: 0,
-        bytes: 0,
-        began: 0,
-    };
-
-    /// Does one step of loading VM `desc` for `generation` (at most [`STEP_BYTES`] copied or
-    /// filled, or one seed property); returns whether the load is complete.
-    fn step(&mut self, desc: &VmDesc, generation: u32) -> bool {
-        if self.steps == 0 {
-            self.began = crate::arch::timer::now();
-        }
-        self.steps += 1;
-        let offset = self.offset;
-        let phase_done = match self.phase {
-            Phase::Announce => {
-                keel_println_limited!(
-                    DiagnosticKind::Reset,
-                    desc.id.0 as usize,
-                    "vm '{}' (id {}) resets",
-                    desc.name,
-                    desc.id.0
-                );
-                true
-            }
-            Phase::Flash => desc
-                .flash
-                .is_none_or(|flash| self.fill(desc, flash.ipa, flash.size as usize)),
-            Phase::Image => self.copy(desc, desc.image_ipa, desc.image),
-            Phase::DeviceTree => self.copy(desc, desc.dtb_ipa, desc.dtb),
-            Phase::Seeds(n) => {
-                seed_device_tree(desc, n, generation);
-                true
-            }
-            Phase::Initrd => self.copy(desc, desc.initrd_ipa, desc.initrd),
-            Phase::Devices => {
-                reset_devices(desc.id.0 as usize);
-                true
-            }
-            Phase::Report => {
-                let micros = crate::arch::timer::ticks_to_ns(
-                    crate::arch::timer::now().saturating_sub(self.began),
-                ) / 1_000;
-                keel_println_limited!(
-                    DiagnosticKind::Reset,
-                    desc.id.0 as usize,
-                    "vm '{}' (id {}) reloaded: {} bytes in {} steps over {} us",
-                    desc.name,
-                    desc.id.0,
-                    self.bytes,
-                    self.steps,
-                    micros
-                );
-                true
-            }
-            Phase::Done => true,
-        };
-        self.bytes += self.offset.saturating_sub(offset) as u64;
-        if phase_done {
-            self.phase = match self.phase {
-                Phase::Flash => Phase::Image,
-                Phase::Image => Phase::DeviceTree,
-                Phase::DeviceTree => Phase::Seeds(0),
-                Phase::Seeds(n) if n + 1 < seed::SEED_PROPERTIES.len() => Phase::Seeds(n + 1),
-                Phase::Seeds(_) => Phase::Initrd,
-                Phase::Initrd if self.boot => Phase::Done,
-                Phase::Initrd => Phase::Devices,
-                Phase::Devices => Phase::Report,
-                Phase::Announce => Phase::Flash,
-                Phase::Report | Phase::Done => Phase::Done,
-            };
-            self.offset = 0;
-        }
-        self.phase == Phase::Done
-    }
-
-    /// Copies the next chunk of `bytes` to `ipa`; whether all of it is copied.
-    fn copy(&mut self, desc: &VmDesc, ipa: GuestPhysAddr, bytes: &[u8]) -> bool {
-        let end = bytes.len().min(self.offset + STEP_BYTES);
-        if let Some(chunk) = bytes.get(self.offset..end) {
-            copy_into(desc, GuestPhysAddr(ipa.0 + self.offset as u64), chunk);
-        }
-        self.offset = end;
-        end == bytes.len()
-    }
-
-    /// Fills the next chunk of `[ipa, ipa + size)` with 0xff; whether all of it is filled.
-    fn fill(&mut self, desc: &VmDesc, ipa: GuestPhysAddr, size: usize) -> bool {
-        let end = size.min(self.offset + STEP_BYTES);
-        let at = GuestPhysAddr(ipa.0 + self.offset as u64);
-        if let Some(bytes) = guest_bytes(desc, at, end - self.offset) {
-            bytes.fill(0xff);
-            cpu::clean_to_poc(bytes.as_ptr() as usize, bytes.len());
-        }
-        self.offset = end;
-        end == size
-    }
-}
-
-/// Loads VM `desc` whole (at boot: no guest runs yet, nothing to serve in between).
-fn load_images(desc: &VmDesc, generation: u32) {
-    let mut reload = Reload::BOOT;
-    while !reload.step(desc, generation) {}
-}
-
-/// Gives the VM's copy of its device tree this boot's seed property number `n` of
-/// [`seed::SEED_PROPERTIES`] (`/chosen/rng-seed` or `kaslr-seed`, see [`keel_core::seed`]):
-/// without entropy Linux pays for it on every system call. Its place in the blob was found by
-/// [`build`].
-fn seed_device_tree(desc: &VmDesc, n: usize, generation: u32) {
-    let (Some(property), Some(offset)) = (
-        seed::SEED_PROPERTIES.get(n),
-        VMS[desc.id.0 as usize].seed_offsets.get(n),
-    ) else {
-        return;
-    };
-    let offset = offset.load(Ordering::Relaxed);
-    if offset == 0 {
-        return;
-    }
-    let key = crate::platform::get().seed_key.as_ref();
-    let patch = seed::patch_at(offset, *property, key, desc.id, generation);
-    let ipa = GuestPhysAddr(desc.dtb_ipa.0 + patch.offset as u64);
-    copy_into(desc, ipa, patch.bytes());
-}
-
-/// Stops VM `id` after a fault, with Keel's diagnostic line.
-pub fn stop(id: usize, reason: core::fmt::Arguments<'_>) {
-    let desc = desc(id);
-    if VMS[id].state.swap(VmState::Stopped as u8, Ordering::AcqRel) == VmState::Running as u8 {
-        keel_println!("vm '{}' (id {}) stopped: {}", desc.name, id, reason);
-        after_vm_ended(id);
-    }
-}
-
-/// VM `id` powered itself off.
-pub fn power_off(id: usize) {
-    if VMS[id].state.swap(VmState::Off as u8, Ordering::AcqRel) == VmState::Running as u8 {
-        keel_println!("vm '{}' (id {}) powered off", desc(id).name, id);
-        after_vm_ended(id);
-    }
-}
-
-/// Begins restarting VM `id` from its pristine image (PSCI SYSTEM_RESET, from any of its
-/// vCPUs): every vCPU stops (a newer generation), its tasks are forgotten, and once none of
-/// them runs guest code any more (each parks at its next exit, the kick making that at once)
-/// the reload may begin: [`reload_step`] until it says done, then [`reset_finish`]. Returns
-/// false if a reset is already under way (the caller just parks).
-pub fn reset_begin(id: usize) -> bool {
-    let vm = &VMS[id];
-    // SeqCst with `may_enter`: either a vCPU about to enter sees the flag, or this sees its
-    // `in_guest` and waits for it.
-    if vm.resetting.swap(true, Ordering::SeqCst) {
-        return false;
-    }
-    let desc = desc(id);
-    vm.generation.fetch_add(1, Ordering::AcqRel);
-    for vcpu in 0..vcpu_count(desc) {
-        vm.set_vcpu_power(vcpu, VcpuPower::Off);
-    }
-    crate::ipc::clear_vm(id);
-    this_cpu().in_guest.store(false, Ordering::Release);
-    kick_vm(id);
-    wait_until_stopped(id);
-    crate::sched::tasks::forget(id);
-    *vm.reload.lock() = Reload::START;
-    true
-}
-
-/// One bounded step of reloading VM `id` (being reset); returns whether the reload is
-/// complete.
-pub fn reload_step(id: usize) -> bool {
-    let vm = &VMS[id];
-    vm.reload.lock().step(desc(id), vm.generation())
-}
-
-/// Ends the reset of VM `id` once reloaded (its devices too): vCPU 0 pending to start at the
-/// image's entry on its own pCPU (unless the VM ended meanwhile).
-pub fn reset_finish(id: usize) {
-    let vm = &VMS[id];
-    let desc = desc(id);
-    // A CPU_ON made by a vCPU of the old generation before it stopped is dropped.
-    for vcpu in 0..vcpu_count(desc) {
-        vm.set_vcpu_power(vcpu, VcpuPower::Off);
-    }
-    vm.resetting.store(false, Ordering::Release);
-    if vm.state() == VmState::Running {
-        // Cannot fail: every vCPU was just turned off.
-        let _ = vm.request_start(0, desc.image_ipa.0, desc.dtb_ipa.0);
-        kick_vcpu(id, 0);
-    }
-}
-
-/// Reloads VM `id` (its reset begun) on a pinned pCPU, which has nothing else to run: the
-/// steps run here, with the interrupts that arrive meanwhile served between two steps, then
-/// the reset ends. The caller parks.
-pub fn reload_here(id: usize) {
-    crate::masked::at(keel_core::abi::MaskedSite::Reload);
-    while !reload_step(id) {
-        let _ = crate::irq::serve_between_steps(keel_core::abi::MaskedSite::Reload);
-    }
-    reset_finish(id);
-}
-
-/// Waits until no pCPU runs guest code of VM `id` (its vCPUs were kicked and stop at their
-/// next exit, which the kick forces). No lock is held meanwhile.
-fn wait_until_stopped(id: usize) {
-    for cpu in CPUS.iter().take(SYSTEM.pcpus as usize) {
-        while cpu.in_guest.load(Ordering::SeqCst) && cpu.vm.load(Ordering::Relaxed) == id {
-            cpu::spin_wait();
-        }
-    }
-}
-
-fn after_vm_ended(id: usize) {
-    crate::sched::tasks::forget(id);
-    kick_vm(id);
-    let all_ended = (0..SYSTEM.vms.len()).all(|vm| VMS[vm].state() != VmState::Running);
-    if all_ended {
-        keel_println!("all VMs have ended: powering off");
-        crate::console::flush_before_power_off();
-        crate::arch::psci::system_off();
-    }
 }
 
 /// Interrupts every pCPU running a vCPU of VM `id` other than this one, so it re-evaluates
@@ -759,7 +401,8 @@ pub fn shares_a_pcpu(id: usize) -> bool {
     desc(id).pcpus.iter().any(|&pcpu| is_shared_pcpu(pcpu))
 }
 
-fn is_shared_pcpu(pcpu: u32) -> bool {
+/// Whether pCPU `pcpu` is shared between vCPUs.
+pub fn is_shared_pcpu(pcpu: u32) -> bool {
     CPUS.get(pcpu as usize)
         .is_some_and(|cpu| cpu.shared.load(Ordering::Relaxed))
 }
@@ -786,4 +429,18 @@ pub fn kick_pcpu(pcpu: usize) {
 /// The VM's identity as a hypercall answers it.
 pub fn vm_id(id: usize) -> VmId {
     desc(id).id
+}
+
+/// Every VM's real-time tasks (KEEL_TASK_*: `sched::tasks` carries them out).
+static TASK_TABLES: Mutex<[TaskTable; MAX_VMS]> = Mutex::new([TaskTable::EMPTY; MAX_VMS]);
+
+/// The task tables of all VMs, behind their one lock (taken before any shared pCPU's).
+pub fn task_tables() -> &'static Mutex<[TaskTable; MAX_VMS]> {
+    &TASK_TABLES
+}
+
+/// VM `id` was reset or ended: its tasks are forgotten. Their slots are freed by their pCPUs
+/// when the kick that says so arrives (their generation or VM state no longer matches).
+pub fn forget_tasks(id: usize) {
+    TASK_TABLES.lock()[id].clear();
 }

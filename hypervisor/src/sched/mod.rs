@@ -30,7 +30,7 @@ use crate::arch::{gic, guest, timer};
 use crate::config::SYSTEM;
 use crate::timers::{self, Deadline};
 use crate::vm::{self, VmState};
-use crate::{irq, keel_println};
+use crate::{irq, keel_println, lifecycle};
 
 /// A vCPU placed on a shared pCPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -401,7 +401,7 @@ pub fn stop_running() -> ! {
     run_loop()
 }
 
-/// The running vCPU began a reset of its VM ([`vm::reset_begin`]): its guest state is dropped
+/// The running vCPU began a reset of its VM ([`lifecycle::reset_begin`]): its guest state is dropped
 /// and its slot, still runnable, runs the reload's bounded steps instead ([`run_reload`]),
 /// charged to it by the scheduler, which may switch to another vCPU between two steps (a
 /// real-time vCPU released meanwhile runs at once, as if the reload were guest code).
@@ -431,14 +431,14 @@ fn run_reload(slot: usize, id: usize) -> ! {
     use keel_core::abi::MaskedSite;
     crate::masked::at(MaskedSite::Reload);
     loop {
-        if vm::reload_step(id) {
+        if lifecycle::reload_step(id) {
             {
                 let mut shared = this_shared().lock();
                 shared.reloading &= !(1 << slot);
                 shared.scheduler.stop(slot, timer::now());
                 shared.started &= !(1 << slot);
             }
-            vm::reset_finish(id);
+            lifecycle::reset_finish(id);
             run_loop()
         }
         if irq::serve_between_steps(MaskedSite::Reload).reschedule {

@@ -1,11 +1,12 @@
 //! Real-time task services (KEEL_TASK_*): the partition's task table and the slot its task
 //! holds on a shared pCPU ([`keel_core::tasks`] decides; this carries it out).
 //!
-//! Ownership and locks: the task tables of all VMs sit behind one lock, [`TABLES`]. A task
-//! service takes it, then the `SharedCpu` lock of the task's pCPU (possibly another pCPU's:
-//! that pCPU holds its own lock only briefly and never while running a guest), then at most
-//! a VM's device lock. Lock order: `TABLES` → a `SharedCpu` → a VM's device lock. The pCPU
-//! is kicked after the locks are dropped. Each service is bounded by the slots of one pCPU.
+//! Ownership and locks: the task tables of all VMs sit behind one lock ([`vm::task_tables`],
+//! VM state). A task service takes it, then the `SharedCpu` lock of the task's pCPU (possibly
+//! another pCPU's: that pCPU holds its own lock only briefly and never while running a
+//! guest), then at most a VM's device lock. Lock order: the task tables → a `SharedCpu` → a
+//! VM's device lock. The pCPU is kicked after the locks are dropped. Each service is bounded
+//! by the slots of one pCPU.
 
 use keel_core::abi::CallError;
 use keel_core::addr::GuestPhysAddr;
@@ -13,14 +14,11 @@ use keel_core::tasks::{self, TaskError, TaskRequest, TaskTable};
 
 use super::{this_shared, ticks_per_ns, Placed, SHARED};
 use crate::arch::boot::MAX_CPUS;
-use crate::arch::cpu::{self, Mutex};
+use crate::arch::cpu;
 use crate::arch::vectors::GuestRegs;
 use crate::arch::{guest, timer};
 use crate::config::SYSTEM;
 use crate::vm::{self, VcpuPower, MAX_VMS};
-
-/// Every VM's tasks.
-static TABLES: Mutex<[TaskTable; MAX_VMS]> = Mutex::new([TaskTable::EMPTY; MAX_VMS]);
 
 /// What a task service asks of its caller beyond its result.
 pub enum After {
@@ -41,7 +39,7 @@ pub fn create(id: usize, request: &TaskRequest) -> u64 {
         return TaskError::InvalidParameters.to_x0();
     }
     let vm = vm::vm(id);
-    let mut tables = TABLES.lock();
+    let mut tables = vm::task_tables().lock();
     let mut guard = SHARED[pcpu].lock();
     let shared = &mut *guard;
     let admitted = tables[id].create(
@@ -124,7 +122,7 @@ fn lookup(tables: &[TaskTable; MAX_VMS], caller: usize, handle: u64) -> Result<F
 /// KEEL_TASK_LAUNCH from VM `caller`: first release at `release` (counter ticks; 0 or a time
 /// passed: now).
 pub fn launch(caller: usize, handle: u64, release: u64) -> u64 {
-    let mut tables = TABLES.lock();
+    let mut tables = vm::task_tables().lock();
     let found = match lookup(&tables, caller, handle) {
         Ok(found) => found,
         Err(error) => return error.to_x0(),
@@ -151,7 +149,7 @@ pub fn launch(caller: usize, handle: u64, release: u64) -> u64 {
 
 /// KEEL_TASK_DELETE from vCPU `vcpu` of VM `caller`.
 pub fn delete(caller: usize, vcpu: usize, handle: u64) -> After {
-    let mut tables = TABLES.lock();
+    let mut tables = vm::task_tables().lock();
     let found = match lookup(&tables, caller, handle) {
         Ok(found) => found,
         Err(error) => return After::Resume(error.to_x0()),
@@ -184,7 +182,7 @@ pub fn delete(caller: usize, vcpu: usize, handle: u64) -> After {
 
 /// KEEL_TASK_STATS from VM `caller`: x0..x5 (see [`keel_core::abi::KEEL_TASK_STATS`]).
 pub fn stats(caller: usize, handle: u64, regs: &mut GuestRegs) -> u64 {
-    let tables = TABLES.lock();
+    let tables = vm::task_tables().lock();
     let found = match lookup(&tables, caller, handle) {
         Ok(found) => found,
         Err(error) => return error.to_x0(),
@@ -216,10 +214,4 @@ pub fn may_wait(id: usize, vcpu: usize) -> Result<(), CallError> {
         Some(slot) if shared.scheduler.has_reservation(slot) => Ok(()),
         _ => Err(CallError::Denied),
     }
-}
-
-/// VM `id` was reset or ended: its tasks are forgotten. Their slots are freed by their pCPUs
-/// when the kick that says so arrives (their generation or VM state no longer matches).
-pub fn forget(id: usize) {
-    TABLES.lock()[id].clear();
 }
