@@ -243,7 +243,7 @@ fn cpu_main(index: usize) -> ! {
         arch::guest::configure_pcpu(false, true);
         sched::init(index);
     }
-    vcpu::run_this_cpu()
+    sched::pinned::run_this_cpu()
 }
 
 /// Rust panics in Keel: report and stop this pCPU (the other pCPUs' VMs keep running).

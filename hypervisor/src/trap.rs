@@ -144,7 +144,7 @@ extern "C" fn keel_guest_sync(regs: &mut GuestRegs) {
 fn guest_sync(regs: &mut GuestRegs) {
     let esr = Esr(read_sysreg!("esr_el2"));
     let Some((id, vcpu)) = vm::current() else {
-        vcpu::park()
+        sched::pinned::park()
     };
     if esr.class() == ExceptionClass::Hvc64 {
         match hypercall(id, vcpu, regs) {
@@ -259,11 +259,11 @@ fn finish(id: usize, vcpu: usize, esr: Esr, next: Next, regs: &GuestRegs) {
                 id,
                 format_args!("{fault} (ESR {:#010x}, PC {pc:#x})", esr.0),
             );
-            vcpu::park();
+            sched::pinned::park();
         }
         Next::PowerOff => {
             lifecycle::power_off(id);
-            vcpu::park();
+            sched::pinned::park();
         }
         Next::Reset => {
             if lifecycle::reset_begin(id) {
@@ -272,11 +272,11 @@ fn finish(id: usize, vcpu: usize, esr: Esr, next: Next, regs: &GuestRegs) {
                 }
                 lifecycle::reload_here(id);
             }
-            vcpu::park();
+            sched::pinned::park();
         }
         Next::VcpuOff => {
             vm::vm(id).set_vcpu_power(vcpu, VcpuPower::Off);
-            vcpu::park();
+            sched::pinned::park();
         }
     }
 }
@@ -296,7 +296,7 @@ fn guest_irq(regs: &mut GuestRegs) {
     // pCPU: only then can the running vCPU have to stop or give way.
     if handled.reschedule {
         if !vcpu::still_valid() {
-            vcpu::park();
+            sched::pinned::park();
         }
         if vm::this_cpu_is_shared() {
             sched::reschedule(regs);
@@ -312,7 +312,7 @@ fn guest_irq(regs: &mut GuestRegs) {
 extern "C" fn keel_guest_serror(regs: &mut GuestRegs) {
     masked::begin(MaskedSite::GuestTrap);
     let Some((id, vcpu)) = vm::current() else {
-        vcpu::park()
+        sched::pinned::park()
     };
     finish(
         id,

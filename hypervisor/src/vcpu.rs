@@ -1,4 +1,7 @@
-//! Running a pinned vCPU on this pCPU: starting it, and idling while it is off or its VM has ended.
+//! A vCPU's start on a pinned pCPU: the pCPU's EL2 and GIC state made the vCPU's (its power-on
+//! state), the line that says its VM starts, and the entry into the guest. When a start
+//! happens, and what a pCPU does while its vCPU is off, is the scheduler's
+//! (`sched::pinned`).
 
 use core::sync::atomic::Ordering;
 
@@ -8,10 +11,13 @@ use keel_core::system::WfiPolicy;
 
 use crate::arch::{boot, cpu, guest, timer, vectors};
 use crate::vm::{self, VmState};
-use crate::{irq, keel_println_limited};
+use crate::{keel_println_limited, masked};
 
-/// Enters vCPU `vcpu` of VM `id` at `entry` with `x0`, from its power-on state.
-pub fn start(id: usize, vcpu: usize, entry: u64, x0: u64) -> ! {
+/// Gives this pCPU vCPU `vcpu` of VM `id` in its power-on state: the guest's EL2 setup and
+/// stage 2, no list register in use, the VM's current generation, and the vCPU's
+/// redistributor reset, with the virtual timer's physical interrupt neither active nor
+/// pending from an earlier run on this pCPU.
+pub fn prepare(id: usize, vcpu: usize) {
     let desc = vm::desc(id);
     let this = vm::this_cpu();
     guest::prepare(
@@ -32,22 +38,14 @@ pub fn start(id: usize, vcpu: usize, entry: u64, x0: u64) -> ! {
         redistributor.clear_active_private(layout::VTIMER_INTID);
         redistributor.enable_private(layout::VTIMER_INTID);
     }
-    if vcpu == 0 {
-        announce_start(id);
-    }
-    this.in_guest.store(true, Ordering::SeqCst);
-    if !vm::vm(id).may_enter() {
-        // A start taken just before its VM's reset began: the reset starts vCPU 0 afresh.
-        park();
-    }
+}
+
+/// Enters the vCPU [`prepare`]d on this pCPU at `entry` with `x0` (its other registers zero),
+/// on a fresh stack; the interrupts-masked stretch ends there.
+pub fn enter(entry: u64, x0: u64) -> ! {
     let mut regs = vectors::GuestRegs::default();
     regs.x[0] = x0;
-    vectors::enter_guest(
-        &regs,
-        entry,
-        boot::stack_top(cpu::index()),
-        crate::masked::end,
-    )
+    vectors::enter_guest(&regs, entry, boot::stack_top(cpu::index()), masked::end)
 }
 
 /// Says that VM `id` starts (its vCPU 0), with the time since power-on, so boot times under
@@ -74,54 +72,5 @@ pub fn still_valid() -> bool {
                 && vm.generation() == vm::this_cpu().generation.load(Ordering::Relaxed)
         }
         None => false,
-    }
-}
-
-/// Stops running guest code on this pCPU: waits, serving interrupts, until the vCPU is
-/// started (again) by PSCI CPU_ON. Never returns.
-pub fn park() -> ! {
-    cpu::disable_irqs();
-    vm::this_cpu().in_guest.store(false, Ordering::Release);
-    if let Some((id, vcpu)) = vm::current() {
-        irq::discard_vcpu_interrupts(id, vcpu, vm::this_cpu().generation.load(Ordering::Relaxed));
-        // Only On becomes Off: a start requested meanwhile (CPU_ON, reset) must survive.
-        vm::vm(id).power_off_if_on(vcpu);
-    }
-    if vm::this_cpu_is_shared() {
-        crate::sched::stop_running()
-    }
-    idle()
-}
-
-/// The idle loop of a pCPU: serve interrupts; start the pinned vCPU when asked to.
-pub fn idle() -> ! {
-    loop {
-        if let Some((id, vcpu)) = vm::current() {
-            let vm = vm::vm(id);
-            if vm.state() == VmState::Running {
-                if let Some((entry, context)) = vm.take_start(vcpu) {
-                    start(id, vcpu, entry, context);
-                }
-            }
-        }
-        crate::masked::end();
-        cpu::wait_for_interrupt();
-        crate::masked::begin(keel_core::abi::MaskedSite::Idle);
-        let _ = irq::handle_pending();
-    }
-}
-
-/// First run of this pCPU's vCPU: vCPU 0 boots the VM's image; others wait for CPU_ON. A
-/// shared pCPU enters its run loop.
-pub fn run_this_cpu() -> ! {
-    if vm::this_cpu_is_shared() {
-        crate::sched::run_loop()
-    }
-    match vm::current() {
-        Some((id, 0)) => {
-            let desc = vm::desc(id);
-            start(id, 0, desc.image_ipa.0, desc.dtb_ipa.0)
-        }
-        _ => idle(),
     }
 }

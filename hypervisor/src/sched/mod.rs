@@ -1,13 +1,16 @@
-//! Shared pCPUs: the run loop that picks a vCPU and runs it, the switch between vCPU
-//! contexts, and the events that feed the portable scheduler ([`keel_core::sched`]).
+//! What runs on each pCPU. A pinned pCPU runs its one vCPU ([`pinned`]: start, park, idle);
+//! a shared pCPU runs the loop here that picks a vCPU and runs it, switches between vCPU
+//! contexts, and feeds events to the portable scheduler ([`keel_core::sched`]); the task
+//! services place real-time tasks on shared pCPUs ([`tasks`]).
 //!
 //! Ownership: a shared pCPU's [`SharedCpu`] (its scheduler and the contexts of the vCPUs
 //! placed on it) is owned by that pCPU; other pCPUs reach its vCPUs by a kick SGI
 //! ([`crate::vm::kick_vcpu`]), except that a task service ([`tasks`]) locks the `SharedCpu`
 //! of the task's pCPU for the few hundred instructions of a create, launch, delete or stats,
-//! and kicks it after. Lock order: the task tables, then a pCPU's `SharedCpu`, then a VM's
-//! device lock, a message queue's lock ([`crate::ipc`]) or the console's. None is held while entering a guest or waiting for an
-//! interrupt; a pCPU holds its own `SharedCpu` only in short bounded sections.
+//! and kicks it after. Lock order: the task tables ([`crate::vm::task_tables`]), then a
+//! pCPU's `SharedCpu`, then a VM's device lock, a message queue's lock ([`crate::ipc`]) or
+//! the console's. None is held while entering a guest or waiting for an interrupt; a pCPU
+//! holds its own `SharedCpu` only in short bounded sections.
 //!
 //! Exits are handled in place on the exception stack, as on a pinned pCPU. An exit that gives
 //! the pCPU away ([`give_away`]: WFI, KEEL_YIELD, KEEL_TASK_WAIT) or after which the scheduler
@@ -16,6 +19,7 @@
 //! is none. A vCPU that resets its VM gives its slot to the reload's bounded steps
 //! ([`reload`]), which the scheduler runs and preempts like guest code.
 
+pub mod pinned;
 pub mod tasks;
 
 use core::sync::atomic::Ordering;
@@ -363,7 +367,7 @@ pub fn reschedule(frame: &GuestRegs) {
         {
             // A task deleted by another pCPU while it ran here.
             drop(shared);
-            crate::vcpu::park();
+            pinned::park();
         }
         let now = timer::now();
         refresh(&mut shared, now);

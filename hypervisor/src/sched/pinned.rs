@@ -1,0 +1,75 @@
+//! A pinned pCPU's run loop: starting its vCPU, parking it when it stops, and idling while it
+//! is off or its VM has ended. Parking on a shared pCPU hands the pCPU back to its run loop
+//! ([`super::stop_running`]).
+
+use core::sync::atomic::Ordering;
+
+use keel_core::abi::MaskedSite;
+
+use super::{run_loop, stop_running};
+use crate::arch::cpu;
+use crate::vm::{self, VmState};
+use crate::{irq, masked, vcpu};
+
+/// Enters vCPU `vcpu` of VM `id` at `entry` with `x0`, from its power-on state.
+pub fn start(id: usize, vcpu: usize, entry: u64, x0: u64) -> ! {
+    vcpu::prepare(id, vcpu);
+    if vcpu == 0 {
+        vcpu::announce_start(id);
+    }
+    vm::this_cpu().in_guest.store(true, Ordering::SeqCst);
+    if !vm::vm(id).may_enter() {
+        // A start taken just before its VM's reset began: the reset starts vCPU 0 afresh.
+        park();
+    }
+    vcpu::enter(entry, x0)
+}
+
+/// Stops running guest code on this pCPU: waits, serving interrupts, until the vCPU is
+/// started (again) by PSCI CPU_ON. Never returns.
+pub fn park() -> ! {
+    cpu::disable_irqs();
+    vm::this_cpu().in_guest.store(false, Ordering::Release);
+    if let Some((id, vcpu)) = vm::current() {
+        irq::discard_vcpu_interrupts(id, vcpu, vm::this_cpu().generation.load(Ordering::Relaxed));
+        // Only On becomes Off: a start requested meanwhile (CPU_ON, reset) must survive.
+        vm::vm(id).power_off_if_on(vcpu);
+    }
+    if vm::this_cpu_is_shared() {
+        stop_running()
+    }
+    idle()
+}
+
+/// The idle loop of a pCPU: serve interrupts; start the pinned vCPU when asked to.
+pub fn idle() -> ! {
+    loop {
+        if let Some((id, vcpu)) = vm::current() {
+            let vm = vm::vm(id);
+            if vm.state() == VmState::Running {
+                if let Some((entry, context)) = vm.take_start(vcpu) {
+                    start(id, vcpu, entry, context);
+                }
+            }
+        }
+        masked::end();
+        cpu::wait_for_interrupt();
+        masked::begin(MaskedSite::Idle);
+        let _ = irq::handle_pending();
+    }
+}
+
+/// First run of this pCPU's vCPU: vCPU 0 boots the VM's image; others wait for CPU_ON. A
+/// shared pCPU enters its run loop.
+pub fn run_this_cpu() -> ! {
+    if vm::this_cpu_is_shared() {
+        run_loop()
+    }
+    match vm::current() {
+        Some((id, 0)) => {
+            let desc = vm::desc(id);
+            start(id, 0, desc.image_ipa.0, desc.dtb_ipa.0)
+        }
+        _ => idle(),
+    }
+}
