@@ -111,6 +111,11 @@ pub struct Limits {
     pub check_points: u64,
     /// Most fixed-point iterations of one task's response-time analysis.
     pub iterations: u64,
+    /// Whether EDF utilisation is decided exactly when it lies within rounding of one (in
+    /// [`UTILISATION_SHIFT`]-bit fixed point); otherwise such a set is refused as
+    /// [`Refusal::TooComplex`] without the rational arithmetic, whose cost depends on the
+    /// periods.
+    pub exact_utilisation: bool,
 }
 
 impl Limits {
@@ -118,12 +123,14 @@ impl Limits {
     pub const BUILD: Limits = Limits {
         check_points: MAX_CHECK_POINTS,
         iterations: MAX_CHECK_POINTS,
+        exact_utilisation: true,
     };
     /// Admission at run time: a few thousand instructions at most (sets that need more are
     /// refused as not schedulable).
     pub const RUN_TIME: Limits = Limits {
         check_points: 32,
         iterations: 16,
+        exact_utilisation: false,
     };
 }
 
@@ -152,29 +159,67 @@ pub fn edf(tasks: &[Task], switch_cost: u64) -> Result<(), Refusal> {
     edf_within(tasks, switch_cost, Limits::BUILD)
 }
 
-/// [`edf`] doing at most the work `limits` allow.
-pub fn edf_within(tasks: &[Task], switch_cost: u64, limits: Limits) -> Result<(), Refusal> {
-    let all = inflated(tasks, switch_cost)?;
-    let tasks = &all[..tasks.len()];
-    // Exact utilisation: Σ C/T ≤ 1  ⇔  Σ C·(P/T) ≤ P with P the product would overflow, so
-    // compare in u128 fractions one task at a time: keep the sum as num / den.
+/// The fixed point of [`utilisation_bounds`]: one is `1 << UTILISATION_SHIFT`. A budget below
+/// 2^34 (17 s in nanoseconds) shifted by it fits in 63 bits, so each share is one 64-bit
+/// division.
+pub const UTILISATION_SHIFT: u32 = 29;
+
+/// Σ C/T in [`UTILISATION_SHIFT`]-bit fixed point, each share rounded down and up: the true
+/// sum lies between the two, and equals them only if every share is exact. None if a budget is
+/// too large for the 64-bit form. Budgets must be within their periods (as [`inflated`]
+/// leaves them), so the sums cannot overflow.
+fn utilisation_bounds(tasks: &[Task]) -> Option<(u64, u64)> {
+    let (mut low, mut high) = (0u64, 0u64);
+    for task in tasks {
+        if task.budget >> (63 - UTILISATION_SHIFT) != 0 {
+            return None;
+        }
+        let scaled = task.budget << UTILISATION_SHIFT;
+        low += scaled / task.period;
+        high += scaled.div_ceil(task.period);
+    }
+    Some((low, high))
+}
+
+/// Σ C/T compared with one exactly, in reduced fractions: `Ordering` of the sum against one,
+/// or None if the fractions outgrow 128 bits.
+fn utilisation_exact(tasks: &[Task]) -> Option<core::cmp::Ordering> {
+    // Σ C/T ≤ 1  ⇔  Σ C·(P/T) ≤ P with P the product would overflow, so compare in u128
+    // fractions one task at a time: keep the sum as num / den.
     let (mut num, mut den) = (0u128, 1u128);
     for task in tasks {
         let (c, t) = (u128::from(task.budget), u128::from(task.period));
         let g = gcd(den, t);
-        let Some(new_den) = (den / g).checked_mul(t) else {
-            return Err(Refusal::TooComplex);
-        };
-        let Some(new_num) = num
+        let new_den = (den / g).checked_mul(t)?;
+        let new_num = num
             .checked_mul(new_den / den)
-            .and_then(|a| c.checked_mul(new_den / t).and_then(|b| a.checked_add(b)))
-        else {
-            return Err(Refusal::TooComplex);
-        };
+            .and_then(|a| c.checked_mul(new_den / t).and_then(|b| a.checked_add(b)))?;
         let g = gcd(new_num, new_den).max(1);
         (num, den) = (new_num / g, new_den / g);
     }
-    if num > den {
+    Some(num.cmp(&den))
+}
+
+/// [`edf`] doing at most the work `limits` allow.
+pub fn edf_within(tasks: &[Task], switch_cost: u64, limits: Limits) -> Result<(), Refusal> {
+    use core::cmp::Ordering;
+    let all = inflated(tasks, switch_cost)?;
+    let tasks = &all[..tasks.len()];
+    let one = 1u64 << UTILISATION_SHIFT;
+    // Decided in fixed point unless the sum lies within rounding of one.
+    let fixed = match utilisation_bounds(tasks) {
+        // An inexact share makes the true sum lie strictly between the two.
+        Some((low, high)) if high < one || (high == one && low < high) => Some(Ordering::Less),
+        Some((low, high)) if low == one && high == one => Some(Ordering::Equal),
+        Some((low, high)) if low > one || (low == one && high > low) => Some(Ordering::Greater),
+        _ => None,
+    };
+    let utilisation = match fixed {
+        Some(order) => order,
+        None if limits.exact_utilisation => utilisation_exact(tasks).ok_or(Refusal::TooComplex)?,
+        None => return Err(Refusal::TooComplex),
+    };
+    if utilisation == Ordering::Greater {
         return Err(Refusal::Utilisation {
             total_ppm: tasks.iter().map(|t| utilisation_ppm(t, 0)).sum(),
         });
@@ -182,37 +227,36 @@ pub fn edf_within(tasks: &[Task], switch_cost: u64, limits: Limits) -> Result<()
     if tasks.iter().all(|t| t.deadline == t.period) {
         return Ok(());
     }
-    demand_test(tasks, num == den, limits.check_points)
+    demand_test(tasks, utilisation == Ordering::Equal, limits.check_points)
 }
 
-/// The processor-demand criterion for constrained deadlines (utilisation already ≤ 1).
+/// The processor-demand criterion for constrained deadlines (utilisation already ≤ 1, `full`
+/// if exactly one).
 fn demand_test(tasks: &[Task], full: bool, max_points: u64) -> Result<(), Refusal> {
     // Busy-period bound: the hyperperiod (+ the largest deadline) when U = 1, else
     // max(D_max, Σ (T−D)·U / (1−U)) (the La bound), and never beyond the hyperperiod bound.
     let d_max = tasks.iter().map(|t| t.deadline).max().unwrap_or(0);
-    let mut hyperperiod = 1u128;
+    let mut hyperperiod = 1u64;
     for task in tasks {
-        hyperperiod =
-            hyperperiod / gcd(hyperperiod, u128::from(task.period)) * u128::from(task.period);
-        if hyperperiod > u128::from(u64::MAX) {
-            return Err(Refusal::TooComplex);
-        }
+        hyperperiod = (hyperperiod / gcd(hyperperiod, task.period))
+            .checked_mul(task.period)
+            .ok_or(Refusal::TooComplex)?;
     }
-    let mut bound = hyperperiod as u64 + d_max;
+    let mut bound = hyperperiod.saturating_add(d_max);
     if !full {
         // La = Σ (T−D)·C/T / (1 − Σ C/T), computed as Σ(T−D)·C·P/T / (P − Σ C·P/T)
         // with P = hyperperiod (exact: every T divides P).
-        let p = hyperperiod;
+        let p = u128::from(hyperperiod);
         let used: u128 = tasks
             .iter()
-            .map(|t| u128::from(t.budget) * (p / u128::from(t.period)))
+            .map(|t| u128::from(t.budget) * u128::from(hyperperiod / t.period))
             .sum();
         let slack: u128 = tasks
             .iter()
             .map(|t| {
                 u128::from(t.period - t.deadline)
                     * u128::from(t.budget)
-                    * (p / u128::from(t.period))
+                    * u128::from(hyperperiod / t.period)
             })
             .sum();
         if p > used {
@@ -220,14 +264,17 @@ fn demand_test(tasks: &[Task], full: bool, max_points: u64) -> Result<(), Refusa
             bound = bound.min(la.max(u128::from(d_max)).min(u128::from(u64::MAX)) as u64);
         }
     }
-    // Every absolute deadline k·T + D ≤ bound, in increasing order (merge by repeated min).
+    // Every absolute deadline k·T + D ≤ bound, in increasing order (merge by repeated min),
+    // with the demand kept as it grows: each deadline reached adds its task's budget.
     let mut next: [u64; MAX_TASKS] = [u64::MAX; MAX_TASKS];
     for (i, task) in tasks.iter().enumerate() {
         next[i] = task.deadline;
     }
+    let next = &mut next[..tasks.len()];
+    let mut demand = 0u128;
     let mut checked = 0;
     loop {
-        let at = *next[..tasks.len()].iter().min().unwrap_or(&u64::MAX);
+        let at = next.iter().copied().min().unwrap_or(u64::MAX);
         if at > bound {
             return Ok(());
         }
@@ -235,21 +282,17 @@ fn demand_test(tasks: &[Task], full: bool, max_points: u64) -> Result<(), Refusa
         if checked > max_points {
             return Err(Refusal::TooComplex);
         }
-        let demand: u128 = tasks
-            .iter()
-            .filter(|t| at >= t.deadline)
-            .map(|t| (u128::from((at - t.deadline) / t.period) + 1) * u128::from(t.budget))
-            .sum();
+        for (i, task) in tasks.iter().enumerate() {
+            if next[i] == at {
+                demand += u128::from(task.budget);
+                next[i] = next[i].saturating_add(task.period);
+            }
+        }
         if demand > u128::from(at) {
             return Err(Refusal::Demand {
                 at,
                 demand: demand.min(u128::from(u64::MAX)) as u64,
             });
-        }
-        for (i, task) in tasks.iter().enumerate() {
-            if next[i] == at {
-                next[i] = next[i].saturating_add(task.period);
-            }
         }
     }
 }
@@ -297,8 +340,8 @@ pub fn fixed_priority_within(
     Ok(())
 }
 
-fn gcd(mut a: u128, mut b: u128) -> u128 {
-    while b != 0 {
+fn gcd<T: Copy + PartialEq + Default + core::ops::Rem<Output = T>>(mut a: T, mut b: T) -> T {
+    while b != T::default() {
         (a, b) = (b, a % b);
     }
     a
@@ -454,6 +497,73 @@ mod tests {
     /// Random task sets from a fixed seed: whatever admission accepts never misses a deadline
     /// in simulation over the hyperperiod (switch cost included); without switch cost the
     /// tests are exact, so whatever they refuse does miss.
+    #[test]
+    fn run_time_refuses_only_what_fixed_point_cannot_decide() {
+        // Exactly one with shares of a third: the rational test admits it; at run time the
+        // fixed point cannot tell it from just above one, so it is refused as too complex.
+        let thirds = [task(3_000, 1_000, 3_000), task(3_000, 2_000, 3_000)];
+        assert_eq!(edf_within(&thirds, 0, Limits::BUILD), Ok(()));
+        assert_eq!(
+            edf_within(&thirds, 0, Limits::RUN_TIME),
+            Err(Refusal::TooComplex)
+        );
+        // Exactly one in binary fractions, below and above one: decided at run time too.
+        let halves = [task(10, 5, 10), task(20, 10, 20)];
+        assert_eq!(edf_within(&halves, 0, Limits::RUN_TIME), Ok(()));
+        let below = [task(3_000, 1_000, 3_000), task(3_000, 1_999, 3_000)];
+        assert_eq!(edf_within(&below, 0, Limits::RUN_TIME), Ok(()));
+        let above = [task(3_000, 1_000, 3_000), task(3_000, 2_001, 3_000)];
+        assert!(matches!(
+            edf_within(&above, 0, Limits::RUN_TIME),
+            Err(Refusal::Utilisation { .. })
+        ));
+    }
+
+    #[test]
+    fn fixed_point_utilisation_agrees_with_the_rational_sum() {
+        use core::cmp::Ordering;
+        let mut rng = Rng::new(0x7574_696c);
+        let mut decided = 0;
+        for round in 0..20_000 {
+            // Up to 4 tasks of any period from 10 us to 1 s in ns (their fractions fit in 128
+            // bits), or up to 8 whose periods are multiples of each other.
+            let n = 1 + rng.below(if round % 2 == 0 { 4 } else { 8 }) as usize;
+            let set: Vec<Task> = (0..n)
+                .map(|_| {
+                    let period = if round % 2 == 0 {
+                        10_000 + rng.below(1 << 30)
+                    } else {
+                        [1_000_000, 3_000_000, 5_000_000, 7_000_000][rng.below(4) as usize]
+                    };
+                    let budget = 1 + rng.below(period / n as u64);
+                    task(period, budget, period)
+                })
+                .collect();
+            let exact = utilisation_exact(&set).expect("these sets fit in 128-bit fractions");
+            let (low, high) = utilisation_bounds(&set).unwrap();
+            let one = 1 << UTILISATION_SHIFT;
+            assert!(low <= high && high - low <= n as u64);
+            match edf_within(&set, 0, Limits::RUN_TIME) {
+                Ok(()) => {
+                    decided += 1;
+                    assert_ne!(exact, Ordering::Greater, "{set:?}");
+                }
+                Err(Refusal::Utilisation { .. }) => {
+                    decided += 1;
+                    assert_eq!(exact, Ordering::Greater, "{set:?}");
+                }
+                Err(Refusal::TooComplex) => {
+                    assert!(
+                        low <= one && high >= one,
+                        "refused though decidable: {set:?}"
+                    )
+                }
+                Err(other) => panic!("{other:?} for {set:?}"),
+            }
+        }
+        assert!(decided > 19_000, "only {decided} decided in fixed point");
+    }
+
     #[test]
     fn admitted_sets_meet_every_deadline_in_simulation() {
         let mut rng = Rng::new(0x6b65_656c);
