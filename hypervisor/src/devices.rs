@@ -2,11 +2,13 @@
 //! window (where a VM sees it, if it has it) mapped to a model in the portable core, and
 //! serves the accesses that fault there. A data abort in no window stops the VM.
 //!
-//! Ownership and locks: each model of a VM has its own lock (`Vm::vgic`, `Vm::uart`, ...),
-//! taken by the device for the one access; a model that drives an interrupt line sets its
-//! level in the vGIC under its own lock (lock order: the model, then the vGIC; see
-//! [`crate::vm`]), so that levels are never applied out of order. No lock is held while the
-//! console is written.
+//! Ownership and locks: each model of a VM has its own lock (`Vm::vgic`, `Vm::uart`, the
+//! virtio console's [`virtio::console`]), taken by the device for the one access; a model
+//! that drives an interrupt line sets its level in the vGIC under its own lock (lock order:
+//! the model, then the vGIC; see [`crate::vm`]), so that levels are never applied out of
+//! order. No lock is held while the console is written.
+
+pub mod virtio;
 
 use core::sync::atomic::Ordering;
 
@@ -48,7 +50,7 @@ static DEVICES: [&dyn Device; 4] = [
     &Console,
     &Distributor,
     &Redistributors,
-    &crate::virtio::VirtioConsoleDevice,
+    &virtio::VirtioConsoleDevice,
 ];
 
 /// The device whose window in VM `desc` holds `ipa`, and the offset there.

@@ -1,7 +1,9 @@
-//! Inter-VM messages (KEEL_MSG_SEND, KEEL_MSG_RECV): each vCPU and task of a VM with a
-//! `messages` table has its own bounded queue in Keel's memory ([`keel_core::ipc::Queue`]);
-//! a send copies the message from the sender's memory into it and raises the VM's message
-//! interrupt at that vCPU, a receive copies the next one out into the receiver's memory.
+//! Inter-VM message queues: each vCPU and task of a VM with a `messages` table has its own
+//! bounded queue in Keel's memory ([`keel_core::ipc::Queue`]). A message is copied into the
+//! destination's queue and its message interrupt raised at that vCPU ([`enqueue`],
+//! [`send_bytes`]); a receiver's next message is copied out ([`receive`], [`take`]). The
+//! hypercalls that use them (KEEL_MSG_SEND, KEEL_MSG_RECV) are [`crate::messages`]'s; the
+//! virtio console's device ([`crate::devices::virtio`]) sends and takes through them too.
 //!
 //! Ownership and locks: the queues' rings are carved once, at boot, out of one pool sized by
 //! the configuration compiler (`config::MESSAGE_POOL`); each destination's queue and ring sit
@@ -10,19 +12,17 @@
 //! order: a queue's lock alone; the destination VM's vGIC lock (to raise the interrupt) is
 //! taken after it is released.
 //!
-//! Guest memory is reached only through [`vm::guest_bytes`], which checks the whole range
-//! against the VM's own regions first. The bytes of a message are copied once and never
-//! interpreted, so a guest changing them meanwhile changes nothing but what it sends.
+//! The bytes of a message are copied once and never interpreted, so a guest changing them
+//! meanwhile changes nothing but what it sends.
 
 use core::cell::UnsafeCell;
 
-use keel_core::addr::GuestPhysAddr;
-use keel_core::ipc::{self, MessageError, Queue, ReceiveRequest, Received, SendRequest, Sender};
+use keel_core::ipc::{MessageError, Queue, Received, Sender};
 
 use crate::arch::cpu::{self, Mutex};
 use crate::arch::timer;
 use crate::config::{MESSAGE_POOL, SYSTEM};
-use crate::irq::Raised;
+use crate::irq::{self, Raised};
 use crate::vm::{self, VcpuPower, VmState, MAX_VCPUS, MAX_VMS};
 
 /// One destination's queue and the ring it keeps its messages in.
@@ -90,30 +90,14 @@ pub fn clear_vm(id: usize) {
     }
 }
 
-/// KEEL_MSG_SEND from vCPU `vcpu` of VM `id`: the number of messages queued at the
-/// destination, and what the raised message interrupt asks of the sender's trap exit.
-pub fn send(id: usize, vcpu: usize, request: &SendRequest) -> Result<(u64, Raised), MessageError> {
-    let (to, to_vcpu, grant) = ipc::destination(SYSTEM.vms, id, request)?;
-    let len = request.len as usize;
-    let message = message_bytes(id, request.buffer, len, false).ok_or(MessageError::BadBuffer)?;
-    let from = Sender {
-        vm: id as u16,
-        vcpu: vcpu as u16,
-    };
-    let queued = enqueue(from, to, to_vcpu, message)?;
-    if crate::virtio::feeds_console(to, to_vcpu) {
-        // The destination's virtio console takes it as input: no message interrupt.
-        crate::virtio::input_queued(to);
-        return Ok((queued, Raised::Elsewhere));
-    }
-    // The message interrupt is raised at the receiving vCPU (nothing for a task: it polls).
-    let raised = crate::irq::raise_and_kick(to, to_vcpu, grant.intid, id, vcpu);
-    Ok((queued, raised))
-}
-
 /// Copies `message` from `from` into the queue of vCPU `to_vcpu` of VM `to`, if it runs;
-/// returns the number queued there.
-fn enqueue(from: Sender, to: usize, to_vcpu: usize, message: &[u8]) -> Result<u64, MessageError> {
+/// returns the number queued there. Raises nothing: the caller does.
+pub fn enqueue(
+    from: Sender,
+    to: usize,
+    to_vcpu: usize,
+    message: &[u8],
+) -> Result<u64, MessageError> {
     let queued = {
         let mut destination = QUEUES[to][to_vcpu].lock();
         // Checked under the queue's lock: a reset marks the vCPUs off before it clears their
@@ -141,7 +125,7 @@ pub fn send_bytes(
     enqueue(from, to, to_vcpu, bytes)?;
     if let Some(grant) = vm::desc(to).messages {
         let raised =
-            crate::irq::raise_and_kick(to, to_vcpu, grant.intid, usize::from(from.vm), usize::MAX);
+            irq::raise_and_kick(to, to_vcpu, grant.intid, usize::from(from.vm), usize::MAX);
         if matches!(raised, Raised::WokeHere) {
             // The receiver shares this pCPU and woke: the scheduler looks again at this
             // trap's exit (the kick is taken then).
@@ -171,37 +155,27 @@ pub enum Outcome {
     Wait(u64),
 }
 
-/// KEEL_MSG_RECV from vCPU `vcpu` of VM `id`. A buffer too small is refused with the
-/// message's length, which stays queued.
+/// Takes the next message queued for vCPU `vcpu` of VM `id` into `buffer` (a receiver's
+/// memory). Nothing queued: refused as [`MessageError::Empty`] if `wait_until` is 0 or has
+/// passed, else the caller waits until then. A message longer than `buffer` is refused with
+/// its length, and stays queued.
 pub fn receive(
     id: usize,
     vcpu: usize,
-    request: &ReceiveRequest,
+    buffer: &mut [u8],
+    wait_until: u64,
 ) -> Result<Outcome, (MessageError, u64)> {
     let refused = |error| (error, 0);
-    let grant = vm::desc(id)
-        .messages
-        .ok_or(refused(MessageError::NotAllowed))?;
-    // Keel writes at most the largest message the queue takes, so only that much of the
-    // buffer has to be the caller's.
-    let writable = request.capacity.min(u64::from(grant.size)) as usize;
-    let buffer = message_bytes(id, request.buffer, writable, true)
-        .ok_or(refused(MessageError::BadBuffer))?;
     let mut destination = QUEUES[id][vcpu].lock();
     let Destination { queue, ring } = &mut *destination;
     match queue.front(ring) {
-        None if request.wait_until == 0 || timer::now() >= request.wait_until => {
-            Err(refused(MessageError::Empty))
-        }
-        None => Ok(Outcome::Wait(request.wait_until)),
+        None if wait_until == 0 || timer::now() >= wait_until => Err(refused(MessageError::Empty)),
+        None => Ok(Outcome::Wait(wait_until)),
         Some((_, len)) if len > buffer.len() => Err((MessageError::BufferTooSmall, len as u64)),
-        Some(_) => {
-            let taken = queue.receive_with(ring, buffer, cpu::copy_bytes);
-            drop(destination);
-            // Room was made: a virtio console whose output waited for it goes on.
-            crate::virtio::peer_received(id);
-            taken.map(Outcome::Took).map_err(refused)
-        }
+        Some(_) => queue
+            .receive_with(ring, buffer, cpu::copy_bytes)
+            .map(Outcome::Took)
+            .map_err(refused),
     }
 }
 
@@ -210,18 +184,4 @@ pub fn has_message(id: usize, vcpu: usize) -> bool {
     QUEUES[id]
         .get(vcpu)
         .is_some_and(|queue| !queue.lock().queue.is_empty())
-}
-
-/// `len` bytes of VM `id`'s memory at `ipa`, if they lie wholly in one of its regions (its RAM
-/// alone when Keel is to write them). Nothing is looked up for an empty message.
-fn message_bytes(id: usize, ipa: u64, len: usize, write: bool) -> Option<&'static mut [u8]> {
-    if len == 0 {
-        return Some(&mut []);
-    }
-    let desc = vm::desc(id);
-    let ipa = GuestPhysAddr(ipa);
-    if write && !desc.memory.contains_range(ipa, len as u64) {
-        return None;
-    }
-    vm::guest_bytes(desc, ipa, len)
 }

@@ -24,7 +24,7 @@ use keel_core::system::VmDesc;
 use crate::arch::cpu::{self, Mutex};
 use crate::arch::{psci, stage2};
 use crate::config::SYSTEM;
-use crate::virtio;
+use crate::devices::virtio;
 use crate::vm::{self, VcpuPower, VmState, MAX_VMS};
 use crate::{console, ipc, irq, keel_println, keel_println_limited, masked};
 

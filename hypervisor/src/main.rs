@@ -10,12 +10,12 @@ mod ipc;
 mod irq;
 mod lifecycle;
 mod masked;
+mod messages;
 mod platform;
 mod sched;
 mod timers;
 mod trap;
 mod vcpu;
-mod virtio;
 mod vm;
 
 /// The system configuration, compiled on the host by `cargo xtask build`.

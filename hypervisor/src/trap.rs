@@ -385,7 +385,7 @@ fn hypercall(id: usize, vcpu: usize, regs: &mut GuestRegs) -> Next {
             Err(error) => error.to_x0(),
         },
         Call::TaskStats(handle) => sched::tasks::stats(id, handle, regs),
-        Call::MsgSend(request) => match crate::ipc::send(id, vcpu, &request) {
+        Call::MsgSend(request) => match crate::messages::send(id, vcpu, &request) {
             Ok((queued, raised)) => {
                 regs.x[0] = queued;
                 return after_raise(raised);
@@ -399,7 +399,7 @@ fn hypercall(id: usize, vcpu: usize, regs: &mut GuestRegs) -> Next {
             }
             Err(error) => error.code() as u64,
         },
-        Call::MsgRecv(request) => match crate::ipc::receive(id, vcpu, &request) {
+        Call::MsgRecv(request) => match crate::messages::receive(id, vcpu, &request) {
             Ok(crate::ipc::Outcome::Took(got)) => {
                 regs.x[1] = u64::from(got.from.vm);
                 regs.x[2] = u64::from(got.from.vcpu);

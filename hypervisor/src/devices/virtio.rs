@@ -1,7 +1,8 @@
 //! The virtio-mmio console of a VM (`virtio_console = { peer = "..." }`), for an unmodified
-//! Linux: its port is backed by messages. What the driver transmits goes, as messages from the
-//! VM's vCPU 0, into the peer's queue; what the peer sends to the VM's vCPU 0 goes into the
-//! driver's receive buffers instead of waiting for KEEL_MSG_RECV. The model
+//! Linux: its port is backed by message queues ([`crate::ipc`]). What the driver transmits
+//! goes, as messages from the VM's vCPU 0, into the peer's queue; what the peer sends to the
+//! VM's vCPU 0 goes into the driver's receive buffers instead of waiting for KEEL_MSG_RECV
+//! (the message service, [`crate::messages`], calls [`input_queued`]). The model
 //! ([`keel_core::devices::virtio::console`]) walks the rings in bounded steps and checks every
 //! address through [`VmMemory`].
 //!
@@ -19,9 +20,10 @@ use keel_core::devices::DeviceError;
 use keel_core::ipc::{Sender, MAX_MESSAGE};
 use keel_core::system::VmDesc;
 
+use super::{Access, Device};
 use crate::arch::cpu::{self, Mutex};
 use crate::config::SYSTEM;
-use crate::devices::{Access, Device};
+use crate::ipc;
 use crate::vm::{self, MAX_VMS};
 
 /// Bytes of output one trap moves at most (one bounded step).
@@ -146,7 +148,7 @@ fn send_output(id: usize, bytes: &[u8]) -> usize {
     };
     let mut sent = 0;
     for chunk in bytes.chunks(size.max(1)) {
-        match crate::ipc::send_bytes(from, peer, 0, chunk) {
+        match ipc::send_bytes(from, peer, 0, chunk) {
             Ok(()) => sent += chunk.len(),
             Err(_) => break,
         }
@@ -183,7 +185,7 @@ fn fill(id: usize, console: &mut Console) -> bool {
                 return took;
             }
             budget -= 1;
-            match crate::ipc::take(id, 0, &mut console.pending) {
+            match ipc::take(id, 0, &mut console.pending) {
                 Some(len) => {
                     console.pending_at = 0;
                     console.pending_len = len;
