@@ -1,6 +1,7 @@
 //! Shared-memory channels at run time: the doorbell (KEEL_CHANNEL_NOTIFY). A channel's memory
-//! is mapped into each member's stage 2 when the VM is built ([`crate::vm::build`]) and never
-//! touched by Keel; a doorbell raises the channel's interrupt in the members it names.
+//! is mapped into each member's stage 2 when the VM is built ([`crate::lifecycle::build`])
+//! and never touched by Keel; a doorbell raises the channel's interrupt in the members it
+//! names.
 //!
 //! Locks: none of its own; each peer's vGIC lock in turn, for one raise
 //! ([`irq::raise_and_kick`]).

@@ -4,6 +4,11 @@
 //! PPI 26 (EL2 physical timer: the pCPU's timer queue, see [`crate::timers`]), PPI 27 (the
 //! running guest's virtual timer, forwarded with a hardware-linked list register) and the
 //! UART's SPI.
+//!
+//! What the interrupts mean for a shared pCPU's scheduler is marked in [`crate::vm`]
+//! ([`vm::mark_stale`]) and returned ([`Handled`]) for the caller to act on; the one call that
+//! reaches the scheduler, waking a vCPU that shares this pCPU when an interrupt is raised for
+//! it, goes through the function it installs at boot ([`set_wake_here`]).
 
 use core::sync::atomic::Ordering;
 

@@ -1,4 +1,50 @@
 //! Keel: a static-partitioning, real-time hypervisor for 64-bit Arm, entered at EL2.
+//!
+//! # Layers
+//!
+//! Keel's modules form layers, from the hardware at the bottom to the trap dispatcher at the
+//! top: state first (VMs, pCPUs), then the mechanisms on it (vCPU entry, interrupt delivery,
+//! message queues), the devices and services built on those, the scheduler that runs it all,
+//! and the dispatcher of guest exits. A module refers only to modules of lower layers, so a
+//! reader can take them in this order and find each module's foundations already read;
+//! `cargo xtask test` checks it (`xtask/src/layers.rs` reads the list below, one line per
+//! module). Two narrow interfaces reach up, each a few instructions: a guest entry
+//! ([`arch::vectors::enter_guest`], [`arch::vectors::resume_guest`]) takes its caller's last
+//! step as a closure (inlined: the end of the masked stretch), and interrupt delivery wakes a
+//! vCPU sharing this pCPU through the scheduler's function that `main` installs at boot
+//! ([`irq::set_wake_here`] with `sched::wake_here`).
+//!
+//! - layer 0, `arch`: the hardware at EL2, all of Keel's `asm!`: boot, MMU, exception
+//!   vectors, GICv3 and the list registers, timers, stage 2, PSCI, vCPU contexts, the PMU.
+//!   Refers to nothing of Keel.
+//! - layer 0, `config`: the system tables the configuration compiler emitted (data only).
+//! - layer 1, `platform`: the board's facts from the device tree, read once at boot.
+//! - layer 1, `timers`: each pCPU's timer queue on its EL2 timer.
+//! - layer 1, `masked`: each pCPU's longest interrupts-masked stretch and where it was.
+//! - layer 2, `console`: Keel's own lines (`keel_println!`) and the physical UART shared by
+//!   the VMs' consoles (its flush armed in the timer queue).
+//! - layer 3, `vm`: the state of VMs and pCPUs: each VM's life-cycle state, vCPU power, vGIC
+//!   and PL011 models and task table; each pCPU's vCPU and list-register bookkeeping, why it
+//!   must look at its vCPUs again, and the kick that tells it; the one checked access to
+//!   guest memory.
+//! - layer 4, `vcpu`: a vCPU's start on a pinned pCPU (its EL2 and GIC state, the start
+//!   line) and the entry into the guest.
+//! - layer 4, `irq`: physical interrupts at EL2 and virtual interrupt delivery (list
+//!   registers, raising an interrupt and kicking its vCPU's pCPU). Up: the wake-here function.
+//! - layer 5, `ipc`: the message queues: each destination's bounded queue, a copy into it
+//!   (raising the receiver's interrupt), a copy out of it.
+//! - layer 6, `devices`: the emulated devices behind one interface: the GICv3 distributor and
+//!   redistributors, the PL011, the virtio console (its port backed by message queues).
+//! - layer 7, `messages`: KEEL_MSG_SEND and KEEL_MSG_RECV (a message for a VM whose virtio
+//!   console feeds on it goes to the console).
+//! - layer 7, `channel`: channel doorbells.
+//! - layer 7, `lifecycle`: building, stopping, powering off and resetting VMs; a reload in
+//!   bounded steps.
+//! - layer 8, `sched`: what runs on each pCPU: a pinned vCPU's start, park and idle loop; a
+//!   shared pCPU's run loop, switches and scheduler; the task services.
+//! - layer 9, `trap`: the dispatcher of guest exits: hypercalls, system registers, data
+//!   aborts, interrupts.
+//! - layer 10, `main`: boot, each pCPU's bring-up, and the wiring of the upward interfaces.
 #![no_std]
 #![no_main]
 

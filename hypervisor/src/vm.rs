@@ -206,7 +206,7 @@ impl Vm {
     }
 
     /// Called by a pCPU about to enter a vCPU of this VM, after setting its `in_guest`: false
-    /// if the VM is being reset (the pCPU must not enter; see [`reset`]).
+    /// if the VM is being reset (the pCPU must not enter; see `lifecycle::reset_begin`).
     pub fn may_enter(&self) -> bool {
         !self.resetting.load(Ordering::SeqCst)
     }
