@@ -9,6 +9,7 @@ mod dtb;
 mod fuzz;
 mod image;
 mod ipc_bench;
+mod layers;
 mod process;
 mod qemu;
 mod scenarios;
@@ -133,11 +134,29 @@ impl Tally {
             }
         }
     }
+
+    /// Counts a check xtask makes itself: `result` is a summary when it passes, the problems
+    /// found (one a line, each naming its file and line) when it fails.
+    fn outcome(&mut self, name: &str, result: Result<String>) {
+        match result {
+            Ok(summary) => {
+                self.passed += 1;
+                step(&format!("{name}: {summary}"));
+                println!("check {name} ... ok");
+            }
+            Err(problems) => {
+                self.failed += 1;
+                println!("{problems}");
+                println!("check {name} ... FAILED");
+            }
+        }
+    }
 }
 
 /// Runs the standards checks (`cargo fmt`, `cargo clippy` for the host and the aarch64
-/// crates), cargo's own tests, then the QEMU scenarios; ends with `N passed, N failed`. With
-/// a `filter`, runs only the scenarios whose name contains it (for working on one).
+/// crates, the hypervisor's module layers), cargo's own tests, then the QEMU scenarios; ends
+/// with `N passed, N failed`. With a `filter`, runs only the scenarios whose name contains it
+/// (for working on one).
 fn test(filter: Option<&str>) -> ExitCode {
     let mut tally = Tally::default();
     if let Err(message) = setup::ensure_tools() {
@@ -160,6 +179,8 @@ fn test(filter: Option<&str>) -> ExitCode {
             .args(AARCH64_CRATES.iter().flat_map(|name| ["-p", name]))
             .args(["--", "-D", "warnings"]),
     );
+    step("module layers of hypervisor/src (xtask/src/layers.rs)");
+    tally.outcome("module layers", layers::check_workspace());
     step("host tests: cargo test");
     let output = Command::new(&cargo)
         .args(["test", "--quiet"])
