@@ -301,10 +301,13 @@ pub fn install() {
 /// Enters the guest at `pc` (EL1h, interrupts masked) with the given registers, on a fresh
 /// stack. The stage-2 tables, HCR_EL2 and the guest's EL1 state must be set up. `last` runs
 /// once the guest's return state is written (ELR_EL2 holds `pc`), the last thing before the
-/// registers are loaded: the caller ends its interrupts-masked stretch there.
-pub fn enter_guest(regs: &GuestRegs, pc: u64, stack_top: u64, last: impl FnOnce()) -> ! {
+/// registers are loaded: the caller ends its interrupts-masked stretch there. It must leave
+/// ELR_EL2 and SPSR_EL2 as they are (and so take no exception: interrupts stay masked).
+/// Always inlined, so that `last`, a constant at each call, is a direct call inlined in turn.
+#[inline(always)]
+pub fn enter_guest(regs: &GuestRegs, pc: u64, stack_top: u64, last: fn()) -> ! {
     // SAFETY: ELR/SPSR describe an EL1h entry into the current VM, whose memory and traps are
-    // set up; nothing between here and the eret below writes them.
+    // set up; nothing between here and the eret below writes them (`last` may not).
     unsafe {
         write_sysreg!("elr_el2", pc);
         write_sysreg!("spsr_el2", super::regs::SPSR_EL1H_MASKED);
@@ -317,18 +320,13 @@ pub fn enter_guest(regs: &GuestRegs, pc: u64, stack_top: u64, last: impl FnOnce(
 
 /// Enters the guest at `pc` with PSTATE `pstate` and the given registers, on a fresh stack:
 /// a vCPU resuming on a shared pCPU where it was switched out. Its context must be loaded.
-/// `last` runs as for [`enter_guest`].
-pub fn resume_guest(
-    frame: &ResumeFrame,
-    pc: u64,
-    pstate: u64,
-    stack_top: u64,
-    last: impl FnOnce(),
-) -> ! {
+/// `last` runs as for [`enter_guest`], with the same duty.
+#[inline(always)]
+pub fn resume_guest(frame: &ResumeFrame, pc: u64, pstate: u64, stack_top: u64, last: fn()) -> ! {
     let regs = frame.regs();
     // SAFETY: ELR/SPSR are the values saved when the vCPU left (or its entry state), at EL1 or
     // EL0 of its own VM, whose stage 2, traps and EL1 state are loaded; nothing between here
-    // and the eret below writes them.
+    // and the eret below writes them (`last` may not).
     unsafe {
         write_sysreg!("elr_el2", pc);
         write_sysreg!("spsr_el2", pstate);
