@@ -78,7 +78,8 @@ struct SharedCpu {
     /// Waiting slots that wait in KEEL_MSG_RECV: a message queued for them wakes them too,
     /// and so does their `wake_at`.
     receiving: u32,
-    /// For each slot in `receiving`, when its wait ends (counter ticks; `u64::MAX`: never).
+    /// For each slot in `receiving`, when its wait ends (counter ticks; `u64::MAX`: never);
+    /// meaningless for the others.
     wake_at: [u64; MAX_SLOTS],
 }
 
@@ -99,7 +100,9 @@ impl SharedCpu {
             doomed: 0,
             reloading: 0,
             receiving: 0,
-            wake_at: [u64::MAX; MAX_SLOTS],
+            // Zero, like everything else here, so the table lives in .bss: read only for
+            // slots in `receiving`, which are given theirs when they enter it.
+            wake_at: [0; MAX_SLOTS],
             timer_lr: [(0, 0); MAX_SLOTS],
         }
     }
