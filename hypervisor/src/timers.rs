@@ -46,12 +46,15 @@ pub fn set(kind: Deadline, at: u64) {
     program();
 }
 
-/// Sets (or clears, with `None`) several of this pCPU's deadlines, then arms the timer once.
-pub fn set_all(deadlines: &[(Deadline, Option<u64>)]) {
+/// Sets this pCPU's scheduler deadlines ([`Deadline::Schedule`] and
+/// [`Deadline::VirtualTimers`]; `None` clears one), then arms the timer once: the shared
+/// pCPU's call after every decision.
+#[inline(always)]
+pub fn set_schedule(schedule: Option<u64>, virtual_timers: Option<u64>) {
     let queue = this_queue();
-    for &(kind, at) in deadlines {
-        queue.at[kind as usize].store(at.unwrap_or(NONE), Ordering::Relaxed);
-    }
+    queue.at[Deadline::Schedule as usize].store(schedule.unwrap_or(NONE), Ordering::Relaxed);
+    queue.at[Deadline::VirtualTimers as usize]
+        .store(virtual_timers.unwrap_or(NONE), Ordering::Relaxed);
     program();
 }
 
@@ -75,12 +78,9 @@ pub fn is_due(due: u32, kind: Deadline) -> bool {
 }
 
 fn program() {
-    let earliest = this_queue()
-        .at
-        .iter()
-        .map(|at| at.load(Ordering::Relaxed))
-        .min()
-        .unwrap_or(NONE);
+    let at = &this_queue().at;
+    let load = |kind: usize| at[kind].load(Ordering::Relaxed);
+    let earliest = load(0).min(load(1)).min(load(2).min(load(3)));
     if earliest == NONE {
         timer::disarm_hyp_timer();
     } else {

@@ -216,7 +216,7 @@ fn other_trap(id: usize, vcpu: usize, esr: Esr, regs: &mut GuestRegs) {
 
 /// WFI or CPU_SUSPEND on a shared pCPU: the vCPU gives the pCPU away unless an interrupt
 /// waits for it already (then it resumes at once, as WFI would).
-fn wait(id: usize, vcpu: usize, regs: &GuestRegs) {
+fn wait(id: usize, vcpu: usize, regs: &mut GuestRegs) {
     if !sched::running_has_work(id, vcpu) {
         sched::give_away(regs, false);
     }
@@ -226,7 +226,7 @@ fn wait(id: usize, vcpu: usize, regs: &GuestRegs) {
 /// is put back on the HVC), after it waited as WFI does: on a shared pCPU it gives the pCPU
 /// away until an interrupt, a message or the timeout wakes it; on a pinned one the pCPU
 /// sleeps until a physical interrupt (a sender's kick, or Keel's timer set for the timeout).
-fn wait_for_message(id: usize, vcpu: usize, until: u64, regs: &GuestRegs) {
+fn wait_for_message(id: usize, vcpu: usize, until: u64, regs: &mut GuestRegs) {
     vectors::repeat_call();
     if vm::this_cpu_is_shared() {
         if !sched::running_has_work(id, vcpu) {
@@ -244,7 +244,7 @@ fn wait_for_message(id: usize, vcpu: usize, until: u64, regs: &GuestRegs) {
 /// Carries out what a trap asked for beyond resuming. The hot exits of a shared pCPU (WFI,
 /// KEEL_YIELD) are taken before it: moving a `Next` here costs a `memcpy`.
 #[inline(never)]
-fn finish(id: usize, vcpu: usize, esr: Esr, next: Next, regs: &GuestRegs) {
+fn finish(id: usize, vcpu: usize, esr: Esr, next: Next, regs: &mut GuestRegs) {
     match next {
         Next::Resume => {}
         Next::Wait => wait(id, vcpu, regs),

@@ -341,6 +341,11 @@ pub fn mark_stale(reason: Stale) {
     STALE[cpu::index()].fetch_or(reason as u8, Ordering::Relaxed);
 }
 
+/// Whether this pCPU has [`Stale`] reasons not taken yet.
+pub fn is_stale() -> bool {
+    STALE[cpu::index()].load(Ordering::Relaxed) != 0
+}
+
 /// Takes this pCPU's [`Stale`] reasons marked since the last take (bit = reason; 0: none).
 pub fn take_stale() -> u8 {
     STALE[cpu::index()].swap(0, Ordering::Relaxed)

@@ -539,3 +539,69 @@ fn removed_slots_stop_at_once_and_are_reused() {
     let stats = scheduler.stats(2);
     assert_eq!((stats.jobs, stats.worst_lateness), (1, 10));
 }
+
+/// The one-call give-away (a yield or a WFI on a shared pCPU) decides exactly as block, wake
+/// (for a best-effort yield) and decide made one after the other, and leaves the same state,
+/// over random mixes of best-effort and real-time vCPUs under every policy.
+#[test]
+fn give_away_decides_as_block_wake_and_decide() {
+    let mut rng = crate::rng::Rng::new(0x6b65_656c_0020);
+    let mut compared = 0;
+    for round in 0..300 {
+        let policy = [ROUND_ROBIN, FIXED, EDF][round % 3];
+        let mut params = Vec::new();
+        for i in 0..(2 + rng.below(6)) {
+            let period = 40 + rng.below(200);
+            let p = if policy != ROUND_ROBIN && rng.below(2) == 0 {
+                reserved(100 + i as u8, period, 1 + rng.below(period / 8), period)
+            } else {
+                best_effort(1)
+            };
+            params.push(p);
+        }
+        let mut one = Scheduler::new(policy);
+        for p in &params {
+            if one.admit(*p).is_ok() {
+                one.add(*p).unwrap();
+            }
+        }
+        for slot in 0..one.len() {
+            one.start(slot, 0);
+        }
+        let mut three = one.clone();
+        let mut now = 0;
+        let mut running = one.decide(now).run;
+        assert_eq!(three.decide(now).run, running);
+        for _ in 0..200 {
+            now += rng.below(50);
+            let Some(slot) = running else {
+                now += 1;
+                let (a, b) = (one.decide(now), three.decide(now));
+                assert_eq!(a, b);
+                running = a.run;
+                for slot in 0..one.len() {
+                    if rng.below(3) == 0 {
+                        assert_eq!(one.wake(slot, now), three.wake(slot, now));
+                    }
+                }
+                continue;
+            };
+            let requeue = rng.below(2) == 0 && !one.has_reservation(slot);
+            let a = one.give_away(slot, now, requeue);
+            three.block(slot, now);
+            if requeue {
+                three.wake(slot, now);
+            }
+            let b = three.decide(now);
+            assert_eq!(a, b, "round {round} {policy:?} at {now}");
+            for s in 0..one.len() {
+                assert_eq!(one.stats(s), three.stats(s));
+                assert_eq!(one.is_runnable(s), three.is_runnable(s));
+                assert_eq!(one.budget_window(s), three.budget_window(s));
+            }
+            compared += 1;
+            running = a.run;
+        }
+    }
+    assert!(compared > 30_000, "{compared} give-aways compared");
+}

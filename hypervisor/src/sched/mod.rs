@@ -32,7 +32,7 @@ use crate::arch::cpu::{self, Mutex};
 use crate::arch::vectors::{self, GuestRegs, ResumeFrame};
 use crate::arch::{gic, guest, timer};
 use crate::config::SYSTEM;
-use crate::timers::{self, Deadline};
+use crate::timers;
 use crate::vm::{self, VmState};
 use crate::{irq, keel_println, lifecycle};
 
@@ -54,6 +54,11 @@ struct SharedCpu {
     loaded: Option<usize>,
     /// The slot that last ran here (its VMID and EL1 TLB entries may still be cached).
     last: Option<usize>,
+    /// The VM of `last`.
+    last_vm: usize,
+    /// List registers that may still hold the interrupts of the vCPU saved last (they are
+    /// emptied when the next one is loaded).
+    dirty_lrs: u64,
     /// The slot whose FP/SIMD registers the pCPU holds.
     fp_owner: Option<usize>,
     /// Slots started since their last restore: their VMID's TLB entries are cleaned first.
@@ -92,6 +97,8 @@ impl SharedCpu {
             generations: [0; MAX_SLOTS],
             loaded: None,
             last: None,
+            last_vm: 0,
+            dirty_lrs: 0,
             fp_owner: None,
             fresh: 0,
             started: 0,
@@ -206,71 +213,35 @@ pub fn run_loop() -> ! {
     }
 }
 
-/// Restores `slot`'s context on this pCPU and enters it.
+/// Why a slot the scheduler picked cannot be entered, and where the pCPU goes instead.
+enum Elsewhere {
+    /// Nothing to enter (the slot is empty, or its VM ended or is being reset and the kick
+    /// saying so is not handled yet): the run loop.
+    RunLoop,
+    /// The slot runs its VM's reload ([`run_reload`]).
+    Reload { slot: usize, vm: usize },
+}
+
+impl Elsewhere {
+    fn go(self) -> ! {
+        match self {
+            Elsewhere::RunLoop => run_loop(),
+            Elsewhere::Reload { slot, vm } => run_reload(slot, vm),
+        }
+    }
+}
+
+/// Restores `slot`'s context on this pCPU and enters it on a fresh stack.
 fn enter(slot: usize) -> ! {
     let mut frame = ResumeFrame::new();
     let (pc, pstate) = {
         let mut guard = this_shared().lock();
         let shared = &mut *guard;
-        let Some(placed) = shared.placed[slot] else {
+        if let Err(elsewhere) = load(shared, slot) {
             drop(guard);
-            run_loop()
-        };
-        if shared.reloading & (1 << slot) != 0 {
-            drop(guard);
-            run_reload(slot, placed.vm)
+            elsewhere.go()
         }
-        let cpu = vm::this_cpu();
-        let vm = vm::vm(placed.vm);
-        cpu.vm.store(placed.vm, Ordering::Relaxed);
-        cpu.in_guest.store(true, Ordering::SeqCst);
-        if !vm.may_enter()
-            || vm.state() != VmState::Running
-            || vm.generation() != shared.generations[slot]
-            || shared.doomed & (1 << slot) != 0
-        {
-            // Its VM ended or is being reset, and the kick saying so is not handled yet.
-            cpu.in_guest.store(false, Ordering::SeqCst);
-            cpu.vm.store(usize::MAX, Ordering::Relaxed);
-            vm::mark_stale(vm::Stale::Kicked);
-            drop(guard);
-            run_loop()
-        }
-        let same_vm_other_vcpu = shared.last.is_some_and(|last| {
-            last != slot && shared.placed[last].map(|p| p.vm) == Some(placed.vm)
-        });
         let context = &shared.contexts[slot];
-        let redistributor = cpu.redistributor.get();
-        if let Some(redistributor) = redistributor {
-            redistributor.enable_private(keel_core::abi::layout::VTIMER_INTID);
-        }
-        if shared.fresh & (1 << slot) != 0 {
-            shared.fresh &= !(1 << slot);
-            context.restore(redistributor, false);
-            crate::arch::stage2::install(
-                vm::desc(placed.vm).id.0 + 1,
-                vm::vm(placed.vm).stage2_root(),
-            );
-        } else {
-            context.restore(redistributor, same_vm_other_vcpu);
-        }
-        guest::set_fp_trap(shared.fp_owner != Some(slot));
-        let (timer_lr, timer_lr_value) = shared.timer_lr[slot];
-        cpu.timer_lr_value.store(timer_lr_value, Ordering::Relaxed);
-        cpu.timer_lr.store(timer_lr, Ordering::Relaxed);
-        cpu.listed
-            .store(context.interface.listed, Ordering::Relaxed);
-        cpu.generation
-            .store(shared.generations[slot], Ordering::Relaxed);
-        cpu.vcpu.store(placed.vcpu, Ordering::Relaxed);
-        shared.loaded = Some(slot);
-        shared.last = Some(slot);
-        shared.waiting &= !(1 << slot);
-        shared.receiving &= !(1 << slot);
-        if shared.needs_sync & (1 << slot) != 0 {
-            shared.needs_sync &= !(1 << slot);
-            irq::sync_list_registers();
-        }
         frame.fill(&context.regs);
         (context.pc, context.pstate)
     };
@@ -283,14 +254,97 @@ fn enter(slot: usize) -> ! {
     )
 }
 
+/// Switches from the running vCPU (its general registers in the trap's `frame`) to `next`,
+/// in place: the running one is saved, `next`'s context loaded and its registers put in the
+/// frame, so that the trap returns into `next`. One lock, one save, one restore.
+fn switch_in_place(mut guard: cpu::MutexGuard<'_, SharedCpu>, next: usize, frame: &mut GuestRegs) {
+    let shared = &mut *guard;
+    save_running(shared, frame);
+    if let Err(elsewhere) = load(shared, next) {
+        drop(guard);
+        elsewhere.go()
+    }
+    let context = &shared.contexts[next];
+    frame.copy_from(&context.regs);
+    vectors::set_return(context.pc, context.pstate);
+}
+
+/// Loads `slot`'s context onto this pCPU (all but its general registers and return state),
+/// none being loaded, or says where the pCPU goes instead.
+fn load(shared: &mut SharedCpu, slot: usize) -> Result<(), Elsewhere> {
+    let Some(placed) = shared.placed[slot] else {
+        return Err(Elsewhere::RunLoop);
+    };
+    if shared.reloading & (1 << slot) != 0 {
+        return Err(Elsewhere::Reload {
+            slot,
+            vm: placed.vm,
+        });
+    }
+    let cpu = vm::this_cpu();
+    let vm = vm::vm(placed.vm);
+    cpu.vm.store(placed.vm, Ordering::Relaxed);
+    cpu.in_guest.store(true, Ordering::SeqCst);
+    if !vm.may_enter()
+        || vm.state() != VmState::Running
+        || vm.generation() != shared.generations[slot]
+        || shared.doomed & (1 << slot) != 0
+    {
+        // Its VM ended or is being reset, and the kick saying so is not handled yet.
+        cpu.in_guest.store(false, Ordering::SeqCst);
+        cpu.vm.store(usize::MAX, Ordering::Relaxed);
+        vm::mark_stale(vm::Stale::Kicked);
+        return Err(Elsewhere::RunLoop);
+    }
+    let bit = 1 << slot;
+    let same_vm_other_vcpu =
+        shared.last.is_some() && shared.last != Some(slot) && shared.last_vm == placed.vm;
+    let context = &shared.contexts[slot];
+    let redistributor = cpu.redistributor.get();
+    if let Some(redistributor) = redistributor {
+        redistributor.enable_private(keel_core::abi::layout::VTIMER_INTID);
+    }
+    let dirty_lrs = core::mem::take(&mut shared.dirty_lrs);
+    if shared.fresh & bit != 0 {
+        shared.fresh &= !bit;
+        context.restore(redistributor, false, dirty_lrs);
+        crate::arch::stage2::install(
+            vm::desc(placed.vm).id.0 + 1,
+            vm::vm(placed.vm).stage2_root(),
+        );
+    } else {
+        context.restore(redistributor, same_vm_other_vcpu, dirty_lrs);
+    }
+    guest::set_fp_trap(shared.fp_owner != Some(slot));
+    let (timer_lr, timer_lr_value) = shared.timer_lr[slot];
+    cpu.timer_lr_value.store(timer_lr_value, Ordering::Relaxed);
+    cpu.timer_lr.store(timer_lr, Ordering::Relaxed);
+    cpu.listed
+        .store(context.interface.listed, Ordering::Relaxed);
+    cpu.generation
+        .store(shared.generations[slot], Ordering::Relaxed);
+    cpu.vcpu.store(placed.vcpu, Ordering::Relaxed);
+    shared.loaded = Some(slot);
+    shared.last = Some(slot);
+    shared.last_vm = placed.vm;
+    shared.waiting &= !bit;
+    shared.receiving &= !bit;
+    if shared.needs_sync & bit != 0 {
+        shared.needs_sync &= !bit;
+        irq::sync_list_registers();
+    }
+    Ok(())
+}
+
 /// Saves the running vCPU (general registers in `frame`) into its context and leaves the
 /// pCPU with none loaded. Returns the slot that was loaded.
 fn save_running(shared: &mut SharedCpu, frame: &GuestRegs) -> Option<usize> {
     let slot = shared.loaded.take()?;
     let cpu = vm::this_cpu();
     let context = &mut shared.contexts[slot];
-    context.save(frame, cpu.redistributor.get());
-    context.interface.listed = cpu.listed.load(Ordering::Relaxed);
+    let listed = cpu.listed.load(Ordering::Relaxed);
+    context.save(frame, cpu.redistributor.get(), listed);
+    shared.dirty_lrs = listed;
     shared.timer_lr[slot] = (
         cpu.timer_lr.load(Ordering::Relaxed),
         cpu.timer_lr_value.load(Ordering::Relaxed),
@@ -304,40 +358,67 @@ fn save_running(shared: &mut SharedCpu, frame: &GuestRegs) -> Option<usize> {
 /// The running vCPU gives the pCPU away: WFI with nothing pending, or KEEL_YIELD. A
 /// real-time vCPU's job is complete; it waits for an interrupt or its next release. A
 /// best-effort vCPU that yields (`yielding`) goes behind the others and runs again
-/// when its turn comes.
-pub fn give_away(frame: &GuestRegs, yielding: bool) -> ! {
+/// when its turn comes. Returns when the trap is to return into a vCPU (the same one, or
+/// the next one switched in on `frame`).
+pub fn give_away(frame: &mut GuestRegs, yielding: bool) {
     give_away_waiting(frame, yielding, None)
 }
 
 /// The running vCPU waits in KEEL_MSG_RECV: it gives the pCPU away as for WFI, and a message
 /// for it or the counter reaching `until` wakes it too.
-pub fn give_away_until(frame: &GuestRegs, until: u64) -> ! {
+pub fn give_away_until(frame: &mut GuestRegs, until: u64) {
     give_away_waiting(frame, false, Some(until))
 }
 
-fn give_away_waiting(frame: &GuestRegs, yielding: bool, message_until: Option<u64>) -> ! {
-    let next = {
-        let mut shared = this_shared().lock();
-        let now = timer::now();
-        if let Some(slot) = shared.loaded {
-            match message_until {
-                Some(until) => {
-                    shared.receiving |= 1 << slot;
-                    shared.wake_at[slot] = until;
-                }
-                None => shared.receiving &= !(1 << slot),
-            }
-            shared.scheduler.block(slot, now);
-            if yielding && !shared.scheduler.has_reservation(slot) {
-                shared.scheduler.wake(slot, now);
-            } else {
-                shared.waiting |= 1 << slot;
-            }
-        }
-        save_running(&mut shared, frame);
-        decide(&mut shared, now)
+fn give_away_waiting(frame: &mut GuestRegs, yielding: bool, message_until: Option<u64>) {
+    let mut guard = this_shared().lock();
+    let shared = &mut *guard;
+    let now = timer::now();
+    let Some(slot) = shared.loaded else {
+        let next = decide(shared, now);
+        drop(guard);
+        switch_to(next)
     };
-    switch_to(next)
+    let bit = 1 << slot;
+    match message_until {
+        Some(until) => {
+            shared.receiving |= bit;
+            shared.wake_at[slot] = until;
+        }
+        None => shared.receiving &= !bit,
+    }
+    let requeue = yielding && !shared.scheduler.has_reservation(slot);
+    if !requeue {
+        shared.waiting |= bit;
+    }
+    if vm::is_stale() {
+        // The world changed (a kick): the scheduler hears of it ([`refresh`]) with this vCPU
+        // saved, as one switched out.
+        shared.scheduler.block(slot, now);
+        if requeue {
+            shared.scheduler.wake(slot, now);
+        }
+        save_running(shared, frame);
+        let next = decide(shared, now);
+        drop(guard);
+        switch_to(next)
+    }
+    // One call: the scheduler completes the job (or requeues it) and decides.
+    let decision = shared.scheduler.give_away(slot, now, requeue);
+    program(shared, decision);
+    match decision.run {
+        // Picked again: nothing to save or restore.
+        Some(next) if next == slot => {
+            shared.waiting &= !bit;
+            shared.receiving &= !bit;
+        }
+        Some(next) => switch_in_place(guard, next, frame),
+        None => {
+            save_running(shared, frame);
+            drop(guard);
+            run_loop()
+        }
+    }
 }
 
 /// Takes what changed ([`refresh`]), asks the scheduler, and arms the timer queue for its
@@ -359,30 +440,32 @@ fn switch_to(next: Option<usize>) -> ! {
 }
 
 /// Something may have changed what should run (a deadline passed, a vCPU here was woken or
-/// started): asks the scheduler and, if it picks another vCPU, switches to it. Returns if the
-/// running vCPU keeps the pCPU.
-pub fn reschedule(frame: &GuestRegs) {
-    let next = {
-        let mut shared = this_shared().lock();
-        if shared
-            .loaded
-            .is_some_and(|slot| shared.doomed & (1 << slot) != 0)
-        {
-            // A task deleted by another pCPU while it ran here.
-            drop(shared);
-            pinned::park();
+/// started): asks the scheduler and, if it picks another vCPU, switches to it (in place on
+/// `frame` when a vCPU is running). Returns when the trap is to return into a vCPU.
+pub fn reschedule(frame: &mut GuestRegs) {
+    let mut guard = this_shared().lock();
+    let shared = &mut *guard;
+    if shared
+        .loaded
+        .is_some_and(|slot| shared.doomed & (1 << slot) != 0)
+    {
+        // A task deleted by another pCPU while it ran here.
+        drop(guard);
+        pinned::park();
+    }
+    let now = timer::now();
+    refresh(shared, now);
+    let decision = shared.scheduler.decide(now);
+    program(shared, decision);
+    match (shared.loaded, decision.run) {
+        (Some(loaded), Some(next)) if loaded == next => {}
+        (Some(_), Some(next)) => switch_in_place(guard, next, frame),
+        (_, next) => {
+            save_running(shared, frame);
+            drop(guard);
+            switch_to(next)
         }
-        let now = timer::now();
-        refresh(&mut shared, now);
-        let decision = shared.scheduler.decide(now);
-        program(&shared, decision);
-        if decision.run.is_some() && decision.run == shared.loaded {
-            return;
-        }
-        save_running(&mut shared, frame);
-        decision.run
-    };
-    switch_to(next)
+    }
 }
 
 /// The running vCPU stops (CPU_OFF, its VM ended or reset): the scheduler forgets it until
@@ -619,8 +702,20 @@ fn wait_ends(shared: &SharedCpu, slot: usize, now: u64) -> bool {
 /// Arms this pCPU's timer queue for a decision: the scheduler's next call, and the earliest
 /// virtual-timer deadline of a vCPU here that waits.
 fn program(shared: &SharedCpu, decision: Decision) {
+    let scan = shared.waiting & shared.started;
+    let earliest = if scan == 0 {
+        None
+    } else {
+        earliest_wait(shared, scan)
+    };
+    timers::set_schedule(decision.until, earliest);
+}
+
+/// The earliest virtual-timer deadline or end of a message wait of the slots in `scan`
+/// (waiting ones) that the scheduler does not already let run.
+#[inline(never)]
+fn earliest_wait(shared: &SharedCpu, mut scan: u32) -> Option<u64> {
     let mut earliest = None;
-    let mut scan = shared.waiting & shared.started;
     while scan != 0 {
         let slot = scan.trailing_zeros() as usize;
         scan &= scan - 1;
@@ -640,10 +735,7 @@ fn program(shared: &SharedCpu, decision: Decision) {
             earliest = Some(earliest.map_or(at, |e: u64| e.min(at)));
         }
     }
-    timers::set_all(&[
-        (Deadline::Schedule, decision.until),
-        (Deadline::VirtualTimers, earliest),
-    ]);
+    earliest
 }
 
 /// An interrupt was raised (a message queued) for vCPU `vcpu` of VM `id`, which is placed on

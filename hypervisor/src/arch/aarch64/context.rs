@@ -192,9 +192,12 @@ impl VirtualInterface {
         listed: 0,
     };
 
-    /// Whether a saved list register holds an interrupt pending for the vCPU.
+    /// Whether a saved list register holds an interrupt pending for the vCPU (only the
+    /// ones Keel filled are saved: the others are empty).
     pub fn any_pending(&self) -> bool {
-        self.lrs.iter().any(|&lr| gic::list_register_is_pending(lr))
+        let mut any = false;
+        self.for_each_listed(|_, pending| any |= pending);
+        any
     }
 
     /// Calls `f(intid, pending)` for each saved list register Keel filled.
@@ -412,9 +415,15 @@ impl VcpuContext {
     }
 
     /// Saves the state of the vCPU leaving this pCPU: `frame` holds its general registers as
-    /// the trap saved them. Its virtual timer is stopped and its timer interrupt's physical
-    /// active state taken off the pCPU (to be put back by [`VcpuContext::restore`]).
-    pub fn save(&mut self, frame: &GuestRegs, redistributor: Option<&gic::Redistributor>) {
+    /// the trap saved them, `listed` the list registers Keel filled for it. Its virtual timer
+    /// is stopped and its timer interrupt's physical active state taken off the pCPU (to be
+    /// put back by [`VcpuContext::restore`]).
+    pub fn save(
+        &mut self,
+        frame: &GuestRegs,
+        redistributor: Option<&gic::Redistributor>,
+        listed: u64,
+    ) {
         self.regs.copy_from(frame);
         self.pc = read_sysreg!("elr_el2");
         self.pstate = read_sysreg!("spsr_el2");
@@ -426,9 +435,16 @@ impl VcpuContext {
         self.timer.physical_active = redistributor
             .map(|r| r.take_active_private(VTIMER_INTID))
             .unwrap_or(false);
-        let count = gic::list_registers();
-        for (lr, slot) in self.interface.lrs.iter_mut().enumerate().take(count) {
-            *slot = gic::read_lr(lr);
+        // Only the list registers Keel filled hold anything (it empties the ones it takes
+        // back), so only those are read.
+        self.interface.listed = listed;
+        let mut scan = listed;
+        while scan != 0 {
+            let lr = scan.trailing_zeros() as usize;
+            scan &= scan - 1;
+            if let Some(slot) = self.interface.lrs.get_mut(lr) {
+                *slot = gic::read_lr(lr);
+            }
         }
         self.interface.vmcr = read_sysreg!("ich_vmcr_el2");
         self.interface.hcr = read_sysreg!("ich_hcr_el2");
@@ -441,7 +457,14 @@ impl VcpuContext {
     /// Loads this context onto the pCPU, all but the general registers and ELR/SPSR, which
     /// the entry loads. `same_vm_other_vcpu`: the previous vCPU on this pCPU was another vCPU
     /// of the same VM (same VMID), whose EL1 TLB entries must not be used by this one.
-    pub fn restore(&self, redistributor: Option<&gic::Redistributor>, same_vm_other_vcpu: bool) {
+    /// `dirty_lrs`: the list registers that may hold another vCPU's interrupts (every other
+    /// one is empty): they are emptied unless this context fills them.
+    pub fn restore(
+        &self,
+        redistributor: Option<&gic::Redistributor>,
+        same_vm_other_vcpu: bool,
+        dirty_lrs: u64,
+    ) {
         self.el1.restore();
         if self.owns_pmu {
             self.pmu.restore();
@@ -465,9 +488,14 @@ impl VcpuContext {
                 redistributor.set_active_private(VTIMER_INTID);
             }
         }
-        let count = gic::list_registers();
-        for (lr, &value) in self.interface.lrs.iter().enumerate().take(count) {
-            gic::write_lr(lr, value);
+        // The saved list registers are written, and the previous vCPU's emptied.
+        let listed = self.interface.listed;
+        let mut scan = listed | dirty_lrs;
+        while scan != 0 {
+            let lr = scan.trailing_zeros() as usize;
+            scan &= scan - 1;
+            let value = self.interface.lrs.get(lr).copied().unwrap_or(0);
+            gic::write_lr(lr, if listed & (1 << lr) != 0 { value } else { 0 });
         }
         gic::restore_active_priorities(&self.interface.ap0r, &self.interface.ap1r);
         // SAFETY: the incoming vCPU's virtual interface control, as it left it.

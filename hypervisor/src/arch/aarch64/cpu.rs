@@ -213,3 +213,6 @@ pub fn spin_wait() {
 
 /// Keel's lock: a spin lock that waits with [`YieldRelax`].
 pub type Mutex<T> = spin::mutex::SpinMutex<T, YieldRelax>;
+
+/// What locking a [`Mutex`] gives.
+pub type MutexGuard<'a, T> = spin::mutex::SpinMutexGuard<'a, T>;

@@ -337,6 +337,19 @@ pub fn resume_guest(frame: &ResumeFrame, pc: u64, pstate: u64, stack_top: u64, l
     unsafe { keel_enter_guest(regs, stack_top) }
 }
 
+/// Makes the trap being handled return to `pc` with PSTATE `pstate` (ELR_EL2, SPSR_EL2): a
+/// vCPU switched in on this trap's frame, its context loaded.
+#[inline(always)]
+pub fn set_return(pc: u64, pstate: u64) {
+    // SAFETY: the values saved when the vCPU left (or its entry state), at EL1 or EL0 of its
+    // own VM, whose stage 2, traps and EL1 state the caller loaded; the trap's return erets
+    // to them.
+    unsafe {
+        write_sysreg!("elr_el2", pc);
+        write_sysreg!("spsr_el2", pstate);
+    }
+}
+
 /// The guest's return address (ELR_EL2).
 pub fn guest_pc() -> u64 {
     read_sysreg!("elr_el2")
