@@ -173,6 +173,21 @@ pub fn decode(regs: &[u64; 8]) -> Call {
     }
 }
 
+/// The answer to a call whose result is a constant of the ABI and that reads no argument and
+/// changes nothing: KEEL_VERSION, SMCCC_VERSION, PSCI_VERSION and MIGRATE_INFO_TYPE, each
+/// decided from w0 alone as [`decode`] decides it. `None` for every other call. The trap
+/// dispatcher answers these first, before any other state is read (the null hypercall's path).
+#[inline(always)]
+pub fn constant_answer(x0: u64) -> Option<u64> {
+    match x0 as u32 {
+        abi::KEEL_VERSION => Some(abi::KEEL_VERSION_VALUE),
+        abi::SMCCC_VERSION => Some(abi::SMCCC_VERSION_1_1),
+        psci::VERSION => Some(psci::VERSION_1_1),
+        psci::MIGRATE_INFO_TYPE => Some(psci::TOS_NOT_PRESENT_MP),
+        _ => None,
+    }
+}
+
 /// PSCI_FEATURES answer (PSCI 1.1 §5.1.14): 0 for an implemented function, NOT_SUPPORTED otherwise.
 pub fn psci_features(function: u32) -> u64 {
     match decode(&[function as u64, 0, 0, 0, 0, 0, 0, 0]) {
@@ -203,6 +218,41 @@ pub fn smccc_arch_features(function: u32) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn constant_answers_are_exactly_the_constant_calls() {
+        // Every function id the decoder knows, with the upper half of x0 set or not.
+        let functions = [
+            abi::KEEL_VERSION,
+            abi::KEEL_VM_ID,
+            abi::KEEL_YIELD,
+            abi::KEEL_SCHED_STATS,
+            abi::SMCCC_VERSION,
+            abi::SMCCC_ARCH_FEATURES,
+            psci::VERSION,
+            psci::FEATURES,
+            psci::CPU_ON_64,
+            psci::CPU_OFF,
+            psci::MIGRATE_INFO_TYPE,
+            psci::SYSTEM_OFF,
+            psci::SYSTEM_RESET,
+            0,
+            0xffff_ffff,
+        ];
+        for function in functions {
+            for upper in [0, 0xdead_beef_0000_0000] {
+                let x0 = upper | u64::from(function);
+                let expected = match decode(&[x0, 1, 2, 3, 4, 5, 6, 7]) {
+                    Call::KeelVersion => Some(abi::KEEL_VERSION_VALUE),
+                    Call::SmcccVersion => Some(abi::SMCCC_VERSION_1_1),
+                    Call::PsciVersion => Some(psci::VERSION_1_1),
+                    Call::PsciMigrateInfoType => Some(psci::TOS_NOT_PRESENT_MP),
+                    _ => None,
+                };
+                assert_eq!(constant_answer(x0), expected, "{function:#x}");
+            }
+        }
+    }
 
     #[test]
     fn decodes_keel_services() {

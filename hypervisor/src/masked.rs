@@ -68,19 +68,26 @@ pub fn at(site: MaskedSite) {
 }
 
 /// The current stretch ends now (Keel enters a guest, waits, or polls for interrupts).
+/// On every exit: a counter read, two loads and a comparison. With no stretch begun yet
+/// (`start` 0), the length is the counter itself, which passes the comparison as a rule: the
+/// out-of-line [`record_longest`] tells that case apart.
 #[inline(always)]
 pub fn end() {
     let now = timer::now();
     let record = &RECORDS[cpu::index()];
     let start = record.start.load(Ordering::Relaxed);
     let length = now.wrapping_sub(start);
-    if start != 0 && length > record.longest.load(Ordering::Relaxed) {
-        record_longest(record, length);
+    if length > record.longest.load(Ordering::Relaxed) {
+        record_longest(record, start, length);
     }
 }
 
+/// Keeps a stretch of `length` ticks from `start` as the longest, unless no stretch had begun.
 #[cold]
-fn record_longest(record: &Record, length: u64) {
+fn record_longest(record: &Record, start: u64, length: u64) {
+    if start == 0 {
+        return;
+    }
     record.longest.store(length, Ordering::Relaxed);
     record
         .longest_site

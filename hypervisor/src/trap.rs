@@ -131,8 +131,11 @@ enum Next {
     WaitMessage(u64),
 }
 
-/// A synchronous exception from a guest. Hypercalls take a short path; everything else
-/// goes through [`other_trap`].
+/// A synchronous exception from a guest. The hot traps are told apart from ESR_EL2 (read once)
+/// in the first instructions: a hypercall answered with a constant is answered here, others
+/// go to [`hypercall_trap`]; a data abort (a device access) to [`data_abort_trap`]; a write of
+/// ICC_SGI1R_EL1 to [`sgi1r_trap`]; everything else to [`other_trap`]. Each of those is
+/// a function of its own, so that this one keeps a small frame.
 #[unsafe(no_mangle)]
 extern "C" fn keel_guest_sync(regs: &mut GuestRegs) {
     masked::begin(MaskedSite::GuestTrap);
@@ -146,18 +149,65 @@ fn guest_sync(regs: &mut GuestRegs) {
     let Some((id, vcpu)) = vm::current() else {
         sched::pinned::park()
     };
-    if esr.class() == ExceptionClass::Hvc64 {
-        match hypercall(id, vcpu, regs) {
-            Next::Resume => {}
-            Next::Yield => sched::give_away(regs, true),
-            Next::Wait => wait(id, vcpu, regs),
-            Next::WaitMessage(until) => wait_for_message(id, vcpu, until, regs),
-            Next::Reschedule => sched::reschedule(regs),
-            next => finish(id, vcpu, esr, next, regs),
+    let class = esr.class();
+    if class == ExceptionClass::Hvc64 {
+        match hypercall::constant_answer(regs.x[0]) {
+            Some(value) => regs.x[0] = value,
+            None => hypercall_trap(id, vcpu, esr, regs),
         }
+    } else if class == ExceptionClass::DataAbortLower {
+        data_abort_trap(id, vcpu, esr, regs);
+    } else if let Some(register) = esr.sysreg_write_of(sysregs::ICC_SGI1R_EL1) {
+        sgi1r_trap(id, vcpu, register, regs);
     } else {
         other_trap(id, vcpu, esr, regs);
     }
+}
+
+/// A hypercall other than the constant ones.
+#[inline(never)]
+fn hypercall_trap(id: usize, vcpu: usize, esr: Esr, regs: &mut GuestRegs) {
+    match hypercall(id, vcpu, regs) {
+        Next::Resume => {}
+        Next::Yield => sched::give_away(regs, true),
+        Next::Wait => wait(id, vcpu, regs),
+        Next::WaitMessage(until) => wait_for_message(id, vcpu, until, regs),
+        Next::Reschedule => sched::reschedule(regs),
+        next => finish(id, vcpu, esr, next, regs),
+    }
+}
+
+/// A write of ICC_SGI1R_EL1 from x`register` (trapped to EL2 while HCR_EL2.IMO is set, GICv3
+/// 12.2.22): the guest sends SGIs ([`send_virtual_sgi`]).
+#[inline(never)]
+fn sgi1r_trap(id: usize, vcpu: usize, register: u8, regs: &GuestRegs) {
+    let raised_here = send_virtual_sgi(id, vcpu, regs.get(register));
+    vectors::skip_instruction();
+    if raised_here {
+        irq::sync_list_registers();
+    }
+}
+
+/// A data abort from the guest: an access to an emulated device, or a fault that stops the VM
+/// ([`data_abort`]; the stop is out of line, so that the access path carries no [`Next`]).
+#[inline(never)]
+fn data_abort_trap(id: usize, vcpu: usize, esr: Esr, regs: &mut GuestRegs) {
+    let outcome = match esr.data_abort() {
+        Some(abort) => data_abort(id, abort, regs),
+        None => Err(Fault::Unexpected),
+    };
+    match outcome {
+        Ok(false) => {}
+        Ok(true) => irq::sync_list_registers(),
+        Err(fault) => stop(id, vcpu, esr, fault, regs),
+    }
+}
+
+/// Stops the VM for `fault` (see [`finish`]).
+#[cold]
+#[inline(never)]
+fn stop(id: usize, vcpu: usize, esr: Esr, fault: Fault, regs: &mut GuestRegs) {
+    finish(id, vcpu, esr, Next::Stop(fault), regs);
 }
 
 #[inline(never)]
@@ -176,11 +226,7 @@ fn other_trap(id: usize, vcpu: usize, esr: Esr, regs: &mut GuestRegs) {
             Next::Resume
         }
         ExceptionClass::SysReg64 => match esr.sysreg() {
-            Some(access) => system_register(id, vcpu, access, regs),
-            None => Next::Stop(Fault::Unexpected),
-        },
-        ExceptionClass::DataAbortLower => match esr.data_abort() {
-            Some(abort) => data_abort(id, abort, regs),
+            Some(access) => system_register(id, access, regs),
             None => Next::Stop(Fault::Unexpected),
         },
         ExceptionClass::InstructionAbortLower => Next::Stop(Fault::Fetch {
@@ -291,7 +337,7 @@ extern "C" fn keel_guest_irq(regs: &mut GuestRegs) {
 
 #[inline(always)]
 fn guest_irq(regs: &mut GuestRegs) {
-    let handled = irq::handle_pending();
+    let handled = irq::handle_pending_from_guest();
     // A VM ended or reset by another pCPU comes with a kick, as does a vCPU woken on a shared
     // pCPU: only then can the running vCPU have to stop or give way.
     if handled.reschedule {
@@ -473,16 +519,9 @@ fn after_raise(raised: irq::Raised) -> Next {
     }
 }
 
-fn system_register(id: usize, vcpu: usize, access: SysRegAccess, regs: &mut GuestRegs) -> Next {
-    if access.reg == sysregs::ICC_SGI1R_EL1 && !access.read {
-        let raised_here = send_virtual_sgi(id, vcpu, regs.get(access.register));
-        vectors::skip_instruction();
-        return if raised_here {
-            Next::ResumeWithInterrupts
-        } else {
-            Next::Resume
-        };
-    }
+/// A trapped system register access other than a write of ICC_SGI1R_EL1 (taken before, by
+/// [`sgi1r_trap`]).
+fn system_register(id: usize, access: SysRegAccess, regs: &mut GuestRegs) -> Next {
     let reg = access.reg;
     if access.read && cpu_features::is_id_register(reg.op0, reg.op1, reg.crn, reg.crm) {
         // ID registers (HCR_EL2.TID3): the hardware's, less what Keel does not virtualize.
@@ -564,10 +603,14 @@ fn send_virtual_sgi(id: usize, vcpu: usize, value: u64) -> bool {
     targets & (1 << vcpu) != 0
 }
 
-fn data_abort(id: usize, abort: DataAbort, regs: &mut GuestRegs) -> Next {
+/// Emulates a data abort's access to the device whose window holds it. Returns whether the
+/// guest's virtual interrupts must be looked at again (a store, which may change an interrupt's
+/// state), or the fault that stops the VM.
+#[inline(always)]
+fn data_abort(id: usize, abort: DataAbort, regs: &mut GuestRegs) -> Result<bool, Fault> {
     let ipa = faulting_ipa();
     if !abort.isv {
-        return Next::Stop(Fault::NoSyndrome {
+        return Err(Fault::NoSyndrome {
             ipa,
             permission_write: abort.permission_fault_write() == Some(true),
         });
@@ -578,9 +621,8 @@ fn data_abort(id: usize, abort: DataAbort, regs: &mut GuestRegs) -> Next {
     } else {
         (1u64 << (8 * size)) - 1
     };
-    let value = regs.get(abort.register) & mask;
     let Some((device, offset)) = crate::devices::find(vm::desc(id), ipa) else {
-        return Next::Stop(Fault::Stage2 {
+        return Err(Fault::Stage2 {
             ipa,
             write: abort.write,
             size,
@@ -589,12 +631,12 @@ fn data_abort(id: usize, abort: DataAbort, regs: &mut GuestRegs) -> Next {
     let access = crate::devices::Access {
         offset,
         size,
-        write: abort.write.then_some(value),
+        write: abort.write.then(|| regs.get(abort.register) & mask),
     };
     let loaded = match device.access(id, access) {
         Ok(loaded) => loaded,
         Err(error) => {
-            return Next::Stop(Fault::Device {
+            return Err(Fault::Device {
                 device: device.name(),
                 ipa,
                 error,
@@ -613,9 +655,5 @@ fn data_abort(id: usize, abort: DataAbort, regs: &mut GuestRegs) -> Next {
         regs.set(abort.register, loaded);
     }
     vectors::skip_instruction();
-    if abort.write {
-        Next::ResumeWithInterrupts
-    } else {
-        Next::Resume
-    }
+    Ok(abort.write)
 }

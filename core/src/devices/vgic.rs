@@ -546,14 +546,31 @@ impl Vgic {
         }
     }
 
-    fn distributor_read32(&self, offset: u64) -> Result<u64, DeviceError> {
-        let typer = ((NR_IRQS as u32 / 32) - 1) | (9 << 19);
-        Ok(u64::from(match offset {
-            0x0000 => self.ctlr | CTLR_ARE | CTLR_DS,
-            0x0004 => typer,
+    /// The value of a distributor register that no guest write and no state changes, for a
+    /// load of `size` bytes at `offset` that [`Vgic::distributor_read`] accepts: GICD_TYPER,
+    /// GICD_IIDR, GICD_TYPER2, the reserved word at 0x10 and GICD_PIDR2 (GICv3 12.9). `None`
+    /// for every other offset or width. Such a load needs no lock on the model.
+    #[inline(always)]
+    pub fn distributor_constant(offset: u64, size: u8) -> Option<u64> {
+        if size != 4 {
+            return None;
+        }
+        let value = match offset {
+            0x0004 => ((NR_IRQS as u32 / 32) - 1) | (9 << 19),
             0x0008 => IIDR,
             0x000c | 0x0010 => 0,
             0xffe8 => PIDR2,
+            _ => return None,
+        };
+        Some(u64::from(value))
+    }
+
+    fn distributor_read32(&self, offset: u64) -> Result<u64, DeviceError> {
+        if let Some(value) = Self::distributor_constant(offset, 4) {
+            return Ok(value);
+        }
+        Ok(u64::from(match offset {
+            0x0000 => self.ctlr | CTLR_ARE | CTLR_DS,
             0x0080..=0x03ff => {
                 let (register, first) = BitRegister::decode(offset)
                     .ok_or(DeviceError::InterruptOutOfRange { intid: 0 })?;
@@ -716,6 +733,32 @@ mod tests {
         gic.distributor_write(0x0000, 4, u64::from(CTLR_ENABLE_GRP1))
             .unwrap();
         gic
+    }
+
+    #[test]
+    fn distributor_constants_read_as_the_model_does() {
+        let mut gic = Vgic::new(2, &[UART]);
+        let mut constants = 0;
+        for round in 0..2 {
+            if round == 1 {
+                // Whatever a guest writes, the constant registers do not change.
+                for offset in (0..0x1_0000u64).step_by(4) {
+                    let _ = gic.distributor_write(offset, 4, u64::MAX);
+                }
+            }
+            for offset in 0..0x1_0000u64 {
+                for size in [1, 2, 4, 8] {
+                    if let Some(value) = Vgic::distributor_constant(offset, size) {
+                        assert_eq!(gic.distributor_read(offset, size), Ok(value), "{offset:#x}");
+                        constants += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(constants, 2 * 5);
+        assert_eq!(Vgic::distributor_constant(0x0004, 4), Some(0x0048_0003));
+        assert_eq!(Vgic::distributor_constant(0x0000, 4), None);
+        assert_eq!(Vgic::distributor_constant(0x0004, 8), None);
     }
 
     #[test]

@@ -122,6 +122,23 @@ impl Esr {
         })
     }
 
+    /// For a trapped MSR of `reg` (EC 0x18 with Direction 0, a write), its source register Rt;
+    /// `None` for any other syndrome. The same fields as [`Esr::sysreg`] compared with one mask,
+    /// for the hot traps the dispatcher decides before the full decode.
+    #[inline(always)]
+    pub fn sysreg_write_of(&self, reg: SysReg) -> Option<u8> {
+        const SYSREG64: u64 = 0x18;
+        // EC, Op0, Op2, Op1, CRn, CRm and Direction; Rt (bits [9:5]) is the answer.
+        let mask: u64 = 0x3f << 26 | 0x3 << 20 | 0x7 << 17 | 0x7 << 14 | 0xf << 10 | 0xf << 1 | 1;
+        let value = SYSREG64 << 26
+            | u64::from(reg.op0) << 20
+            | u64::from(reg.op2) << 17
+            | u64::from(reg.op1) << 14
+            | u64::from(reg.crn) << 10
+            | u64::from(reg.crm) << 1;
+        (self.0 & mask == value).then_some(bits(self.0, 5, 5) as u8)
+    }
+
     /// The immediate of an AArch64 HVC, EC 0x16 (Arm ARM D17.2.37, "ISS encoding for an
     /// exception from HVC or SVC instruction execution").
     pub fn hvc_imm(&self) -> Option<u16> {

@@ -115,6 +115,45 @@ mod tests {
     }
 
     #[test]
+    fn sysreg_write_of_agrees_with_the_full_decode() {
+        let mut random = xorshift(0x0bad_cafe_f00d_1234);
+        let sgi1r = sysregs::ICC_SGI1R_EL1;
+        let iss_of = |reg: SysReg, rt: u64, read: u64| {
+            u64::from(reg.op0) << 20
+                | u64::from(reg.op2) << 17
+                | u64::from(reg.op1) << 14
+                | u64::from(reg.crn) << 10
+                | rt << 5
+                | u64::from(reg.crm) << 1
+                | read
+        };
+        for round in 0..20_000u64 {
+            let noise = random();
+            let value = match round % 4 {
+                // Anything at all.
+                0 => noise,
+                // A system register trap of any register.
+                1 => 0x18 << 26 | noise & 0x3ff_ffff,
+                // SGI1R itself, read or written, any Rt, IL, RES0 bits and upper half.
+                2 => {
+                    noise & !0xffff_ffff
+                        | 0x18 << 26
+                        | noise & (IL | 0x7 << 22)
+                        | iss_of(sgi1r, noise >> 40 & 31, noise >> 50 & 1)
+                }
+                // SGI1R's encoding under another class.
+                _ => (noise & 0x3f) << 26 | iss_of(sgi1r, noise >> 40 & 31, 0),
+            };
+            let esr = Esr(value);
+            let expected = esr
+                .sysreg()
+                .filter(|access| access.reg == sgi1r && !access.read)
+                .map(|access| access.register);
+            assert_eq!(esr.sysreg_write_of(sgi1r), expected, "{value:#x}");
+        }
+    }
+
+    #[test]
     fn sysreg_accesses_match_oracle() {
         let mut random = xorshift(0x1234_5678_9abc_def1);
         for _ in 0..3000 {

@@ -98,6 +98,7 @@ impl Device for VirtioConsoleDevice {
         "virtio console"
     }
 
+    #[inline(always)]
     fn window(&self, desc: &VmDesc) -> Option<(u64, u64)> {
         desc.virtio_console
             .map(|_| (layout::VIRTIO_BASE, layout::VIRTIO_SIZE))

@@ -230,6 +230,13 @@ pub fn any_interrupt_listed() -> bool {
     read_sysreg!("ich_elrsr_el2") & implemented != implemented
 }
 
+/// Whether list register `lr` is empty in ICH_ELRSR_EL2 (12.4.5): state invalid, and either
+/// hardware-linked or without an EOI maintenance request. False for a register beyond 15.
+#[inline(always)]
+pub fn list_register_is_empty(lr: usize) -> bool {
+    lr < 16 && read_sysreg!("ich_elrsr_el2") >> lr & 1 != 0
+}
+
 /// Whether any list register holds a virtual interrupt in the pending state.
 pub fn any_interrupt_pending() -> bool {
     (0..list_registers()).any(|lr| list_register_is_pending(read_lr(lr)))
