@@ -167,6 +167,11 @@ fn guest_sync(regs: &mut GuestRegs) {
 /// A hypercall other than the constant ones.
 #[inline(never)]
 fn hypercall_trap(id: usize, vcpu: usize, esr: Esr, regs: &mut GuestRegs) {
+    // KEEL_YIELD on a shared pCPU, the switch path's own call, before the full decode.
+    if regs.x[0] as u32 == abi::KEEL_YIELD && vm::this_cpu_is_shared() {
+        regs.x[0] = 0;
+        return sched::give_away(regs, true);
+    }
     match hypercall(id, vcpu, regs) {
         Next::Resume => {}
         Next::Yield => sched::give_away(regs, true),

@@ -521,6 +521,7 @@ impl Scheduler {
     }
 
     /// Whether `slot` has a reservation (a real-time vCPU).
+    #[inline]
     pub fn has_reservation(&self, slot: usize) -> bool {
         self.slots[..self.len]
             .get(slot)
@@ -538,6 +539,7 @@ impl Scheduler {
     }
 
     /// Whether `slot` may be picked: started, not blocked, not throttled.
+    #[inline]
     pub fn is_runnable(&self, slot: usize) -> bool {
         self.slots[..self.len].get(slot).is_some_and(Slot::runnable)
     }

@@ -235,6 +235,7 @@ impl Slot {
     }
 
     /// The vCPU blocks at `now`: its current job (if any) is complete.
+    #[inline]
     pub(super) fn block(&mut self, now: Time) {
         if !self.started {
             return;
