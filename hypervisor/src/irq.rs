@@ -191,6 +191,21 @@ fn virtual_timer() -> bool {
     }
 }
 
+/// The virtual timer of the vCPU just loaded on this shared pCPU expired while it was
+/// switched out: its interrupt is listed now, as [`virtual_timer`] would list it when the
+/// physical one fired right after the entry, which saves that second exception. The physical
+/// interrupt is made active first, as the acknowledge would: the guest's EOI deactivates it
+/// through the hardware-linked list register.
+pub fn list_expired_timer() {
+    let Some(redistributor) = vm::this_cpu().redistributor.get() else {
+        return;
+    };
+    redistributor.set_active_private(layout::VTIMER_INTID);
+    if !virtual_timer() {
+        sync_list_registers();
+    }
+}
+
 /// Writes virtual interrupt `intid` as pending into list register `lr`. The virtual timer is
 /// linked to its physical interrupt (the guest's EOI deactivates it); level-sensitive SPIs ask
 /// for a maintenance interrupt on EOI so their line is re-sampled.

@@ -48,7 +48,7 @@ const USAGE: &str = "usage: cargo xtask <command>
                    scenarios whose name contains it)
   bench [micro]    print the micro-benchmarks (instructions, QEMU icount), Keel vs native, then the
                    Linux benchmarks (native, Keel, Xen) unless `micro`
-  bench sched      the shared-pCPU benchmarks: vCPU switch cost, lazy FP, the M5150 overhead table
+  bench sched [--no-linux]  the shared-pCPU benchmarks: vCPU switch cost, lazy FP, the M5150 overhead table (--no-linux: without the Linux boots)
   bench tasks      real-time task services, the sample partition's jitter, masked stretches, lateness through resets
   bench messages   messages between VMs: send, receive and delivery of 20-100 byte messages, beside the M5150 paper
   bench baseline [--update]  the figures the test command holds (xtask/baseline.toml) beside their
@@ -62,9 +62,8 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("run") => run(args.get(1).map(PathBuf::from)),
         Some("test") => return test(args.get(1).map(String::as_str)),
-        Some("bench") if args.get(1).is_some_and(|a| a == "sched") => {
-            setup::ensure_tools().and_then(|()| sched_bench::run())
-        }
+        Some("bench") if args.get(1).is_some_and(|a| a == "sched") => setup::ensure_tools()
+            .and_then(|()| sched_bench::run(args.get(2).is_none_or(|a| a != "--no-linux"))),
         Some("bench") if args.get(1).is_some_and(|a| a == "messages") => {
             setup::ensure_tools().and_then(|()| ipc_bench::run_all())
         }

@@ -109,6 +109,11 @@ pub struct Scheduler {
     next_ticket: u64,
     /// Retired slots (one bit each): removed within their budget window, freed when it ends.
     retired: u32,
+    /// Round robin only: the runnable slots in ticket order (the order they joined the back
+    /// of the queue), one 4-bit slot number each from the low end; `queued` of them. The pick
+    /// is the first, whatever the number of vCPUs.
+    queue: u64,
+    queued: u32,
     /// Slots with a reservation (one bit each): the only ones with jobs, releases and
     /// budgets, so the only ones the catch-up and the next decision time look at. A pCPU of
     /// best-effort vCPUs pays nothing per vCPU for them.
@@ -142,6 +147,8 @@ impl Scheduler {
             // Zero, like everything else here: an unused scheduler in a static costs no image.
             next_ticket: 0,
             retired: 0,
+            queue: 0,
+            queued: 0,
             reserved: 0,
         }
     }
@@ -243,6 +250,7 @@ impl Scheduler {
 
     /// Empties `slot`.
     fn free(&mut self, slot: usize) {
+        self.dequeue(slot);
         self.slots[slot] = Slot::EMPTY;
         self.retired &= !(1 << slot);
         self.reserved &= !(1 << slot);
@@ -356,7 +364,7 @@ impl Scheduler {
             return;
         }
         let now = self.account(now, true);
-        let ticket = self.take_ticket();
+        let ticket = self.take_ticket(slot);
         let clip = matches!(self.policy, Policy::Edf { .. });
         self.slots[slot].start(now, ticket, clip);
     }
@@ -373,7 +381,7 @@ impl Scheduler {
             return;
         }
         self.account(now, true);
-        let ticket = self.take_ticket();
+        let ticket = self.take_ticket(slot);
         self.slots[slot].start_later(release, ticket);
     }
 
@@ -386,6 +394,7 @@ impl Scheduler {
         let now = self.charge(now, self.current != Some(slot));
         self.slots[slot].count_miss(now);
         self.slots[slot].stop();
+        self.dequeue(slot);
         self.leave(slot);
         self.catch_up();
     }
@@ -401,6 +410,7 @@ impl Scheduler {
         }
         let now = self.charge(now, self.current != Some(slot));
         self.slots[slot].block(now);
+        self.dequeue(slot);
         self.leave(slot);
         self.catch_up();
     }
@@ -421,7 +431,7 @@ impl Scheduler {
         }
         if self.slots[slot].blocked {
             self.slots[slot].blocked = false;
-            self.slots[slot].ticket = self.take_ticket();
+            self.slots[slot].ticket = self.take_ticket(slot);
             if matches!(self.policy, Policy::Edf { .. }) {
                 self.slots[slot].clip_budget(now);
             }
@@ -440,11 +450,12 @@ impl Scheduler {
         }
         let now = self.charge(now, self.current != Some(slot));
         self.slots[slot].block(now);
+        self.dequeue(slot);
         self.leave(slot);
         self.catch_up();
         if requeue && self.slots[slot].started {
             self.slots[slot].blocked = false;
-            self.slots[slot].ticket = self.take_ticket();
+            self.slots[slot].ticket = self.take_ticket(slot);
             if matches!(self.policy, Policy::Edf { .. }) {
                 self.slots[slot].clip_budget(now);
             }
@@ -470,7 +481,7 @@ impl Scheduler {
                 && now >= self.quantum_end
                 && self.peer_runnable(running)
             {
-                self.slots[running].ticket = self.take_ticket();
+                self.slots[running].ticket = self.take_ticket(running);
             }
         }
         let (pick, peer) = self.best();
@@ -600,10 +611,64 @@ impl Scheduler {
         }
     }
 
-    fn take_ticket(&mut self) -> u64 {
+    /// The next ticket, for `slot`, which goes to the back of its queue.
+    fn take_ticket(&mut self, slot: usize) -> u64 {
         let ticket = self.next_ticket;
         self.next_ticket += 1;
+        if self.is_fifo() {
+            self.dequeue(slot);
+            self.queue |= (slot as u64) << (4 * self.queued);
+            self.queued += 1;
+        }
         ticket
+    }
+
+    /// Whether the round-robin queue holds exactly the runnable slots, in ticket order (always
+    /// true under the other policies, which keep none).
+    #[cfg(test)]
+    pub(crate) fn queue_is_consistent(&self) -> bool {
+        if !self.is_fifo() {
+            return self.queued == 0;
+        }
+        let mut runnable: std::vec::Vec<usize> = (0..self.len)
+            .filter(|&s| self.slots[s].runnable())
+            .collect();
+        runnable.sort_by_key(|&s| self.slots[s].ticket);
+        let queued: std::vec::Vec<usize> = (0..self.queued)
+            .map(|i| ((self.queue >> (4 * i)) & 0xf) as usize)
+            .collect();
+        runnable == queued
+    }
+
+    /// Whether the policy keeps its runnable slots in [`Scheduler::queue`] (round robin).
+    #[inline(always)]
+    fn is_fifo(&self) -> bool {
+        matches!(self.policy, Policy::RoundRobin { .. })
+    }
+
+    /// Takes `slot` out of the round-robin queue (it blocked, stopped or went), if there.
+    /// Finds it among the 4-bit fields at once (a zero field of `queue ^ slot repeated`).
+    fn dequeue(&mut self, slot: usize) {
+        if !self.is_fifo() || self.queued == 0 {
+            return;
+        }
+        if self.queue & 0xf == slot as u64 {
+            // The usual one: the running vCPU, at the head.
+            self.queue >>= 4;
+            self.queued -= 1;
+            return;
+        }
+        const ONES: u64 = 0x1111_1111;
+        let used = (1u64 << (4 * self.queued)) - 1;
+        let x = (self.queue ^ (slot as u64 * ONES)) & used | !used & 0xffff_ffff;
+        let zero = x.wrapping_sub(ONES) & !x & (ONES << 3) & used;
+        if zero == 0 {
+            return;
+        }
+        let at = 4 * (zero.trailing_zeros() / 4);
+        let below = self.queue & ((1 << at) - 1);
+        self.queue = below | (self.queue >> (at + 4)) << at;
+        self.queued -= 1;
     }
 
     fn quantum(&self) -> Time {
@@ -657,6 +722,12 @@ impl Scheduler {
     /// million a second); under EDF, a reservation's (deadline, slot) before any best-effort
     /// vCPU's ticket. The same order as [`Scheduler::rank`], which a host test holds.
     fn best(&self) -> (Option<usize>, bool) {
+        if self.is_fifo() {
+            return match self.queued {
+                0 => (None, false),
+                queued => (Some((self.queue & 0xf) as usize), queued > 1),
+            };
+        }
         let mut pick = None;
         let mut key = u64::MAX;
         // Runnable slots in the class of the best one so far.
@@ -830,6 +901,21 @@ mod best_tests {
                         }),
                     ..Slot::EMPTY
                 };
+            }
+            // Round robin's queue as the operations would have built it: the runnable slots
+            // by ticket (tickets are unique there).
+            let mut order: std::vec::Vec<usize> = (0..scheduler.len)
+                .filter(|&slot| scheduler.slots[slot].runnable())
+                .collect();
+            for (i, &slot) in order.iter().enumerate() {
+                scheduler.slots[slot].ticket = 100 + i as u64 * 7 % 5 + i as u64 * 10;
+            }
+            order.sort_by_key(|&slot| scheduler.slots[slot].ticket);
+            if scheduler.is_fifo() {
+                for (i, &slot) in order.iter().enumerate() {
+                    scheduler.queue |= (slot as u64) << (4 * i);
+                }
+                scheduler.queued = order.len() as u32;
             }
             let expected = (0..scheduler.len)
                 .filter(|&slot| scheduler.slots[slot].runnable())

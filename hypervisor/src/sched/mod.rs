@@ -333,6 +333,11 @@ fn load(shared: &mut SharedCpu, slot: usize) -> Result<(), Elsewhere> {
         shared.needs_sync &= !bit;
         irq::sync_list_registers();
     }
+    let timer = &shared.contexts[slot].timer;
+    if !timer.physical_active() && timer.deadline().is_some_and(|at| at <= timer::now()) {
+        // Its virtual timer expired while it was out: listed now, not by a second exception.
+        irq::list_expired_timer();
+    }
     Ok(())
 }
 

@@ -156,6 +156,11 @@ pub struct VirtualTimer {
 }
 
 impl VirtualTimer {
+    /// Whether its interrupt was active (listed, waiting for the guest's EOI) when it left.
+    pub fn physical_active(&self) -> bool {
+        self.physical_active
+    }
+
     /// When the timer will assert its interrupt, if it is enabled and unmasked.
     pub fn deadline(&self) -> Option<u64> {
         (self.control & 0b11 == 0b01).then_some(self.compare)
