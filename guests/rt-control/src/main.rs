@@ -76,32 +76,9 @@ impl Clock {
     }
 }
 
-/// Sleeps (WFI, so that Keel gives the pCPU away) until the counter reaches `at`, woken by
-/// the virtual timer; interrupts stay masked in PSTATE and the timer's is taken by polling.
+/// Sleeps until the counter reaches `at` ([`keel_guest::timer::sleep_until`]).
 fn sleep_until(at: u64) {
-    use keel_guest::gicv3::{
-        acknowledge, end_of_interrupt, init_cpu_interface, Redistributor, DISTRIBUTOR,
-    };
-    static READY: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
-    if !READY.swap(true, core::sync::atomic::Ordering::Relaxed) {
-        if let Some(redistributor) = Redistributor::for_cpu(0) {
-            DISTRIBUTOR.enable();
-            redistributor.wake();
-            init_cpu_interface();
-            redistributor.enable_private(keel_core::abi::layout::VTIMER_INTID, 0x80);
-        }
-    }
-    keel_guest::timer::set_deadline(at);
-    keel_guest::timer::enable();
-    while keel_guest::timer::counter() < at {
-        keel_guest::cpu::wait_for_interrupt();
-    }
-    // The timer's condition holds until it is disabled: only then is its interrupt taken
-    // (acknowledged while still asserted, it would be pending again at once).
-    keel_guest::timer::disable();
-    while let Some(intid) = acknowledge() {
-        end_of_interrupt(intid);
-    }
+    keel_guest::timer::sleep_until(at);
 }
 
 /// A line of text built in place (no allocator).

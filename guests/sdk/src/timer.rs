@@ -57,3 +57,33 @@ fn write_control(value: u64) {
         asm!("msr cntv_ctl_el0, {}", "isb", in(reg) value, options(nomem, nostack, preserves_flags))
     };
 }
+
+/// Sleeps (WFI, so that Keel gives the pCPU away) until the counter reaches `at`, woken by
+/// the virtual timer; interrupts stay masked in PSTATE and the timer's is taken by polling.
+/// The first call sets up the distributor, vCPU 0's redistributor and this CPU's interface
+/// for the timer's interrupt.
+pub fn sleep_until(at: u64) {
+    use crate::gicv3::{
+        acknowledge, end_of_interrupt, init_cpu_interface, Redistributor, DISTRIBUTOR,
+    };
+    static READY: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+    if !READY.swap(true, core::sync::atomic::Ordering::Relaxed) {
+        if let Some(redistributor) = Redistributor::for_cpu(0) {
+            DISTRIBUTOR.enable();
+            redistributor.wake();
+            init_cpu_interface();
+            redistributor.enable_private(keel_core::abi::layout::VTIMER_INTID, 0x80);
+        }
+    }
+    set_deadline(at);
+    enable();
+    while counter() < at {
+        crate::cpu::wait_for_interrupt();
+    }
+    // The timer's condition holds until it is disabled: only then is its interrupt taken
+    // (acknowledged while still asserted, it would be pending again at once).
+    disable();
+    while let Some(intid) = acknowledge() {
+        end_of_interrupt(intid);
+    }
+}

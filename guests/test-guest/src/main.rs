@@ -79,7 +79,7 @@ fn main(device_tree_address: usize) -> ! {
         },
         Mode::Job => shares::job(options.work_us, options.report_every_seconds),
         Mode::Share => shares::share(options.report_every_seconds),
-        Mode::Work => shares::work(options.iterations, options.start_ms),
+        Mode::Work => shares::work(options.iterations, options.start_ms, options.print_ms),
         Mode::Messages => messages::run(BootArgs::new(info.bootargs)),
         Mode::Channel => channels::run(BootArgs::new(info.bootargs), &redistributor),
         Mode::Pingpong => shares::pingpong(

@@ -15,6 +15,7 @@
 //! | `keel.peer=<vm id>` | the VM that commands `keel.control` and gets its answers (default 0); messages mode's peer |
 //! | `keel.max=<bytes>` | the largest message `keel.peer` takes (default 256, at least 1) |
 //! | `keel.start=<ms>` | work mode: start the work when the counter reaches this (default 0) |
+//! | `keel.print=<ms>` | work mode: print the result once the counter reaches this, sleeping in WFI until then (default: at once) |
 //! | `keel.report=<seconds>` | ticks mode: report every that many seconds (default 1) |
 //! | `keel.off=<seconds>` | ticks mode: SYSTEM_OFF after that many seconds |
 //! | `keel.reset=<seconds>` | ticks mode: SYSTEM_RESET once, after that many seconds |
@@ -94,6 +95,8 @@ pub struct Options<'a> {
     pub iterations: u64,
     /// `keel.start`: when work mode starts, in counter milliseconds.
     pub start_ms: u64,
+    /// `keel.print`: when work mode prints its result, in counter milliseconds.
+    pub print_ms: u64,
     /// `keel.lateness`: ticks mode reports min/avg/max lateness too.
     pub lateness: bool,
     /// `keel.control`: ticks mode runs the control loop too.
@@ -191,6 +194,7 @@ impl<'a> Options<'a> {
         };
         let iterations = number("keel.iterations", "a whole number")?.unwrap_or(10_000_000);
         let start_ms = number("keel.start", "milliseconds")?.unwrap_or(0);
+        let print_ms = number("keel.print", "milliseconds")?.unwrap_or(0);
         let peer = number("keel.peer", "a VM id")?.unwrap_or(0);
         let max_message = match number("keel.max", "a size in bytes")? {
             None => 256,
@@ -209,6 +213,7 @@ impl<'a> Options<'a> {
             max_message,
             lateness: args.has_flag("keel.lateness"),
             start_ms,
+            print_ms,
             iterations,
             work_us,
             native: args.has_flag("keel.native"),

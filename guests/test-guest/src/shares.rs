@@ -168,8 +168,10 @@ pub fn pingpong(measure: bool, fp: bool) -> ! {
 /// M5150 paper's kind of benchmark), timed with the counter, then SYSTEM_OFF. Run alone
 /// natively and as n VMs on one pCPU, it gives the scheduler's overhead.
 /// Work starts once the counter reaches `start_ms` (all VMs of a run have booted by then, so
-/// their boot is not timed).
-pub fn work(iterations: u64, start_ms: u64) -> ! {
+/// their boot is not timed). The result is printed once the counter reaches `print_ms`
+/// (sleeping in WFI until then), so that a VM done early does not print while the others
+/// still work: its console line would be timed as theirs.
+pub fn work(iterations: u64, start_ms: u64, print_ms: u64) -> ! {
     let start_at = start_ms * timer::frequency() / 1000;
     while timer::counter() < start_at {
         core::hint::spin_loop();
@@ -182,6 +184,7 @@ pub fn work(iterations: u64, start_ms: u64) -> ! {
         state ^= state << 17;
     }
     let end = timer::counter();
+    timer::sleep_until(print_ms * timer::frequency() / 1000);
     println!(
         "[work] start={start} end={end} result={:#x}",
         state & 0xffff
