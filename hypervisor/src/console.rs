@@ -65,8 +65,9 @@ static CONSOLE: Mutex<Console> = Mutex::new(Console {
 });
 
 /// Rate limits of guest-triggered diagnostics, in windows of one second of counter time
-/// (the window length is set by [`init`] from the counter frequency).
-static LIMITER: Mutex<RateLimiter> = Mutex::new(RateLimiter::new(u64::MAX));
+/// (the window length is set by [`init`] from the counter frequency; until then windows of
+/// no length, no limit, so that the limiter starts as zero bytes, in .bss).
+static LIMITER: Mutex<RateLimiter> = Mutex::new(RateLimiter::new(0));
 static EARLY_UART: Mutex<Option<Uart>> = Mutex::new(None);
 
 /// Uses `uart` for Keel's own messages until [`init`].
