@@ -8,6 +8,7 @@ use core::sync::atomic::Ordering;
 use keel_core::abi::layout;
 use keel_core::ratelimit::DiagnosticKind;
 use keel_core::system::WfiPolicy;
+use keel_core::text::Decimal;
 
 use crate::arch::{boot, cpu, guest, timer, vectors};
 use crate::vm::{self, VmState};
@@ -52,14 +53,21 @@ pub fn enter(entry: u64, x0: u64) -> ! {
 /// Keel can count what came before the guest. A guest can start its vCPU 0 at will (reset,
 /// CPU_OFF and CPU_ON), so the line is rate-limited; the first boot's is always printed.
 pub fn announce_start(id: usize) {
-    let micros = u128::from(timer::now()) * 1_000_000 / u128::from(timer::frequency().max(1));
+    let (now, frequency) = (timer::now(), timer::frequency().max(1));
+    // The remainder is below the frequency (at most a few GHz): times 10^6 it fits 64 bits.
+    let micros = now % frequency * 1_000_000 / frequency;
     keel_println_limited!(
         DiagnosticKind::Start,
         id,
-        "vm '{}' (id {id}) starts at {}.{:06} s",
+        "vm '",
         vm::desc(id).name,
-        micros / 1_000_000,
-        micros % 1_000_000
+        "' (id ",
+        id,
+        ") starts at ",
+        now / frequency,
+        ".",
+        Decimal(micros, 6),
+        " s"
     );
 }
 
