@@ -392,12 +392,18 @@ pub fn reset_finish(id: usize) {
 }
 
 /// Reloads VM `id` (its reset begun) on a pinned pCPU, which has nothing else to run: the
-/// steps run here, with the interrupts that arrive meanwhile served between two steps, then
-/// the reset ends. The caller parks.
+/// steps run here, with the interrupts that arrive meanwhile served after each step, then
+/// the reset ends. The caller parks. Served after the last step too: the vCPU's start that
+/// follows (its line included) is a masked stretch of its own, not one with the last step's
+/// (the `reloaded` line).
 pub fn reload_here(id: usize) {
     masked::at(MaskedSite::Reload);
-    while !reload_step(id) {
+    loop {
+        let done = reload_step(id);
         let _ = irq::serve_between_steps(MaskedSite::Reload);
+        if done {
+            break;
+        }
     }
     reset_finish(id);
 }
