@@ -6,13 +6,11 @@
 use core::sync::atomic::Ordering;
 
 use keel_core::abi::layout;
-use keel_core::ratelimit::DiagnosticKind;
 use keel_core::system::WfiPolicy;
-use keel_core::text::Decimal;
 
 use crate::arch::{boot, cpu, guest, timer, vectors};
 use crate::vm::{self, VmState};
-use crate::{keel_println_limited, masked};
+use crate::{console, masked};
 
 /// Gives this pCPU vCPU `vcpu` of VM `id` in its power-on state: the guest's EL2 setup and
 /// stage 2, no list register in use, the VM's current generation, and the vCPU's
@@ -50,25 +48,10 @@ pub fn enter(entry: u64, x0: u64) -> ! {
 }
 
 /// Says that VM `id` starts (its vCPU 0), with the time since power-on, so boot times under
-/// Keel can count what came before the guest. A guest can start its vCPU 0 at will (reset,
-/// CPU_OFF and CPU_ON), so the line is rate-limited; the first boot's is always printed.
+/// Keel can count what came before the guest: `vm 'name' (id N) starts at S.UUUUUU s`,
+/// rate-limited and made after the start ([`console::start_line`]).
 pub fn announce_start(id: usize) {
-    let (now, frequency) = (timer::now(), timer::frequency().max(1));
-    // The remainder is below the frequency (at most a few GHz): times 10^6 it fits 64 bits.
-    let micros = now % frequency * 1_000_000 / frequency;
-    keel_println_limited!(
-        DiagnosticKind::Start,
-        id,
-        "vm '",
-        vm::desc(id).name,
-        "' (id ",
-        id,
-        ") starts at ",
-        now / frequency,
-        ".",
-        Decimal(micros, 6),
-        " s"
-    );
+    console::start_line(id, timer::now());
 }
 
 /// Whether the vCPU on this pCPU may keep running: its VM runs and has not been reset under it.
