@@ -69,31 +69,45 @@ pub enum Refusal {
     TooComplex,
 }
 
-impl core::fmt::Display for Refusal {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+impl crate::text::Show for Refusal {
+    fn show(&self, out: &mut dyn crate::text::Out) {
+        use crate::text::Decimal;
         let two_places = |ppm: u64| (ppm / 1_000_000, (ppm % 1_000_000) / 10_000);
-        match self {
-            Refusal::Invalid { task } => write!(
-                f,
-                "task {task}: budget (with the switch cost) must be above 0 and within its deadline, and the deadline within the period"
+        match *self {
+            Refusal::Invalid { task } => crate::text!(
+                out,
+                "task ",
+                task,
+                ": budget (with the switch cost) must be above 0 and within its deadline, and the deadline within the period"
             ),
             Refusal::Utilisation { total_ppm } => {
-                let (units, hundredths) = two_places(*total_ppm);
-                write!(f, "EDF utilisation {units}.{hundredths:02} > 1")
+                let (units, hundredths) = two_places(total_ppm);
+                crate::text!(out, "EDF utilisation ", units, ".", Decimal(hundredths, 2), " > 1")
             }
             Refusal::Demand { at, demand } => {
-                write!(f, "EDF demand {demand} > {at} available by time {at}")
+                crate::text!(out, "EDF demand ", demand, " > ", at, " available by time ", at)
             }
             Refusal::ResponseTime {
                 task,
                 response,
                 deadline,
-            } => write!(
-                f,
-                "task {task}: worst response time {response} > deadline {deadline}"
+            } => crate::text!(
+                out,
+                "task ",
+                task,
+                ": worst response time ",
+                response,
+                " > deadline ",
+                deadline
             ),
-            Refusal::TooComplex => write!(f, "too many tasks or deadlines to check"),
+            Refusal::TooComplex => out.put("too many tasks or deadlines to check"),
         }
+    }
+}
+
+impl core::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        crate::text::fmt(self, f)
     }
 }
 

@@ -20,6 +20,7 @@ pub mod seed;
 pub mod stage2;
 pub mod system;
 pub mod tasks;
+pub mod text;
 
 #[cfg(feature = "std")]
 pub mod config;

@@ -70,14 +70,20 @@ pub enum Stage2Error {
     AlreadyMapped,
 }
 
-impl core::fmt::Display for Stage2Error {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(match self {
+impl crate::text::Show for Stage2Error {
+    fn show(&self, out: &mut dyn crate::text::Out) {
+        out.put(match self {
             Stage2Error::Unaligned => "address or size is not 4 KiB aligned",
             Stage2Error::OutOfRange => "range leaves the 39-bit guest-physical space",
             Stage2Error::OutOfTables => "stage-2 table pool exhausted",
             Stage2Error::AlreadyMapped => "range is already mapped",
         })
+    }
+}
+
+impl core::fmt::Display for Stage2Error {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        crate::text::fmt(self, f)
     }
 }
 

@@ -28,16 +28,28 @@ use crate::vm::{self, VcpuPower, VmState, MAX_VCPUS, MAX_VMS};
 /// One destination's queue and the ring it keeps its messages in.
 struct Destination {
     queue: Queue,
-    ring: &'static mut [u8],
+    /// None until [`init`] gives it one (so that [`QUEUES`] is all zeros, in .bss).
+    ring: Option<&'static mut [u8]>,
+}
+
+impl Destination {
+    /// The queue and its ring (an empty one if [`init`] gave it none).
+    fn parts(&mut self) -> (&mut Queue, &mut [u8]) {
+        (
+            &mut self.queue,
+            self.ring.as_deref_mut().unwrap_or_default(),
+        )
+    }
 }
 
 /// Every possible destination's queue; those of VMs without a `messages` table keep an empty
-/// ring (they are never reached: a send to them is refused first).
+/// ring (they are never reached: a send to them is refused first). All zero bytes until
+/// [`init`]: no image space.
 static QUEUES: [[Mutex<Destination>; MAX_VCPUS]; MAX_VMS] = [const {
     [const {
         Mutex::new(Destination {
             queue: Queue::new(0, 0),
-            ring: &mut [],
+            ring: None,
         })
     }; MAX_VCPUS]
 }; MAX_VMS];
@@ -69,7 +81,7 @@ pub fn init() {
             offset += ring.len();
             *queue.lock() = Destination {
                 queue: Queue::new(usize::from(grant.depth), usize::from(grant.size)),
-                ring,
+                ring: Some(ring),
             };
         }
     }
@@ -107,7 +119,7 @@ pub fn enqueue(
         {
             return Err(MessageError::DestinationStopped);
         }
-        let Destination { queue, ring } = &mut *destination;
+        let (queue, ring) = destination.parts();
         queue.send_with(ring, from, message, cpu::copy_bytes)?
     };
     Ok(queued as u64)
@@ -139,7 +151,7 @@ pub fn send_bytes(
 /// largest), for Keel's own device (a virtio console's input); its length.
 pub fn take(id: usize, vcpu: usize, out: &mut [u8]) -> Option<usize> {
     let mut destination = QUEUES[id].get(vcpu)?.lock();
-    let Destination { queue, ring } = &mut *destination;
+    let (queue, ring) = destination.parts();
     queue
         .receive_with(ring, out, cpu::copy_bytes)
         .ok()
@@ -167,7 +179,7 @@ pub fn receive(
 ) -> Result<Outcome, (MessageError, u64)> {
     let refused = |error| (error, 0);
     let mut destination = QUEUES[id][vcpu].lock();
-    let Destination { queue, ring } = &mut *destination;
+    let (queue, ring) = destination.parts();
     match queue.front(ring) {
         None if wait_until == 0 || timer::now() >= wait_until => Err(refused(MessageError::Empty)),
         None => Ok(Outcome::Wait(wait_until)),

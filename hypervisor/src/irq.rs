@@ -244,7 +244,7 @@ fn console_input() {
         match *input {
             Input::Deliver { vm: id, byte } => deliver_input(id, byte),
             Input::Focus(id) => {
-                keel_println!("input focus: vm '{}' (id {})", console::focus_name(id), id)
+                keel_println!("input focus: vm '", console::focus_name(id), "' (id ", id, ")")
             }
             Input::PowerOff => {
                 keel_println!("power off requested from the console");
@@ -252,9 +252,11 @@ fn console_input() {
                 crate::arch::psci::system_off();
             }
             Input::Raw(id, raw) => keel_println!(
-                "vm '{}' (id {}): console output {}",
+                "vm '",
                 console::focus_name(id),
+                "' (id ",
                 id,
+                "): console output ",
                 if raw {
                     "raw (its control characters reach the terminal; Ctrl-A r again to end)"
                 } else {
@@ -287,8 +289,9 @@ fn deliver_input(id: usize, byte: u8) {
             keel_println_limited!(
                 DiagnosticKind::InputOverrun,
                 id,
-                "vm '{}': console input overrun, byte refused (the guest is not reading)",
-                vm::desc(id).name
+                "vm '",
+                vm::desc(id).name,
+                "': console input overrun, byte refused (the guest is not reading)"
             );
         }
         target

@@ -20,6 +20,7 @@ use keel_core::ratelimit::DiagnosticKind;
 use keel_core::seed;
 use keel_core::stage2::MemoryKind;
 use keel_core::system::VmDesc;
+use keel_core::text::{Out, Show};
 
 use crate::arch::cpu::{self, Mutex};
 use crate::arch::{psci, stage2};
@@ -46,11 +47,11 @@ pub enum LoadError {
     Map(keel_core::stage2::Stage2Error),
 }
 
-impl core::fmt::Display for LoadError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+impl Show for LoadError {
+    fn show(&self, out: &mut dyn Out) {
         match self {
-            LoadError::NoTables => write!(f, "no stage-2 table storage left"),
-            LoadError::Map(error) => write!(f, "{error}"),
+            LoadError::NoTables => out.put("no stage-2 table storage left"),
+            LoadError::Map(error) => error.show(out),
         }
     }
 }
@@ -209,9 +210,11 @@ impl Reload {
                 keel_println_limited!(
                     DiagnosticKind::Reset,
                     desc.id.0 as usize,
-                    "vm '{}' (id {}) resets",
+                    "vm '",
                     desc.name,
-                    desc.id.0
+                    "' (id ",
+                    desc.id.0,
+                    ") resets"
                 );
                 true
             }
@@ -236,12 +239,17 @@ impl Reload {
                 keel_println_limited!(
                     DiagnosticKind::Reset,
                     desc.id.0 as usize,
-                    "vm '{}' (id {}) reloaded: {} bytes in {} steps over {} us",
+                    "vm '",
                     desc.name,
+                    "' (id ",
                     desc.id.0,
+                    ") reloaded: ",
                     self.bytes,
+                    " bytes in ",
                     self.steps,
-                    micros
+                    " steps over ",
+                    micros,
+                    " us"
                 );
                 true
             }
@@ -317,10 +325,10 @@ fn seed_device_tree(desc: &VmDesc, n: usize, generation: u32) {
 }
 
 /// Stops VM `id` after a fault, with Keel's diagnostic line.
-pub fn stop(id: usize, reason: core::fmt::Arguments<'_>) {
+pub fn stop(id: usize, reason: &dyn Show) {
     let desc = vm::desc(id);
     if vm::vm(id).end(VmState::Stopped) {
-        keel_println!("vm '{}' (id {}) stopped: {}", desc.name, id, reason);
+        keel_println!("vm '", desc.name, "' (id ", id, ") stopped: ", reason);
         after_vm_ended(id);
     }
 }
@@ -328,7 +336,7 @@ pub fn stop(id: usize, reason: core::fmt::Arguments<'_>) {
 /// VM `id` powered itself off.
 pub fn power_off(id: usize) {
     if vm::vm(id).end(VmState::Off) {
-        keel_println!("vm '{}' (id {}) powered off", vm::desc(id).name, id);
+        keel_println!("vm '", vm::desc(id).name, "' (id ", id, ") powered off");
         after_vm_ended(id);
     }
 }
@@ -384,12 +392,18 @@ pub fn reset_finish(id: usize) {
 }
 
 /// Reloads VM `id` (its reset begun) on a pinned pCPU, which has nothing else to run: the
-/// steps run here, with the interrupts that arrive meanwhile served between two steps, then
-/// the reset ends. The caller parks.
+/// steps run here, with the interrupts that arrive meanwhile served after each step, then
+/// the reset ends. The caller parks. Served after the last step too: the vCPU's start that
+/// follows (its line included) is a masked stretch of its own, not one with the last step's
+/// (the `reloaded` line).
 pub fn reload_here(id: usize) {
     masked::at(MaskedSite::Reload);
-    while !reload_step(id) {
+    loop {
+        let done = reload_step(id);
         let _ = irq::serve_between_steps(MaskedSite::Reload);
+        if done {
+            break;
+        }
     }
     reset_finish(id);
 }

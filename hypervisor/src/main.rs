@@ -75,6 +75,7 @@ use core::sync::atomic::Ordering;
 use arch::{boot, cpu, gic, mmu, psci, uart::Uart, vectors};
 use keel_core::abi::layout;
 use keel_core::fdt;
+use keel_core::text::{Hex, List, Show};
 
 use config::SYSTEM;
 use platform::Platform;
@@ -115,9 +116,9 @@ fn scrub_platform_seeds(address: u64) {
     }
 }
 
-fn boot_failure(uart: Uart, args: core::fmt::Arguments<'_>) -> ! {
+fn boot_failure(uart: Uart, parts: &[&dyn Show]) -> ! {
     console::init_early(uart);
-    keel_println!("boot error: {}", args);
+    keel_println!("boot error: ", parts);
     psci::system_off()
 }
 
@@ -132,25 +133,31 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
     let fallback = unsafe { Uart::new(FALLBACK_UART) };
     let platform = match device_tree(dtb).and_then(Platform::from_dtb) {
         Ok(platform) => platform::record(platform),
-        Err(error) => boot_failure(fallback, format_args!("{error}")),
+        Err(error) => boot_failure(fallback, &[&error]),
     };
     scrub_platform_seeds(dtb);
     // SAFETY: the device tree names this PL011 as the board's UART; Keel is its only user.
     let uart = unsafe { Uart::new(platform.uart) };
     console::init_early(uart);
-    check_configuration(platform).unwrap_or_else(|()| {
-        boot_failure(uart, format_args!("configuration does not fit this board"))
-    });
+    check_configuration(platform)
+        .unwrap_or_else(|()| boot_failure(uart, &[&"configuration does not fit this board"]));
 
     keel_println!(
-        "Keel {} on '{}': {} pCPUs, RAM {:#x}+{:#x}, configuration '{}' with {} VMs",
+        "Keel ",
         env!("CARGO_PKG_VERSION"),
+        " on '",
         platform.model,
+        "': ",
         platform.cpu_count,
-        platform.ram_base,
-        platform.ram_size,
+        " pCPUs, RAM ",
+        Hex(platform.ram_base, 0),
+        "+",
+        Hex(platform.ram_size, 0),
+        ", configuration '",
         SYSTEM.name,
-        SYSTEM.vms.len()
+        "' with ",
+        SYSTEM.vms.len(),
+        " VMs"
     );
 
     // SAFETY: the distributor address comes from the device tree.
@@ -168,29 +175,46 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
         if let Err(error) = lifecycle::build(index) {
             boot_failure(
                 uart,
-                format_args!("vm '{}': cannot build its stage-2 map: {error}", desc.name),
+                &[
+                    &"vm '",
+                    &desc.name,
+                    &"': cannot build its stage-2 map: ",
+                    &error,
+                ],
             );
         }
         keel_println!(
-            "vm '{}' (id {}): {} MiB at IPA {:#x} (PA {:#x}), pCPUs {:?}, image {} bytes at {:#x}",
+            "vm '",
             desc.name,
+            "' (id ",
             index,
+            "): ",
             desc.memory.size >> 20,
-            desc.memory.ipa.0,
-            desc.memory.phys.0,
-            desc.pcpus,
+            " MiB at IPA ",
+            Hex(desc.memory.ipa.0, 0),
+            " (PA ",
+            Hex(desc.memory.phys.0, 0),
+            "), pCPUs ",
+            List(desc.pcpus),
+            ", image ",
             desc.image.len(),
-            desc.image_ipa.0
+            " bytes at ",
+            Hex(desc.image_ipa.0, 0)
         );
         if let Some(flash) = desc.flash {
             keel_println!(
-                "vm '{}' (id {}): {} MiB of flash at IPA {:#x} (PA {:#x}), device tree at {:#x}",
+                "vm '",
                 desc.name,
+                "' (id ",
                 index,
+                "): ",
                 flash.size >> 20,
-                flash.ipa.0,
-                flash.phys.0,
-                desc.dtb_ipa.0
+                " MiB of flash at IPA ",
+                Hex(flash.ipa.0, 0),
+                " (PA ",
+                Hex(flash.phys.0, 0),
+                "), device tree at ",
+                Hex(desc.dtb_ipa.0, 0)
             );
         }
     }
@@ -209,8 +233,12 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
     for index in 1..SYSTEM.pcpus as usize {
         if let Err(error) = boot::start_secondary(index, platform.cpus[index]) {
             keel_println!(
-                "pCPU {index} (MPIDR {:#x}) did not start: PSCI error {error}",
-                platform.cpus[index]
+                "pCPU ",
+                index,
+                " (MPIDR ",
+                Hex(platform.cpus[index], 0),
+                ") did not start: PSCI error ",
+                error
             );
         }
     }
@@ -229,9 +257,11 @@ fn check_configuration(platform: &Platform) -> Result<(), ()> {
     let mut fits = true;
     if SYSTEM.pcpus as usize > platform.cpu_count {
         keel_println!(
-            "configuration '{}' needs {} pCPUs, the board has {}",
+            "configuration '",
             SYSTEM.name,
+            "' needs ",
             SYSTEM.pcpus,
+            " pCPUs, the board has ",
             platform.cpu_count
         );
         fits = false;
@@ -245,9 +275,18 @@ fn check_configuration(platform: &Platform) -> Result<(), ()> {
             let (start, end) = (region.phys.0, region.phys.0 + region.size);
             if start < platform.ram_base || end > ram_end {
                 keel_println!(
-                    "vm '{}': {what} {start:#x}..{end:#x} is outside the board's RAM {:#x}..{ram_end:#x}",
+                    "vm '",
                     desc.name,
-                    platform.ram_base
+                    "': ",
+                    what,
+                    " ",
+                    Hex(start, 0),
+                    "..",
+                    Hex(end, 0),
+                    " is outside the board's RAM ",
+                    Hex(platform.ram_base, 0),
+                    "..",
+                    Hex(ram_end, 0)
                 );
                 fits = false;
             }
@@ -270,8 +309,10 @@ fn cpu_main(index: usize) -> ! {
         unsafe { gic::Redistributor::find(platform.gicr, platform.gicr_size, cpu::mpidr()) };
     let Some(redistributor) = redistributor else {
         keel_println!(
-            "pCPU {index}: no GIC redistributor for MPIDR {:#x}",
-            cpu::mpidr()
+            "pCPU ",
+            index,
+            ": no GIC redistributor for MPIDR ",
+            Hex(cpu::mpidr(), 0)
         );
         cpu::halt()
     };
@@ -293,17 +334,36 @@ fn cpu_main(index: usize) -> ! {
     sched::pinned::run_this_cpu()
 }
 
-/// Rust panics in Keel: report and stop this pCPU (the other pCPUs' VMs keep running).
+/// Rust panics in Keel: report and stop this pCPU (the other pCPUs' VMs keep running). The
+/// message is shown when it is a plain string; one with arguments (a failed bounds check) is
+/// left out, as `core::fmt` is not in Keel's image: the location names the check.
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
-    console::emergency_line(format_args!(
-        "PANIC on pCPU {}: {} (ELR_EL2 {:#x}, ESR_EL2 {:#x}, FAR_EL2 {:#x})",
-        cpu::index(),
-        info,
-        arch::regs::read_sysreg!("elr_el2"),
-        arch::regs::read_sysreg!("esr_el2"),
-        arch::regs::read_sysreg!("far_el2"),
-    ));
+    let (file, line, column) = info
+        .location()
+        .map_or(("?", 0, 0), |at| (at.file(), at.line(), at.column()));
+    console::emergency_line(&[
+        &"PANIC on pCPU ",
+        &cpu::index(),
+        &": panicked at ",
+        &file,
+        &":",
+        &line,
+        &":",
+        &column,
+        &": ",
+        &info
+            .message()
+            .as_str()
+            .unwrap_or("(a message with arguments)"),
+        &" (ELR_EL2 ",
+        &Hex(arch::regs::read_sysreg!("elr_el2"), 0),
+        &", ESR_EL2 ",
+        &Hex(arch::regs::read_sysreg!("esr_el2"), 0),
+        &", FAR_EL2 ",
+        &Hex(arch::regs::read_sysreg!("far_el2"), 0),
+        &")",
+    ]);
     cpu::halt()
 }
 
@@ -311,13 +371,18 @@ fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
 #[unsafe(no_mangle)]
 extern "C" fn keel_hyp_fault() -> ! {
     let esr = arch::regs::read_sysreg!("esr_el2");
-    console::emergency_line(format_args!(
-        "FATAL exception in Keel on pCPU {}: ESR_EL2 {:#010x} ({}), ELR_EL2 {:#x}, FAR_EL2 {:#x}",
-        cpu::index(),
-        esr,
-        keel_core::esr::Esr(esr),
-        arch::regs::read_sysreg!("elr_el2"),
-        arch::regs::read_sysreg!("far_el2"),
-    ));
+    console::emergency_line(&[
+        &"FATAL exception in Keel on pCPU ",
+        &cpu::index(),
+        &": ESR_EL2 ",
+        &Hex(esr, 8),
+        &" (",
+        &keel_core::esr::Esr(esr),
+        &"), ELR_EL2 ",
+        &Hex(arch::regs::read_sysreg!("elr_el2"), 0),
+        &", FAR_EL2 ",
+        &Hex(arch::regs::read_sysreg!("far_el2"), 0),
+        &")",
+    ]);
     cpu::halt()
 }

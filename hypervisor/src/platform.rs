@@ -7,6 +7,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 
 use keel_core::fdt::{Fdt, FdtError, Node};
 use keel_core::seed::SeedKey;
+use keel_core::text::{Out, Show};
 use spin::Once;
 
 use crate::arch::boot::MAX_CPUS;
@@ -82,25 +83,27 @@ pub enum BootError {
     PsciNotSmc,
 }
 
-impl core::fmt::Display for BootError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+impl Show for BootError {
+    fn show(&self, out: &mut dyn Out) {
         match self {
-            BootError::NoDeviceTree => write!(
-                f,
-                "no device tree: x0 was 0 at entry (load Keel as an arm64 Image)"
-            ),
-            BootError::Malformed(error) => write!(f, "malformed device tree: {error}"),
-            BootError::MissingNode(node) => write!(f, "device tree has no {node} node"),
-            BootError::BadProperty { node, property } => {
-                write!(
-                    f,
-                    "device tree node {node}: property '{property}' is missing or malformed"
-                )
+            BootError::NoDeviceTree => {
+                out.put("no device tree: x0 was 0 at entry (load Keel as an arm64 Image)")
             }
-            BootError::PsciNotSmc => write!(
-                f,
-                "device tree /psci: method is not \"smc\" (Keel calls PSCI from EL2)"
+            BootError::Malformed(error) => keel_core::text!(out, "malformed device tree: ", error),
+            BootError::MissingNode(node) => {
+                keel_core::text!(out, "device tree has no ", node, " node")
+            }
+            BootError::BadProperty { node, property } => keel_core::text!(
+                out,
+                "device tree node ",
+                node,
+                ": property '",
+                property,
+                "' is missing or malformed"
             ),
+            BootError::PsciNotSmc => {
+                out.put("device tree /psci: method is not \"smc\" (Keel calls PSCI from EL2)")
+            }
         }
     }
 }

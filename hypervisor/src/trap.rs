@@ -1,14 +1,13 @@
 //! Traps from guests: the Rust side of the EL2 vectors. A synchronous exception is decoded
 //! from ESR_EL2 and either emulated (the guest continues) or ends the VM with a diagnostic.
 
-use core::fmt;
-
 use keel_core::abi::{self, psci, CallError, MaskedSite};
 use keel_core::cpu_features;
 use keel_core::devices::DeviceError;
 use keel_core::esr::{sysregs, DataAbort, Esr, ExceptionClass, SysRegAccess};
 use keel_core::hypercall::{self, Call};
 use keel_core::ratelimit::DiagnosticKind;
+use keel_core::text::{Hex, Out, Show};
 
 use crate::arch::cpu;
 use crate::arch::regs::{read_id_register, read_sysreg};
@@ -80,28 +79,85 @@ impl Fault {
     }
 }
 
-impl fmt::Display for Fault {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
+impl Show for Fault {
+    fn show(&self, out: &mut dyn Out) {
+        match *self {
             Fault::Stage2 { ipa, write, size } => {
-                let access = if *write { "write" } else { "read" };
-                write!(f, "stage-2 fault: {size}-byte {access} at IPA {ipa:#x}, outside its memory and devices")
+                let access = if write { "write" } else { "read" };
+                keel_core::text!(
+                    out,
+                    "stage-2 fault: ",
+                    size,
+                    "-byte ",
+                    access,
+                    " at IPA ",
+                    Hex(ipa, 0),
+                    ", outside its memory and devices"
+                )
             }
-            Fault::NoSyndrome { ipa, .. } => write!(f, "stage-2 fault at IPA {ipa:#x} with no instruction syndrome"),
-            Fault::Fetch { ipa } => write!(f, "stage-2 fault: instruction fetch at IPA {ipa:#x}, outside its memory"),
-            Fault::Device { device, ipa, error } => write!(f, "{device} at IPA {ipa:#x}: {error}"),
+            Fault::NoSyndrome { ipa, .. } => keel_core::text!(
+                out,
+                "stage-2 fault at IPA ",
+                Hex(ipa, 0),
+                " with no instruction syndrome"
+            ),
+            Fault::Fetch { ipa } => keel_core::text!(
+                out,
+                "stage-2 fault: instruction fetch at IPA ",
+                Hex(ipa, 0),
+                ", outside its memory"
+            ),
+            Fault::Device { device, ipa, error } => {
+                keel_core::text!(out, device, " at IPA ", Hex(ipa, 0), ": ", error)
+            }
             Fault::SysReg(access) => {
                 let direction = if access.read { "read of" } else { "write to" };
-                write!(f, "illegal system register access: {direction} {}", access.reg)
+                keel_core::text!(
+                    out,
+                    "illegal system register access: ",
+                    direction,
+                    " ",
+                    access.reg
+                )
             }
-            Fault::GuestCrash { esr, elr, far } => write!(
-                f,
-                "guest reported a fatal exception: ESR_EL1 {esr:#010x} ({}) at ELR_EL1 {elr:#x}, FAR_EL1 {far:#x}",
-                Esr(*esr).class().description()
+            Fault::GuestCrash { esr, elr, far } => keel_core::text!(
+                out,
+                "guest reported a fatal exception: ESR_EL1 ",
+                Hex(esr, 8),
+                " (",
+                Esr(esr).class().description(),
+                ") at ELR_EL1 ",
+                Hex(elr, 0),
+                ", FAR_EL1 ",
+                Hex(far, 0)
             ),
-            Fault::Unexpected => write!(f, "unexpected exception"),
-            Fault::ReadOnlyChannel { channel, ipa, size: Some(size) } => write!(f, "stage-2 permission fault: {size}-byte write at IPA {ipa:#x}, in its read-only window of channel '{channel}'"),
-            Fault::ReadOnlyChannel { channel, ipa, size: None } => write!(f, "stage-2 permission fault: write at IPA {ipa:#x}, in its read-only window of channel '{channel}' (an instruction without syndrome: size unknown)"),
+            Fault::Unexpected => out.put("unexpected exception"),
+            Fault::ReadOnlyChannel {
+                channel,
+                ipa,
+                size: Some(size),
+            } => keel_core::text!(
+                out,
+                "stage-2 permission fault: ",
+                size,
+                "-byte write at IPA ",
+                Hex(ipa, 0),
+                ", in its read-only window of channel '",
+                channel,
+                "'"
+            ),
+            Fault::ReadOnlyChannel {
+                channel,
+                ipa,
+                size: None,
+            } => keel_core::text!(
+                out,
+                "stage-2 permission fault: write at IPA ",
+                Hex(ipa, 0),
+                ", in its read-only window of channel '",
+                channel,
+                "' (an instruction without syndrome: size unknown)"
+            ),
         }
     }
 }
@@ -222,9 +278,11 @@ fn other_trap(id: usize, vcpu: usize, esr: Esr, regs: &mut GuestRegs) {
             keel_println_limited!(
                 DiagnosticKind::Smc,
                 id,
-                "vm '{}': SMC (function {:#010x}) not forwarded: answered NOT_SUPPORTED",
+                "vm '",
                 vm::desc(id).name,
-                regs.x[0] as u32
+                "': SMC (function ",
+                Hex(u64::from(regs.x[0] as u32), 8),
+                ") not forwarded: answered NOT_SUPPORTED"
             );
             regs.x[0] = CallError::NotSupported.to_x0();
             vectors::skip_instruction();
@@ -306,10 +364,15 @@ fn finish(id: usize, vcpu: usize, esr: Esr, next: Next, regs: &mut GuestRegs) {
         Next::Stop(fault) => {
             let fault = fault.named_by_channel(id);
             let pc = vectors::guest_pc();
-            lifecycle::stop(
-                id,
-                format_args!("{fault} (ESR {:#010x}, PC {pc:#x})", esr.0),
-            );
+            let reason: &[&dyn Show] = &[
+                &fault,
+                &" (ESR ",
+                &Hex(esr.0, 8),
+                &", PC ",
+                &Hex(pc, 0),
+                &")",
+            ];
+            lifecycle::stop(id, &reason);
             sched::pinned::park();
         }
         Next::PowerOff => {

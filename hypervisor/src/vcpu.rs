@@ -6,12 +6,11 @@
 use core::sync::atomic::Ordering;
 
 use keel_core::abi::layout;
-use keel_core::ratelimit::DiagnosticKind;
 use keel_core::system::WfiPolicy;
 
 use crate::arch::{boot, cpu, guest, timer, vectors};
 use crate::vm::{self, VmState};
-use crate::{keel_println_limited, masked};
+use crate::{console, masked};
 
 /// Gives this pCPU vCPU `vcpu` of VM `id` in its power-on state: the guest's EL2 setup and
 /// stage 2, no list register in use, the VM's current generation, and the vCPU's
@@ -49,18 +48,10 @@ pub fn enter(entry: u64, x0: u64) -> ! {
 }
 
 /// Says that VM `id` starts (its vCPU 0), with the time since power-on, so boot times under
-/// Keel can count what came before the guest. A guest can start its vCPU 0 at will (reset,
-/// CPU_OFF and CPU_ON), so the line is rate-limited; the first boot's is always printed.
+/// Keel can count what came before the guest: `vm 'name' (id N) starts at S.UUUUUU s`,
+/// rate-limited and made after the start ([`console::start_line`]).
 pub fn announce_start(id: usize) {
-    let micros = u128::from(timer::now()) * 1_000_000 / u128::from(timer::frequency().max(1));
-    keel_println_limited!(
-        DiagnosticKind::Start,
-        id,
-        "vm '{}' (id {id}) starts at {}.{:06} s",
-        vm::desc(id).name,
-        micros / 1_000_000,
-        micros % 1_000_000
-    );
+    console::start_line(id, timer::now());
 }
 
 /// Whether the vCPU on this pCPU may keep running: its VM runs and has not been reset under it.

@@ -39,31 +39,48 @@ pub enum DeviceError {
     },
 }
 
-impl core::fmt::Display for DeviceError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+impl crate::text::Show for DeviceError {
+    fn show(&self, out: &mut dyn crate::text::Out) {
+        use crate::text::Hex;
         match *self {
-            DeviceError::BadWidth { offset, size } => {
-                write!(
-                    f,
-                    "{size}-byte access to register at offset {offset:#x} is not supported"
-                )
-            }
+            DeviceError::BadWidth { offset, size } => crate::text!(
+                out,
+                size,
+                "-byte access to register at offset ",
+                Hex(offset, 0),
+                " is not supported"
+            ),
             DeviceError::UnownedInterrupt { intid } => {
-                write!(f, "interrupt {intid} is not owned by this VM")
+                crate::text!(out, "interrupt ", intid, " is not owned by this VM")
             }
-            DeviceError::InterruptOutOfRange { intid } => {
-                write!(
-                    f,
-                    "interrupt {intid} is beyond the distributor's interrupt lines"
-                )
-            }
-            DeviceError::NoSuchRedistributor { offset } => {
-                write!(f, "no redistributor at offset {offset:#x} (no such vCPU)")
-            }
+            DeviceError::InterruptOutOfRange { intid } => crate::text!(
+                out,
+                "interrupt ",
+                intid,
+                " is beyond the distributor's interrupt lines"
+            ),
+            DeviceError::NoSuchRedistributor { offset } => crate::text!(
+                out,
+                "no redistributor at offset ",
+                Hex(offset, 0),
+                " (no such vCPU)"
+            ),
             DeviceError::NoSuchRegister { offset, write } => {
                 let access = if write { "write" } else { "read" };
-                write!(f, "no register to {access} at offset {offset:#x}")
+                crate::text!(
+                    out,
+                    "no register to ",
+                    access,
+                    " at offset ",
+                    Hex(offset, 0)
+                )
             }
         }
+    }
+}
+
+impl core::fmt::Display for DeviceError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        crate::text::fmt(self, f)
     }
 }

@@ -1,7 +1,5 @@
 //! The exception class, ESR_ELx.EC: its variants, codes and descriptions (Arm ARM D17.2.37).
 
-use core::fmt;
-
 /// The exception class, ESR_ELx.EC (Arm ARM D17.2.37, "EC, bits \[31:26\]").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExceptionClass {
@@ -177,12 +175,22 @@ impl ExceptionClass {
     }
 }
 
-impl fmt::Display for ExceptionClass {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl crate::text::Show for ExceptionClass {
+    fn show(&self, out: &mut dyn crate::text::Out) {
         match *self {
-            Self::Other(ec) => write!(f, "reserved exception class {ec:#04x}"),
-            class => f.write_str(class.description()),
+            Self::Other(ec) => crate::text!(
+                out,
+                "reserved exception class ",
+                crate::text::Hex(u64::from(ec), 2)
+            ),
+            class => out.put(class.description()),
         }
+    }
+}
+
+impl core::fmt::Display for ExceptionClass {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        crate::text::fmt(self, f)
     }
 }
 

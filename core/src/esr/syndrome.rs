@@ -3,6 +3,7 @@
 use core::fmt;
 
 use super::{DataAbort, ExceptionClass, InstructionAbort, SysReg, SysRegAccess};
+use crate::text::{Hex, Out, Show};
 
 /// A raw ESR_EL2 value (Arm ARM D17.2.37).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -159,61 +160,62 @@ impl Esr {
     }
 }
 
-/// Writes a general-purpose register name, `x0`..`x30` or `xzr` for 31.
-fn write_register(f: &mut fmt::Formatter<'_>, register: u8) -> fmt::Result {
+/// Shows a general-purpose register name, `x0`..`x30` or `xzr` for 31.
+fn show_register(out: &mut dyn Out, register: u8) {
     if register == 31 {
-        f.write_str("xzr")
+        out.put("xzr");
     } else {
-        write!(f, "x{register}")
+        crate::text!(out, "x", register);
+    }
+}
+
+impl Show for Esr {
+    /// A short description, e.g. `data abort from lower EL: write, 4 bytes, x1,
+    /// translation fault level 2`.
+    fn show(&self, out: &mut dyn Out) {
+        let class = self.class();
+        if let Some(abort) = self.data_abort() {
+            let direction = if abort.write { "write" } else { "read" };
+            crate::text!(out, class, ": ", direction, ", ");
+            if abort.isv {
+                crate::text!(out, abort.access_size, " bytes, ");
+                show_register(out, abort.register);
+                out.put(", ");
+            } else {
+                out.put("no syndrome, ");
+            }
+            out.put(abort.fault_status_name());
+            if abort.s1ptw {
+                out.put(", on stage-1 table walk");
+            }
+        } else if let Some(abort) = self.instruction_abort() {
+            crate::text!(out, class, ": ", abort.fault_status_name());
+            if abort.s1ptw {
+                out.put(", on stage-1 table walk");
+            }
+        } else if let Some(access) = self.sysreg() {
+            if access.read {
+                out.put("trapped MRS ");
+                show_register(out, access.register);
+                crate::text!(out, ", ", access.reg);
+            } else {
+                crate::text!(out, "trapped MSR ", access.reg, ", ");
+                show_register(out, access.register);
+            }
+        } else if let Some(imm) = self.hvc_imm().or(self.smc_imm()) {
+            crate::text!(out, class, " #", Hex(u64::from(imm), 0));
+        } else if let Some(wfe) = self.wfx() {
+            let timeout = if bit(self.0, 1) { "T" } else { "" };
+            crate::text!(out, "trapped ", if wfe { "WFE" } else { "WFI" }, timeout);
+        } else {
+            crate::text!(out, class, " (ISS ", Hex(u64::from(self.iss()), 0), ")");
+        }
     }
 }
 
 impl fmt::Display for Esr {
-    /// A short description, e.g. `data abort from lower EL: write, 4 bytes, x1,
-    /// translation fault level 2`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let class = self.class();
-        if let Some(abort) = self.data_abort() {
-            write!(
-                f,
-                "{class}: {}, ",
-                if abort.write { "write" } else { "read" }
-            )?;
-            if abort.isv {
-                write!(f, "{} bytes, ", abort.access_size)?;
-                write_register(f, abort.register)?;
-                f.write_str(", ")?;
-            } else {
-                f.write_str("no syndrome, ")?;
-            }
-            f.write_str(abort.fault_status_name())?;
-            if abort.s1ptw {
-                f.write_str(", on stage-1 table walk")?;
-            }
-            Ok(())
-        } else if let Some(abort) = self.instruction_abort() {
-            write!(f, "{class}: {}", abort.fault_status_name())?;
-            if abort.s1ptw {
-                f.write_str(", on stage-1 table walk")?;
-            }
-            Ok(())
-        } else if let Some(access) = self.sysreg() {
-            if access.read {
-                f.write_str("trapped MRS ")?;
-                write_register(f, access.register)?;
-                write!(f, ", {}", access.reg)
-            } else {
-                write!(f, "trapped MSR {}, ", access.reg)?;
-                write_register(f, access.register)
-            }
-        } else if let Some(imm) = self.hvc_imm().or(self.smc_imm()) {
-            write!(f, "{class} #{imm:#x}")
-        } else if let Some(wfe) = self.wfx() {
-            let timeout = if bit(self.0, 1) { "T" } else { "" };
-            write!(f, "trapped {}{timeout}", if wfe { "WFE" } else { "WFI" })
-        } else {
-            write!(f, "{class} (ISS {:#x})", self.iss())
-        }
+        crate::text::fmt(self, f)
     }
 }
 

@@ -1,7 +1,5 @@
 //! System register encodings, their names, and trapped MSR/MRS accesses (Arm ARM C5.3).
 
-use core::fmt;
-
 use super::sysregs;
 
 /// A system register or system instruction encoding (Arm ARM C5.3, "A64 System
@@ -71,16 +69,20 @@ impl SysReg {
     }
 }
 
-impl fmt::Display for SysReg {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl crate::text::Show for SysReg {
+    fn show(&self, out: &mut dyn crate::text::Out) {
         match self.name() {
-            Some(name) => f.write_str(name),
-            None => write!(
-                f,
-                "S{}_{}_C{}_C{}_{}",
-                self.op0, self.op1, self.crn, self.crm, self.op2
+            Some(name) => out.put(name),
+            None => crate::text!(
+                out, "S", self.op0, "_", self.op1, "_C", self.crn, "_C", self.crm, "_", self.op2
             ),
         }
+    }
+}
+
+impl core::fmt::Display for SysReg {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        crate::text::fmt(self, f)
     }
 }
 

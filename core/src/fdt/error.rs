@@ -3,6 +3,7 @@
 use core::fmt;
 
 use super::header::{NEWEST_VERSION, OLDEST_VERSION};
+use crate::text::{Hex, Out, Show};
 
 /// Why a blob or a lookup in it was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,53 +52,77 @@ pub enum FdtError {
     BadPath,
 }
 
-impl fmt::Display for FdtError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Show for FdtError {
+    fn show(&self, out: &mut dyn Out) {
+        let hex = |offset: usize| Hex(offset as u64, 0);
         match *self {
-            Self::BadMagic => write!(f, "not a device tree blob: bad magic (expected 0xd00dfeed)"),
-            Self::Truncated { needed, available } => {
-                write!(
-                    f,
-                    "device tree blob truncated: needs {needed} bytes, {available} given"
-                )
-            }
+            Self::BadMagic => out.put("not a device tree blob: bad magic (expected 0xd00dfeed)"),
+            Self::Truncated { needed, available } => crate::text!(
+                out,
+                "device tree blob truncated: needs ",
+                needed,
+                " bytes, ",
+                available,
+                " given"
+            ),
             Self::BadVersion {
                 version,
                 last_compatible,
-            } => write!(
-                f,
-                "unsupported device tree version {version} (last compatible {last_compatible}); \
-                 versions {OLDEST_VERSION}..={NEWEST_VERSION} are supported"
+            } => crate::text!(
+                out,
+                "unsupported device tree version ",
+                version,
+                " (last compatible ",
+                last_compatible,
+                "); versions ",
+                OLDEST_VERSION,
+                "..=",
+                NEWEST_VERSION,
+                " are supported"
             ),
-            Self::BadLayout(what) => write!(f, "bad device tree header: {what}"),
-            Self::BadStructure(offset) => {
-                write!(
-                    f,
-                    "malformed device tree structure at byte offset {offset:#x}"
-                )
-            }
-            Self::BadString(name_offset) => {
-                write!(
-                    f,
-                    "bad property name at strings block offset {name_offset:#x}"
-                )
-            }
-            Self::BadNodeName(offset) => {
-                write!(f, "node name at byte offset {offset:#x} is not valid UTF-8")
-            }
-            Self::BadValue { offset, expected } => {
-                write!(f, "property at byte offset {offset:#x} is not {expected}")
-            }
+            Self::BadLayout(what) => crate::text!(out, "bad device tree header: ", what),
+            Self::BadStructure(offset) => crate::text!(
+                out,
+                "malformed device tree structure at byte offset ",
+                hex(offset)
+            ),
+            Self::BadString(name_offset) => crate::text!(
+                out,
+                "bad property name at strings block offset ",
+                hex(name_offset)
+            ),
+            Self::BadNodeName(offset) => crate::text!(
+                out,
+                "node name at byte offset ",
+                hex(offset),
+                " is not valid UTF-8"
+            ),
+            Self::BadValue { offset, expected } => crate::text!(
+                out,
+                "property at byte offset ",
+                hex(offset),
+                " is not ",
+                expected
+            ),
             Self::UnsupportedCells {
                 address_cells,
                 size_cells,
-            } => write!(
-                f,
-                "unsupported #address-cells = {address_cells}, #size-cells = {size_cells} \
-                 (1-2 address and 0-2 size cells are supported)"
+            } => crate::text!(
+                out,
+                "unsupported #address-cells = ",
+                address_cells,
+                ", #size-cells = ",
+                size_cells,
+                " (1-2 address and 0-2 size cells are supported)"
             ),
-            Self::BadPath => write!(f, "device tree path must start with '/'"),
+            Self::BadPath => out.put("device tree path must start with '/'"),
         }
+    }
+}
+
+impl fmt::Display for FdtError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        crate::text::fmt(self, f)
     }
 }
 

@@ -28,8 +28,6 @@
 //! `wake`), not when it blocks or stops at that very instant, nor when the EDF wake-up clip
 //! leaves it nothing.
 
-use core::fmt;
-
 use super::slot::{Slot, Stats};
 use super::{Params, Policy, Time};
 use crate::admission::{self, Refusal};
@@ -50,15 +48,23 @@ pub enum SchedError {
     Unschedulable(Refusal),
 }
 
-impl fmt::Display for SchedError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl crate::text::Show for SchedError {
+    fn show(&self, out: &mut dyn crate::text::Out) {
+        out.put(match self {
             SchedError::Full => "no room for another vCPU on this pCPU",
             SchedError::Invalid => {
                 "scheduling parameters do not fit the policy (a reservation needs 0 < budget ≤ deadline ≤ period, and round robin takes none)"
             }
-            SchedError::Unschedulable(refusal) => return write!(f, "not schedulable: {refusal}"),
+            SchedError::Unschedulable(refusal) => {
+                return crate::text!(out, "not schedulable: ", refusal)
+            }
         })
+    }
+}
+
+impl core::fmt::Display for SchedError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        crate::text::fmt(self, f)
     }
 }
 

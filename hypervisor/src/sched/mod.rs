@@ -189,8 +189,14 @@ pub fn init(index: usize) {
             match shared.scheduler.add(params) {
                 Ok(slot) => shared.placed[slot] = Some(Placed { vm: vm_index, vcpu }),
                 Err(error) => keel_println!(
-                    "pCPU {index}: vm '{}' vCPU {vcpu} not scheduled: {error}",
-                    desc.name
+                    "pCPU ",
+                    index,
+                    ": vm '",
+                    desc.name,
+                    "' vCPU ",
+                    vcpu,
+                    " not scheduled: ",
+                    error
                 ),
             }
         }

@@ -54,7 +54,7 @@ pub enum Effect {
 /// One emulated virtio-mmio console.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VirtioConsole {
-    transport: Transport<2>,
+    transport: Transport<2, DEVICE_ID, DEVICE_FEATURES>,
 }
 
 impl Default for VirtioConsole {
@@ -67,7 +67,7 @@ impl VirtioConsole {
     /// A console in its reset state.
     pub const fn new() -> Self {
         Self {
-            transport: Transport::new(DEVICE_ID, DEVICE_FEATURES),
+            transport: Transport::new(),
         }
     }
 

@@ -107,11 +107,12 @@ pub const FEATURE_VERSION_1: u64 = 1 << 32;
 /// The length a shared memory region that does not exist reads as (4.2.2: -1).
 const NO_SHARED_MEMORY: u32 = 0xffff_ffff;
 
-/// The transport state of one virtio-mmio device with `QUEUES` split virtqueues.
+/// The transport state of one virtio-mmio device of type `DEVICE_ID` with `QUEUES` split
+/// virtqueues, offering `FEATURES` (which must include [`FEATURE_VERSION_1`]). The device's
+/// identity is its type, not state: a transport in its reset state is all zero bytes, so a
+/// static table of devices takes no image space (.bss).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Transport<const QUEUES: usize> {
-    device_id: u32,
-    device_features: u64,
+pub struct Transport<const QUEUES: usize, const DEVICE_ID: u32, const FEATURES: u64> {
     device_features_select: u32,
     driver_features: u64,
     driver_features_select: u32,
@@ -122,13 +123,20 @@ pub struct Transport<const QUEUES: usize> {
     error: Option<QueueError>,
 }
 
-impl<const QUEUES: usize> Transport<QUEUES> {
-    /// A device of type `device_id` offering `device_features` (which must include
-    /// [`FEATURE_VERSION_1`]), in its reset state.
-    pub const fn new(device_id: u32, device_features: u64) -> Self {
+impl<const QUEUES: usize, const DEVICE_ID: u32, const FEATURES: u64> Default
+    for Transport<QUEUES, DEVICE_ID, FEATURES>
+{
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const QUEUES: usize, const DEVICE_ID: u32, const FEATURES: u64>
+    Transport<QUEUES, DEVICE_ID, FEATURES>
+{
+    /// The device in its reset state.
+    pub const fn new() -> Self {
         Self {
-            device_id,
-            device_features,
             device_features_select: 0,
             driver_features: 0,
             driver_features_select: 0,
@@ -169,7 +177,7 @@ impl<const QUEUES: usize> Transport<QUEUES> {
 
     /// Device reset (status 0 written, 4.2.2.1): every queue and the interrupt forgotten.
     fn reset(&mut self) {
-        *self = Self::new(self.device_id, self.device_features);
+        *self = Self::new();
     }
 
     /// The selected queue, if the device has it.
@@ -193,11 +201,11 @@ impl<const QUEUES: usize> Transport<QUEUES> {
         Ok(match offset {
             register::MAGIC_VALUE => MAGIC,
             register::VERSION => TRANSPORT_VERSION,
-            register::DEVICE_ID => self.device_id,
+            register::DEVICE_ID => DEVICE_ID,
             register::VENDOR_ID => VENDOR,
             register::DEVICE_FEATURES => match self.device_features_select {
-                0 => self.device_features as u32,
-                1 => (self.device_features >> 32) as u32,
+                0 => FEATURES as u32,
+                1 => (FEATURES >> 32) as u32,
                 _ => 0,
             },
             register::QUEUE_NUM_MAX => queue.map_or(0, |_| u32::from(MAX_QUEUE_SIZE)),
@@ -313,8 +321,8 @@ impl<const QUEUES: usize> Transport<QUEUES> {
             return;
         }
         let mut added = value & STATUS_DRIVER_BITS & !self.status;
-        let acceptable = self.driver_features & !self.device_features == 0
-            && self.driver_features & FEATURE_VERSION_1 != 0;
+        let acceptable =
+            self.driver_features & !FEATURES == 0 && self.driver_features & FEATURE_VERSION_1 != 0;
         if !acceptable {
             added &= !STATUS_FEATURES_OK;
         }

@@ -64,7 +64,11 @@ const DEVICE_AREA_ALIGN: u64 = 4;
 
 /// Why a queue stopped: the driver broke a rule of the split ring. The device sets
 /// DEVICE_NEEDS_RESET and touches the queue no more until the driver resets it.
+///
+/// Its tags start at 1, so that `None` of an `Option<QueueError>` (a transport without an
+/// error) takes tag 0 and a transport in its reset state is all zero bytes (.bss).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 pub enum QueueError {
     /// The available index ran more than a queue size ahead of the entries the device took.
     AvailableIndexJump {
@@ -72,31 +76,31 @@ pub enum QueueError {
         available: u16,
         /// The next entry the device would take.
         taken: u16,
-    },
+    } = 1,
     /// A descriptor index (a chain's head or a `next`) beyond the descriptor table.
     DescriptorOutOfRange {
         /// The index.
         index: u16,
-    },
+    } = 2,
     /// A chain longer than the queue: its `next` fields loop (2.7.5.3.1: no chain is longer
     /// than the queue size).
     ChainTooLong {
         /// The chain's head descriptor.
         head: u16,
-    },
+    } = 3,
     /// A buffer the device may write in a chain it only reads (transmit), or one it may only
     /// read in a chain it writes (receive).
     WrongDirection {
         /// The descriptor.
         index: u16,
-    },
+    } = 4,
     /// An indirect descriptor, though VIRTIO_F_INDIRECT_DESC was not offered.
     IndirectDescriptor {
         /// The descriptor.
         index: u16,
-    },
+    } = 5,
     /// A ring, descriptor or buffer outside the VM's memory.
-    Memory(MemoryError),
+    Memory(MemoryError) = 6,
 }
 
 impl From<MemoryError> for QueueError {
