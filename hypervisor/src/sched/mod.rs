@@ -14,9 +14,11 @@
 //!
 //! Exits are handled in place on the exception stack, as on a pinned pCPU. An exit that gives
 //! the pCPU away ([`give_away`]: WFI, KEEL_YIELD, KEEL_TASK_WAIT) or after which the scheduler
-//! picks another vCPU ([`reschedule`]: a deadline, a kick) saves the running vCPU's context and
-//! enters the next one on a fresh stack ([`switch_to`]), or waits in the [`run_loop`] if there
-//! is none. A vCPU that resets its VM gives its slot to the reload's bounded steps
+//! picks another vCPU ([`reschedule`]: a deadline, a kick) asks the scheduler once; a vCPU
+//! picked again resumes with nothing saved or restored, another one is switched in on the
+//! trap's own frame ([`switch_in_place`]: the running context saved, the next one loaded and
+//! its registers put in the frame, so that the trap returns into it), and with none to run the
+//! pCPU waits in the [`run_loop`], which enters the next one on a fresh stack ([`enter`]). A vCPU that resets its VM gives its slot to the reload's bounded steps
 //! ([`reload`]), which the scheduler runs and preempts like guest code.
 
 pub mod pinned;
