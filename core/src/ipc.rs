@@ -151,6 +151,8 @@ pub struct Received {
 pub struct Queue {
     max_messages: usize,
     max_size: usize,
+    /// Bytes of the ring ([`Queue::storage_len`]), kept so that no call multiplies again.
+    ring: usize,
     head: usize,
     used: usize,
     count: usize,
@@ -168,6 +170,7 @@ impl Queue {
         Queue {
             max_messages,
             max_size,
+            ring: Self::storage_len(max_messages, max_size),
             head: 0,
             used: 0,
             count: 0,
@@ -218,29 +221,26 @@ impl Queue {
         self.send_with(storage, from, message, copy_slice)
     }
 
-    /// [`Queue::send`], the message's bytes copied with `copy` (Keel's: whole load/store pairs
-    /// whatever the alignment, where `copy_from_slice` copies a misaligned slice byte by byte).
+    /// [`Queue::send`], the header and the message's bytes copied with `copy` (Keel's: wide
+    /// unaligned moves, where `copy_from_slice` copies a misaligned slice byte by byte).
     pub fn send_with(
         &mut self,
         storage: &mut [u8],
         from: Sender,
         message: &[u8],
-        copy: CopyFn,
+        copy: impl Fn(&mut [u8], &[u8]) + Copy,
     ) -> Result<usize, MessageError> {
         if message.len() > self.max_size {
             return Err(MessageError::TooLarge);
         }
-        let ring = Self::storage_len(self.max_messages, self.max_size);
-        if self.count >= self.max_messages || storage.len() < ring || ring == 0 {
-            return Err(MessageError::QueueFull);
-        }
-        let mut header = [0u8; HEADER];
-        header[..4].copy_from_slice(&(message.len() as u32).to_le_bytes());
-        header[4..6].copy_from_slice(&from.vm.to_le_bytes());
-        header[6..].copy_from_slice(&from.vcpu.to_le_bytes());
-        let tail = (self.head + self.used) % ring;
-        let tail = put(&mut storage[..ring], tail, &header, copy_slice);
-        put(&mut storage[..ring], tail, message, copy);
+        let ring = match storage.get_mut(..self.ring) {
+            Some(ring) if self.count < self.max_messages && !ring.is_empty() => ring,
+            _ => return Err(MessageError::QueueFull),
+        };
+        let header = encode_header(from, message.len());
+        let tail = wrap(self.head + self.used, ring.len());
+        let body = put(ring, tail, &header, copy);
+        put(ring, body, message, copy);
         self.used += HEADER + message.len();
         self.count += 1;
         Ok(self.count)
@@ -251,15 +251,10 @@ impl Queue {
         if self.count == 0 {
             return None;
         }
-        let ring = storage.get(..Self::storage_len(self.max_messages, self.max_size))?;
+        let ring = storage.get(..self.ring)?;
         let mut header = [0u8; HEADER];
         get(ring, self.head, &mut header, copy_slice);
-        let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
-        let from = Sender {
-            vm: u16::from_le_bytes([header[4], header[5]]),
-            vcpu: u16::from_le_bytes([header[6], header[7]]),
-        };
-        Some((from, len))
+        Some(decode_header(header))
     }
 
     /// Moves the next message into `out` (which must hold it whole: otherwise it stays
@@ -268,26 +263,23 @@ impl Queue {
         self.receive_with(storage, out, copy_slice)
     }
 
-    /// [`Queue::receive`], the message's bytes copied with `copy`.
+    /// [`Queue::receive`], the header and the message's bytes copied with `copy`; the header
+    /// is read once.
     pub fn receive_with(
         &mut self,
         storage: &[u8],
         out: &mut [u8],
-        copy: CopyFn,
+        copy: impl Fn(&mut [u8], &[u8]) + Copy,
     ) -> Result<Received, MessageError> {
-        let (from, len) = self.front(storage).ok_or(MessageError::Empty)?;
-        if out.len() < len {
-            return Err(MessageError::BufferTooSmall);
+        if self.count == 0 {
+            return Err(MessageError::Empty);
         }
-        // `front` found the ring whole in `storage`.
-        let ring = Self::storage_len(self.max_messages, self.max_size);
-        get(
-            &storage[..ring],
-            (self.head + HEADER) % ring,
-            &mut out[..len],
-            copy,
-        );
-        self.head = (self.head + HEADER + len) % ring;
+        let ring = storage.get(..self.ring).ok_or(MessageError::Empty)?;
+        let mut header = [0u8; HEADER];
+        let body = get(ring, self.head, &mut header, copy);
+        let (from, len) = decode_header(header);
+        let out = out.get_mut(..len).ok_or(MessageError::BufferTooSmall)?;
+        self.head = get(ring, body, out, copy);
         self.used -= HEADER + len;
         self.count -= 1;
         if self.count == 0 {
@@ -301,27 +293,62 @@ impl Queue {
     }
 }
 
-/// How message bytes are copied: `copy(destination, source)`, both of one length.
-pub type CopyFn = fn(&mut [u8], &[u8]);
+/// A message's header as it lies in the ring: its length in the low 32 bits, the sender's VM
+/// and vCPU in the two 16-bit halves above, little-endian (one 64-bit word, moved whole).
+fn encode_header(from: Sender, len: usize) -> [u8; HEADER] {
+    (len as u32 as u64 | u64::from(from.vm) << 32 | u64::from(from.vcpu) << 48).to_le_bytes()
+}
+
+/// The sender and length of a header [`encode_header`] made.
+fn decode_header(header: [u8; HEADER]) -> (Sender, usize) {
+    let word = u64::from_le_bytes(header);
+    let from = Sender {
+        vm: (word >> 32) as u16,
+        vcpu: (word >> 48) as u16,
+    };
+    (from, word as u32 as usize)
+}
 
 fn copy_slice(destination: &mut [u8], source: &[u8]) {
     destination.copy_from_slice(source);
 }
 
-/// Writes `bytes` into `ring` from `at`, wrapping; returns where they end.
-fn put(ring: &mut [u8], at: usize, bytes: &[u8], copy: CopyFn) -> usize {
-    let first = bytes.len().min(ring.len() - at);
-    copy(&mut ring[at..at + first], &bytes[..first]);
-    copy(&mut ring[..bytes.len() - first], &bytes[first..]);
-    (at + bytes.len()) % ring.len()
+/// `at` brought back into a ring of `len` bytes (`at` < 2 `len`): no division.
+fn wrap(at: usize, len: usize) -> usize {
+    if at >= len {
+        at - len
+    } else {
+        at
+    }
 }
 
-/// Reads `out.len()` bytes of `ring` from `at`, wrapping.
-fn get(ring: &[u8], at: usize, out: &mut [u8], copy: CopyFn) {
-    let first = out.len().min(ring.len() - at);
-    copy(&mut out[..first], &ring[at..at + first]);
-    let rest = out.len() - first;
-    copy(&mut out[first..], &ring[..rest]);
+/// Writes `bytes` into `ring` from `at` (inside it), wrapping at its end; returns where they
+/// end. One copy unless they wrap.
+fn put(ring: &mut [u8], at: usize, bytes: &[u8], copy: impl Fn(&mut [u8], &[u8])) -> usize {
+    let end = at + bytes.len();
+    if end <= ring.len() {
+        copy(&mut ring[at..end], bytes);
+        return wrap(end, ring.len());
+    }
+    let (first, rest) = bytes.split_at(ring.len() - at);
+    copy(&mut ring[at..], first);
+    copy(&mut ring[..rest.len()], rest);
+    rest.len()
+}
+
+/// Reads `out.len()` bytes of `ring` from `at` (inside it), wrapping at its end; returns
+/// where they end. One copy unless they wrap.
+fn get(ring: &[u8], at: usize, out: &mut [u8], copy: impl Fn(&mut [u8], &[u8])) -> usize {
+    let end = at + out.len();
+    if end <= ring.len() {
+        copy(out, &ring[at..end]);
+        return wrap(end, ring.len());
+    }
+    let (first, rest) = out.split_at_mut(ring.len() - at);
+    copy(first, &ring[at..]);
+    let rest_len = rest.len();
+    copy(rest, &ring[..rest_len]);
+    rest_len
 }
 
 #[cfg(test)]
@@ -367,8 +394,108 @@ mod tests {
     /// plain queue: every message comes out once, whole, in order; refusals change nothing.
     #[test]
     fn the_ring_matches_a_model() {
+        ring_matches_model(copy_slice);
+    }
+
+    /// The same with Keel's way of copying: wide moves that overlap, the last block first
+    /// (as `cpu::copy_bytes` does), the header too, wherever the wrap-around cuts them.
+    #[test]
+    fn the_ring_matches_a_model_with_wide_overlapping_copies() {
+        ring_matches_model(wide_copy);
+    }
+
+    /// What `cpu::copy_bytes` does, in safe Rust: at least 16 bytes, the last 16 first, then
+    /// 16-byte blocks from the start up to them; 8 to 15, the first 8 and the last 8; 4 to 7,
+    /// the first 4 and the last 4; 1 to 3, bytes 0, len / 2 and len - 1.
+    fn wide_copy(destination: &mut [u8], source: &[u8]) {
+        assert_eq!(destination.len(), source.len());
+        let len = source.len();
+        let mut moved = vec![false; len];
+        let mut mv = |at: usize, width: usize| {
+            destination[at..at + width].copy_from_slice(&source[at..at + width]);
+            moved[at..at + width].fill(true);
+        };
+        match len {
+            16.. => {
+                mv(len - 16, 16);
+                for block in 0..(len - 1) / 16 {
+                    mv(block * 16, 16);
+                }
+            }
+            8..=15 => {
+                mv(0, 8);
+                mv(len - 8, 8);
+            }
+            4..=7 => {
+                mv(0, 4);
+                mv(len - 4, 4);
+            }
+            1..=3 => {
+                mv(0, 1);
+                mv(len / 2, 1);
+                mv(len - 1, 1);
+            }
+            0 => {}
+        }
+        assert!(moved.iter().all(|&m| m), "{len} bytes: some not moved");
+    }
+
+    #[test]
+    fn wide_copies_move_every_byte_of_every_length() {
+        for len in 0..300 {
+            let source: Vec<u8> = (0..len).map(|i| (i * 7 + 1) as u8).collect();
+            let mut destination = vec![0u8; len];
+            wide_copy(&mut destination, &source);
+            assert_eq!(destination, source);
+        }
+    }
+
+    /// A header cut by the wrap-around: its bytes at the ring's end and its start.
+    #[test]
+    fn a_header_cut_by_the_wrap_around_reads_whole() {
+        // Two messages of at most 7 bytes: a 30-byte ring. 5 + 8 bytes, then 5 + 8 more: the
+        // third header starts at byte 26 and wraps after 4 of its 8 bytes.
+        let mut queue = Queue::new(2, 7);
+        let mut ring = vec![0u8; Queue::storage_len(2, 7)];
+        let mut out = [0u8; 7];
+        for (i, from) in [A, B, A, B, A].into_iter().enumerate() {
+            let message = [i as u8 + 1; 5];
+            assert_eq!(queue.send_with(&mut ring, from, &message, wide_copy), Ok(1));
+            let got = queue.receive_with(&ring, &mut out, wide_copy).unwrap();
+            assert_eq!((got.from, got.len, got.left), (from, 5, 0), "message {i}");
+            assert_eq!(out[..5], message);
+            // Left at 0 once empty: send two to reach the end of the ring.
+            assert_eq!(queue.send_with(&mut ring, B, &[9; 7], wide_copy), Ok(1));
+            assert_eq!(
+                queue.send_with(&mut ring, A, &[i as u8; 3], wide_copy),
+                Ok(2)
+            );
+            assert_eq!(
+                queue.receive_with(&ring, &mut out, wide_copy).unwrap().len,
+                7
+            );
+            assert_eq!(
+                queue.send_with(&mut ring, B, &[i as u8; 6], wide_copy),
+                Ok(2)
+            );
+            assert_eq!(queue.front(&ring), Some((A, 3)));
+            assert_eq!(
+                queue.receive_with(&ring, &mut out, wide_copy).unwrap().len,
+                3
+            );
+            // The 6-byte message's header began at 15 + 11 = 26: cut by the wrap.
+            assert_eq!(queue.front(&ring), Some((B, 6)));
+            let got = queue.receive_with(&ring, &mut out, wide_copy).unwrap();
+            assert_eq!(
+                (got.from, got.len, got.left, &out[..6]),
+                (B, 6, 0, &[i as u8; 6][..])
+            );
+        }
+    }
+
+    fn ring_matches_model(copy: fn(&mut [u8], &[u8])) {
         let mut rng = Rng::new(0x1bc);
-        for (max_messages, max_size) in [(1, 1), (2, 7), (4, 64), (8, 100)] {
+        for (max_messages, max_size) in [(1, 1), (2, 7), (3, 13), (4, 64), (8, 100)] {
             let mut queue = Queue::new(max_messages, max_size);
             let mut ring = vec![0u8; Queue::storage_len(max_messages, max_size)];
             let mut model: VecDeque<(Sender, Vec<u8>)> = VecDeque::new();
@@ -377,7 +504,7 @@ mod tests {
                     let len = rng.below(max_size as u64 + 2) as usize;
                     let message: Vec<u8> = (0..len).map(|i| (step as usize + i) as u8).collect();
                     let from = if rng.below(2) == 0 { A } else { B };
-                    let result = queue.send(&mut ring, from, &message);
+                    let result = queue.send_with(&mut ring, from, &message, copy);
                     let expected = if len > max_size {
                         Err(MessageError::TooLarge)
                     } else if model.len() == max_messages {
@@ -389,7 +516,7 @@ mod tests {
                     assert_eq!(result, expected);
                 } else {
                     let mut out = vec![0u8; rng.below(max_size as u64 + 1) as usize];
-                    let result = queue.receive(&ring, &mut out);
+                    let result = queue.receive_with(&ring, &mut out, copy);
                     match model.front() {
                         None => assert_eq!(result, Err(MessageError::Empty)),
                         Some((_, m)) if m.len() > out.len() => {

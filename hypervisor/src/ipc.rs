@@ -177,17 +177,19 @@ pub fn receive(
     buffer: &mut [u8],
     wait_until: u64,
 ) -> Result<Outcome, (MessageError, u64)> {
-    let refused = |error| (error, 0);
     let mut destination = QUEUES[id][vcpu].lock();
     let (queue, ring) = destination.parts();
-    match queue.front(ring) {
-        None if wait_until == 0 || timer::now() >= wait_until => Err(refused(MessageError::Empty)),
-        None => Ok(Outcome::Wait(wait_until)),
-        Some((_, len)) if len > buffer.len() => Err((MessageError::BufferTooSmall, len as u64)),
-        Some(_) => queue
-            .receive_with(ring, buffer, cpu::copy_bytes)
-            .map(Outcome::Took)
-            .map_err(refused),
+    // One read of the header: the receive itself says why it took nothing.
+    match queue.receive_with(ring, buffer, cpu::copy_bytes) {
+        Ok(received) => Ok(Outcome::Took(received)),
+        Err(MessageError::Empty) if wait_until != 0 && timer::now() < wait_until => {
+            Ok(Outcome::Wait(wait_until))
+        }
+        Err(MessageError::BufferTooSmall) => {
+            let len = queue.front(ring).map_or(0, |(_, len)| len);
+            Err((MessageError::BufferTooSmall, len as u64))
+        }
+        Err(error) => Err((error, 0)),
     }
 }
 

@@ -378,9 +378,11 @@ pub fn assign_pcpus() {
 
 /// The VM's memory at `[ipa, ipa + len)` as a byte slice (to load it, or to copy a message
 /// in or out); None if no region of the VM holds it whole: the one check every access of
-/// Keel's to guest memory goes through.
+/// Keel's to guest memory goes through. Inlined: the check is a few compares, no region
+/// copied out ([`VmDesc::translate_range`]).
+#[inline]
 pub fn guest_bytes(desc: &VmDesc, ipa: GuestPhysAddr, len: usize) -> Option<&'static mut [u8]> {
-    let phys = desc.region_of(ipa, len as u64)?.translate(ipa)?;
+    let phys = desc.translate_range(ipa, len as u64)?;
     // SAFETY: the range lies inside one of the VM's own regions (checked above), which Keel
     // maps as normal memory and no other VM's stage 2 maps. Nothing of Keel's lives there. No
     // vCPU of the VM runs while it is (re)loaded; otherwise (messages) its vCPUs may write

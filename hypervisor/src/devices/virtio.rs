@@ -12,6 +12,8 @@
 //! stays in the driver's ring and is retried when the peer receives a message
 //! ([`peer_received`]): nothing is dropped.
 
+use core::sync::atomic::{AtomicU32, Ordering};
+
 use keel_core::abi::layout;
 use keel_core::addr::GuestPhysAddr;
 use keel_core::devices::virtio::console::{Effect, VirtioConsole};
@@ -52,6 +54,16 @@ impl Console {
         }
     }
 }
+
+/// For each VM, the consoles (a bit per VM id) whose output may wait for room in its queue:
+/// a console's bit is set before its transmit tries the queue, and cleared after unless the
+/// output was left blocked, so a receiver that took a message looks at those alone
+/// ([`peer_received`]; none, almost always) instead of every VM. Set before the try, it
+/// cannot be missed: a transmit that found the queue full released the queue's lock after
+/// setting it, and the receiver takes that lock before it reads the bits.
+static WAITING_FOR_ROOM: [AtomicU32; MAX_VMS] = [const { AtomicU32::new(0) }; MAX_VMS];
+
+const _: () = assert!(MAX_VMS <= 32, "a bit per VM in WAITING_FOR_ROOM");
 
 /// Each VM's console state (reset by `lifecycle` with the VM's other devices).
 static CONSOLES: [Mutex<Console>; MAX_VMS] = [const { Mutex::new(Console::new()) }; MAX_VMS];
@@ -157,8 +169,14 @@ fn send_output(id: usize, bytes: &[u8]) -> usize {
     sent
 }
 
-/// Moves the driver's output to the peer, one bounded step.
+/// Moves the driver's output to the peer, one bounded step. Called with the console's lock
+/// held.
 fn transmit(id: usize, console: &mut Console) {
+    let peer = vm::desc(id).virtio_console.map(usize::from);
+    let waiting = peer.and_then(|peer| WAITING_FOR_ROOM.get(peer));
+    if let Some(waiting) = waiting {
+        waiting.fetch_or(1 << id, Ordering::Relaxed);
+    }
     let mut memory = VmMemory { desc: vm::desc(id) };
     let mut full = false;
     let mut sink = |bytes: &[u8]| {
@@ -168,6 +186,9 @@ fn transmit(id: usize, console: &mut Console) {
     };
     console.model.transmit(&mut memory, STEP, &mut sink);
     console.blocked = full;
+    if let Some(waiting) = waiting.filter(|_| !full) {
+        waiting.fetch_and(!(1 << id), Ordering::Relaxed);
+    }
 }
 
 /// Fills the driver's receive buffers with input: what is pending, then the messages queued
@@ -236,12 +257,15 @@ pub fn input_queued(id: usize) {
 }
 
 /// VM `receiver` took a message from its queue: the consoles whose output waited for room
-/// there try again. Called with no lock held.
+/// there try again. Called with no lock held, after the queue's lock was released.
 pub fn peer_received(receiver: usize) {
-    for (id, desc) in SYSTEM.vms.iter().enumerate() {
-        if desc.virtio_console.map(usize::from) != Some(receiver) {
-            continue;
-        }
+    let Some(waiting) = WAITING_FOR_ROOM.get(receiver) else {
+        return;
+    };
+    let mut consoles = waiting.load(Ordering::Relaxed);
+    while consoles != 0 {
+        let id = consoles.trailing_zeros() as usize;
+        consoles &= consoles - 1;
         let mut console = console(id).lock();
         if console.blocked {
             transmit(id, &mut console);

@@ -52,38 +52,95 @@ pub fn dsb_sy() {
     unsafe { core::arch::asm!("dsb sy", options(nostack, preserves_flags)) };
 }
 
-/// Copies `source` into `destination` (of the same length) sixteen bytes per load/store pair,
-/// whatever either's alignment. Keel allows unaligned accesses to normal memory
-/// (SCTLR_EL2.A = 0) but its Rust target assumes strict alignment, so `copy_from_slice` copies
-/// a misaligned source byte by byte (~3 instructions a byte), as it would the guest images,
-/// which are embedded at byte alignment.
+/// Copies `source` into `destination` (of the same length) in wide moves whatever either's
+/// alignment: at least 16 bytes, the last 16 first, then 16-byte load/store pairs from the
+/// start up to them (the last pair overlaps them unless the length is a multiple of 16); 8 to
+/// 15 bytes, the first 8 and the last 8; 4 to 7, the first 4 and the last 4; 1 to 3 bytes one
+/// at a time (`keel_core::ipc`'s tests check the plan, and the queues with it). Keel allows unaligned accesses to normal memory (SCTLR_EL2.A = 0) but its Rust
+/// target assumes strict alignment, so `copy_from_slice` copies a misaligned slice byte by
+/// byte (~3 instructions a byte), as it would the guest images, which are embedded at byte
+/// alignment, and the 8-byte headers of the message queues. The two slices never overlap
+/// (one is borrowed mutably), so a byte moved twice gets the same value.
+#[inline]
 pub fn copy_bytes(destination: &mut [u8], source: &[u8]) {
     assert_eq!(
         destination.len(),
         source.len(),
         "copy_bytes: lengths differ"
     );
-    let pairs = source.len() / 16;
-    if pairs > 0 {
-        // SAFETY: reads `pairs * 16` bytes of `source` and writes as many of `destination`,
-        // both inside their slices; both are normal memory, where unaligned LDP/STP are allowed.
+    let len = source.len();
+    let from = source.as_ptr();
+    let to = destination.as_mut_ptr();
+    if len >= 16 {
+        // SAFETY: reads `[from, from + len)` and writes `[to, to + len)`, both inside their
+        // slices: the last 16 bytes at `len - 16` (len >= 16), then (len - 1) / 16 blocks of 16
+        // from offset 0, which end at or before `len`. Both are normal memory, where unaligned
+        // LDP/STP are allowed.
         unsafe {
             core::arch::asm!(
-                "1: ldp {a}, {b}, [{source}], #16",
-                "stp {a}, {b}, [{destination}], #16",
-                "subs {pairs}, {pairs}, #1",
+                "add {end_from}, {from}, {len}",
+                "add {end_to}, {to}, {len}",
+                "ldp {a}, {b}, [{end_from}, #-16]",
+                "stp {a}, {b}, [{end_to}, #-16]",
+                "sub {len}, {len}, #1",
+                "lsr {len}, {len}, #4",
+                "cbz {len}, 2f",
+                "1: ldp {a}, {b}, [{from}], #16",
+                "stp {a}, {b}, [{to}], #16",
+                "subs {len}, {len}, #1",
                 "b.ne 1b",
-                source = inout(reg) source.as_ptr() => _,
-                destination = inout(reg) destination.as_mut_ptr() => _,
-                pairs = inout(reg) pairs => _,
+                "2:",
+                from = inout(reg) from => _,
+                to = inout(reg) to => _,
+                len = inout(reg) len => _,
+                end_from = out(reg) _,
+                end_to = out(reg) _,
                 a = out(reg) _,
                 b = out(reg) _,
-                options(nostack),
+                options(nostack, preserves_flags),
             )
         };
+    } else if len >= 8 {
+        // SAFETY: reads 8 bytes at offsets 0 and `len - 8` of `source` and writes them at the
+        // same offsets of `destination` (8 <= len < 16: both inside the slices); normal memory,
+        // where unaligned LDR/STR are allowed.
+        unsafe {
+            core::arch::asm!(
+                "ldr {a}, [{from}]",
+                "ldr {b}, [{from}, {last}]",
+                "str {a}, [{to}]",
+                "str {b}, [{to}, {last}]",
+                from = in(reg) from,
+                to = in(reg) to,
+                last = in(reg) len - 8,
+                a = out(reg) _,
+                b = out(reg) _,
+                options(nostack, preserves_flags),
+            )
+        };
+    } else if len >= 4 {
+        // SAFETY: as above, 4 bytes at offsets 0 and `len - 4` (4 <= len < 8).
+        unsafe {
+            core::arch::asm!(
+                "ldr {a:w}, [{from}]",
+                "ldr {b:w}, [{from}, {last}]",
+                "str {a:w}, [{to}]",
+                "str {b:w}, [{to}, {last}]",
+                from = in(reg) from,
+                to = in(reg) to,
+                last = in(reg) len - 4,
+                a = out(reg) _,
+                b = out(reg) _,
+                options(nostack, preserves_flags),
+            )
+        };
+    } else if len > 0 {
+        // Bytes 0, len / 2 and len - 1: every byte of 1 to 3, with no loop (which the compiler
+        // would make a call to `memcpy`).
+        destination[0] = source[0];
+        destination[len / 2] = source[len / 2];
+        destination[len - 1] = source[len - 1];
     }
-    let copied = pairs * 16;
-    destination[copied..].copy_from_slice(&source[copied..]);
 }
 
 /// Cleans and invalidates one data cache line by set/way (`DC CISW`; `set_way` as the
