@@ -487,6 +487,7 @@ impl Scheduler {
                 && now >= self.quantum_end
                 && self.peer_runnable(running)
             {
+                self.dequeue(running);
                 self.slots[running].ticket = self.take_ticket(running);
             }
         }
@@ -617,12 +618,12 @@ impl Scheduler {
         }
     }
 
-    /// The next ticket, for `slot`, which goes to the back of its queue.
+    /// The next ticket, for `slot`, which goes to the back of its queue: a slot not in the
+    /// queue (it becomes runnable), or one the caller took out of it.
     fn take_ticket(&mut self, slot: usize) -> u64 {
         let ticket = self.next_ticket;
         self.next_ticket += 1;
         if self.is_fifo() {
-            self.dequeue(slot);
             self.queue |= (slot as u64) << (4 * self.queued);
             self.queued += 1;
         }
