@@ -58,9 +58,6 @@ struct SharedCpu {
     last: Option<usize>,
     /// The VM of `last`.
     last_vm: usize,
-    /// List registers that may still hold the interrupts of the vCPU saved last (they are
-    /// emptied when the next one is loaded).
-    dirty_lrs: u64,
     /// The slot whose FP/SIMD registers the pCPU holds.
     fp_owner: Option<usize>,
     /// Slots started since their last restore: their VMID's TLB entries are cleaned first.
@@ -100,7 +97,6 @@ impl SharedCpu {
             loaded: None,
             last: None,
             last_vm: 0,
-            dirty_lrs: 0,
             fp_owner: None,
             fresh: 0,
             started: 0,
@@ -312,16 +308,15 @@ fn load(shared: &mut SharedCpu, slot: usize) -> Result<(), Elsewhere> {
     if let Some(redistributor) = redistributor {
         redistributor.enable_private(keel_core::abi::layout::VTIMER_INTID);
     }
-    let dirty_lrs = core::mem::take(&mut shared.dirty_lrs);
     if shared.fresh & bit != 0 {
         shared.fresh &= !bit;
-        context.restore(redistributor, false, dirty_lrs);
+        context.restore(redistributor, false);
         crate::arch::stage2::install(
             vm::desc(placed.vm).id.0 + 1,
             vm::vm(placed.vm).stage2_root(),
         );
     } else {
-        context.restore(redistributor, same_vm_other_vcpu, dirty_lrs);
+        context.restore(redistributor, same_vm_other_vcpu);
     }
     guest::set_fp_trap(shared.fp_owner != Some(slot));
     let (timer_lr, timer_lr_value) = shared.timer_lr[slot];
@@ -357,7 +352,6 @@ fn save_running(shared: &mut SharedCpu, frame: &GuestRegs) -> Option<usize> {
     let context = &mut shared.contexts[slot];
     let listed = cpu.listed.load(Ordering::Relaxed);
     context.save(frame, cpu.redistributor.get(), listed);
-    shared.dirty_lrs = listed;
     shared.timer_lr[slot] = (
         cpu.timer_lr.load(Ordering::Relaxed),
         cpu.timer_lr_value.load(Ordering::Relaxed),

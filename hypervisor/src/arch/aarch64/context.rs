@@ -200,9 +200,7 @@ impl VirtualInterface {
     /// Whether a saved list register holds an interrupt pending for the vCPU (only the
     /// ones Keel filled are saved: the others are empty).
     pub fn any_pending(&self) -> bool {
-        let mut any = false;
-        self.for_each_listed(|_, pending| any |= pending);
-        any
+        self.lrs.iter().any(|&lr| gic::list_register_is_pending(lr))
     }
 
     /// Calls `f(intid, pending)` for each saved list register Keel filled.
@@ -440,16 +438,12 @@ impl VcpuContext {
         self.timer.physical_active = redistributor
             .map(|r| r.take_active_private(VTIMER_INTID))
             .unwrap_or(false);
-        // Only the list registers Keel filled hold anything (it empties the ones it takes
-        // back), so only those are read.
+        // Every implemented list register is kept: one Keel took back may still be the
+        // virtual timer's, which its fast path puts back in place (irq::relist_timer).
         self.interface.listed = listed;
-        let mut scan = listed;
-        while scan != 0 {
-            let lr = scan.trailing_zeros() as usize;
-            scan &= scan - 1;
-            if let Some(slot) = self.interface.lrs.get_mut(lr) {
-                *slot = gic::read_lr(lr);
-            }
+        let count = gic::list_registers();
+        for (lr, slot) in self.interface.lrs.iter_mut().enumerate().take(count) {
+            *slot = gic::read_lr(lr);
         }
         self.interface.vmcr = read_sysreg!("ich_vmcr_el2");
         self.interface.hcr = read_sysreg!("ich_hcr_el2");
@@ -462,14 +456,7 @@ impl VcpuContext {
     /// Loads this context onto the pCPU, all but the general registers and ELR/SPSR, which
     /// the entry loads. `same_vm_other_vcpu`: the previous vCPU on this pCPU was another vCPU
     /// of the same VM (same VMID), whose EL1 TLB entries must not be used by this one.
-    /// `dirty_lrs`: the list registers that may hold another vCPU's interrupts (every other
-    /// one is empty): they are emptied unless this context fills them.
-    pub fn restore(
-        &self,
-        redistributor: Option<&gic::Redistributor>,
-        same_vm_other_vcpu: bool,
-        dirty_lrs: u64,
-    ) {
+    pub fn restore(&self, redistributor: Option<&gic::Redistributor>, same_vm_other_vcpu: bool) {
         self.el1.restore();
         if self.owns_pmu {
             self.pmu.restore();
@@ -493,14 +480,15 @@ impl VcpuContext {
                 redistributor.set_active_private(VTIMER_INTID);
             }
         }
-        // The saved list registers are written, and the previous vCPU's emptied.
-        let listed = self.interface.listed;
-        let mut scan = listed | dirty_lrs;
-        while scan != 0 {
-            let lr = scan.trailing_zeros() as usize;
-            scan &= scan - 1;
-            let value = self.interface.lrs.get(lr).copied().unwrap_or(0);
-            gic::write_lr(lr, if listed & (1 << lr) != 0 { value } else { 0 });
+        // Every implemented list register is written back as it was saved.
+        for (lr, &value) in self
+            .interface
+            .lrs
+            .iter()
+            .enumerate()
+            .take(gic::list_registers())
+        {
+            gic::write_lr(lr, value);
         }
         gic::restore_active_priorities(&self.interface.ap0r, &self.interface.ap1r);
         // SAFETY: the incoming vCPU's virtual interface control, as it left it.
