@@ -76,10 +76,8 @@ impl Clock {
     }
 }
 
-/// Sleeps until the counter reaches `at` ([`keel_guest::timer::sleep_until`]).
-fn sleep_until(at: u64) {
-    keel_guest::timer::sleep_until(at);
-}
+/// Sleeps (WFI) until the counter reaches `at`: the SDK's, used by the tasks and the manager.
+use keel_guest::timer::sleep_until;
 
 /// A line of text built in place (no allocator).
 pub struct Line {
