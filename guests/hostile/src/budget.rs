@@ -33,7 +33,7 @@ use keel_guest::bootargs::BootArgs;
 use keel_guest::cpu::{disable_irqs, enable_irqs, wait_for_interrupt};
 use keel_guest::devicetree::BootInfo;
 use keel_guest::entry_check::{take_entry_state, EntryState};
-use keel_guest::gicv3::{init_cpu_interface, send_sgi};
+use keel_guest::gicv3::{init_cpu_interface, send_sgi, DISTRIBUTOR};
 use keel_guest::psci::{affinity_info, cpu_off, cpu_on};
 use keel_guest::{println, system_off, system_reset, timer};
 
@@ -297,6 +297,11 @@ fn sleep_until(mut done: impl FnMut() -> bool, micros: u64, limit_micros: u64) -
 /// vCPU 1: each time vCPU 0 says it turns off, waits for AFFINITY_INFO to say off and turns
 /// it on again; after the end, reports and powers the VM off.
 fn restart_vcpu0(ledger: Ledger) -> ! {
+    // vCPU 0 never sets up interrupts in this attack, so the distributor's group enable is
+    // this vCPU's to set: without it neither vCPU 0's SGI nor this vCPU's own virtual timer
+    // is ever delivered, and a wait that vCPU 0's SGI does not end (vCPU 0 preempted between
+    // its SGI and its CPU_OFF) never ends either, as it would not on bare metal.
+    DISTRIBUTOR.enable();
     init_interrupts(1);
     let mut seen = sgi_taken(1, OFF_SGI as usize);
     loop {
