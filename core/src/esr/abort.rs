@@ -1,52 +1,68 @@
 //! Data and instruction abort syndromes and the names of their fault status codes (Arm ARM D17.2.37).
 
 /// The name of a data or instruction fault status code, DFSC/IFSC (Arm ARM D17.2.37,
-/// "DFSC, bits \[5:0\]"), e.g. `"translation fault level 1"`.
-pub fn fault_status_name(code: u8) -> &'static str {
-    match code {
-        0x00 => "address size fault level 0",
-        0x01 => "address size fault level 1",
-        0x02 => "address size fault level 2",
-        0x03 => "address size fault level 3",
-        0x04 => "translation fault level 0",
-        0x05 => "translation fault level 1",
-        0x06 => "translation fault level 2",
-        0x07 => "translation fault level 3",
-        0x08 => "access flag fault level 0",
-        0x09 => "access flag fault level 1",
-        0x0a => "access flag fault level 2",
-        0x0b => "access flag fault level 3",
-        0x0c => "permission fault level 0",
-        0x0d => "permission fault level 1",
-        0x0e => "permission fault level 2",
-        0x0f => "permission fault level 3",
-        0x10 => "synchronous external abort",
-        0x11 => "synchronous tag check fault",
-        0x13 => "synchronous external abort on table walk level -1",
-        0x14 => "synchronous external abort on table walk level 0",
-        0x15 => "synchronous external abort on table walk level 1",
-        0x16 => "synchronous external abort on table walk level 2",
-        0x17 => "synchronous external abort on table walk level 3",
-        0x18 => "synchronous parity or ECC error",
-        0x1b => "synchronous parity or ECC error on table walk level -1",
-        0x1c => "synchronous parity or ECC error on table walk level 0",
-        0x1d => "synchronous parity or ECC error on table walk level 1",
-        0x1e => "synchronous parity or ECC error on table walk level 2",
-        0x1f => "synchronous parity or ECC error on table walk level 3",
-        0x21 => "alignment fault",
-        0x23 => "granule protection fault on table walk level -1",
-        0x24 => "granule protection fault on table walk level 0",
-        0x25 => "granule protection fault on table walk level 1",
-        0x26 => "granule protection fault on table walk level 2",
-        0x27 => "granule protection fault on table walk level 3",
-        0x28 => "granule protection fault",
-        0x29 => "address size fault level -1",
-        0x2b => "translation fault level -1",
-        0x30 => "TLB conflict abort",
-        0x31 => "unsupported atomic hardware update fault",
-        0x34 => "implementation defined fault (lockdown)",
-        0x35 => "implementation defined fault (unsupported exclusive or atomic access)",
-        _ => "reserved fault status code",
+/// "DFSC, bits \[5:0\]"), e.g. `translation fault level 1`: a kind and, for most codes, the
+/// translation table level (a kind and a level rather than a string per code: a table of 44
+/// names was about 2 KB of Keel's image).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FaultStatus {
+    /// What kind of fault, e.g. `"translation fault"`.
+    pub kind: &'static str,
+    /// The level of the translation table walk it happened at, -1 to 3, if it has one.
+    pub level: Option<i8>,
+}
+
+/// The [`FaultStatus`] of DFSC/IFSC `code`.
+pub fn fault_status_name(code: u8) -> FaultStatus {
+    const EXTERNAL_WALK: &str = "synchronous external abort on table walk";
+    const PARITY_WALK: &str = "synchronous parity or ECC error on table walk";
+    const GRANULE_WALK: &str = "granule protection fault on table walk";
+    // Levels 0 to 3 are the code's two low bits; level -1 has a code of its own.
+    let level = Some((code & 3) as i8);
+    let (kind, level) = match code {
+        0x00..=0x03 => ("address size fault", level),
+        0x04..=0x07 => ("translation fault", level),
+        0x08..=0x0b => ("access flag fault", level),
+        0x0c..=0x0f => ("permission fault", level),
+        0x10 => ("synchronous external abort", None),
+        0x11 => ("synchronous tag check fault", None),
+        0x13 => (EXTERNAL_WALK, Some(-1)),
+        0x14..=0x17 => (EXTERNAL_WALK, level),
+        0x18 => ("synchronous parity or ECC error", None),
+        0x1b => (PARITY_WALK, Some(-1)),
+        0x1c..=0x1f => (PARITY_WALK, level),
+        0x21 => ("alignment fault", None),
+        0x23 => (GRANULE_WALK, Some(-1)),
+        0x24..=0x27 => (GRANULE_WALK, level),
+        0x28 => ("granule protection fault", None),
+        0x29 => ("address size fault", Some(-1)),
+        0x2b => ("translation fault", Some(-1)),
+        0x30 => ("TLB conflict abort", None),
+        0x31 => ("unsupported atomic hardware update fault", None),
+        0x34 => ("implementation defined fault (lockdown)", None),
+        0x35 => (
+            "implementation defined fault (unsupported exclusive or atomic access)",
+            None,
+        ),
+        _ => ("reserved fault status code", None),
+    };
+    FaultStatus { kind, level }
+}
+
+impl crate::text::Show for FaultStatus {
+    fn show(&self, out: &mut dyn crate::text::Out) {
+        out.put(self.kind);
+        match self.level {
+            Some(level) if level < 0 => out.put(" level -1"),
+            Some(level) => crate::text!(out, " level ", level as u8),
+            None => {}
+        }
+    }
+}
+
+impl core::fmt::Display for FaultStatus {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        crate::text::fmt(self, f)
     }
 }
 
@@ -83,7 +99,7 @@ pub struct DataAbort {
 
 impl DataAbort {
     /// The DFSC's name, e.g. `"translation fault level 1"` (see [`fault_status_name`]).
-    pub fn fault_status_name(&self) -> &'static str {
+    pub fn fault_status_name(&self) -> FaultStatus {
         fault_status_name(self.fault_status)
     }
 
@@ -122,7 +138,7 @@ pub struct InstructionAbort {
 
 impl InstructionAbort {
     /// The IFSC's name (see [`fault_status_name`]).
-    pub fn fault_status_name(&self) -> &'static str {
+    pub fn fault_status_name(&self) -> FaultStatus {
         fault_status_name(self.fault_status)
     }
 }
@@ -157,7 +173,7 @@ mod tests {
                 Ok(fields) => fields,
                 Err(DecodeError::InvalidFsc { fsc }) => {
                     assert_eq!(
-                        abort.fault_status_name(),
+                        abort.fault_status_name().to_string(),
                         "reserved fault status code",
                         "{fsc:#x}"
                     );
@@ -258,7 +274,7 @@ mod tests {
     #[test]
     fn fault_status_names_match_oracle() {
         for code in 0..64u8 {
-            let mine = fault_status_name(code).to_lowercase();
+            let mine = fault_status_name(code).to_string().to_lowercase();
             let value = 0x24 << 26 | u64::from(code);
             match decode(value) {
                 Err(DecodeError::InvalidFsc { .. }) => {

@@ -12,7 +12,7 @@ pub mod sysregs;
 #[cfg(test)]
 mod tests;
 
-pub use abort::{fault_status_name, DataAbort, InstructionAbort};
+pub use abort::{fault_status_name, DataAbort, FaultStatus, InstructionAbort};
 pub use class::ExceptionClass;
 pub use syndrome::Esr;
 pub use sysreg::{SysReg, SysRegAccess};

@@ -184,7 +184,7 @@ impl Show for Esr {
             } else {
                 out.put("no syndrome, ");
             }
-            out.put(abort.fault_status_name());
+            abort.fault_status_name().show(out);
             if abort.s1ptw {
                 out.put(", on stage-1 table walk");
             }
@@ -267,7 +267,7 @@ mod tests {
             "data abort from lower EL: write, 4 bytes, x1, translation fault level 2"
         );
         assert_eq!(
-            e.data_abort().unwrap().fault_status_name(),
+            e.data_abort().unwrap().fault_status_name().to_string(),
             "translation fault level 2"
         );
         // No syndrome, permission fault on a stage-1 walk.

@@ -18,30 +18,9 @@ pub struct SysReg {
     pub op2: u8,
 }
 
-/// One named debug register per CRm value: `DBGBVR<n>_EL1` and friends (Arm ARM D19.3).
-#[rustfmt::skip]
-const DEBUG_REGISTERS: [[&str; 16]; 4] = [
-    [
-        "DBGBVR0_EL1", "DBGBVR1_EL1", "DBGBVR2_EL1", "DBGBVR3_EL1", "DBGBVR4_EL1", "DBGBVR5_EL1",
-        "DBGBVR6_EL1", "DBGBVR7_EL1", "DBGBVR8_EL1", "DBGBVR9_EL1", "DBGBVR10_EL1",
-        "DBGBVR11_EL1", "DBGBVR12_EL1", "DBGBVR13_EL1", "DBGBVR14_EL1", "DBGBVR15_EL1",
-    ],
-    [
-        "DBGBCR0_EL1", "DBGBCR1_EL1", "DBGBCR2_EL1", "DBGBCR3_EL1", "DBGBCR4_EL1", "DBGBCR5_EL1",
-        "DBGBCR6_EL1", "DBGBCR7_EL1", "DBGBCR8_EL1", "DBGBCR9_EL1", "DBGBCR10_EL1",
-        "DBGBCR11_EL1", "DBGBCR12_EL1", "DBGBCR13_EL1", "DBGBCR14_EL1", "DBGBCR15_EL1",
-    ],
-    [
-        "DBGWVR0_EL1", "DBGWVR1_EL1", "DBGWVR2_EL1", "DBGWVR3_EL1", "DBGWVR4_EL1", "DBGWVR5_EL1",
-        "DBGWVR6_EL1", "DBGWVR7_EL1", "DBGWVR8_EL1", "DBGWVR9_EL1", "DBGWVR10_EL1",
-        "DBGWVR11_EL1", "DBGWVR12_EL1", "DBGWVR13_EL1", "DBGWVR14_EL1", "DBGWVR15_EL1",
-    ],
-    [
-        "DBGWCR0_EL1", "DBGWCR1_EL1", "DBGWCR2_EL1", "DBGWCR3_EL1", "DBGWCR4_EL1", "DBGWCR5_EL1",
-        "DBGWCR6_EL1", "DBGWCR7_EL1", "DBGWCR8_EL1", "DBGWCR9_EL1", "DBGWCR10_EL1",
-        "DBGWCR11_EL1", "DBGWCR12_EL1", "DBGWCR13_EL1", "DBGWCR14_EL1", "DBGWCR15_EL1",
-    ],
-];
+/// The debug breakpoint and watchpoint registers by op2 - 4, each numbered by CRm:
+/// `DBGBVR<n>_EL1` and friends (Arm ARM D19.3).
+const DEBUG_REGISTERS: [&str; 4] = ["DBGBVR", "DBGBCR", "DBGWVR", "DBGWCR"];
 
 impl SysReg {
     /// The encoding `S<op0>_<op1>_C<crn>_C<crm>_<op2>`.
@@ -55,27 +34,44 @@ impl SysReg {
         }
     }
 
-    /// The architectural name, if this encoding is one [`sysregs`] knows, or a debug
-    /// breakpoint/watchpoint register (op0 = 2, op1 = 0, CRn = 0, op2 = 4..=7).
+    /// The encoding in 16 bits: op0 (2 bits), op1 (3), CRn (4), CRm (4), op2 (3).
+    pub const fn packed(&self) -> u16 {
+        (self.op0 as u16 & 3) << 14
+            | (self.op1 as u16 & 7) << 11
+            | (self.crn as u16 & 15) << 7
+            | (self.crm as u16 & 15) << 3
+            | (self.op2 as u16 & 7)
+    }
+
+    /// The architectural name, if this encoding is one [`sysregs`] knows (the debug
+    /// breakpoint and watchpoint registers are [`SysReg::debug_register`]).
     pub fn name(&self) -> Option<&'static str> {
-        if (self.op0, self.op1, self.crn) == (2, 0, 0) && (4..=7).contains(&self.op2) {
-            let kind = DEBUG_REGISTERS.get(usize::from(self.op2 - 4))?;
-            return kind.get(usize::from(self.crm)).copied();
+        let packed = self.packed();
+        let index = sysregs::ENCODINGS.iter().position(|&reg| reg == packed)?;
+        sysregs::NAMES.get(index)
+    }
+
+    /// A debug breakpoint or watchpoint register (op0 = 2, op1 = 0, CRn = 0, op2 = 4..=7):
+    /// its kind (`"DBGBVR"` and so on) and number (CRm).
+    pub fn debug_register(&self) -> Option<(&'static str, u8)> {
+        if (self.op0, self.op1, self.crn) != (2, 0, 0) {
+            return None;
         }
-        sysregs::NAMED
-            .iter()
-            .find(|(reg, _)| reg == self)
-            .map(|&(_, name)| name)
+        let kind = DEBUG_REGISTERS.get(usize::from(self.op2).checked_sub(4)?)?;
+        Some((kind, self.crm))
     }
 }
 
 impl crate::text::Show for SysReg {
     fn show(&self, out: &mut dyn crate::text::Out) {
-        match self.name() {
-            Some(name) => out.put(name),
-            None => crate::text!(
+        if let Some(name) = self.name() {
+            out.put(name);
+        } else if let Some((kind, number)) = self.debug_register() {
+            crate::text!(out, kind, number, "_EL1");
+        } else {
+            crate::text!(
                 out, "S", self.op0, "_", self.op1, "_C", self.crn, "_C", self.crm, "_", self.op2
-            ),
+            );
         }
     }
 }
@@ -184,7 +180,12 @@ mod tests {
                     for crm in 0..16u8 {
                         for op2 in 0..8u8 {
                             let reg = SysReg::new(op0, op1, crn, crm, op2);
-                            let Some(name) = reg.name() else { continue };
+                            let name = match (reg.name(), reg.debug_register()) {
+                                (Some(name), None) => name.to_string(),
+                                (None, Some(_)) => reg.to_string(),
+                                (None, None) => continue,
+                                (Some(_), Some(_)) => panic!("{reg:?} named twice"),
+                            };
                             named += 1;
                             let iss = u64::from(op0) << 20
                                 | u64::from(op2) << 17
@@ -205,27 +206,34 @@ mod tests {
                 }
             }
         }
-        assert_eq!(named, sysregs::NAMED.len() + 64);
+        assert_eq!(named, sysregs::COUNT + 64);
         assert!(confirmed > 80, "only {confirmed} names confirmed");
     }
 
     #[test]
     fn sysreg_names() {
-        assert_eq!(SysReg::new(2, 0, 0, 7, 4).name(), Some("DBGBVR7_EL1"));
-        assert_eq!(SysReg::new(2, 0, 0, 15, 5).name(), Some("DBGBCR15_EL1"));
-        assert_eq!(SysReg::new(2, 0, 0, 0, 6).name(), Some("DBGWVR0_EL1"));
+        assert_eq!(SysReg::new(2, 0, 0, 7, 4).to_string(), "DBGBVR7_EL1");
+        assert_eq!(SysReg::new(2, 0, 0, 15, 5).to_string(), "DBGBCR15_EL1");
+        assert_eq!(SysReg::new(2, 0, 0, 0, 6).to_string(), "DBGWVR0_EL1");
+        assert_eq!(SysReg::new(2, 0, 0, 0, 3).to_string(), "S2_0_C0_C0_3");
         assert_eq!(SysReg::new(2, 0, 0, 3, 7).to_string(), "DBGWCR3_EL1");
         assert_eq!(sysregs::OSLAR_EL1.name(), Some("OSLAR_EL1"));
         assert_eq!(SysReg::new(3, 0, 15, 0, 0).name(), None);
         assert_eq!(SysReg::new(3, 0, 15, 0, 0).to_string(), "S3_0_C15_C0_0");
-        let mut names: Vec<_> = sysregs::NAMED.iter().map(|(_, name)| *name).collect();
+        assert_eq!(sysregs::NAMES.get(0), Some("ICC_SGI1R_EL1"));
+        assert_eq!(sysregs::NAMES.get(sysregs::COUNT - 1), Some("DC CISW"));
+        assert_eq!(sysregs::NAMES.get(sysregs::COUNT), None);
+        let mut names: Vec<_> = (0..sysregs::COUNT)
+            .map(|i| sysregs::NAMES.get(i).unwrap())
+            .collect();
+        assert!(names.iter().all(|name| !name.is_empty()));
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), sysregs::NAMED.len(), "duplicate names");
-        let mut encodings: Vec<_> = sysregs::NAMED.iter().map(|(reg, _)| *reg).collect();
-        encodings.sort_unstable_by_key(|r| (r.op0, r.op1, r.crn, r.crm, r.op2));
+        assert_eq!(names.len(), sysregs::COUNT, "duplicate names");
+        let mut encodings = sysregs::ENCODINGS.to_vec();
+        encodings.sort_unstable();
         encodings.dedup();
-        assert_eq!(encodings.len(), sysregs::NAMED.len(), "duplicate encodings");
+        assert_eq!(encodings.len(), sysregs::COUNT, "duplicate encodings");
         assert_eq!(format!("{}", Esr(0x5a00_0000).class()), "HVC");
     }
 }

@@ -5,11 +5,63 @@
 use super::SysReg;
 
 macro_rules! sysregs {
-    ($($(#[$doc:meta])* $name:ident = ($op0:expr, $op1:expr, $crn:expr, $crm:expr, $op2:expr), $text:expr;)*) => {
+    ($($(#[$doc:meta])* $name:ident = ($op0:expr, $op1:expr, $crn:expr, $crm:expr, $op2:expr), $text:literal;)*) => {
         $($(#[$doc])* pub const $name: SysReg = SysReg::new($op0, $op1, $crn, $crm, $op2);)*
-        /// Every register above with its name, for [`SysReg::name`].
-        pub(super) const NAMED: &[(SysReg, &str)] = &[$(($name, $text)),*];
+        /// Every register above, packed ([`SysReg::packed`]), for [`SysReg::name`]; its name
+        /// is the same entry of [`NAMES`].
+        pub(super) static ENCODINGS: [u16; COUNT] = [$($name.packed()),*];
+        /// The names of [`ENCODINGS`], one after the other (a table of 101 encodings with
+        /// a `&str` each took 3.6 KB of Keel's image, these two take 1.6 KB).
+        pub(super) static NAMES: Names<COUNT, { text_len(&[$($text),*]) }> = Names::new(&[$($text),*]);
+        /// How many registers are named.
+        pub(super) const COUNT: usize = [$($text),*].len();
     };
+}
+
+/// The names of [`ENCODINGS`] as one run of bytes, with where each ends.
+pub(super) struct Names<const N: usize, const LEN: usize> {
+    text: [u8; LEN],
+    ends: [u16; N],
+}
+
+impl<const N: usize, const LEN: usize> Names<N, LEN> {
+    const fn new(names: &[&str; N]) -> Self {
+        let mut text = [0; LEN];
+        let mut ends = [0; N];
+        let (mut i, mut at) = (0, 0);
+        while i < N {
+            let name = names[i].as_bytes();
+            let mut j = 0;
+            while j < name.len() {
+                text[at] = name[j];
+                at += 1;
+                j += 1;
+            }
+            ends[i] = at as u16;
+            i += 1;
+        }
+        Self { text, ends }
+    }
+
+    /// Name number `index`.
+    pub(super) fn get(&self, index: usize) -> Option<&str> {
+        let end = usize::from(*self.ends.get(index)?);
+        let start = match index {
+            0 => 0,
+            _ => usize::from(self.ends[index - 1]),
+        };
+        core::str::from_utf8(self.text.get(start..end)?).ok()
+    }
+}
+
+/// The length of all of `names` together.
+const fn text_len(names: &[&str]) -> usize {
+    let (mut i, mut len) = (0, 0);
+    while i < names.len() {
+        len += names[i].len();
+        i += 1;
+    }
+    len
 }
 
 sysregs! {
