@@ -15,7 +15,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 use keel_core::abi::{layout, MaskedSite};
 use keel_core::addr::GuestPhysAddr;
-use keel_core::devices::{pl011::Pl011, vgic::Vgic};
+use keel_core::devices::pl011::Pl011;
 use keel_core::ratelimit::DiagnosticKind;
 use keel_core::seed;
 use keel_core::stage2::MemoryKind;
@@ -121,9 +121,9 @@ fn reset_devices(id: usize) {
     let mut virtio = virtio::console(id).lock();
     let mut uart = vm.uart.lock();
     let mut vgic = vm.vgic.lock();
-    *virtio = virtio::Console::new();
+    virtio.reset();
     *uart = Pl011::new();
-    *vgic = Vgic::new(desc.pcpus.len(), &owned[..count]);
+    vgic.reset(desc.pcpus.len(), &owned[..count]);
     vm.gic_writes.fetch_add(1, Ordering::Relaxed);
 }
 

