@@ -148,22 +148,49 @@ impl Limits {
     };
 }
 
-/// The tasks with the switch cost added to each budget; refuses invalid ones.
-fn inflated(tasks: &[Task], switch_cost: u64) -> Result<[Task; MAX_TASKS], Refusal> {
-    if tasks.len() > MAX_TASKS {
-        return Err(Refusal::TooComplex);
-    }
-    let mut out = [Task {
+/// Tasks a run-time admission gives at most (a shared pCPU's slots and the new one): their
+/// inflated copy fits a buffer of this size on the stack.
+const FEW_TASKS: usize = 16;
+
+/// Runs `test` on `tasks` with the switch cost added to each budget (twice: a switch in and
+/// one out per job); refuses invalid ones. The copy lives in a buffer just large enough for a
+/// run-time admission when it fits: at [`MAX_TASKS`] it was 1.5 KB to fill and to return by
+/// value, about a third of a task create's interrupts-masked stretch.
+fn with_inflated(
+    tasks: &[Task],
+    switch_cost: u64,
+    test: impl FnOnce(&[Task]) -> Result<(), Refusal>,
+) -> Result<(), Refusal> {
+    const EMPTY: Task = Task {
         period: 1,
         budget: 0,
         deadline: 1,
-    }; MAX_TASKS];
-    for (i, task) in tasks.iter().enumerate() {
+    };
+    if tasks.len() <= FEW_TASKS {
+        let mut buffer = [EMPTY; FEW_TASKS];
+        test(inflate_into(tasks, switch_cost, &mut buffer)?)
+    } else if tasks.len() <= MAX_TASKS {
+        let mut buffer = [EMPTY; MAX_TASKS];
+        test(inflate_into(tasks, switch_cost, &mut buffer)?)
+    } else {
+        Err(Refusal::TooComplex)
+    }
+}
+
+/// Writes `tasks` inflated by the switch cost into the start of `out` (at least as long) and
+/// returns that part.
+fn inflate_into<'a>(
+    tasks: &[Task],
+    switch_cost: u64,
+    out: &'a mut [Task],
+) -> Result<&'a [Task], Refusal> {
+    let out = out.get_mut(..tasks.len()).ok_or(Refusal::TooComplex)?;
+    for (i, (task, inflated)) in tasks.iter().zip(out.iter_mut()).enumerate() {
         let budget = task.budget.saturating_add(switch_cost.saturating_mul(2));
         if task.budget == 0 || task.deadline > task.period || budget > task.deadline {
             return Err(Refusal::Invalid { task: i });
         }
-        out[i] = Task { budget, ..*task };
+        *inflated = Task { budget, ..*task };
     }
     Ok(out)
 }
@@ -180,7 +207,7 @@ pub const UTILISATION_SHIFT: u32 = 29;
 
 /// Σ C/T in [`UTILISATION_SHIFT`]-bit fixed point, each share rounded down and up: the true
 /// sum lies between the two, and equals them only if every share is exact. None if a budget is
-/// too large for the 64-bit form. Budgets must be within their periods (as [`inflated`]
+/// too large for the 64-bit form. Budgets must be within their periods (as [`inflate_into`]
 /// leaves them), so the sums cannot overflow.
 fn utilisation_bounds(tasks: &[Task]) -> Option<(u64, u64)> {
     let (mut low, mut high) = (0u64, 0u64);
@@ -216,9 +243,13 @@ fn utilisation_exact(tasks: &[Task]) -> Option<core::cmp::Ordering> {
 
 /// [`edf`] doing at most the work `limits` allow.
 pub fn edf_within(tasks: &[Task], switch_cost: u64, limits: Limits) -> Result<(), Refusal> {
+    with_inflated(tasks, switch_cost, |tasks| edf_inflated(tasks, limits))
+}
+
+/// [`edf_within`] on tasks already inflated by the switch cost.
+#[inline(never)]
+fn edf_inflated(tasks: &[Task], limits: Limits) -> Result<(), Refusal> {
     use core::cmp::Ordering;
-    let all = inflated(tasks, switch_cost)?;
-    let tasks = &all[..tasks.len()];
     let one = 1u64 << UTILISATION_SHIFT;
     // Decided in fixed point unless the sum lies within rounding of one.
     let fixed = match utilisation_bounds(tasks) {
@@ -323,8 +354,14 @@ pub fn fixed_priority_within(
     switch_cost: u64,
     limits: Limits,
 ) -> Result<(), Refusal> {
-    let all = inflated(tasks, switch_cost)?;
-    let tasks = &all[..tasks.len()];
+    with_inflated(tasks, switch_cost, |tasks| {
+        fixed_priority_inflated(tasks, limits)
+    })
+}
+
+/// [`fixed_priority_within`] on tasks already inflated by the switch cost.
+#[inline(never)]
+fn fixed_priority_inflated(tasks: &[Task], limits: Limits) -> Result<(), Refusal> {
     for (i, task) in tasks.iter().enumerate() {
         let mut response = task.budget;
         let mut iterations = 0;
@@ -386,6 +423,33 @@ mod tests {
         assert_eq!(refusal.to_string(), "EDF utilisation 1.05 > 1");
         assert_eq!(utilisation_ppm(&task(10, 3, 10), 0), 300_000);
         assert_eq!(utilisation_ppm(&task(3, 1, 3), 0), 333_334, "rounded up");
+    }
+
+    /// Sets beyond the run-time buffer are inflated in the large one, up to MAX_TASKS.
+    #[test]
+    fn sets_of_every_size_are_inflated() {
+        for n in [1, FEW_TASKS, FEW_TASKS + 1, MAX_TASKS] {
+            let n64 = n as u64;
+            let exact = vec![task(n64 * 10, 8, n64 * 10); n];
+            assert_eq!(edf(&exact, 1), Ok(()), "{n} tasks at U = 1");
+            if n > 1 {
+                let over = vec![task(n64 * 10, 9, n64 * 10); n];
+                assert!(
+                    matches!(edf(&over, 1), Err(Refusal::Utilisation { .. })),
+                    "{n} tasks above U = 1"
+                );
+            }
+            let mut invalid = exact.clone();
+            invalid[n - 1].budget = 0;
+            assert_eq!(edf(&invalid, 1), Err(Refusal::Invalid { task: n - 1 }));
+            assert_eq!(
+                fixed_priority(&invalid, 1),
+                Err(Refusal::Invalid { task: n - 1 })
+            );
+        }
+        let too_many = vec![task(1000, 1, 1000); MAX_TASKS + 1];
+        assert_eq!(edf(&too_many, 0), Err(Refusal::TooComplex));
+        assert_eq!(fixed_priority(&too_many, 0), Err(Refusal::TooComplex));
     }
 
     #[test]

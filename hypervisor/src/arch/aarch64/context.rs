@@ -385,16 +385,24 @@ impl VcpuContext {
         vttbr: u64,
         owns_pmu: bool,
     ) {
-        *self = Self::EMPTY;
-        self.pstate = super::regs::SPSR_EL1H_MASKED;
-        self.el1 = El1State::RESET;
-        self.interface = VirtualInterface::RESET;
+        // Field by field rather than `*self = Self::EMPTY` first: the PMU's 560 bytes are
+        // cleared only for a vCPU that owns it (no other reads them), and nothing is written
+        // twice. A task create does this with interrupts masked.
+        self.regs = GuestRegs::ZERO;
         self.regs.x[0] = x0;
         self.pc = pc;
+        self.pstate = super::regs::SPSR_EL1H_MASKED;
+        self.el1 = El1State::RESET;
+        self.timer = VirtualTimer::default();
+        self.interface = VirtualInterface::RESET;
         self.vmpidr = vmpidr;
         (self.hcr, self.mdcr) = traps;
         self.vttbr = vttbr;
+        self.fp = FpState::ZERO;
         self.owns_pmu = owns_pmu;
+        if owns_pmu {
+            self.pmu = PmuState::RESET;
+        }
     }
 
     /// The vCPU leaves the pCPU without being saved (it stops: CPU_OFF, its VM's end or
