@@ -16,9 +16,12 @@ mount -t tmpfs tmpfs /dev/shm
 mount -t tmpfs tmpfs /tmp
 # A virtio console from Keel (backed by messages to another VM): its port is /dev/hvc0, raw
 # and without echo, so that lines pass both ways as written. hvc ports forget their settings
-# at their last close: a sleeper holds this one open.
-if [ -d /sys/firmware/devicetree/base/virtio_mmio@a000000 ]; then
-    modprobe virtio_mmio && modprobe virtio_console
+# at their last close: a sleeper holds this one open. QEMU's own `virt` machine (the native
+# runs) describes 32 empty virtio-mmio transports at the same place: only a transport that
+# holds a console (device ID 3) is waited for.
+if [ -d /sys/firmware/devicetree/base/virtio_mmio@a000000 ] && modprobe virtio_mmio &&
+    grep -qx 0x0003 /sys/bus/virtio/devices/*/device 2>/dev/null; then
+    modprobe virtio_console
     i=0
     while [ ! -e /dev/hvc0 ] && [ $i -lt 50 ]; do
         sleep 0.1
