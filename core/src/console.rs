@@ -30,6 +30,10 @@ pub const MAX_VMS: usize = 16;
 pub const LINE_CAPACITY: usize = 256;
 /// Bytes of output each VM may have waiting for the UART.
 pub const VM_BUFFER: usize = 2048;
+/// Bytes of a VM's line composed for the UART at a time: Keel does it with interrupts
+/// masked, and a whole 256-byte line in one go was about 3,000 instructions (a trap of
+/// Linux's console that ended a long line).
+pub const PIECE: usize = 64;
 /// Bytes of Keel's own lines that may wait for the UART.
 pub const KEEL_BUFFER: usize = 4096;
 /// Longest VM name shown in a prefix.
@@ -87,6 +91,10 @@ impl<const N: usize> Ring<N> {
         N - self.len
     }
 
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// Appends `bytes` whole, or nothing if they do not fit.
     fn push(&mut self, bytes: &[u8]) -> bool {
         if bytes.len() > self.room() {
@@ -100,31 +108,33 @@ impl<const N: usize> Ring<N> {
         true
     }
 
-    /// Moves bytes up to and including the first `\n` (or all, if `partial` and there is
-    /// none) into `out`; returns how many were moved and whether a whole line was.
+    /// Moves the bytes up to and including the first `\n` among the first `out.len()` queued
+    /// into `out`. With no `\n` among them: `out.len()` bytes if that many are queued (a
+    /// piece of a longer line), else all of them if `partial`, else nothing. Returns how many
+    /// were moved and whether they end a line. The work is bounded by `out.len()`, whatever
+    /// the line's length.
     fn pop_line(&mut self, out: &mut [u8], partial: bool) -> Option<(usize, bool)> {
         // The bytes in order are two runs of the array (from `head`, then from its start):
         // searched and copied run by run, not byte by byte modulo N (Keel does this with
-        // interrupts masked, for lines of up to 256 bytes).
+        // interrupts masked).
+        let window = self.len.min(out.len());
         let (first, second) = self.runs();
-        let newline = first.iter().position(|&b| b == b'\n').or_else(|| {
-            second
-                .iter()
-                .position(|&b| b == b'\n')
-                .map(|i| first.len() + i)
-        });
+        let in_first = window.min(first.len());
+        let newline = first[..in_first]
+            .iter()
+            .position(|&b| b == b'\n')
+            .or_else(|| {
+                second[..window - in_first]
+                    .iter()
+                    .position(|&b| b == b'\n')
+                    .map(|i| in_first + i)
+            });
         let (count, complete) = match newline {
             Some(i) => (i + 1, true),
-            None if partial && self.len > 0 => (self.len, false),
+            None if window > 0 && window == out.len() => (window, false),
+            None if partial && window > 0 => (window, false),
             None => return None,
         };
-        // A line longer than `out` (never, with the pieces the queues hold) comes as pieces.
-        let (count, complete) = if count > out.len() {
-            (out.len(), false)
-        } else {
-            (count, complete)
-        };
-        let (first, second) = self.runs();
         let from_first = count.min(first.len());
         out[..from_first].copy_from_slice(&first[..from_first]);
         out[from_first..count].copy_from_slice(&second[..count - from_first]);
@@ -279,6 +289,9 @@ pub struct ConsoleMux {
     /// The VM whose partial line is open on the UART (written without its line end yet): its
     /// next bytes continue that line without a prefix.
     open: Option<usize>,
+    /// The VM whose line is being composed a [`PIECE`] at a time: its next piece comes
+    /// before anything else, so that nothing comes between the pieces of a line.
+    continuing: Option<usize>,
     /// The VM served next, for round-robin fairness.
     next_vm: usize,
     /// Partial lines are to be written out.
@@ -351,6 +364,7 @@ impl ConsoleMux {
         keel: Ring::EMPTY,
         keel_dropped: 0,
         open: None,
+        continuing: None,
         next_vm: 0,
         flush_requested: false,
         out: OutLine::EMPTY,
@@ -486,12 +500,23 @@ impl ConsoleMux {
         }
     }
 
-    /// Puts the next line to write into `out`; false if nothing waits.
+    /// Puts the next line to write, or the next [`PIECE`] of a VM's line, into `out`; false
+    /// if nothing waits.
     fn compose_next(&mut self) -> bool {
-        let mut text = [0u8; LINE_CAPACITY + 8];
-        if let Some((len, _)) = self.keel.pop_line(&mut text, false) {
-            self.keel_line(&[&text[..len - 1]]);
-            return true;
+        if let Some(vm) = self.continuing.take() {
+            let mut piece = [0u8; PIECE];
+            let partial = self.vms[vm].complete == 0;
+            if let Some((len, complete)) = self.vms[vm].waiting.pop_line(&mut piece, partial) {
+                self.put_piece(vm, &piece[..len], complete);
+                return true;
+            }
+        }
+        if !self.keel.is_empty() {
+            let mut text = [0u8; LINE_CAPACITY + 8];
+            if let Some((len, _)) = self.keel.pop_line(&mut text, false) {
+                self.keel_line(&[&text[..len - 1]]);
+                return true;
+            }
         }
         if self.keel_dropped > 0 {
             let mut digits = [0; 20];
@@ -518,7 +543,8 @@ impl ConsoleMux {
             if self.vms[vm].complete == 0 && !partial {
                 continue;
             }
-            let Some((len, complete)) = self.vms[vm].waiting.pop_line(&mut text, partial) else {
+            let mut piece = [0u8; PIECE];
+            let Some((len, complete)) = self.vms[vm].waiting.pop_line(&mut piece, partial) else {
                 continue;
             };
             self.next_vm = (vm + 1) % self.count;
@@ -530,20 +556,31 @@ impl ConsoleMux {
                 self.out.put(&name[..name.len().min(NAME_MAX)]);
                 self.out.put(b"] ");
             }
-            if complete {
-                self.vms[vm].complete -= 1;
-                self.out.put(&text[..len - 1]);
-                self.out.put(b"\r\n");
-                self.open = None;
-            } else {
-                self.out.put(&text[..len]);
-                self.vms[vm].line_len = 0;
-                self.open = Some(vm);
-            }
+            self.put_piece(vm, &piece[..len], complete);
             return true;
         }
         self.flush_requested = false;
         false
+    }
+
+    /// Puts a piece of VM `vm`'s line into `out`: with its line end if it is the line's
+    /// last (`complete`), else open, and continued first by the next call if more of the
+    /// line is queued (a complete line longer than a piece, or a partial one being flushed).
+    fn put_piece(&mut self, vm: usize, piece: &[u8], complete: bool) {
+        self.open = Some(vm);
+        if complete {
+            self.vms[vm].complete -= 1;
+            self.out.put(&piece[..piece.len() - 1]);
+            self.out.put(b"\r\n");
+            self.open = None;
+        } else {
+            self.out.put(piece);
+            if self.vms[vm].complete > 0 || piece.len() == PIECE {
+                self.continuing = Some(vm);
+            } else {
+                self.vms[vm].line_len = 0;
+            }
+        }
     }
 
     /// Puts one line of Keel's own, made of `parts`, into `out`, on a fresh line.
@@ -650,13 +687,16 @@ mod tests {
                 }
             } else {
                 let partial = rng.below(3) == 0;
+                let size = 1 + rng.below(16) as usize;
                 let mut out = [0u8; 16];
-                let expected = match model.iter().position(|&b| b == b'\n') {
+                let window = model.len().min(size);
+                let expected = match model[..window].iter().position(|&b| b == b'\n') {
                     Some(i) => Some((i + 1, true)),
-                    None if partial && !model.is_empty() => Some((model.len(), false)),
+                    None if window > 0 && window == size => Some((size, false)),
+                    None if partial && window > 0 => Some((window, false)),
                     None => None,
                 };
-                assert_eq!(ring.pop_line(&mut out, partial), expected);
+                assert_eq!(ring.pop_line(&mut out[..size], partial), expected);
                 if let Some((count, _)) = expected {
                     assert_eq!(&out[..count], &model[..count]);
                     model.drain(..count);
@@ -738,6 +778,41 @@ mod tests {
                 &long[LINE_CAPACITY..]
             )
         );
+    }
+
+    /// A long line is composed a piece at a time (each call's work bounded by PIECE), yet
+    /// comes out whole: a Keel line and another VM's line queued meanwhile come after it.
+    #[test]
+    fn long_lines_are_composed_in_pieces_and_stay_whole() {
+        let mut mux = ConsoleMux::new(&["a", "b"], &[true, true]);
+        let mut out = Capture {
+            bytes: Vec::new(),
+            room: 10,
+        };
+        let long: String = (0..200).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+        print(&mut mux, 0, &(long.clone() + "\n"), &mut out);
+        let mut most = mux.out.len;
+        mux.hypervisor_line(b"in between");
+        print(&mut mux, 1, "other\n", &mut out);
+        for _ in 0..100 {
+            most = most.max(mux.out.len);
+            mux.drain(&mut out);
+        }
+        assert!(
+            most <= "[a] ".len() + PIECE + 2,
+            "{most} bytes composed at once"
+        );
+        assert_eq!(
+            text(&out),
+            format!("[a] {long}\r\n[keel] in between\r\n[b] other\r\n")
+        );
+        // A partial line longer than a piece is flushed whole, with one prefix.
+        let mut out = uart();
+        let partial = "p".repeat(150);
+        print(&mut mux, 1, &partial, &mut out);
+        mux.flush_partial(&mut out);
+        print(&mut mux, 1, "!\n", &mut out);
+        assert_eq!(text(&out), format!("[b] {partial}!\r\n"));
     }
 
     #[test]
