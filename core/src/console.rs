@@ -721,9 +721,14 @@ mod tests {
     }
 
     fn uart() -> Capture {
+        uart_taking(usize::MAX)
+    }
+
+    /// A UART that takes at most `room` bytes per drain call.
+    fn uart_taking(room: usize) -> Capture {
         Capture {
             bytes: Vec::new(),
-            room: usize::MAX,
+            room,
         }
     }
 
@@ -785,10 +790,7 @@ mod tests {
     #[test]
     fn long_lines_are_composed_in_pieces_and_stay_whole() {
         let mut mux = ConsoleMux::new(&["a", "b"], &[true, true]);
-        let mut out = Capture {
-            bytes: Vec::new(),
-            room: 10,
-        };
+        let mut out = uart_taking(10);
         let long: String = (0..200).map(|i| (b'a' + (i % 26) as u8) as char).collect();
         print(&mut mux, 0, &(long.clone() + "\n"), &mut out);
         let mut most = mux.out.len;
@@ -876,10 +878,7 @@ mod tests {
     #[test]
     fn a_flooding_vm_fills_only_its_own_buffer_and_is_told_so() {
         let mut mux = ConsoleMux::new(&["quiet", "flood"], &[true, true]);
-        let mut out = Capture {
-            bytes: Vec::new(),
-            room: 0,
-        };
+        let mut out = uart_taking(0);
         let line = "0123456789abcdef0123456789abcdef\n";
         let mut refused = 0;
         for _ in 0..200 {
