@@ -182,8 +182,10 @@ fn virtual_timer() -> bool {
         }
         None => {
             // No guest to take it: silence the timer on this pCPU.
-            if let Some(redistributor) = vm::this_cpu().redistributor.get() {
+            let cpu = vm::this_cpu();
+            if let Some(redistributor) = cpu.redistributor.get() {
                 redistributor.disable_private(layout::VTIMER_INTID);
+                cpu.vtimer_off.store(true, Ordering::Relaxed);
             }
             gic::deactivate(layout::VTIMER_INTID);
             true
@@ -331,6 +333,7 @@ pub fn discard_vcpu_interrupts(id: usize, vcpu: usize, generation: u32) {
     if let Some(redistributor) = cpu.redistributor.get() {
         redistributor.disable_private(layout::VTIMER_INTID);
         redistributor.clear_active_private(layout::VTIMER_INTID);
+        cpu.vtimer_off.store(true, Ordering::Relaxed);
     }
 }
 

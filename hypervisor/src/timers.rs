@@ -28,11 +28,14 @@ const NONE: u64 = u64::MAX;
 
 struct Queue {
     at: [AtomicU64; KINDS],
+    /// What the timer is armed for (`NONE`: disarmed).
+    armed: AtomicU64,
 }
 
 static QUEUES: [Queue; MAX_CPUS] = [const {
     Queue {
         at: [const { AtomicU64::new(NONE) }; KINDS],
+        armed: AtomicU64::new(NONE),
     }
 }; MAX_CPUS];
 
@@ -47,15 +50,20 @@ pub fn set(kind: Deadline, at: u64) {
 }
 
 /// Sets this pCPU's scheduler deadlines ([`Deadline::Schedule`] and
-/// [`Deadline::VirtualTimers`]; `None` clears one), then arms the timer once: the shared
-/// pCPU's call after every decision.
+/// [`Deadline::VirtualTimers`]; `None` clears one): the shared pCPU's call after every
+/// decision. The timer is re-armed only if the earliest deadline moved before what it is
+/// armed for: a round-robin switch moves the quantum's end later every time, and the timer,
+/// left armed, fires early once ([`take_due`] finds nothing due and re-arms it exactly).
 #[inline(always)]
 pub fn set_schedule(schedule: Option<u64>, virtual_timers: Option<u64>) {
     let queue = this_queue();
-    queue.at[Deadline::Schedule as usize].store(schedule.unwrap_or(NONE), Ordering::Relaxed);
-    queue.at[Deadline::VirtualTimers as usize]
-        .store(virtual_timers.unwrap_or(NONE), Ordering::Relaxed);
-    program();
+    let schedule = schedule.unwrap_or(NONE);
+    let virtual_timers = virtual_timers.unwrap_or(NONE);
+    queue.at[Deadline::Schedule as usize].store(schedule, Ordering::Relaxed);
+    queue.at[Deadline::VirtualTimers as usize].store(virtual_timers, Ordering::Relaxed);
+    if schedule.min(virtual_timers) < queue.armed.load(Ordering::Relaxed) {
+        program();
+    }
 }
 
 /// The EL2 timer fired: clears and returns the deadlines that are due at `now` (bit n =
@@ -77,10 +85,12 @@ pub fn is_due(due: u32, kind: Deadline) -> bool {
     due & (1 << kind as usize) != 0
 }
 
+/// Arms the timer for the earliest deadline exactly.
 fn program() {
-    let at = &this_queue().at;
-    let load = |kind: usize| at[kind].load(Ordering::Relaxed);
+    let queue = this_queue();
+    let load = |kind: usize| queue.at[kind].load(Ordering::Relaxed);
     let earliest = load(0).min(load(1)).min(load(2).min(load(3)));
+    queue.armed.store(earliest, Ordering::Relaxed);
     if earliest == NONE {
         timer::disarm_hyp_timer();
     } else {

@@ -36,6 +36,7 @@ pub fn prepare(id: usize, vcpu: usize) {
     if let Some(redistributor) = this.redistributor.get() {
         redistributor.clear_active_private(layout::VTIMER_INTID);
         redistributor.enable_private(layout::VTIMER_INTID);
+        this.vtimer_off.store(false, Ordering::Relaxed);
     }
 }
 

@@ -270,6 +270,9 @@ pub struct PerCpu {
     pub timer_lr: AtomicU64,
     /// The value written to that list register.
     pub timer_lr_value: AtomicU64,
+    /// The virtual timer's PPI is disabled in this pCPU's redistributor (no guest could take
+    /// it): a shared pCPU enables it again when it next loads a vCPU, and only then.
+    pub vtimer_off: AtomicBool,
 }
 
 impl PerCpu {
@@ -292,6 +295,7 @@ static CPUS: [PerCpu; MAX_CPUS] = [const {
         in_guest: AtomicBool::new(false),
         timer_lr: AtomicU64::new(0),
         timer_lr_value: AtomicU64::new(0),
+        vtimer_off: AtomicBool::new(true),
     }
 }; MAX_CPUS];
 

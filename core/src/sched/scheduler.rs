@@ -454,6 +454,9 @@ impl Scheduler {
         if slot >= self.len {
             return self.decide(now);
         }
+        if self.is_fifo() && self.current == Some(slot) {
+            return self.give_away_round_robin(slot, now, requeue);
+        }
         let now = self.charge(now, self.current != Some(slot));
         self.slots[slot].block(now);
         self.dequeue(slot);
@@ -467,6 +470,41 @@ impl Scheduler {
             }
         }
         self.decide_accounted(now)
+    }
+
+    /// [`Scheduler::give_away`] under round robin by the vCPU the last decision chose, the
+    /// switch path of a pCPU of best-effort vCPUs: round robin takes no reservation, so there
+    /// is no budget to charge, no job to complete or release and no retired slot; nothing is
+    /// held after the block, so the head of the queue runs next with a fresh quantum, timed
+    /// only if another vCPU is queued behind it.
+    fn give_away_round_robin(&mut self, slot: usize, now: Time, requeue: bool) -> Decision {
+        let now = now.max(self.clock);
+        self.clock = now;
+        self.slots[slot].block(now);
+        self.dequeue(slot);
+        self.holding = false;
+        if requeue && self.slots[slot].started {
+            self.slots[slot].blocked = false;
+            self.slots[slot].ticket = self.take_ticket(slot);
+        }
+        self.quantum_armed = false;
+        let mut until = None;
+        let pick = (self.queued > 0).then_some((self.queue & 0xf) as usize);
+        if let Some(chosen) = pick {
+            let left = core::mem::take(&mut self.slots[chosen].quantum_left);
+            self.quantum_end = now.saturating_add(if left > 0 { left } else { self.quantum() });
+            self.slots[chosen].dispatched(now);
+            if chosen != slot {
+                self.slots[chosen].stats.dispatches += 1;
+            }
+            if self.queued > 1 {
+                until = Some(self.quantum_end);
+                self.quantum_armed = true;
+            }
+        }
+        self.current = pick;
+        self.holding = pick.is_some();
+        Decision { run: pick, until }
     }
 
     /// Charges the time since the previous call to the vCPU holding the pCPU, counts misses,

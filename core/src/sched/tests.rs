@@ -595,6 +595,12 @@ fn give_away_decides_as_block_wake_and_decide() {
             let b = three.decide(now);
             assert_eq!(a, b, "round {round} {policy:?} at {now}");
             assert!(one.queue_is_consistent() && three.queue_is_consistent());
+            // The whole state, not only what the accessors show.
+            assert_eq!(
+                format!("{one:?}"),
+                format!("{three:?}"),
+                "round {round} {policy:?}"
+            );
             for s in 0..one.len() {
                 assert_eq!(one.stats(s), three.stats(s));
                 assert_eq!(one.is_runnable(s), three.is_runnable(s));

@@ -305,8 +305,9 @@ fn load(shared: &mut SharedCpu, slot: usize) -> Result<(), Elsewhere> {
         shared.last.is_some() && shared.last != Some(slot) && shared.last_vm == placed.vm;
     let context = &shared.contexts[slot];
     let redistributor = cpu.redistributor.get();
-    if let Some(redistributor) = redistributor {
+    if let Some(redistributor) = redistributor.filter(|_| cpu.vtimer_off.load(Ordering::Relaxed)) {
         redistributor.enable_private(keel_core::abi::layout::VTIMER_INTID);
+        cpu.vtimer_off.store(false, Ordering::Relaxed);
     }
     if shared.fresh & bit != 0 {
         shared.fresh &= !bit;

@@ -82,66 +82,64 @@ impl El1State {
         cntkctl: 0,
     };
 
-    /// Reads the state of the vCPU leaving this pCPU.
+    /// Reads the state of the vCPU leaving this pCPU, two registers per store.
     fn save(&mut self) {
-        self.sctlr = read_sysreg!("sctlr_el1");
-        self.vbar = read_sysreg!("vbar_el1");
-        self.tcr = read_sysreg!("tcr_el1");
-        self.ttbr0 = read_sysreg!("ttbr0_el1");
-        self.ttbr1 = read_sysreg!("ttbr1_el1");
-        self.mair = read_sysreg!("mair_el1");
-        self.amair = read_sysreg!("amair_el1");
-        self.contextidr = read_sysreg!("contextidr_el1");
-        self.cpacr = read_sysreg!("cpacr_el1");
-        self.csselr = read_sysreg!("csselr_el1");
-        self.mdscr = read_sysreg!("mdscr_el1");
-        self.sp_el0 = read_sysreg!("sp_el0");
-        self.sp_el1 = read_sysreg!("sp_el1");
-        self.elr_el1 = read_sysreg!("elr_el1");
-        self.spsr_el1 = read_sysreg!("spsr_el1");
-        self.esr = read_sysreg!("esr_el1");
-        self.far = read_sysreg!("far_el1");
-        self.afsr0 = read_sysreg!("afsr0_el1");
-        self.afsr1 = read_sysreg!("afsr1_el1");
-        self.par = read_sysreg!("par_el1");
-        self.tpidr_el0 = read_sysreg!("tpidr_el0");
-        self.tpidrro_el0 = read_sysreg!("tpidrro_el0");
-        self.tpidr_el1 = read_sysreg!("tpidr_el1");
-        self.cntkctl = read_sysreg!("cntkctl_el1");
+        // SAFETY: reads EL1/EL0 registers (no side effects) into the 24 fields of `self`, in
+        // their declared order (`repr(C)`, 192 bytes, 8-byte aligned).
+        unsafe {
+            core::arch::asm!(
+                "mrs {a}, sctlr_el1", "mrs {b}, vbar_el1", "stp {a}, {b}, [{p}, #0]",
+                "mrs {a}, tcr_el1", "mrs {b}, ttbr0_el1", "stp {a}, {b}, [{p}, #16]",
+                "mrs {a}, ttbr1_el1", "mrs {b}, mair_el1", "stp {a}, {b}, [{p}, #32]",
+                "mrs {a}, amair_el1", "mrs {b}, contextidr_el1", "stp {a}, {b}, [{p}, #48]",
+                "mrs {a}, cpacr_el1", "mrs {b}, csselr_el1", "stp {a}, {b}, [{p}, #64]",
+                "mrs {a}, mdscr_el1", "mrs {b}, sp_el0", "stp {a}, {b}, [{p}, #80]",
+                "mrs {a}, sp_el1", "mrs {b}, elr_el1", "stp {a}, {b}, [{p}, #96]",
+                "mrs {a}, spsr_el1", "mrs {b}, esr_el1", "stp {a}, {b}, [{p}, #112]",
+                "mrs {a}, far_el1", "mrs {b}, afsr0_el1", "stp {a}, {b}, [{p}, #128]",
+                "mrs {a}, afsr1_el1", "mrs {b}, par_el1", "stp {a}, {b}, [{p}, #144]",
+                "mrs {a}, tpidr_el0", "mrs {b}, tpidrro_el0", "stp {a}, {b}, [{p}, #160]",
+                "mrs {a}, tpidr_el1", "mrs {b}, cntkctl_el1", "stp {a}, {b}, [{p}, #176]",
+                p = in(reg) core::ptr::from_mut(self),
+                a = out(reg) _,
+                b = out(reg) _,
+                options(nostack, preserves_flags),
+            );
+        }
     }
 
-    /// Writes the state of the vCPU about to run on this pCPU.
+    /// Writes the state of the vCPU about to run on this pCPU, two registers per load.
     fn restore(&self) {
         // SAFETY: these are the incoming vCPU's own EL1/EL0 registers, as it left them (or its
-        // entry state); none of them affects EL2, and the guest does not run until the eret.
+        // entry state), read from the 24 fields of `self` in their declared order; none of
+        // them affects EL2, and the guest does not run until the eret.
         unsafe {
-            write_sysreg!("sctlr_el1", self.sctlr);
-            write_sysreg!("vbar_el1", self.vbar);
-            write_sysreg!("tcr_el1", self.tcr);
-            write_sysreg!("ttbr0_el1", self.ttbr0);
-            write_sysreg!("ttbr1_el1", self.ttbr1);
-            write_sysreg!("mair_el1", self.mair);
-            write_sysreg!("amair_el1", self.amair);
-            write_sysreg!("contextidr_el1", self.contextidr);
-            write_sysreg!("cpacr_el1", self.cpacr);
-            write_sysreg!("csselr_el1", self.csselr);
-            write_sysreg!("mdscr_el1", self.mdscr);
-            write_sysreg!("sp_el0", self.sp_el0);
-            write_sysreg!("sp_el1", self.sp_el1);
-            write_sysreg!("elr_el1", self.elr_el1);
-            write_sysreg!("spsr_el1", self.spsr_el1);
-            write_sysreg!("esr_el1", self.esr);
-            write_sysreg!("far_el1", self.far);
-            write_sysreg!("afsr0_el1", self.afsr0);
-            write_sysreg!("afsr1_el1", self.afsr1);
-            write_sysreg!("par_el1", self.par);
-            write_sysreg!("tpidr_el0", self.tpidr_el0);
-            write_sysreg!("tpidrro_el0", self.tpidrro_el0);
-            write_sysreg!("tpidr_el1", self.tpidr_el1);
-            write_sysreg!("cntkctl_el1", self.cntkctl);
+            core::arch::asm!(
+                "ldp {a}, {b}, [{p}, #0]", "msr sctlr_el1, {a}", "msr vbar_el1, {b}",
+                "ldp {a}, {b}, [{p}, #16]", "msr tcr_el1, {a}", "msr ttbr0_el1, {b}",
+                "ldp {a}, {b}, [{p}, #32]", "msr ttbr1_el1, {a}", "msr mair_el1, {b}",
+                "ldp {a}, {b}, [{p}, #48]", "msr amair_el1, {a}", "msr contextidr_el1, {b}",
+                "ldp {a}, {b}, [{p}, #64]", "msr cpacr_el1, {a}", "msr csselr_el1, {b}",
+                "ldp {a}, {b}, [{p}, #80]", "msr mdscr_el1, {a}", "msr sp_el0, {b}",
+                "ldp {a}, {b}, [{p}, #96]", "msr sp_el1, {a}", "msr elr_el1, {b}",
+                "ldp {a}, {b}, [{p}, #112]", "msr spsr_el1, {a}", "msr esr_el1, {b}",
+                "ldp {a}, {b}, [{p}, #128]", "msr far_el1, {a}", "msr afsr0_el1, {b}",
+                "ldp {a}, {b}, [{p}, #144]", "msr afsr1_el1, {a}", "msr par_el1, {b}",
+                "ldp {a}, {b}, [{p}, #160]", "msr tpidr_el0, {a}", "msr tpidrro_el0, {b}",
+                "ldp {a}, {b}, [{p}, #176]", "msr tpidr_el1, {a}", "msr cntkctl_el1, {b}",
+                p = in(reg) core::ptr::from_ref(self),
+                a = out(reg) _,
+                b = out(reg) _,
+                options(nostack, preserves_flags, readonly),
+            );
         }
     }
 }
+
+const _: () = assert!(
+    core::mem::size_of::<El1State>() == 24 * 8,
+    "El1State::save/restore move 24 registers in field order"
+);
 
 /// The EL1 virtual timer (CNTV_CTL_EL0, CNTV_CVAL_EL0; CNTVOFF_EL2 is zero for every vCPU).
 #[derive(Clone, Copy, Debug, Default)]
@@ -449,10 +447,7 @@ impl VcpuContext {
         // Every implemented list register is kept: one Keel took back may still be the
         // virtual timer's, which its fast path puts back in place (irq::relist_timer).
         self.interface.listed = listed;
-        let count = gic::list_registers();
-        for (lr, slot) in self.interface.lrs.iter_mut().enumerate().take(count) {
-            *slot = gic::read_lr(lr);
-        }
+        gic::save_list_registers(&mut self.interface.lrs, gic::list_registers());
         self.interface.vmcr = read_sysreg!("ich_vmcr_el2");
         self.interface.hcr = read_sysreg!("ich_hcr_el2");
         gic::save_active_priorities(&mut self.interface.ap0r, &mut self.interface.ap1r);
@@ -489,15 +484,7 @@ impl VcpuContext {
             }
         }
         // Every implemented list register is written back as it was saved.
-        for (lr, &value) in self
-            .interface
-            .lrs
-            .iter()
-            .enumerate()
-            .take(gic::list_registers())
-        {
-            gic::write_lr(lr, value);
-        }
+        gic::restore_list_registers(&self.interface.lrs, gic::list_registers());
         gic::restore_active_priorities(&self.interface.ap0r, &self.interface.ap1r);
         // SAFETY: the incoming vCPU's virtual interface control, as it left it.
         unsafe {

@@ -361,6 +361,36 @@ macro_rules! list_register_access {
 
 list_register_access!(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 
+macro_rules! list_registers_at_once {
+    ($($n:literal),*) => {
+        /// Reads the first `count` list registers into `lrs`, straight-line: a vCPU switch
+        /// saves them all (a loop over [`read_lr`] costs a computed branch per register).
+        #[inline(always)]
+        pub fn save_list_registers(lrs: &mut [u64; 16], count: usize) {
+            $(
+                if $n >= count {
+                    return;
+                }
+                lrs[$n] = read_lr($n);
+            )*
+        }
+
+        /// Writes the first `count` list registers from `lrs`, as [`save_list_registers`]
+        /// read them.
+        #[inline(always)]
+        pub fn restore_list_registers(lrs: &[u64; 16], count: usize) {
+            $(
+                if $n >= count {
+                    return;
+                }
+                write_lr($n, lrs[$n]);
+            )*
+        }
+    };
+}
+
+list_registers_at_once!(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+
 /// Whether a list register value has state invalid: the guest has finished with it.
 pub fn list_register_is_invalid(value: u64) -> bool {
     value >> 62 == 0

@@ -108,6 +108,9 @@ pub fn mdcr_value(own_pmu: bool) -> u64 {
 /// pCPU's FP/SIMD registers runs, so its first FP/SIMD instruction switches them.
 pub fn set_fp_trap(trapped: bool) {
     let value = read_sysreg!("cptr_el2");
+    if (value & cptr::TFP != 0) == trapped {
+        return;
+    }
     let value = if trapped {
         value | cptr::TFP
     } else {
