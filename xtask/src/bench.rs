@@ -120,20 +120,59 @@ pub fn run(micro_only: bool) -> Result<()> {
 
 /// What one Linux run of the initramfs's `bench` test measured.
 #[derive(Default)]
-struct LinuxFigures {
+pub(crate) struct LinuxFigures {
     /// Kernel uptime when the first step began (seconds): the boot to /init and its set-up.
     boot: f64,
     /// Duration of each step, by name, from its BEGIN/END markers (seconds, 10 ms resolution).
     steps: BTreeMap<String, f64>,
     /// cyclictest min/avg/max (µs) after each cyclictest step, by step name.
     latencies: BTreeMap<String, [u64; 3]>,
+    /// keel-lat's figures (`guests/linux-lat/lat.c`), by its name: a latency in nanoseconds
+    /// per operation, or a bandwidth in bytes per second.
+    pub(crate) lmbench: BTreeMap<String, Lmbench>,
 }
+
+/// One keel-lat figure.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Lmbench {
+    /// Nanoseconds per operation.
+    Latency(u64),
+    /// Bytes per second.
+    Bandwidth(u64),
+}
+
+impl Lmbench {
+    /// In the paper's units: µs for a latency, MB/s for a bandwidth.
+    pub(crate) fn in_paper_units(self) -> f64 {
+        match self {
+            Lmbench::Latency(ns) => ns as f64 / 1e3,
+            Lmbench::Bandwidth(bytes) => bytes as f64 / 1e6,
+        }
+    }
+}
+
+/// The Xen on ARM paper's table I (../shared/seeds/002_*: lmbench on an ARM926 at 266 MHz,
+/// native and paravirtualized Linux 2.6): keel-lat's name, the paper's row, native, Xen on ARM.
+const PAPER_TABLE_I: [(&str, &str, f64, f64); 11] = [
+    ("null-syscall", "null syscall (µs)", 1.13, 2.83),
+    ("read-syscall", "read syscall (µs)", 2.60, 4.94),
+    ("write-syscall", "write syscall (µs)", 2.25, 4.16),
+    ("pipe", "lat_pipe (µs)", 135.13, 234.42),
+    ("unix-socket", "lat_unix (µs)", 251.41, 431.85),
+    ("sysv-semaphore", "SysV semaphore (µs)", 45.974, 81.42),
+    ("signal-handler", "signal handler (µs)", 11.23, 20.43),
+    ("fork+exit", "fork+exit (µs)", 2891.75, 10021.0),
+    ("fork+execve", "fork+execve (µs)", 3109.25, 10524.0),
+    ("bw:pipe", "bw_pipe (MB/s)", 42.79, 38.21),
+    ("bw:unix-socket", "bw_unix (MB/s)", 44.52, 39.18),
+];
 
 /// The figures of one Linux run, read from the console lines that begin with `prefix`; `run`
 /// says which run it was in the error ("natively", "under Keel", "under Xen").
-fn parse_linux(lines: &[String], prefix: &str, run: &str) -> Result<LinuxFigures> {
+pub(crate) fn parse_linux(lines: &[String], prefix: &str, run: &str) -> Result<LinuxFigures> {
     let step = Regex::new(r"^KEEL-STEP (\S+) (BEGIN|END) ([\d.]+)").unwrap();
     let latency = Regex::new(r"^# (Min|Avg|Max) Latencies: (\d+)").unwrap();
+    let lmbench = Regex::new(r"^KEEL-(LAT|BW) (\S+) (\d+)$").unwrap();
     let mut figures = LinuxFigures::default();
     let mut begun: BTreeMap<String, f64> = BTreeMap::new();
     let mut last_step = String::new();
@@ -156,6 +195,14 @@ fn parse_linux(lines: &[String], prefix: &str, run: &str) -> Result<LinuxFigures
                 figures.steps.insert(name.clone(), time - start);
             }
             last_step = name;
+        } else if let Some(c) = lmbench.captures(text) {
+            let value = c[3].parse().unwrap_or(0);
+            let (name, figure) = if &c[1] == "LAT" {
+                (c[2].to_string(), Lmbench::Latency(value))
+            } else {
+                (format!("bw:{}", &c[2]), Lmbench::Bandwidth(value))
+            };
+            figures.lmbench.insert(name, figure);
         } else if let Some(c) = latency.captures(text) {
             let slot = match &c[1] {
                 "Min" => 0,
@@ -278,11 +325,48 @@ fn linux() -> Result<()> {
             xen.map_or("-".into(), |xen| avg_ratio(figures[1], xen[1])),
         );
     }
+    lmbench_table(&native, &under_keel, xen);
     println!("Boot: the kernel's uptime at /init's first step, plus the hypervisor's time from power-on to starting the guest (Keel: its 'starts at' line; Xen: its timestamp when it frees its init memory, just before dom0 runs); natively QEMU starts the kernel at power-on.");
     if let Err(error) = under_xen {
         println!("Xen run FAILED, so its columns are empty: {error}");
     }
     Ok(())
+}
+
+/// keel-lat's figures natively, under Keel and under Xen, beside the paper's table I.
+fn lmbench_table(native: &LinuxFigures, keel: &LinuxFigures, xen: Option<&LinuxFigures>) {
+    println!();
+    println!("lmbench-style (keel-lat, guests/linux-lat/lat.c), the guest's own clock; beside the Xen on ARM paper's table I (ARM926, 266 MHz)");
+    println!(
+        "{:<22} {:>10} {:>10} {:>10} {:>8} {:>8} {:>10} {:>10} {:>8}",
+        "measure",
+        "native",
+        "Keel",
+        "Xen",
+        "Keel/nat",
+        "Xen/nat",
+        "paper nat",
+        "paper Xen",
+        "ratio"
+    );
+    for (name, row, paper_native, paper_xen) in PAPER_TABLE_I {
+        let value = |figures: &LinuxFigures| figures.lmbench.get(name).map(|f| f.in_paper_units());
+        let shown = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
+        let ratio = |v: Option<f64>, base: Option<f64>| match (v, base) {
+            (Some(v), Some(base)) if base > 0.0 => format!("{:.3}", v / base),
+            _ => "-".to_string(),
+        };
+        let (n, k, x) = (value(native), value(keel), xen.and_then(value));
+        println!(
+            "{row:<22} {:>10} {:>10} {:>10} {:>8} {:>8} {paper_native:>10.2} {paper_xen:>10.2} {:>8.3}",
+            shown(n),
+            shown(k),
+            shown(x),
+            ratio(k, n),
+            ratio(x, n),
+            paper_xen / paper_native
+        );
+    }
 }
 
 /// The kernel and initramfs as dom0 of Debian's Xen 4.17 with its default settings (one CPU,
@@ -342,6 +426,8 @@ mod tests {
             "# Min Latencies: 00004",
             "# Avg Latencies: 00005",
             "# Max Latencies: 00017",
+            "KEEL-LAT null-syscall 312",
+            "KEEL-BW pipe 123456789",
             "KEEL-STEP dd BEGIN 6.62",
             "KEEL-STEP dd END 6.81 status=0",
         ]
@@ -356,5 +442,8 @@ mod tests {
         assert_eq!(figures.boot, 1.05);
         assert!((figures.steps["dd"] - 0.19).abs() < 1e-9);
         assert_eq!(figures.latencies["cyclictest"], [4, 5, 17]);
+        assert_eq!(figures.lmbench["null-syscall"], Lmbench::Latency(312));
+        assert_eq!(figures.lmbench["bw:pipe"], Lmbench::Bandwidth(123_456_789));
+        assert!((figures.lmbench["bw:pipe"].in_paper_units() - 123.456789).abs() < 1e-9);
     }
 }

@@ -16,6 +16,7 @@ mod scenarios;
 mod sched_bench;
 mod setup;
 mod tasks_bench;
+mod vms_bench;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -51,6 +52,7 @@ const USAGE: &str = "usage: cargo xtask <command>
   bench sched [--no-linux]  the shared-pCPU benchmarks: vCPU switch cost, lazy FP, the M5150 overhead table (--no-linux: without the Linux boots)
   bench tasks      real-time task services, the sample partition's jitter, masked stretches, lateness through resets
   bench messages   messages between VMs: send, receive and delivery of 20-100 byte messages, beside the M5150 paper
+  bench vms        pipe and UNIX-socket bandwidth of 1-4 Linux VMs at once (own pCPUs, then one shared), beside the Xen on ARM paper
   bench baseline [--update]  the figures the test command holds (xtask/baseline.toml) beside their
                    baseline; with --update, written as the new baseline
   fuzz [TARGET] [SECONDS]  run the core's fuzz targets (all, or TARGET) SECONDS each (default 10);
@@ -69,6 +71,9 @@ fn main() -> ExitCode {
         }
         Some("bench") if args.get(1).is_some_and(|a| a == "tasks") => {
             setup::ensure_tools().and_then(|()| tasks_bench::run())
+        }
+        Some("bench") if args.get(1).is_some_and(|a| a == "vms") => {
+            setup::ensure_tools().and_then(|()| vms_bench::run())
         }
         Some("bench") if args.get(1).is_some_and(|a| a == "baseline") => setup::ensure_tools()
             .and_then(|()| baseline::run(args.get(2).is_some_and(|a| a == "--update"))),

@@ -9,8 +9,8 @@ use super::apt::{no_package, Apt, KernelPackage, Unpacked};
 use super::cpio::{Node, Tree};
 use super::elf::{is_elf, Elf};
 use super::scripts::{
-    modules_test, BENCH_TEST, INIT, LOAD_TEST, MATRIXPROD_TEST, STRESS_TEST, TEST_LIBRARY,
-    VIRTIO_TEST,
+    modules_test, BANDWIDTH_TEST, BENCH_TEST, INIT, LOAD_TEST, MATRIXPROD_TEST, STRESS_TEST,
+    TEST_LIBRARY, VIRTIO_TEST,
 };
 use crate::step;
 
@@ -69,6 +69,7 @@ pub fn initramfs(cache: &Path, flavour: &str) -> Result<PathBuf, String> {
     base_system(&mut image);
     user_space(&mut apt, &mut image)?;
     kernel_modules(&kernel, &mut image)?;
+    latency_program(cache, &mut image)?;
 
     let directory = cache.join(flavour);
     let output = directory.join("initramfs.cpio.gz");
@@ -88,6 +89,30 @@ pub fn initramfs(cache: &Path, flavour: &str) -> Result<PathBuf, String> {
     image.write_cpio_gzip(&partial, &output)?;
     fs::write(&manifest_path, manifest).map_err(|e| format!("{}: {e}", manifest_path.display()))?;
     Ok(output)
+}
+
+/// `/bin/keel-lat`, the lmbench-style measurements (`guests/linux-lat/lat.c`), built with
+/// Debian's cross compiler as a static program without a C library (the compiler xtask
+/// installs comes without the arm64 libc).
+fn latency_program(cache: &Path, image: &mut Tree) -> Result<(), String> {
+    let source = crate::workspace().join("guests/linux-lat/lat.c");
+    let output = cache.join("keel-lat");
+    let mut command = std::process::Command::new(crate::setup::C_COMPILER);
+    command
+        .args([
+            "-static",
+            "-nostdlib",
+            "-ffreestanding",
+            "-fno-stack-protector",
+        ])
+        .args(["-fno-pic", "-no-pie", "-O2", "-s", "-Wall", "-Werror", "-o"])
+        .arg(&output)
+        .arg(&source);
+    crate::process::output_quoting(&mut command, 60)
+        .map_err(|e| format!("building {}: {e}", source.display()))?;
+    let program = fs::read(&output).map_err(|e| format!("{}: {e}", output.display()))?;
+    image.insert("bin/keel-lat", 0o100755, Node::Data(program));
+    Ok(())
 }
 
 /// The directories, device nodes, /etc files, busybox applet links, /init and /tests.
@@ -130,6 +155,11 @@ fn base_system(image: &mut Tree) {
     image.insert("tests/stress.sh", 0o100755, Node::Data(STRESS_TEST.into()));
     image.insert("tests/bench.sh", 0o100755, Node::Data(BENCH_TEST.into()));
     image.insert("tests/load.sh", 0o100755, Node::Data(LOAD_TEST.into()));
+    image.insert(
+        "tests/bandwidth.sh",
+        0o100755,
+        Node::Data(BANDWIDTH_TEST.into()),
+    );
     image.insert("tests/virtio.sh", 0o100755, Node::Data(VIRTIO_TEST.into()));
     image.insert(
         "tests/matrixprod.sh",

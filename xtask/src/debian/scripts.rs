@@ -100,6 +100,7 @@ step matrixprod stress-ng --cpu 1 --cpu-method matrixprod --cpu-ops 20 --metrics
 step get stress-ng --get 1 --get-ops 1000 --metrics-brief
 step pipe stress-ng --pipe 1 --pipe-ops 50000 --metrics-brief
 step dd dd if=/dev/zero of=/dev/null bs=1 count=100000
+step lmbench /bin/keel-lat
 stress-ng --cpu 1 --timeout 600s > /dev/null 2>&1 &
 load=$!
 step cyclictest-loaded cyclictest -m -q -t 1 -l 2000 -i 1000 -p 90 -h 2000 --histfile=/tmp/h-loaded
@@ -143,6 +144,20 @@ round_trips() {
     done
 }
 step virtio-1000-round-trips round_trips
+exit $status
+"#;
+
+/// `keel.test=bandwidth`: keel-lat's pipe and UNIX-socket bandwidths alone, 200 ms each,
+/// from the counter's `keel.bw-start=MS` on (`cargo xtask bench vms` runs them in 1 to 4 VMs
+/// at once: the same start makes them measure at the same time).
+pub(super) const BANDWIDTH_TEST: &str = r#". /tests/lib.sh
+start=0
+for word in $(cat /proc/cmdline); do
+    case "$word" in
+        keel.bw-start=*) start="${word#keel.bw-start=}" ;;
+    esac
+done
+step bandwidth /bin/keel-lat bw "$start" 200
 exit $status
 "#;
 
