@@ -655,6 +655,53 @@ pub fn fuzz(
 mod tests {
     use super::*;
 
+    /// The device tree walker reads every node of real blobs: dtc's and QEMU's.
+    #[test]
+    fn the_walker_reads_every_node_of_real_blobs() {
+        assert_eq!(walk_device_tree(&crate::fdt::tests::dtc_compiled_blob()), 8);
+        assert!(walk_device_tree(&crate::fdt::tests::qemu_virt_blob()) > 40);
+    }
+
+    #[test]
+    fn mutated_blobs_never_panic() {
+        let blob = crate::fdt::tests::sample();
+        assert_eq!(walk_device_tree(&blob), 11);
+        for position in 0..blob.len() {
+            for mask in [0x01, 0x04, 0x80, 0xff] {
+                let mut mutated = blob.clone();
+                mutated[position] ^= mask;
+                walk_device_tree(&mutated);
+            }
+        }
+        for length in 0..blob.len() {
+            walk_device_tree(&blob[..length]);
+        }
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut random = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut accepted = 0;
+        for _ in 0..4000 {
+            let mut mutated = blob.clone();
+            for _ in 0..1 + random() % 4 {
+                let position = (random() % mutated.len() as u64) as usize;
+                // Mostly small values, as header fields and lengths are where bugs hide.
+                mutated[position] = match random() % 3 {
+                    0 => random() as u8,
+                    1 => (random() % 8) as u8,
+                    _ => 0xff,
+                };
+            }
+            if walk_device_tree(&mutated) > 0 {
+                accepted += 1;
+            }
+        }
+        assert!(accepted > 0, "some mutations should leave a valid blob");
+    }
+
     /// The configuration fixtures (the tests run from the crate's directory).
     fn config_files() -> Vec<Vec<u8>> {
         let mut files: Vec<_> = std::fs::read_dir("tests/fixtures")

@@ -84,7 +84,7 @@ pub struct MessageGrant {
     /// The VMs (by id) that may send to it, in the order written.
     pub senders: &'static [u8],
     /// Where its queues' rings start in Keel's message pool: its vCPUs' and tasks' rings follow
-    /// one another from there, each [`crate::ipc::Queue::storage_len`]`(depth, size)` bytes.
+    /// one another from there, each [`crate::ipc::ring_len`] bytes.
     pub pool_offset: usize,
 }
 
@@ -94,11 +94,6 @@ pub const MAX_QUEUE_DEPTH: usize = 256;
 pub const MAX_MESSAGE_POOL: usize = 1 << 20;
 
 impl MessageGrant {
-    /// Bytes of one queue's ring.
-    pub const fn ring_len(&self) -> usize {
-        crate::ipc::Queue::storage_len(self.depth as usize, self.size as usize)
-    }
-
     /// Whether VM `sender` may send to this VM.
     pub fn allows(&self, sender: usize) -> bool {
         self.senders.iter().any(|&id| usize::from(id) == sender)

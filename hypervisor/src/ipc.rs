@@ -76,7 +76,7 @@ pub fn init() {
         };
         assert_eq!(grant.pool_offset, offset, "message pool layout");
         for queue in QUEUES[id].iter().take(desc.vcpu_count()) {
-            let (ring, tail) = rest.split_at_mut(grant.ring_len());
+            let (ring, tail) = rest.split_at_mut(keel_core::ipc::ring_len(&grant));
             rest = tail;
             offset += ring.len();
             *queue.lock() = Destination {

@@ -59,6 +59,43 @@ pub fn check_workspace() -> Result<String, String> {
     })
 }
 
+/// Checks `core/src` of the workspace (the portable core declares no layers): a summary line
+/// when its modules' references, test code included, form no cycle; every cycle otherwise.
+pub fn check_core_workspace() -> Result<String, String> {
+    let root = crate::workspace().join("core/src");
+    let mut sources = Vec::new();
+    collect(&root, &root, &mut sources)?;
+    check_acyclic(&sources).map_err(|problems| {
+        format!(
+            "{}
+(core/src: no module may reach itself through others' references)",
+            problems.join("\n")
+        )
+    })
+}
+
+/// The cycles among the modules of one crate's sources, each a problem line.
+pub fn check_acyclic(sources: &[(String, String)]) -> Result<String, Vec<String>> {
+    let known: BTreeSet<String> = sources.iter().map(|(path, _)| module_of(path)).collect();
+    let mut all = Vec::new();
+    for (path, text) in sources {
+        all.extend(references(path, text, &known));
+    }
+    let found = cycles(&all);
+    if found.is_empty() {
+        Ok(format!(
+            "{} modules, {} references, no cycle",
+            known.len(),
+            all.len()
+        ))
+    } else {
+        Err(found
+            .iter()
+            .map(|cycle| format!("cycle: {}", cycle.join(" -> ")))
+            .collect())
+    }
+}
+
 /// Every `.rs` file under `dir`, as (path relative to `root` with `/`, text), sorted.
 fn collect(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) -> Result<(), String> {
     let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -595,6 +632,25 @@ mod tests {
         assert_eq!(
             check(&sources).unwrap_err(),
             ["vm.rs:2: `vm` (layer 1) refers to `console` (layer 2), a higher layer"]
+        );
+    }
+
+    #[test]
+    fn a_crate_without_layers_is_checked_for_cycles_only() {
+        let acyclic = [
+            ("lib.rs".to_string(), "mod a; mod b;".to_string()),
+            ("a.rs".to_string(), "use crate::b::X;".to_string()),
+            ("b/mod.rs".to_string(), "pub struct X;".to_string()),
+        ];
+        assert!(check_acyclic(&acyclic).is_ok());
+        let mut cyclic = acyclic.to_vec();
+        cyclic.push((
+            "b/tests.rs".to_string(),
+            "fn t() { crate::a::f(); }".to_string(),
+        ));
+        assert_eq!(
+            check_acyclic(&cyclic),
+            Err(vec!["cycle: a -> b -> a".to_string()])
         );
     }
 

@@ -185,6 +185,8 @@ fn test(filter: Option<&str>) -> ExitCode {
     );
     step("module layers of hypervisor/src (xtask/src/layers.rs)");
     tally.outcome("module layers", layers::check_workspace());
+    step("module cycles of core/src (xtask/src/layers.rs)");
+    tally.outcome("core module cycles", layers::check_core_workspace());
     step("host tests: cargo test");
     let output = Command::new(&cargo)
         .args(["test", "--quiet"])

@@ -277,6 +277,14 @@ fn every_refusal_has_its_code_and_changes_nothing() {
         assert!(*code < 0);
         assert!(!codes[..i].contains(code), "code {code} used twice");
     }
+    // Distinct from the message services' codes too (one error space for Keel's calls), but
+    // for the two that mean the same.
+    let message_codes = crate::ipc::MessageError::ALL.map(crate::ipc::MessageError::code);
+    for task in TaskError::ALL {
+        let shared = message_codes.contains(&task.code());
+        let meaning_shared = matches!(task.code(), -3 | -9);
+        assert_eq!(shared, meaning_shared, "{task:?}");
+    }
 }
 
 /// A create that fits its grant but would break what the pCPU already admitted is refused.
