@@ -1,6 +1,8 @@
 //! Each pCPU's timer queue on its EL2 physical timer (CNTHP): one deadline per kind of event,
-//! the timer always armed for the earliest. Only the pCPU itself reads or writes its queue
-//! (the atomics make the table `Sync`; every access is Relaxed).
+//! the timer armed for the earliest or for an earlier time: a deadline that moves later does
+//! not re-arm it (the timer fires early once, finds nothing due and is armed exactly then).
+//! Only the pCPU itself reads or writes its queue (the atomics make the table `Sync`; every
+//! access is Relaxed).
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
@@ -43,10 +45,15 @@ fn this_queue() -> &'static Queue {
     &QUEUES[cpu::index()]
 }
 
-/// Sets this pCPU's `kind` deadline to counter value `at` (replacing the previous one).
+/// Sets this pCPU's `kind` deadline to counter value `at` (replacing the previous one). As
+/// in [`set_schedule`], the timer is re-armed only for a deadline earlier than what it is
+/// armed for: a later one (or `u64::MAX`, none) leaves it to fire early once.
 pub fn set(kind: Deadline, at: u64) {
-    this_queue().at[kind as usize].store(at, Ordering::Relaxed);
-    program();
+    let queue = this_queue();
+    queue.at[kind as usize].store(at, Ordering::Relaxed);
+    if at < queue.armed.load(Ordering::Relaxed) {
+        program();
+    }
 }
 
 /// Sets this pCPU's scheduler deadlines ([`Deadline::Schedule`] and

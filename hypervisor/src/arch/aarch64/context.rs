@@ -195,10 +195,13 @@ impl VirtualInterface {
         listed: 0,
     };
 
-    /// Whether a saved list register holds an interrupt pending for the vCPU (only the
-    /// ones Keel filled are saved: the others are empty).
+    /// Whether a saved list register holds an interrupt pending for the vCPU (the
+    /// implemented ones are saved; the others stay zero).
     pub fn any_pending(&self) -> bool {
-        self.lrs.iter().any(|&lr| gic::list_register_is_pending(lr))
+        self.lrs
+            .iter()
+            .take(gic::list_registers())
+            .any(|&lr| gic::list_register_is_pending(lr))
     }
 
     /// Calls `f(intid, pending)` for each saved list register Keel filled.

@@ -239,7 +239,7 @@ pub fn list_register_is_empty(lr: usize) -> bool {
 
 /// Whether any list register holds a virtual interrupt in the pending state.
 pub fn any_interrupt_pending() -> bool {
-    (0..list_registers()).any(|lr| list_register_is_pending(read_lr(lr)))
+    any_list_register_pending(list_registers())
 }
 
 /// Sets or clears ICH_HCR_EL2.UIE (maintenance interrupt when at most one list register is in use).
@@ -373,6 +373,21 @@ macro_rules! list_registers_at_once {
                 }
                 lrs[$n] = read_lr($n);
             )*
+        }
+
+        /// Whether one of the first `count` list registers holds its interrupt pending,
+        /// straight-line as [`save_list_registers`].
+        #[inline(always)]
+        fn any_list_register_pending(count: usize) -> bool {
+            $(
+                if $n >= count {
+                    return false;
+                }
+                if list_register_is_pending(read_lr($n)) {
+                    return true;
+                }
+            )*
+            false
         }
 
         /// Writes the first `count` list registers from `lrs`, as [`save_list_registers`]
