@@ -96,7 +96,8 @@ pub fn initramfs(cache: &Path, flavour: &str) -> Result<PathBuf, String> {
 /// installs comes without the arm64 libc).
 fn latency_program(cache: &Path, image: &mut Tree) -> Result<(), String> {
     let source = crate::workspace().join("guests/linux-lat/lat.c");
-    let output = cache.join("keel-lat");
+    // One output per process: two xtask runs may share the cache.
+    let output = cache.join(format!("keel-lat-{}", std::process::id()));
     let mut command = std::process::Command::new(crate::setup::C_COMPILER);
     command
         .args([
@@ -111,6 +112,7 @@ fn latency_program(cache: &Path, image: &mut Tree) -> Result<(), String> {
     crate::process::output_quoting(&mut command, 60)
         .map_err(|e| format!("building {}: {e}", source.display()))?;
     let program = fs::read(&output).map_err(|e| format!("{}: {e}", output.display()))?;
+    let _ = fs::remove_file(&output);
     image.insert("bin/keel-lat", 0o100755, Node::Data(program));
     Ok(())
 }
