@@ -347,6 +347,9 @@ fn wait_for_message(id: usize, vcpu: usize, until: u64, regs: &mut GuestRegs) {
         crate::arch::cpu::wait_for_interrupt();
         masked::begin(MaskedSite::GuestTrap);
         crate::timers::set(crate::timers::Deadline::MessageWait, u64::MAX);
+        // What woke the pCPU (a sender's kick, the timeout) is served here, as the IRQ the
+        // guest's return would take at once: one exception fewer per delivery.
+        guest_irq(regs);
     }
 }
 
