@@ -511,8 +511,61 @@ impl Scheduler {
     /// releases jobs, throttles a vCPU out of budget, rotates a vCPU whose quantum ended,
     /// and picks what runs from `now`.
     pub fn decide(&mut self, now: Time) -> Decision {
+        if self.is_fifo() {
+            return self.decide_round_robin(now);
+        }
+        self.decide_generic(now)
+    }
+
+    /// [`Scheduler::decide`] for every policy, the one [`Scheduler::decide_round_robin`] must
+    /// agree with.
+    fn decide_generic(&mut self, now: Time) -> Decision {
         let now = self.account(now, true);
         self.decide_accounted(now)
+    }
+
+    /// [`Scheduler::decide`] under round robin: no reservation, so nothing to charge, release,
+    /// catch up or pay for; the running vCPU goes behind the others when its quantum is over
+    /// and one is queued behind it; the head of the queue runs, its quantum timed only if
+    /// another vCPU waits behind it. A host test holds it to the generic path's state.
+    fn decide_round_robin(&mut self, now: Time) -> Decision {
+        let now = now.max(self.clock);
+        self.clock = now;
+        let held = self.current.filter(|_| self.holding);
+        if let Some(running) = held {
+            // Under round robin every runnable vCPU is queued, the running one too.
+            if self.slots[running].runnable() && now >= self.quantum_end && self.queued > 1 {
+                self.dequeue(running);
+                self.slots[running].ticket = self.take_ticket(running);
+            }
+        }
+        let pick = (self.queued > 0).then_some((self.queue & 0xf) as usize);
+        let mut until = None;
+        self.quantum_armed = false;
+        if let Some(chosen) = pick {
+            if let Some(preempted) = held.filter(|&p| p != chosen) {
+                if self.slots[preempted].runnable() {
+                    self.slots[preempted].quantum_left = self.quantum_end.saturating_sub(now);
+                }
+            }
+            if held != Some(chosen) {
+                let left = core::mem::take(&mut self.slots[chosen].quantum_left);
+                self.quantum_end = now.saturating_add(if left > 0 { left } else { self.quantum() });
+            } else if now >= self.quantum_end {
+                self.quantum_end = now.saturating_add(self.quantum());
+            }
+            self.slots[chosen].dispatched(now);
+            if self.current != Some(chosen) {
+                self.slots[chosen].stats.dispatches += 1;
+            }
+            if self.queued > 1 {
+                until = Some(self.quantum_end);
+                self.quantum_armed = true;
+            }
+        }
+        self.current = pick;
+        self.holding = pick.is_some();
+        Decision { run: pick, until }
     }
 
     /// [`Scheduler::decide`] once the time up to `now` is accounted.
@@ -914,6 +967,59 @@ impl Scheduler {
 mod best_tests {
     use super::*;
     use crate::rng::Rng;
+
+    /// Round robin's own decide leaves the scheduler exactly as the generic path does, over
+    /// random mixes of starts, stops, blocks, wakes, yields and decisions.
+    #[test]
+    fn round_robin_decide_is_the_generic_one() {
+        let mut rng = Rng::new(0x6b65_656c_0d32);
+        let mut compared = 0;
+        for _ in 0..300 {
+            let mut fast = Scheduler::new(Policy::RoundRobin {
+                quantum: 1 + rng.below(40),
+            });
+            for _ in 0..(1 + rng.below(MAX_SLOTS as u64)) {
+                let _ = fast.add(Params {
+                    priority: 0,
+                    reservation: None,
+                });
+            }
+            let mut now = 0;
+            for _ in 0..200 {
+                now += rng.below(30);
+                let slot = rng.below(fast.len() as u64) as usize;
+                match rng.below(6) {
+                    0 => fast.start(slot, now),
+                    1 => fast.stop(slot, now),
+                    2 => fast.block(slot, now),
+                    3 => {
+                        let _ = fast.wake(slot, now);
+                    }
+                    4 => {
+                        if let Some(running) = fast.current {
+                            let _ = fast.give_away(running, now, rng.below(2) == 0);
+                        }
+                    }
+                    _ => {}
+                }
+                // Not after every event: a vCPU may block and wake between two decisions.
+                if rng.below(2) == 0 {
+                    continue;
+                }
+                let mut generic = fast.clone();
+                let a = fast.decide(now);
+                let b = generic.decide_generic(now);
+                assert_eq!(a, b, "at {now}");
+                assert_eq!(
+                    std::format!("{fast:?}"),
+                    std::format!("{generic:?}"),
+                    "at {now}"
+                );
+                compared += 1;
+            }
+        }
+        assert!(compared > 25_000, "{compared} decisions compared");
+    }
 
     /// The one-pass pick agrees with the policy's rank (the first minimum, as `min_by_key`
     /// gives it) and with the round-robin peer test, over random slot states.
