@@ -487,24 +487,8 @@ impl Scheduler {
             self.slots[slot].blocked = false;
             self.slots[slot].ticket = self.take_ticket(slot);
         }
-        self.quantum_armed = false;
-        let mut until = None;
-        let pick = (self.queued > 0).then_some((self.queue & 0xf) as usize);
-        if let Some(chosen) = pick {
-            let left = core::mem::take(&mut self.slots[chosen].quantum_left);
-            self.quantum_end = now.saturating_add(if left > 0 { left } else { self.quantum() });
-            self.slots[chosen].dispatched(now);
-            if chosen != slot {
-                self.slots[chosen].stats.dispatches += 1;
-            }
-            if self.queued > 1 {
-                until = Some(self.quantum_end);
-                self.quantum_armed = true;
-            }
-        }
-        self.current = pick;
-        self.holding = pick.is_some();
-        Decision { run: pick, until }
+        // Nothing is held now (`slot` was the last pick): the head runs with its quantum.
+        self.run_head(now, Some(slot), None)
     }
 
     /// Charges the time since the previous call to the vCPU holding the pCPU, counts misses,
@@ -539,6 +523,15 @@ impl Scheduler {
                 self.slots[running].ticket = self.take_ticket(running);
             }
         }
+        self.run_head(now, self.current, held)
+    }
+
+    /// Round robin's pick at `now` (the time accounted, `previous` the last decision's pick,
+    /// `held` the vCPU that held the pCPU until now, if any): the head of the queue runs, with what is left of its quantum or a
+    /// fresh one, timed only if another vCPU waits behind it. Inlined, so that the give-away,
+    /// which holds nothing, pays for none of the `held` cases.
+    #[inline(always)]
+    fn run_head(&mut self, now: Time, previous: Option<usize>, held: Option<usize>) -> Decision {
         let pick = (self.queued > 0).then_some((self.queue & 0xf) as usize);
         let mut until = None;
         self.quantum_armed = false;
@@ -555,7 +548,7 @@ impl Scheduler {
                 self.quantum_end = now.saturating_add(self.quantum());
             }
             self.slots[chosen].dispatched(now);
-            if self.current != Some(chosen) {
+            if previous != Some(chosen) {
                 self.slots[chosen].stats.dispatches += 1;
             }
             if self.queued > 1 {
