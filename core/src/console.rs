@@ -48,6 +48,12 @@ pub trait Sink {
     /// Writes as many leading bytes of `bytes` as the device takes now, without waiting;
     /// returns how many.
     fn write_some(&mut self, bytes: &[u8]) -> usize;
+
+    /// Whether another line or piece may be composed for it in this drain (a UART written
+    /// with interrupts masked bounds the work; the default: no bound).
+    fn may_compose(&mut self) -> bool {
+        true
+    }
 }
 
 /// What to do with one byte of physical input.
@@ -91,10 +97,6 @@ impl<const N: usize> Ring<N> {
         N - self.len
     }
 
-    fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Appends `bytes` whole, or nothing if they do not fit.
     fn push(&mut self, bytes: &[u8]) -> bool {
         if bytes.len() > self.room() {
@@ -113,11 +115,21 @@ impl<const N: usize> Ring<N> {
     /// piece of a longer line), else all of them if `partial`, else nothing. Returns how many
     /// were moved and whether they end a line. The work is bounded by `out.len()`, whatever
     /// the line's length.
+    #[cfg(test)]
     fn pop_line(&mut self, out: &mut [u8], partial: bool) -> Option<(usize, bool)> {
+        let (count, complete) = self.next_line(out.len(), partial)?;
+        self.pop_into(out, count);
+        Some((count, complete))
+    }
+
+    /// How many bytes [`pop_line`](Self::pop_line) would move into a `max`-byte buffer, and
+    /// whether they end a line; nothing is moved (the caller moves them with
+    /// [`pop_into`](Self::pop_into) where they are to go, copied once).
+    fn next_line(&self, max: usize, partial: bool) -> Option<(usize, bool)> {
         // The bytes in order are two runs of the array (from `head`, then from its start):
-        // searched and copied run by run, not byte by byte modulo N (Keel does this with
-        // interrupts masked).
-        let window = self.len.min(out.len());
+        // searched run by run, not byte by byte modulo N (Keel does this with interrupts
+        // masked).
+        let window = self.len.min(max);
         let (first, second) = self.runs();
         let in_first = window.min(first.len());
         let newline = first[..in_first]
@@ -129,18 +141,26 @@ impl<const N: usize> Ring<N> {
                     .position(|&b| b == b'\n')
                     .map(|i| in_first + i)
             });
-        let (count, complete) = match newline {
-            Some(i) => (i + 1, true),
-            None if window > 0 && window == out.len() => (window, false),
-            None if partial && window > 0 => (window, false),
-            None => return None,
-        };
-        let from_first = count.min(first.len());
+        match newline {
+            Some(i) => Some((i + 1, true)),
+            None if window > 0 && window == max => Some((window, false)),
+            None if partial && window > 0 => Some((window, false)),
+            None => None,
+        }
+    }
+
+    /// Removes the first `count` queued bytes (at most the queue's length), copying as many
+    /// of them as fit into `out`, run by run; returns how many were copied.
+    fn pop_into(&mut self, out: &mut [u8], count: usize) -> usize {
+        let count = count.min(self.len);
+        let copied = count.min(out.len());
+        let (first, second) = self.runs();
+        let from_first = copied.min(first.len());
         out[..from_first].copy_from_slice(&first[..from_first]);
-        out[from_first..count].copy_from_slice(&second[..count - from_first]);
+        out[from_first..copied].copy_from_slice(&second[..copied - from_first]);
         self.head = (self.head + count) % N;
         self.len -= count;
-        Some((count, complete))
+        copied
     }
 
     /// The queued bytes in order, as two runs of the array.
@@ -321,6 +341,19 @@ impl OutLine {
         self.len += take;
     }
 
+    /// Appends the first `count` bytes queued in `ring`, moved straight from it (truncated
+    /// to what fits; all `count` leave the ring).
+    fn put_from<const N: usize>(&mut self, ring: &mut Ring<N>, count: usize) {
+        self.len += ring.pop_into(&mut self.bytes[self.len..], count);
+    }
+
+    /// Appends a line's last `count` bytes from `ring` (its `\n` last), ended `\r\n`.
+    fn put_line_end<const N: usize>(&mut self, ring: &mut Ring<N>, count: usize) {
+        self.put_from(ring, count - 1);
+        ring.pop_into(&mut [], 1);
+        self.put(b"\r\n");
+    }
+
     /// Writes what `sink` takes; whether all of the line is written.
     fn write_to(&mut self, sink: &mut impl Sink) -> bool {
         if self.sent < self.len {
@@ -477,7 +510,7 @@ impl ConsoleMux {
     /// waits (the caller drains again later, e.g. from a timer).
     pub fn drain(&mut self, sink: &mut impl Sink) -> bool {
         loop {
-            if !self.out.write_to(sink) {
+            if !self.out.write_to(sink) || !sink.may_compose() {
                 return true;
             }
             if !self.compose_next() {
@@ -503,20 +536,20 @@ impl ConsoleMux {
     /// Puts the next line to write, or the next [`PIECE`] of a VM's line, into `out`; false
     /// if nothing waits.
     fn compose_next(&mut self) -> bool {
+        // Lines and pieces go from their queue straight into `out` (no buffer in between:
+        // Keel composes with interrupts masked).
         if let Some(vm) = self.continuing.take() {
-            let mut piece = [0u8; PIECE];
             let partial = self.vms[vm].complete == 0;
-            if let Some((len, complete)) = self.vms[vm].waiting.pop_line(&mut piece, partial) {
-                self.put_piece(vm, &piece[..len], complete);
+            if let Some((len, complete)) = self.vms[vm].waiting.next_line(PIECE, partial) {
+                self.put_piece(vm, len, complete);
                 return true;
             }
         }
-        if !self.keel.is_empty() {
-            let mut text = [0u8; LINE_CAPACITY + 8];
-            if let Some((len, _)) = self.keel.pop_line(&mut text, false) {
-                self.keel_line(&[&text[..len - 1]]);
-                return true;
-            }
+        if let Some((len, _)) = self.keel.next_line(LINE_CAPACITY + 8, false) {
+            self.start_fresh_line(None);
+            self.out.put(b"[keel] ");
+            self.out.put_line_end(&mut self.keel, len);
+            return true;
         }
         if self.keel_dropped > 0 {
             let mut digits = [0; 20];
@@ -543,8 +576,7 @@ impl ConsoleMux {
             if self.vms[vm].complete == 0 && !partial {
                 continue;
             }
-            let mut piece = [0u8; PIECE];
-            let Some((len, complete)) = self.vms[vm].waiting.pop_line(&mut piece, partial) else {
+            let Some((len, complete)) = self.vms[vm].waiting.next_line(PIECE, partial) else {
                 continue;
             };
             self.next_vm = (vm + 1) % self.count;
@@ -556,26 +588,26 @@ impl ConsoleMux {
                 self.out.put(&name[..name.len().min(NAME_MAX)]);
                 self.out.put(b"] ");
             }
-            self.put_piece(vm, &piece[..len], complete);
+            self.put_piece(vm, len, complete);
             return true;
         }
         self.flush_requested = false;
         false
     }
 
-    /// Puts a piece of VM `vm`'s line into `out`: with its line end if it is the line's
-    /// last (`complete`), else open, and continued first by the next call if more of the
-    /// line is queued (a complete line longer than a piece, or a partial one being flushed).
-    fn put_piece(&mut self, vm: usize, piece: &[u8], complete: bool) {
+    /// Puts the next `len` queued bytes of VM `vm`'s line into `out` as a piece: with its
+    /// line end if it is the line's last (`complete`), else open, and continued first by the
+    /// next call if more of the line is queued (a complete line longer than a piece, or a
+    /// partial one being flushed).
+    fn put_piece(&mut self, vm: usize, len: usize, complete: bool) {
         self.open = Some(vm);
         if complete {
             self.vms[vm].complete -= 1;
-            self.out.put(&piece[..piece.len() - 1]);
-            self.out.put(b"\r\n");
+            self.out.put_line_end(&mut self.vms[vm].waiting, len);
             self.open = None;
         } else {
-            self.out.put(piece);
-            if self.vms[vm].complete > 0 || piece.len() == PIECE {
+            self.out.put_from(&mut self.vms[vm].waiting, len);
+            if self.vms[vm].complete > 0 || len == PIECE {
                 self.continuing = Some(vm);
             } else {
                 self.vms[vm].line_len = 0;
@@ -741,6 +773,66 @@ mod tests {
             mux.output(vm, b);
         }
         mux.drain(out);
+    }
+
+    /// A UART that lets one line or piece be composed per drain call.
+    struct OnePerDrain {
+        capture: Capture,
+        composes: usize,
+    }
+
+    impl Sink for OnePerDrain {
+        fn write_some(&mut self, bytes: &[u8]) -> usize {
+            self.capture.write_some(bytes)
+        }
+
+        fn may_compose(&mut self) -> bool {
+            self.composes += 1;
+            self.composes == 1
+        }
+    }
+
+    /// A sink that bounds the composing gets the same output over more drains, each of
+    /// which composes at most one line or piece and says whether output still waits.
+    #[test]
+    fn bounded_composing_drains_in_order() {
+        let feed = |mux: &mut ConsoleMux| {
+            mux.hypervisor_line(b"keel says hello");
+            for (vm, text) in [(0, "short\n"), (1, &"long ".repeat(30)), (0, "\n\n")] {
+                for b in text.bytes() {
+                    mux.output(vm, b);
+                }
+            }
+            mux.output(1, b'\n');
+        };
+        let mut whole = ConsoleMux::new(&["a", "b"], &[true, true]);
+        feed(&mut whole);
+        let mut expected = uart();
+        whole.drain(&mut expected);
+
+        let mut bounded = ConsoleMux::new(&["a", "b"], &[true, true]);
+        feed(&mut bounded);
+        let mut out = OnePerDrain {
+            capture: uart(),
+            composes: 0,
+        };
+        let mut drains = 0;
+        loop {
+            out.composes = 0;
+            let waits = bounded.drain(&mut out);
+            drains += 1;
+            assert!(
+                out.composes <= 2,
+                "at most one compose and one refusal per drain"
+            );
+            if !waits {
+                break;
+            }
+            assert!(drains < 100, "draining ends");
+        }
+        assert_eq!(text(&out.capture), text(&expected));
+        // Keel's line, "short", three pieces of the long line, and two empty lines.
+        assert!(drains >= 7, "one compose per drain: {drains} drains");
     }
 
     #[test]

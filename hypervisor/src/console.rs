@@ -31,7 +31,10 @@ const PARTIAL_LINE_DELAY_US: u64 = 20_000;
 /// call): about 1,500 instructions with interrupts masked. The rest follows with the next
 /// write or [`MORE_OUTPUT_DELAY_US`] later.
 const BYTES_PER_DRAIN: usize = 48;
-/// How soon output left by [`BYTES_PER_DRAIN`] is written.
+/// Most lines or line pieces composed for the UART in one go (about 400 instructions each,
+/// however short the line).
+const COMPOSES_PER_DRAIN: usize = 1;
+/// How soon output left by [`BYTES_PER_DRAIN`] or [`COMPOSES_PER_DRAIN`] is written.
 const MORE_OUTPUT_DELAY_US: u64 = 50;
 
 struct Console {
@@ -40,10 +43,12 @@ struct Console {
     uart: Option<Uart>,
 }
 
-/// The UART, taking at most [`BYTES_PER_DRAIN`] bytes in all.
+/// The UART, taking at most [`BYTES_PER_DRAIN`] bytes and [`COMPOSES_PER_DRAIN`] lines or
+/// pieces in all.
 struct UartSink {
     uart: Uart,
     left: usize,
+    composes: usize,
 }
 
 impl UartSink {
@@ -51,6 +56,7 @@ impl UartSink {
         Self {
             uart,
             left: BYTES_PER_DRAIN,
+            composes: COMPOSES_PER_DRAIN,
         }
     }
 }
@@ -61,6 +67,12 @@ impl Sink for UartSink {
         let written = self.uart.write_some(&bytes[..take]);
         self.left -= written;
         written
+    }
+
+    fn may_compose(&mut self) -> bool {
+        let may = self.composes > 0;
+        self.composes = self.composes.saturating_sub(1);
+        may
     }
 }
 
@@ -264,6 +276,15 @@ static PARTIAL_DUE: AtomicU64 = AtomicU64::new(u64::MAX);
 
 fn ticks(us: u64) -> u64 {
     timer::frequency() * us / 1_000_000
+}
+
+/// The console's deadline came with the scheduler's: it is served [`MORE_OUTPUT_DELAY_US`]
+/// later instead, so that its writing and a vCPU switch are not one masked stretch.
+pub fn defer_flush() {
+    timers::set(
+        Deadline::Console,
+        timer::now() + ticks(MORE_OUTPUT_DELAY_US),
+    );
 }
 
 /// Brings this pCPU back to the console ([`flush_partial`]): soon if output is `left` (cut by

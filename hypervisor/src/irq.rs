@@ -106,14 +106,23 @@ fn handle_from(first: u32, mut handled: Handled) -> Handled {
 /// whether the scheduler's own are among them.
 #[inline(never)]
 fn hyp_timer() -> bool {
-    let due = timers::take_due(crate::arch::timer::now());
+    let now = crate::arch::timer::now();
+    let due = timers::take_due(now);
+    let scheduling =
+        timers::is_due(due, Deadline::Schedule) || timers::is_due(due, Deadline::VirtualTimers);
     if timers::is_due(due, Deadline::Console) {
-        console::flush_partial();
+        if scheduling {
+            // Not in the same masked stretch as a vCPU switch: the console comes back a
+            // little later, as an interrupt of its own.
+            console::defer_flush();
+        } else {
+            console::flush_partial();
+        }
     }
     if timers::is_due(due, Deadline::VirtualTimers) {
         vm::mark_stale(vm::Stale::TimerDue);
     }
-    timers::is_due(due, Deadline::Schedule) || timers::is_due(due, Deadline::VirtualTimers)
+    scheduling
 }
 
 /// The fast path of the virtual timer: it fired again, and nothing changed since Keel listed

@@ -529,6 +529,14 @@ fn run_reload(slot: usize, id: usize) -> ! {
     use keel_core::abi::MaskedSite;
     crate::masked::at(MaskedSite::Reload);
     loop {
+        // The interrupts that came while the scheduler picked this slot, or during the last
+        // step, are served before each step: a step is a masked stretch of its own.
+        if irq::serve_between_steps(MaskedSite::Reload).reschedule {
+            let next = decide(&mut this_shared().lock(), timer::now());
+            if next != Some(slot) {
+                switch_to(next)
+            }
+        }
         if lifecycle::reload_step(id) {
             {
                 let mut shared = this_shared().lock();
@@ -538,12 +546,6 @@ fn run_reload(slot: usize, id: usize) -> ! {
             }
             lifecycle::reset_finish(id);
             run_loop()
-        }
-        if irq::serve_between_steps(MaskedSite::Reload).reschedule {
-            let next = decide(&mut this_shared().lock(), timer::now());
-            if next != Some(slot) {
-                switch_to(next)
-            }
         }
     }
 }
@@ -558,9 +560,9 @@ pub fn fp_trap() {
     };
     guest::set_fp_trap(false);
     if let Some(owner) = shared.fp_owner {
-        shared.contexts[owner].fp.save();
+        shared.contexts[owner].fp_save();
     }
-    shared.contexts[slot].fp.restore();
+    shared.contexts[slot].fp_restore();
     shared.fp_owner = Some(slot);
 }
 

@@ -82,6 +82,13 @@ impl El1State {
         cntkctl: 0,
     };
 
+    /// Puts the state in [`El1State::RESET`] in place (no 192-byte copy from a constant).
+    fn reset(&mut self) {
+        // SAFETY: `self` is writable, 8-byte aligned, and all its fields are integers.
+        unsafe { super::cpu::zero_bytes((self as *mut Self).cast(), core::mem::size_of::<Self>()) }
+        self.sctlr = Self::RESET.sctlr;
+    }
+
     /// Reads the state of the vCPU leaving this pCPU, two registers per store.
     fn save(&mut self) {
         // SAFETY: reads EL1/EL0 registers (no side effects) into the 24 fields of `self`, in
@@ -184,6 +191,13 @@ impl VirtualInterface {
         hcr: 0,
         ..Self::RESET
     };
+
+    /// Puts the interface in [`VirtualInterface::RESET`] in place (no copy from a constant).
+    fn reset(&mut self) {
+        // SAFETY: `self` is writable, 8-byte aligned, and all its fields are integers.
+        unsafe { super::cpu::zero_bytes((self as *mut Self).cast(), core::mem::size_of::<Self>()) }
+        self.hcr = Self::RESET.hcr;
+    }
 
     /// Nothing listed, interface enabled, no active priority: a vCPU's start.
     pub const RESET: Self = Self {
@@ -343,8 +357,13 @@ pub struct VcpuContext {
     pub mdcr: u64,
     /// VMID and stage-2 root (VTTBR_EL2).
     pub vttbr: u64,
-    /// FP/SIMD registers, valid while another vCPU (or none) owns the pCPU's FP/SIMD unit.
-    pub fp: FpState,
+    /// FP/SIMD registers, valid while another vCPU (or none) owns the pCPU's FP/SIMD unit
+    /// and `fp_saved` is set.
+    fp: FpState,
+    /// `fp` holds the vCPU's FP/SIMD registers; if not, they are all zero (its start):
+    /// [`VcpuContext::fp_restore`] zeroes the unit's instead of loading 528 bytes, and a
+    /// start writes none of them. (False in [`VcpuContext::EMPTY`], which stays all zero.)
+    fp_saved: bool,
     /// Whether its VM owns the PMU (`pmu = true`): only then is `pmu` switched.
     owns_pmu: bool,
     /// Its PMU registers while it is switched out (a PMU owner's only).
@@ -370,6 +389,7 @@ impl VcpuContext {
         mdcr: 0,
         vttbr: 0,
         fp: FpState::ZERO,
+        fp_saved: false,
         owns_pmu: false,
         pmu: PmuState::RESET,
     };
@@ -389,17 +409,17 @@ impl VcpuContext {
         // Field by field rather than `*self = Self::EMPTY` first: the PMU's 560 bytes are
         // cleared only for a vCPU that owns it (no other reads them), and nothing is written
         // twice. A task create does this with interrupts masked.
-        self.regs = GuestRegs::ZERO;
+        self.regs.zero();
         self.regs.x[0] = x0;
         self.pc = pc;
         self.pstate = super::regs::SPSR_EL1H_MASKED;
-        self.el1 = El1State::RESET;
+        self.el1.reset();
         self.timer = VirtualTimer::default();
-        self.interface = VirtualInterface::RESET;
+        self.interface.reset();
         self.vmpidr = vmpidr;
         (self.hcr, self.mdcr) = traps;
         self.vttbr = vttbr;
-        self.fp = FpState::ZERO;
+        self.fp_saved = false;
         self.owns_pmu = owns_pmu;
         if owns_pmu {
             self.pmu = PmuState::RESET;
@@ -414,6 +434,21 @@ impl VcpuContext {
         }
     }
 
+    /// Puts the vCPU's FP/SIMD registers in the pCPU's unit (the vCPU is to own it).
+    pub fn fp_restore(&mut self) {
+        if self.fp_saved {
+            self.fp.restore();
+        } else {
+            super::cpu::zero_fp_simd();
+        }
+    }
+
+    /// Keeps the pCPU's FP/SIMD registers as the vCPU's (it owned the unit).
+    pub fn fp_save(&mut self) {
+        self.fp.save();
+        self.fp_saved = true;
+    }
+
     /// Sets the stack pointer the vCPU starts with (SP_EL1: it starts in EL1h).
     pub fn set_stack(&mut self, sp: u64) {
         self.el1.sp_el1 = sp;
@@ -422,7 +457,7 @@ impl VcpuContext {
     /// Forgets the saved virtual interrupts of a vCPU that stops while switched out: its
     /// interface and timer as at reset (the caller gave its SPIs back to the vGIC).
     pub fn discard_interrupts(&mut self) {
-        self.interface = VirtualInterface::RESET;
+        self.interface.reset();
         self.timer = VirtualTimer::default();
     }
 

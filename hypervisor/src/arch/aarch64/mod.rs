@@ -5,6 +5,7 @@ pub mod context;
 pub mod cpu;
 pub mod gic;
 pub mod guest;
+mod mem;
 pub mod mmio;
 pub mod mmu;
 pub mod pmu;

@@ -36,6 +36,13 @@ impl GuestRegs {
         unsafe { keel_copy_frame(self, other) }
     }
 
+    /// Sets every register to zero (a vCPU's start).
+    #[inline(always)]
+    pub fn zero(&mut self) {
+        // SAFETY: `self` is 256 writable, 8-byte aligned bytes of plain integers.
+        unsafe { super::cpu::zero_bytes((self as *mut Self).cast(), core::mem::size_of::<Self>()) }
+    }
+
     /// Reads register `n` as an instruction's Rt/Rn field names it (31 is xzr).
     pub fn get(&self, n: u8) -> u64 {
         self.x.get(n as usize).copied().unwrap_or(0)
