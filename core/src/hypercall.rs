@@ -133,11 +133,7 @@ pub fn decode(regs: &[u64; 8]) -> Call {
             buffer: regs[3],
             len: regs[4],
         }),
-        abi::KEEL_MSG_RECV => Call::MsgRecv(crate::ipc::ReceiveRequest {
-            buffer: regs[1],
-            capacity: regs[2],
-            wait_until: regs[3],
-        }),
+        abi::KEEL_MSG_RECV => Call::MsgRecv(crate::ipc::ReceiveRequest::from_regs(regs)),
         abi::KEEL_CHANNEL_NOTIFY => Call::ChannelNotify(crate::channel::NotifyRequest {
             channel: regs[1],
             member: regs[2],

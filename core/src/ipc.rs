@@ -113,6 +113,19 @@ pub struct ReceiveRequest {
     pub wait_until: u64,
 }
 
+impl ReceiveRequest {
+    /// The arguments in a KEEL_MSG_RECV's registers x0..x7 (x1 buffer, x2 capacity, x3 end
+    /// of the wait): the hypercall's decode, and the completion of a waiting receive when
+    /// its vCPU is switched in.
+    pub fn from_regs(regs: &[u64; 8]) -> Self {
+        Self {
+            buffer: regs[1],
+            capacity: regs[2],
+            wait_until: regs[3],
+        }
+    }
+}
+
 /// The destination a send names, once checked against the configuration: the VM's index,
 /// the vCPU, and its queues' grant. Checked in this order, each refusal its own code:
 /// unknown VM or vCPU, a VM the sender may not send to (no `messages` table, or the sender

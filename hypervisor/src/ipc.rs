@@ -170,7 +170,8 @@ pub enum Outcome {
 /// Takes the next message queued for vCPU `vcpu` of VM `id` into `buffer` (a receiver's
 /// memory). Nothing queued: refused as [`MessageError::Empty`] if `wait_until` is 0 or has
 /// passed, else the caller waits until then. A message longer than `buffer` is refused with
-/// its length, and stays queued.
+/// its length, and stays queued. Inlined like [`crate::messages::receive`].
+#[inline(always)]
 pub fn receive(
     id: usize,
     vcpu: usize,

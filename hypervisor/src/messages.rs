@@ -11,8 +11,9 @@
 //! against the VM's own regions first.
 
 use keel_core::addr::GuestPhysAddr;
-use keel_core::ipc::{self, MessageError, ReceiveRequest, SendRequest, Sender};
+use keel_core::ipc::{self, MessageError, ReceiveRequest, Received, SendRequest, Sender};
 
+use crate::arch::vectors::GuestRegs;
 use crate::config::SYSTEM;
 use crate::devices::virtio;
 use crate::ipc::Outcome;
@@ -41,7 +42,9 @@ pub fn send(id: usize, vcpu: usize, request: &SendRequest) -> Result<(u64, Raise
 }
 
 /// KEEL_MSG_RECV from vCPU `vcpu` of VM `id`. A buffer too small is refused with the
-/// message's length, which stays queued.
+/// message's length, which stays queued. Inlined in its two callers (the hypercall, and
+/// [`complete_waiting_receive`]): a call of its own cost each delivery about 50 instructions.
+#[inline(always)]
 pub fn receive(
     id: usize,
     vcpu: usize,
@@ -62,6 +65,36 @@ pub fn receive(
         virtio::peer_received(id);
     }
     Ok(outcome)
+}
+
+/// KEEL_MSG_RECV's answer for a message taken: x1..x3 = sender's VM and vCPU, messages
+/// left; returns x0 (its length).
+#[inline(always)]
+pub fn answer_took(got: &Received, regs: &mut GuestRegs) -> u64 {
+    regs.x[1] = u64::from(got.from.vm);
+    regs.x[2] = u64::from(got.from.vcpu);
+    regs.x[3] = got.left as u64;
+    got.len as u64
+}
+
+/// A vCPU switched in from a wait in KEEL_MSG_RECV (PC on its HVC, registers the call's
+/// arguments): a message queued for it meanwhile is taken here, as the repeated call would
+/// take it, so that the delivery costs no second trap; returns whether it was (the caller
+/// then moves the PC past the HVC). Without one (an interrupt or the timeout ended the
+/// wait), or with any refusal, nothing changes: the HVC runs again and answers as always.
+pub fn complete_waiting_receive(id: usize, vcpu: usize, regs: &mut GuestRegs) -> bool {
+    let Some(args) = regs.x.first_chunk::<8>() else {
+        return false;
+    };
+    if args[0] as u32 != keel_core::abi::KEEL_MSG_RECV {
+        return false;
+    }
+    let request = ReceiveRequest::from_regs(args);
+    let Ok(Outcome::Took(got)) = receive(id, vcpu, &request) else {
+        return false;
+    };
+    regs.x[0] = answer_took(&got, regs);
+    true
 }
 
 /// `len` bytes of VM `id`'s memory at `ipa`, if they lie wholly in one of its regions (its RAM

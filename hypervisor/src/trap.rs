@@ -517,12 +517,7 @@ fn hypercall(id: usize, vcpu: usize, regs: &mut GuestRegs) -> Next {
             Err(error) => error.code() as u64,
         },
         Call::MsgRecv(request) => match crate::messages::receive(id, vcpu, &request) {
-            Ok(crate::ipc::Outcome::Took(got)) => {
-                regs.x[1] = u64::from(got.from.vm);
-                regs.x[2] = u64::from(got.from.vcpu);
-                regs.x[3] = got.left as u64;
-                got.len as u64
-            }
+            Ok(crate::ipc::Outcome::Took(got)) => crate::messages::answer_took(&got, regs),
             Ok(crate::ipc::Outcome::Wait(until)) => return Next::WaitMessage(until),
             Err((error, len)) => {
                 regs.x[1] = len;

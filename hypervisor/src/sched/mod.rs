@@ -238,17 +238,29 @@ impl Elsewhere {
 /// Restores `slot`'s context on this pCPU and enters it on a fresh stack.
 fn enter(slot: usize) -> ! {
     let mut frame = ResumeFrame::new();
-    let (pc, pstate) = {
+    let (mut pc, pstate, receiving) = {
         let mut guard = this_shared().lock();
         let shared = &mut *guard;
-        if let Err(elsewhere) = load(shared, slot) {
-            drop(guard);
-            elsewhere.go()
-        }
+        let receiving = match load(shared, slot) {
+            Ok(receiving) => receiving,
+            Err(elsewhere) => {
+                drop(guard);
+                elsewhere.go()
+            }
+        };
         let context = &shared.contexts[slot];
         frame.fill(&context.regs);
-        (context.pc, context.pstate)
+        (
+            context.pc,
+            context.pstate,
+            receiver(shared, slot, receiving),
+        )
     };
+    if let Some((id, vcpu)) = receiving {
+        if crate::messages::complete_waiting_receive(id, vcpu, frame.regs_mut()) {
+            pc += 4;
+        }
+    }
     vectors::resume_guest(
         &frame,
         pc,
@@ -264,18 +276,37 @@ fn enter(slot: usize) -> ! {
 fn switch_in_place(mut guard: cpu::MutexGuard<'_, SharedCpu>, next: usize, frame: &mut GuestRegs) {
     let shared = &mut *guard;
     save_running(shared, frame);
-    if let Err(elsewhere) = load(shared, next) {
-        drop(guard);
-        elsewhere.go()
-    }
+    let receiving = match load(shared, next) {
+        Ok(receiving) => receiving,
+        Err(elsewhere) => {
+            drop(guard);
+            elsewhere.go()
+        }
+    };
     let context = &shared.contexts[next];
     frame.copy_from(&context.regs);
     vectors::set_return(context.pc, context.pstate);
+    if let Some((id, vcpu)) = receiver(shared, next, receiving) {
+        drop(guard);
+        if crate::messages::complete_waiting_receive(id, vcpu, frame) {
+            vectors::skip_instruction();
+        }
+    }
+}
+
+/// The VM and vCPU of `slot` if it was `receiving` (see [`load`]).
+#[inline(always)]
+fn receiver(shared: &SharedCpu, slot: usize, receiving: bool) -> Option<(usize, usize)> {
+    if !receiving {
+        return None;
+    }
+    shared.placed[slot].map(|placed| (placed.vm, placed.vcpu))
 }
 
 /// Loads `slot`'s context onto this pCPU (all but its general registers and return state),
-/// none being loaded, or says where the pCPU goes instead.
-fn load(shared: &mut SharedCpu, slot: usize) -> Result<(), Elsewhere> {
+/// none being loaded, or says where the pCPU goes instead. Returns whether it was waiting in
+/// KEEL_MSG_RECV (the caller completes the call once the lock is released: [`receiver`]).
+fn load(shared: &mut SharedCpu, slot: usize) -> Result<bool, Elsewhere> {
     let Some(placed) = shared.placed[slot] else {
         return Err(Elsewhere::RunLoop);
     };
@@ -332,6 +363,7 @@ fn load(shared: &mut SharedCpu, slot: usize) -> Result<(), Elsewhere> {
     shared.last = Some(slot);
     shared.last_vm = placed.vm;
     shared.waiting &= !bit;
+    let receiving = shared.receiving & bit != 0;
     shared.receiving &= !bit;
     if shared.needs_sync & bit != 0 {
         shared.needs_sync &= !bit;
@@ -342,7 +374,7 @@ fn load(shared: &mut SharedCpu, slot: usize) -> Result<(), Elsewhere> {
         // Its virtual timer expired while it was out: listed now, not by a second exception.
         irq::list_expired_timer();
     }
-    Ok(())
+    Ok(receiving)
 }
 
 /// Saves the running vCPU (general registers in `frame`) into its context and leaves the

@@ -82,6 +82,13 @@ impl ResumeFrame {
         self.filled = true;
     }
 
+    /// The registers, to be changed before the resume. Panics if the frame was never filled.
+    pub fn regs_mut(&mut self) -> &mut GuestRegs {
+        assert!(self.filled, "a change to an unfilled frame");
+        // SAFETY: `fill` initialized all of it.
+        unsafe { self.regs.assume_init_mut() }
+    }
+
     /// The registers. Panics if the frame was never filled.
     fn regs(&self) -> &GuestRegs {
         assert!(self.filled, "resume_guest with an unfilled frame");
