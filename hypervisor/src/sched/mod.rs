@@ -794,6 +794,11 @@ pub fn wake_here(id: usize, vcpu: usize) -> bool {
     if shared.loaded == Some(slot) || !shared.is_started(slot) {
         return false;
     }
+    if shared.needs_sync & (1 << slot) != 0 && shared.scheduler.is_runnable(slot) {
+        // Woken already, its list registers to be brought up to date when it runs: a second
+        // message before then changes neither (no scan of its vGIC again).
+        return false;
+    }
     // Its list registers are brought up to date from the vGIC when it next runs, if the vGIC
     // has something to list (a message whose interrupt it has not enabled needs nothing).
     let interrupt = vm::vm(id).vgic.lock().next_pending(vcpu).is_some();
