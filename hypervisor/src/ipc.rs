@@ -141,7 +141,7 @@ pub fn send_bytes(
         if matches!(raised, Raised::WokeHere) {
             // The receiver shares this pCPU and woke: the scheduler looks again at this
             // trap's exit (the kick is taken then).
-            vm::kick_pcpu(cpu::index());
+            vm::kick_pcpu(cpu::index(), to);
         }
     }
     Ok(())

@@ -340,6 +340,25 @@ pub enum Stale {
 /// first starts are pending).
 static STALE: [AtomicU8; MAX_CPUS] = [const { AtomicU8::new(Stale::Kicked as u8) }; MAX_CPUS];
 
+/// Per pCPU, the VMs kicked there since the kicks were last taken (bit n = VM n; at boot all
+/// of them). A kicker sets its VM's bit before it sends the kick, so the pCPU's scheduler
+/// looks again at those VMs' slots only ([`take_kicked_vms`]).
+static KICKED_VMS: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(u32::MAX) }; MAX_CPUS];
+
+const _: () = assert!(MAX_VMS <= 32, "a kicked-VM mask has 32 bits");
+
+/// Takes the VMs kicked on this pCPU since the last take (see [`KICKED_VMS`]).
+pub fn take_kicked_vms() -> u32 {
+    KICKED_VMS[cpu::index()].swap(0, Ordering::Acquire)
+}
+
+/// Marks this pCPU stale for VM `id` as a kick of it would (its ended or reset state is not
+/// taken yet).
+pub fn mark_kicked_here(id: usize) {
+    KICKED_VMS[cpu::index()].fetch_or(1 << id, Ordering::Release);
+    mark_stale(Stale::Kicked);
+}
+
 /// Something about this pCPU's switched-out vCPUs may have changed.
 pub fn mark_stale(reason: Stale) {
     STALE[cpu::index()].fetch_or(reason as u8, Ordering::Relaxed);
@@ -426,13 +445,15 @@ pub fn kick_vcpu(id: usize, vcpu: usize) {
         return;
     };
     if pcpu as usize != cpu::index() || is_shared_pcpu(pcpu) {
-        kick_pcpu(pcpu as usize);
+        kick_pcpu(pcpu as usize, id);
     }
 }
 
-/// Sends the kick SGI to pCPU `pcpu` (also this one: it is then taken at the next exit).
-pub fn kick_pcpu(pcpu: usize) {
-    if let Some(target) = CPUS.get(pcpu) {
+/// Sends the kick SGI to pCPU `pcpu` (also this one: it is then taken at the next exit) for
+/// something that changed about VM `id`'s vCPUs there.
+pub fn kick_pcpu(pcpu: usize, id: usize) {
+    if let (Some(target), Some(kicked)) = (CPUS.get(pcpu), KICKED_VMS.get(pcpu)) {
+        kicked.fetch_or(1 << id, Ordering::Release);
         gic::send_sgi(KICK_SGI, target.mpidr.load(Ordering::Relaxed));
     }
 }

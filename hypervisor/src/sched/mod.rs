@@ -328,7 +328,7 @@ fn load(shared: &mut SharedCpu, slot: usize) -> Result<bool, Elsewhere> {
         // Its VM ended or is being reset, and the kick saying so is not handled yet.
         cpu.in_guest.store(false, Ordering::SeqCst);
         cpu.vm.store(usize::MAX, Ordering::Relaxed);
-        vm::mark_stale(vm::Stale::Kicked);
+        vm::mark_kicked_here(placed.vm);
         return Err(Elsewhere::RunLoop);
     }
     let bit = 1 << slot;
@@ -624,10 +624,16 @@ fn refresh(shared: &mut SharedCpu, now: u64) {
         }
         return;
     }
+    // Only the slots of the VMs kicked here: a kick for one VM (a message, a start) does not
+    // look at the other VMs' slots (a partition's tasks beside a Linux that restarts).
+    let kicked_vms = vm::take_kicked_vms();
     for slot in 0..MAX_SLOTS {
         let Some(Placed { vm: id, vcpu }) = shared.placed[slot] else {
             continue;
         };
+        if kicked_vms & (1 << id) == 0 {
+            continue;
+        }
         let vm = vm::vm(id);
         let running = vm.state() == VmState::Running;
         let current_generation = vm.generation() == shared.generations[slot];

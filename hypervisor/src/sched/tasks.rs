@@ -143,7 +143,7 @@ pub fn launch(caller: usize, handle: u64, release: u64) -> u64 {
         vm::vm(found.placed.vm).set_vcpu_power(found.placed.vcpu, VcpuPower::On);
     }
     drop(tables);
-    vm::kick_pcpu(pcpu);
+    vm::kick_pcpu(pcpu, found.placed.vm);
     0
 }
 
@@ -175,7 +175,7 @@ pub fn delete(caller: usize, vcpu: usize, handle: u64) -> After {
     }
     drop(tables);
     if matches!(after, After::Resume(_)) {
-        vm::kick_pcpu(pcpu);
+        vm::kick_pcpu(pcpu, found.placed.vm);
     }
     after
 }
