@@ -13,7 +13,7 @@
 //! and never held while a VM's device lock is taken; input is collected under the console
 //! lock and delivered to VMs after it is released.
 
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use keel_core::console::{ConsoleMux, Input, Sink};
 use keel_core::ratelimit::{DiagnosticKind, RateLimiter, Verdict};
@@ -278,13 +278,22 @@ fn ticks(us: u64) -> u64 {
     timer::frequency() * us / 1_000_000
 }
 
+/// Per pCPU, whether its console deadline was put off once ([`defer_flush`]).
+static DEFERRED: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
+
 /// The console's deadline came with the scheduler's: it is served [`MORE_OUTPUT_DELAY_US`]
-/// later instead, so that its writing and a vCPU switch are not one masked stretch.
-pub fn defer_flush() {
+/// later instead, so that its writing and a vCPU switch are not one masked stretch. Once in a
+/// row only: returns false (the caller writes now) if it was put off last time too, so that
+/// scheduler deadlines that keep falling with it cannot hold the output back.
+pub fn defer_flush() -> bool {
+    if DEFERRED[cpu::index()].swap(true, Ordering::Relaxed) {
+        return false;
+    }
     timers::set(
         Deadline::Console,
         timer::now() + ticks(MORE_OUTPUT_DELAY_US),
     );
+    true
 }
 
 /// Brings this pCPU back to the console ([`flush_partial`]): soon if output is `left` (cut by
@@ -360,6 +369,7 @@ pub fn vm_output(vm: usize, byte: u8) {
 /// virtual timer's path (10 instructions more per timer interrupt).
 #[inline(never)]
 pub fn flush_partial() {
+    DEFERRED[cpu::index()].store(false, Ordering::Relaxed);
     if queue_pending_start(cpu::index()) {
         // Written out at the next call, in a masked stretch of its own.
         arm_flush_timer(true);

@@ -111,11 +111,9 @@ fn hyp_timer() -> bool {
     let scheduling =
         timers::is_due(due, Deadline::Schedule) || timers::is_due(due, Deadline::VirtualTimers);
     if timers::is_due(due, Deadline::Console) {
-        if scheduling {
-            // Not in the same masked stretch as a vCPU switch: the console comes back a
-            // little later, as an interrupt of its own.
-            console::defer_flush();
-        } else {
+        // Not in the same masked stretch as a vCPU switch: the console comes back a little
+        // later, as an interrupt of its own (once in a row).
+        if !(scheduling && console::defer_flush()) {
             console::flush_partial();
         }
     }
