@@ -110,11 +110,8 @@ impl<const N: usize> Ring<N> {
         true
     }
 
-    /// Moves the bytes up to and including the first `\n` among the first `out.len()` queued
-    /// into `out`. With no `\n` among them: `out.len()` bytes if that many are queued (a
-    /// piece of a longer line), else all of them if `partial`, else nothing. Returns how many
-    /// were moved and whether they end a line. The work is bounded by `out.len()`, whatever
-    /// the line's length.
+    /// [`next_line`](Self::next_line) for an `out.len()`-byte buffer, moved into `out` (the
+    /// tests' view of the two).
     #[cfg(test)]
     fn pop_line(&mut self, out: &mut [u8], partial: bool) -> Option<(usize, bool)> {
         let (count, complete) = self.next_line(out.len(), partial)?;
@@ -122,9 +119,12 @@ impl<const N: usize> Ring<N> {
         Some((count, complete))
     }
 
-    /// How many bytes [`pop_line`](Self::pop_line) would move into a `max`-byte buffer, and
-    /// whether they end a line; nothing is moved (the caller moves them with
-    /// [`pop_into`](Self::pop_into) where they are to go, copied once).
+    /// How many of the queued bytes make the next line or piece for a `max`-byte buffer: up to
+    /// and including the first `\n` among the first `max`; with none, `max` if that many are
+    /// queued (a piece of a longer line), else all of them if `partial`, else nothing. Also
+    /// whether they end a line. Nothing is moved: the caller moves them with
+    /// [`pop_into`](Self::pop_into) where they are to go, copied once. The work is bounded by
+    /// `max`, whatever the line's length.
     fn next_line(&self, max: usize, partial: bool) -> Option<(usize, bool)> {
         // The bytes in order are two runs of the array (from `head`, then from its start):
         // searched run by run, not byte by byte modulo N (Keel does this with interrupts
