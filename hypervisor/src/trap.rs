@@ -334,7 +334,8 @@ fn wait(id: usize, vcpu: usize, regs: &mut GuestRegs) {
 /// KEEL_MSG_RECV with nothing queued: the call is repeated when the vCPU runs again (its PC
 /// is put back on the HVC), after it waited as WFI does: on a shared pCPU it gives the pCPU
 /// away until an interrupt, a message or the timeout wakes it; on a pinned one the pCPU
-/// sleeps until a physical interrupt (a sender's kick, or Keel's timer set for the timeout).
+/// sleeps until a physical interrupt (a sender's kick, or Keel's timer set for the timeout),
+/// and takes a message queued by then without the guest's second call.
 fn wait_for_message(id: usize, vcpu: usize, until: u64, regs: &mut GuestRegs) {
     vectors::repeat_call();
     if vm::this_cpu_is_shared() {
@@ -350,6 +351,11 @@ fn wait_for_message(id: usize, vcpu: usize, until: u64, regs: &mut GuestRegs) {
         // What woke the pCPU (a sender's kick, the timeout) is served here, as the IRQ the
         // guest's return would take at once: one exception fewer per delivery.
         guest_irq(regs);
+        // A message queued meanwhile is taken now, as the repeated call would take it: a
+        // second exception fewer (as a shared pCPU does at switch-in).
+        if crate::messages::complete_waiting_receive(id, vcpu, regs) {
+            vectors::skip_instruction();
+        }
     }
 }
 
