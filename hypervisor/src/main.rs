@@ -329,6 +329,7 @@ fn cpu_main(index: usize) -> ! {
     if vm::this_cpu_is_shared() {
         // Guest settings that do not change between the vCPUs placed here.
         arch::guest::configure_pcpu(false, true);
+        vectors::install_shared();
         sched::init(index);
     }
     sched::pinned::run_this_cpu()

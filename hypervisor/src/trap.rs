@@ -226,14 +226,14 @@ fn hypercall_trap(id: usize, vcpu: usize, esr: Esr, regs: &mut GuestRegs) {
     // KEEL_YIELD on a shared pCPU, the switch path's own call, before the full decode.
     if regs.x[0] as u32 == abi::KEEL_YIELD && vm::this_cpu_is_shared() {
         regs.x[0] = 0;
-        return sched::give_away(regs, true);
+        return sched::give_away(true);
     }
     match hypercall(id, vcpu, regs) {
         Next::Resume => {}
-        Next::Yield => sched::give_away(regs, true),
-        Next::Wait => wait(id, vcpu, regs),
+        Next::Yield => sched::give_away(true),
+        Next::Wait => wait(id, vcpu),
         Next::WaitMessage(until) => wait_for_message(id, vcpu, until, regs),
-        Next::Reschedule => sched::reschedule(regs),
+        Next::Reschedule => sched::reschedule(),
         next => finish(id, vcpu, esr, next, regs),
     }
 }
@@ -318,16 +318,16 @@ fn other_trap(id: usize, vcpu: usize, esr: Esr, regs: &mut GuestRegs) {
     };
     match next {
         Next::Resume => {}
-        Next::Wait => wait(id, vcpu, regs),
+        Next::Wait => wait(id, vcpu),
         next => finish(id, vcpu, esr, next, regs),
     }
 }
 
 /// WFI or CPU_SUSPEND on a shared pCPU: the vCPU gives the pCPU away unless an interrupt
 /// waits for it already (then it resumes at once, as WFI would).
-fn wait(id: usize, vcpu: usize, regs: &mut GuestRegs) {
+fn wait(id: usize, vcpu: usize) {
     if !sched::running_has_work(id, vcpu) {
-        sched::give_away(regs, false);
+        sched::give_away(false);
     }
 }
 
@@ -340,7 +340,7 @@ fn wait_for_message(id: usize, vcpu: usize, until: u64, regs: &mut GuestRegs) {
     vectors::repeat_call();
     if vm::this_cpu_is_shared() {
         if !sched::running_has_work(id, vcpu) {
-            sched::give_away_until(regs, until);
+            sched::give_away_until(until);
         }
     } else if !crate::arch::gic::any_interrupt_listed() {
         crate::timers::set(crate::timers::Deadline::MessageWait, until);
@@ -350,7 +350,7 @@ fn wait_for_message(id: usize, vcpu: usize, until: u64, regs: &mut GuestRegs) {
         crate::timers::set(crate::timers::Deadline::MessageWait, u64::MAX);
         // What woke the pCPU (a sender's kick, the timeout) is served here, as the IRQ the
         // guest's return would take at once: one exception fewer per delivery.
-        guest_irq(regs);
+        guest_irq();
         // A message queued meanwhile is taken now, as the repeated call would take it: a
         // second exception fewer (as a shared pCPU does at switch-in).
         if crate::messages::complete_waiting_receive(id, vcpu, regs) {
@@ -365,10 +365,10 @@ fn wait_for_message(id: usize, vcpu: usize, until: u64, regs: &mut GuestRegs) {
 fn finish(id: usize, vcpu: usize, esr: Esr, next: Next, regs: &mut GuestRegs) {
     match next {
         Next::Resume => {}
-        Next::Wait => wait(id, vcpu, regs),
-        Next::Yield => sched::give_away(regs, true),
+        Next::Wait => wait(id, vcpu),
+        Next::Yield => sched::give_away(true),
         Next::WaitMessage(until) => wait_for_message(id, vcpu, until, regs),
-        Next::Reschedule => sched::reschedule(regs),
+        Next::Reschedule => sched::reschedule(),
         Next::ResumeWithInterrupts => irq::sync_list_registers(),
         Next::Stop(fault) => {
             let fault = fault.named_by_channel(id);
@@ -404,16 +404,39 @@ fn finish(id: usize, vcpu: usize, esr: Esr, next: Next, regs: &mut GuestRegs) {
     }
 }
 
-/// IRQs (and FIQs) taken while a guest ran.
+/// IRQs (and FIQs) taken while a guest ran (the trap's frame is not needed: an interrupt
+/// changes no general register).
 #[unsafe(no_mangle)]
-extern "C" fn keel_guest_irq(regs: &mut GuestRegs) {
+extern "C" fn keel_guest_irq(_frame: &mut GuestRegs) {
     masked::begin(MaskedSite::GuestIrq);
-    guest_irq(regs);
+    guest_irq();
     masked::end();
 }
 
+/// [`keel_guest_sync`] on a shared pCPU (its vector table's): returns the frame the trap
+/// returns through, the running vCPU's (another one's if the exit switched).
+#[unsafe(no_mangle)]
+extern "C" fn keel_shared_guest_sync(regs: &mut GuestRegs) -> *const GuestRegs {
+    keel_guest_sync(regs);
+    sched::running_frame()
+}
+
+/// [`keel_guest_irq`] on a shared pCPU, as [`keel_shared_guest_sync`].
+#[unsafe(no_mangle)]
+extern "C" fn keel_shared_guest_irq(frame: &mut GuestRegs) -> *const GuestRegs {
+    keel_guest_irq(frame);
+    sched::running_frame()
+}
+
+/// [`keel_guest_serror`] on a shared pCPU, as [`keel_shared_guest_sync`].
+#[unsafe(no_mangle)]
+extern "C" fn keel_shared_guest_serror(regs: &mut GuestRegs) -> *const GuestRegs {
+    keel_guest_serror(regs);
+    sched::running_frame()
+}
+
 #[inline(always)]
-fn guest_irq(regs: &mut GuestRegs) {
+fn guest_irq() {
     let handled = irq::handle_pending_from_guest();
     // A VM ended or reset by another pCPU comes with a kick, as does a vCPU woken on a shared
     // pCPU: only then can the running vCPU have to stop or give way.
@@ -422,7 +445,7 @@ fn guest_irq(regs: &mut GuestRegs) {
             sched::pinned::park();
         }
         if vm::this_cpu_is_shared() {
-            sched::reschedule(regs);
+            sched::reschedule();
         }
     }
     if handled.sync {

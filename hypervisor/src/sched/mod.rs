@@ -15,23 +15,26 @@
 //! Exits are handled in place on the exception stack, as on a pinned pCPU. An exit that gives
 //! the pCPU away ([`give_away`]: WFI, KEEL_YIELD, KEEL_TASK_WAIT) or after which the scheduler
 //! picks another vCPU ([`reschedule`]: a deadline, a kick) asks the scheduler once; a vCPU
-//! picked again resumes with nothing saved or restored, another one is switched in on the
-//! trap's own frame ([`switch_in_place`]: the running context saved, the next one loaded and
-//! its registers put in the frame, so that the trap returns into it), and with none to run the
-//! pCPU waits in the [`run_loop`], which enters the next one on a fresh stack ([`enter`]). A vCPU that resets its VM gives its slot to the reload's bounded steps
-//! ([`reload`]), which the scheduler runs and preempts like guest code.
+//! picked again resumes with nothing saved or restored, another one is switched in as the
+//! trap returns ([`switch_in_place`]: the running context saved, the next one loaded, and the
+//! trap returns through the next one's frame), and with none to run the pCPU waits in the
+//! [`run_loop`], which enters the next one ([`enter`]). Each slot has an EL2 stack of its own
+//! whose top is its frame ([`SlotStack`]), so that no switch copies general registers. A vCPU
+//! that resets its VM gives its slot to the reload's bounded steps ([`reload`]), which the
+//! scheduler runs and preempts like guest code.
 
 pub mod pinned;
 pub mod tasks;
 
-use core::sync::atomic::Ordering;
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicPtr, Ordering};
 
 use keel_core::sched::{Decision, Scheduler, Stats, MAX_SLOTS};
 
-use crate::arch::boot::{self, MAX_CPUS};
+use crate::arch::boot::MAX_CPUS;
 use crate::arch::context::VcpuContext;
 use crate::arch::cpu::{self, Mutex};
-use crate::arch::vectors::{self, GuestRegs, ResumeFrame};
+use crate::arch::vectors::{self, GuestRegs};
 use crate::arch::{gic, guest, timer};
 use crate::config::SYSTEM;
 use crate::timers;
@@ -164,6 +167,83 @@ fn this_shared() -> &'static Mutex<SharedCpu> {
     &SHARED[cpu::index()]
 }
 
+/// The size of the EL2 stack of a slot of a shared pCPU, below its frame: a trap's handlers,
+/// the scheduler, and the run loop when the slot gave the pCPU away, run on it.
+const SLOT_STACK_SIZE: usize = 16 * 1024;
+
+/// The EL2 stack of a slot of a shared pCPU, the slot's general registers (its frame) in its
+/// top 256 bytes: a vCPU runs with its stack pointer just above them, so that a trap saves
+/// them in place and its return restores them from there ([`crate::arch::vectors`]). A
+/// switch moves no general register: the trap returns through the next vCPU's frame.
+#[repr(C, align(16))]
+struct SlotStack {
+    stack: [u8; SLOT_STACK_SIZE],
+    frame: GuestRegs,
+}
+
+/// Every slot's stack and frame, per pCPU (all zero: in .bss). Ownership: a slot's frame is
+/// its pCPU's. While the slot is loaded it is the trap's frame (the vectors and the handlers'
+/// `&mut GuestRegs`); otherwise it is written only by a holder of its pCPU's `SharedCpu` lock
+/// (a start, a task create from another pCPU) or by its pCPU as it switches the slot in,
+/// before the guest runs ([`loaded_frame`]). The stack is used only through the stack pointer.
+struct SlotStacks(UnsafeCell<[[SlotStack; MAX_SLOTS]; MAX_CPUS]>);
+
+// SAFETY: see the ownership rules above; nothing in it is reached through a shared reference.
+unsafe impl Sync for SlotStacks {}
+
+static SLOT_STACKS: SlotStacks = SlotStacks(UnsafeCell::new(
+    [const {
+        [const {
+            SlotStack {
+                stack: [0; SLOT_STACK_SIZE],
+                frame: GuestRegs::ZERO,
+            }
+        }; MAX_SLOTS]
+    }; MAX_CPUS],
+));
+
+/// The frame of `slot` on pCPU `pcpu` (panics out of range). Only a pointer: who may use it
+/// is said at [`SlotStacks`].
+fn frame_ptr(pcpu: usize, slot: usize) -> *mut GuestRegs {
+    assert!(pcpu < MAX_CPUS && slot < MAX_SLOTS, "no such slot");
+    // SAFETY: in bounds (checked above); a raw pointer to a field, no reference is made.
+    unsafe {
+        let stacks = SLOT_STACKS.0.get().cast::<SlotStack>();
+        &raw mut (*stacks.add(pcpu * MAX_SLOTS + slot)).frame
+    }
+}
+
+/// The frame of the vCPU loaded on each shared pCPU: what its trap returns through.
+static RUNNING_FRAME: [AtomicPtr<GuestRegs>; MAX_CPUS] =
+    [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_CPUS];
+
+/// The frame a trap on this shared pCPU returns through: the loaded vCPU's (the one that
+/// trapped, or the one switched in on its exit).
+#[inline(always)]
+pub fn running_frame() -> *const GuestRegs {
+    RUNNING_FRAME[cpu::index()].load(Ordering::Relaxed)
+}
+
+/// The frame of `slot`, just loaded on this pCPU, for the switch-in's own use before the guest
+/// runs (completing its wait in KEEL_MSG_RECV, entering it).
+fn loaded_frame(slot: usize) -> &'static mut GuestRegs {
+    // SAFETY: `slot` is loaded here (the caller's load succeeded), so its frame is this pCPU's
+    // alone (no other pCPU writes a loaded slot's frame), and no reference to it lives: the
+    // trap being handled, if any, is the previous vCPU's (a switch is to another slot), or was
+    // abandoned with its stack (the run loop never returns into it).
+    unsafe { &mut *frame_ptr(cpu::index(), slot) }
+}
+
+/// Gives slot `slot` of pCPU `pcpu` its start registers, all zero but x0. The caller holds
+/// that pCPU's `SharedCpu` lock (`_locked`), and the slot is not loaded.
+fn start_frame(_locked: &mut SharedCpu, pcpu: usize, slot: usize, x0: u64) {
+    // SAFETY: the slot is not loaded and its pCPU's lock is held: nothing else writes or reads
+    // its frame now (see SlotStacks).
+    let frame = unsafe { &mut *frame_ptr(pcpu, slot) };
+    frame.zero();
+    frame.x[0] = x0;
+}
+
 /// Converts configuration nanoseconds into counter ticks: `(numerator, denominator)`.
 fn ticks_per_ns() -> (u64, u64) {
     (timer::frequency(), 1_000_000_000)
@@ -235,9 +315,8 @@ impl Elsewhere {
     }
 }
 
-/// Restores `slot`'s context on this pCPU and enters it on a fresh stack.
+/// Restores `slot`'s context on this pCPU and enters it on its own stack.
 fn enter(slot: usize) -> ! {
-    let mut frame = ResumeFrame::new();
     let (mut pc, pstate, receiving) = {
         let mut guard = this_shared().lock();
         let shared = &mut *guard;
@@ -249,33 +328,28 @@ fn enter(slot: usize) -> ! {
             }
         };
         let context = &shared.contexts[slot];
-        frame.fill(&context.regs);
         (
             context.pc,
             context.pstate,
             receiver(shared, slot, receiving),
         )
     };
+    let frame = loaded_frame(slot);
     if let Some((id, vcpu)) = receiving {
-        if crate::messages::complete_waiting_receive(id, vcpu, frame.regs_mut()) {
+        if crate::messages::complete_waiting_receive(id, vcpu, frame) {
             pc += 4;
         }
     }
-    vectors::resume_guest(
-        &frame,
-        pc,
-        pstate,
-        boot::stack_top(cpu::index()),
-        crate::masked::end,
-    )
+    let stack_top = core::ptr::from_mut(frame) as u64 + core::mem::size_of::<GuestRegs>() as u64;
+    vectors::resume_guest(frame, pc, pstate, stack_top, crate::masked::end)
 }
 
-/// Switches from the running vCPU (its general registers in the trap's `frame`) to `next`,
-/// in place: the running one is saved, `next`'s context loaded and its registers put in the
-/// frame, so that the trap returns into `next`. One lock, one save, one restore.
-fn switch_in_place(mut guard: cpu::MutexGuard<'_, SharedCpu>, next: usize, frame: &mut GuestRegs) {
+/// Switches from the running vCPU to `next` as the trap being handled returns: the running one
+/// is saved (its general registers stay in its frame), `next`'s context loaded, and the trap
+/// returns through `next`'s frame ([`running_frame`]). One lock, one save, one restore.
+fn switch_in_place(mut guard: cpu::MutexGuard<'_, SharedCpu>, next: usize) {
     let shared = &mut *guard;
-    save_running(shared, frame);
+    save_running(shared);
     let receiving = match load(shared, next) {
         Ok(receiving) => receiving,
         Err(elsewhere) => {
@@ -284,11 +358,10 @@ fn switch_in_place(mut guard: cpu::MutexGuard<'_, SharedCpu>, next: usize, frame
         }
     };
     let context = &shared.contexts[next];
-    frame.copy_from(&context.regs);
     vectors::set_return(context.pc, context.pstate);
     if let Some((id, vcpu)) = receiver(shared, next, receiving) {
         drop(guard);
-        if crate::messages::complete_waiting_receive(id, vcpu, frame) {
+        if crate::messages::complete_waiting_receive(id, vcpu, loaded_frame(next)) {
             vectors::skip_instruction();
         }
     }
@@ -359,6 +432,7 @@ fn load(shared: &mut SharedCpu, slot: usize) -> Result<bool, Elsewhere> {
     cpu.generation
         .store(shared.generations[slot], Ordering::Relaxed);
     cpu.vcpu.store(placed.vcpu, Ordering::Relaxed);
+    RUNNING_FRAME[cpu::index()].store(frame_ptr(cpu::index(), slot), Ordering::Relaxed);
     shared.loaded = Some(slot);
     shared.last = Some(slot);
     shared.last_vm = placed.vm;
@@ -377,14 +451,14 @@ fn load(shared: &mut SharedCpu, slot: usize) -> Result<bool, Elsewhere> {
     Ok(receiving)
 }
 
-/// Saves the running vCPU (general registers in `frame`) into its context and leaves the
-/// pCPU with none loaded. Returns the slot that was loaded.
-fn save_running(shared: &mut SharedCpu, frame: &GuestRegs) -> Option<usize> {
+/// Saves the running vCPU into its context (its general registers stay in its frame) and
+/// leaves the pCPU with none loaded. Returns the slot that was loaded.
+fn save_running(shared: &mut SharedCpu) -> Option<usize> {
     let slot = shared.loaded.take()?;
     let cpu = vm::this_cpu();
     let context = &mut shared.contexts[slot];
     let listed = cpu.listed.load(Ordering::Relaxed);
-    context.save(frame, cpu.redistributor.get(), listed);
+    context.save(cpu.redistributor.get(), listed);
     shared.timer_lr[slot] = (
         cpu.timer_lr.load(Ordering::Relaxed),
         cpu.timer_lr_value.load(Ordering::Relaxed),
@@ -399,18 +473,18 @@ fn save_running(shared: &mut SharedCpu, frame: &GuestRegs) -> Option<usize> {
 /// real-time vCPU's job is complete; it waits for an interrupt or its next release. A
 /// best-effort vCPU that yields (`yielding`) goes behind the others and runs again
 /// when its turn comes. Returns when the trap is to return into a vCPU (the same one, or
-/// the next one switched in on `frame`).
-pub fn give_away(frame: &mut GuestRegs, yielding: bool) {
-    give_away_waiting(frame, yielding, None)
+/// the next one switched in: [`running_frame`]).
+pub fn give_away(yielding: bool) {
+    give_away_waiting(yielding, None)
 }
 
 /// The running vCPU waits in KEEL_MSG_RECV: it gives the pCPU away as for WFI, and a message
 /// for it or the counter reaching `until` wakes it too.
-pub fn give_away_until(frame: &mut GuestRegs, until: u64) {
-    give_away_waiting(frame, false, Some(until))
+pub fn give_away_until(until: u64) {
+    give_away_waiting(false, Some(until))
 }
 
-fn give_away_waiting(frame: &mut GuestRegs, yielding: bool, message_until: Option<u64>) {
+fn give_away_waiting(yielding: bool, message_until: Option<u64>) {
     let mut guard = this_shared().lock();
     let shared = &mut *guard;
     let now = timer::now();
@@ -438,7 +512,7 @@ fn give_away_waiting(frame: &mut GuestRegs, yielding: bool, message_until: Optio
         if requeue {
             shared.scheduler.wake(slot, now);
         }
-        save_running(shared, frame);
+        save_running(shared);
         let next = decide(shared, now);
         drop(guard);
         switch_to(next)
@@ -452,9 +526,9 @@ fn give_away_waiting(frame: &mut GuestRegs, yielding: bool, message_until: Optio
             shared.waiting &= !bit;
             shared.receiving &= !bit;
         }
-        Some(next) => switch_in_place(guard, next, frame),
+        Some(next) => switch_in_place(guard, next),
         None => {
-            save_running(shared, frame);
+            save_running(shared);
             drop(guard);
             run_loop()
         }
@@ -480,9 +554,9 @@ fn switch_to(next: Option<usize>) -> ! {
 }
 
 /// Something may have changed what should run (a deadline passed, a vCPU here was woken or
-/// started): asks the scheduler and, if it picks another vCPU, switches to it (in place on
-/// `frame` when a vCPU is running). Returns when the trap is to return into a vCPU.
-pub fn reschedule(frame: &mut GuestRegs) {
+/// started): asks the scheduler and, if it picks another vCPU, switches to it (as the trap
+/// returns, when a vCPU is running). Returns when the trap is to return into a vCPU.
+pub fn reschedule() {
     let mut guard = this_shared().lock();
     let shared = &mut *guard;
     if shared
@@ -499,9 +573,9 @@ pub fn reschedule(frame: &mut GuestRegs) {
     program(shared, decision);
     match (shared.loaded, decision.run) {
         (Some(loaded), Some(next)) if loaded == next => {}
-        (Some(_), Some(next)) => switch_in_place(guard, next, frame),
+        (Some(_), Some(next)) => switch_in_place(guard, next),
         (_, next) => {
-            save_running(shared, frame);
+            save_running(shared);
             drop(guard);
             switch_to(next)
         }
@@ -703,9 +777,9 @@ fn start_slot(
     let desc = vm::desc(id);
     let vm = vm::vm(id);
     let vttbr = (u64::from(desc.id.0 + 1) << 48) | vm.stage2_root();
+    start_frame(shared, cpu::index(), slot, x0);
     shared.contexts[slot].reset(
         entry,
-        x0,
         guest::vmpidr(vcpu),
         (guest::hcr_value(true), guest::mdcr_value(desc.pmu)),
         vttbr,

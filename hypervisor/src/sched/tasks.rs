@@ -59,10 +59,10 @@ pub fn create(id: usize, request: &TaskRequest) -> u64 {
     let slot = admitted.slot;
     let vcpu = desc.pcpus.len() + admitted.index;
     let vttbr = (u64::from(desc.id.0 + 1) << 48) | vm.stage2_root();
+    super::start_frame(shared, pcpu, slot, request.arg);
     let context = &mut shared.contexts[slot];
     context.reset(
         request.entry,
-        request.arg,
         guest::vmpidr(vcpu),
         (guest::hcr_value(true), guest::mdcr_value(desc.pmu)),
         vttbr,

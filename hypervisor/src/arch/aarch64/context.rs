@@ -14,7 +14,6 @@ use keel_core::abi::layout::VTIMER_INTID;
 
 use super::pmu::PmuState;
 use super::regs::{read_sysreg, write_sysreg};
-use super::vectors::GuestRegs;
 use super::{gic, stage2};
 
 /// The EL1/EL0 system registers a guest owns, in the order [`El1State::save`] keeps them.
@@ -337,8 +336,6 @@ impl FpState {
 /// Everything a vCPU owns on a shared pCPU.
 #[derive(Clone, Debug)]
 pub struct VcpuContext {
-    /// x0-x30.
-    pub regs: GuestRegs,
     /// Where it resumes (ELR_EL2).
     pub pc: u64,
     /// Its PSTATE (SPSR_EL2).
@@ -374,7 +371,6 @@ impl VcpuContext {
     /// An empty context (no vCPU), all zero so that the tables of them live in .bss, not in
     /// Keel's image: [`VcpuContext::reset`] gives a vCPU its entry state.
     pub const EMPTY: Self = Self {
-        regs: GuestRegs::ZERO,
         pc: 0,
         pstate: 0,
         el1: El1State::ZERO,
@@ -394,23 +390,14 @@ impl VcpuContext {
         pmu: PmuState::RESET,
     };
 
-    /// The vCPU's power-on state (`traps`: its HCR_EL2 and MDCR_EL2): entry at `pc` with `x0`, EL1h with interrupts masked, EL1
-    /// registers, timer, interface, FP/SIMD and (`owns_pmu`: its VM owns the PMU) a clean PMU
-    /// as the README's entry state says.
-    pub fn reset(
-        &mut self,
-        pc: u64,
-        x0: u64,
-        vmpidr: u64,
-        traps: (u64, u64),
-        vttbr: u64,
-        owns_pmu: bool,
-    ) {
+    /// The vCPU's power-on state (`traps`: its HCR_EL2 and MDCR_EL2): entry at `pc`, EL1h with
+    /// interrupts masked, EL1 registers, timer, interface, FP/SIMD and (`owns_pmu`: its VM owns
+    /// the PMU) a clean PMU as the README's entry state says. Its general registers are not
+    /// here: the caller sets its frame ([`super::vectors::GuestRegs::zero`], then x0).
+    pub fn reset(&mut self, pc: u64, vmpidr: u64, traps: (u64, u64), vttbr: u64, owns_pmu: bool) {
         // Field by field rather than `*self = Self::EMPTY` first: the PMU's 560 bytes are
         // cleared only for a vCPU that owns it (no other reads them), and nothing is written
         // twice. A task create does this with interrupts masked.
-        self.regs.zero();
-        self.regs.x[0] = x0;
         self.pc = pc;
         self.pstate = super::regs::SPSR_EL1H_MASKED;
         self.el1.reset();
@@ -461,17 +448,11 @@ impl VcpuContext {
         self.timer = VirtualTimer::default();
     }
 
-    /// Saves the state of the vCPU leaving this pCPU: `frame` holds its general registers as
-    /// the trap saved them, `listed` the list registers Keel filled for it. Its virtual timer
-    /// is stopped and its timer interrupt's physical active state taken off the pCPU (to be
-    /// put back by [`VcpuContext::restore`]).
-    pub fn save(
-        &mut self,
-        frame: &GuestRegs,
-        redistributor: Option<&gic::Redistributor>,
-        listed: u64,
-    ) {
-        self.regs.copy_from(frame);
+    /// Saves the state of the vCPU leaving this pCPU (its general registers stay in its frame,
+    /// where the trap saved them): `listed` the list registers Keel filled for it. Its virtual
+    /// timer is stopped and its timer interrupt's physical active state taken off the pCPU (to
+    /// be put back by [`VcpuContext::restore`]).
+    pub fn save(&mut self, redistributor: Option<&gic::Redistributor>, listed: u64) {
         self.pc = read_sysreg!("elr_el2");
         self.pstate = read_sysreg!("spsr_el2");
         self.el1.save();
@@ -494,8 +475,8 @@ impl VcpuContext {
         }
     }
 
-    /// Loads this context onto the pCPU, all but the general registers and ELR/SPSR, which
-    /// the entry loads. `same_vm_other_vcpu`: the previous vCPU on this pCPU was another vCPU
+    /// Loads this context onto the pCPU, all but ELR/SPSR, which the entry loads (the general
+    /// registers are in the vCPU's frame). `same_vm_other_vcpu`: the previous vCPU on this pCPU was another vCPU
     /// of the same VM (same VMID), whose EL1 TLB entries must not be used by this one.
     pub fn restore(&self, redistributor: Option<&gic::Redistributor>, same_vm_other_vcpu: bool) {
         self.el1.restore();

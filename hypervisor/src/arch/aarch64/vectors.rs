@@ -1,8 +1,13 @@
-//! The EL2 exception vector table (Arm ARM D1.3.1) and guest entry/exit.
+//! The EL2 exception vector tables (Arm ARM D1.3.1) and guest entry/exit.
 //!
-//! A trap from a guest saves x0-x30 in a [`GuestRegs`] frame at the top of the pCPU's
-//! stack, calls the Rust handler with it, restores it and returns with `eret`. Since the
-//! stack is reset on every guest entry, the frame of a pCPU is always at the same place.
+//! A trap from a guest saves x0-x30 in a [`GuestRegs`] frame just below the stack pointer it
+//! entered with, calls the Rust handler with it, restores a frame and returns with `eret`.
+//! A pinned pCPU ([`install`]) enters its guest with its stack empty, so its one frame is
+//! always at the top of its stack, and the handler's return restores that frame. A shared
+//! pCPU ([`install_shared`]) enters each vCPU on a stack of the vCPU's own whose top 256
+//! bytes are its registers while it is switched out ([`resume_guest`]): the trap saves them
+//! in place, and its handler returns the frame to restore, the same one or the one of the vCPU
+//! switched in meanwhile, so that a switch moves no general register.
 
 use super::regs::{read_sysreg, write_sysreg};
 
@@ -27,15 +32,6 @@ impl GuestRegs {
         padding: 0,
     };
 
-    /// Copies `other`'s registers here with sixteen load/store pairs (`Clone` calls Keel's
-    /// generic `memcpy`, which took about 500 instructions a frame, twice per vCPU switch).
-    #[inline(always)]
-    pub fn copy_from(&mut self, other: &GuestRegs) {
-        // SAFETY: both frames are valid, 8-byte aligned and 256 bytes long (asserted above),
-        // and distinct (`&mut` and `&`); the function reads one and writes the other only.
-        unsafe { keel_copy_frame(self, other) }
-    }
-
     /// Sets every register to zero (a vCPU's start).
     #[inline(always)]
     pub fn zero(&mut self) {
@@ -53,47 +49,6 @@ impl GuestRegs {
         if let Some(slot) = self.x.get_mut(n as usize) {
             *slot = value;
         }
-    }
-}
-
-/// A vCPU's registers copied out of its context for [`resume_guest`] (so the context's lock
-/// can be released first), filled without zeroing or moving 256 bytes.
-pub struct ResumeFrame {
-    regs: core::mem::MaybeUninit<GuestRegs>,
-    filled: bool,
-}
-
-impl ResumeFrame {
-    /// A frame to be filled ([`ResumeFrame::fill`]) where it lies: moving it would cost a
-    /// `memcpy`.
-    #[inline(always)]
-    pub fn new() -> Self {
-        Self {
-            regs: core::mem::MaybeUninit::uninit(),
-            filled: false,
-        }
-    }
-
-    /// Copies `regs` in.
-    #[inline(always)]
-    pub fn fill(&mut self, regs: &GuestRegs) {
-        // SAFETY: as in `GuestRegs::copy_from`; all 256 bytes are written.
-        unsafe { keel_copy_frame(self.regs.as_mut_ptr(), regs) };
-        self.filled = true;
-    }
-
-    /// The registers, to be changed before the resume. Panics if the frame was never filled.
-    pub fn regs_mut(&mut self) -> &mut GuestRegs {
-        assert!(self.filled, "a change to an unfilled frame");
-        // SAFETY: `fill` initialized all of it.
-        unsafe { self.regs.assume_init_mut() }
-    }
-
-    /// The registers. Panics if the frame was never filled.
-    fn regs(&self) -> &GuestRegs {
-        assert!(self.filled, "resume_guest with an unfilled frame");
-        // SAFETY: `fill` initialized all of it.
-        unsafe { self.regs.assume_init_ref() }
     }
 }
 
@@ -119,10 +74,30 @@ core::arch::global_asm!(
     str     x30, [sp, #16 * 15]
 .endm
 
-    .section .text.vectors, "ax"
-    .balign 2048
-    .global keel_vectors
-keel_vectors:
+.macro RESTORE_GUEST
+    ldp     x0, x1, [sp, #16 * 0]
+    ldp     x2, x3, [sp, #16 * 1]
+    ldp     x4, x5, [sp, #16 * 2]
+    ldp     x6, x7, [sp, #16 * 3]
+    ldp     x8, x9, [sp, #16 * 4]
+    ldp     x10, x11, [sp, #16 * 5]
+    ldp     x12, x13, [sp, #16 * 6]
+    ldp     x14, x15, [sp, #16 * 7]
+    ldp     x16, x17, [sp, #16 * 8]
+    ldp     x18, x19, [sp, #16 * 9]
+    ldp     x20, x21, [sp, #16 * 10]
+    ldp     x22, x23, [sp, #16 * 11]
+    ldp     x24, x25, [sp, #16 * 12]
+    ldp     x26, x27, [sp, #16 * 13]
+    ldp     x28, x29, [sp, #16 * 14]
+    ldr     x30, [sp, #16 * 15]
+    add     sp, sp, #256
+    eret
+.endm
+
+// The 16 entries of a table whose guest entries call `sync`, `irq` and `serror` and return
+// through `ret`.
+.macro VECTORS sync, irq, serror, ret
     // Current EL with SP_EL0: never used by Keel.
     .balign 0x80
     b       keel_hyp_fault_entry
@@ -145,23 +120,23 @@ keel_vectors:
     .balign 0x80
     SAVE_GUEST
     mov     x0, sp
-    bl      keel_guest_sync
-    b       keel_return_to_guest
+    bl      \sync
+    b       \ret
     .balign 0x80
     SAVE_GUEST
     mov     x0, sp
-    bl      keel_guest_irq
-    b       keel_return_to_guest
+    bl      \irq
+    b       \ret
     .balign 0x80
     SAVE_GUEST
     mov     x0, sp
-    bl      keel_guest_irq
-    b       keel_return_to_guest
+    bl      \irq
+    b       \ret
     .balign 0x80
     SAVE_GUEST
     mov     x0, sp
-    bl      keel_guest_serror
-    b       keel_return_to_guest
+    bl      \serror
+    b       \ret
     // Lower EL, AArch32: Keel runs no AArch32 guest (HCR_EL2.RW = 1).
     .balign 0x80
     b       keel_hyp_fault_entry
@@ -171,28 +146,28 @@ keel_vectors:
     b       keel_hyp_fault_entry
     .balign 0x80
     b       keel_hyp_fault_entry
+.endm
+
+    .section .text.vectors, "ax"
+    .balign 2048
+    .global keel_vectors
+keel_vectors:
+    VECTORS keel_guest_sync, keel_guest_irq, keel_guest_serror, keel_return_to_guest
+
+    .balign 2048
+    .global keel_shared_vectors
+keel_shared_vectors:
+    VECTORS keel_shared_guest_sync, keel_shared_guest_irq, keel_shared_guest_serror, keel_return_to_frame
 
     .balign 0x80
     .global keel_return_to_guest
 keel_return_to_guest:
-    ldp     x0, x1, [sp, #16 * 0]
-    ldp     x2, x3, [sp, #16 * 1]
-    ldp     x4, x5, [sp, #16 * 2]
-    ldp     x6, x7, [sp, #16 * 3]
-    ldp     x8, x9, [sp, #16 * 4]
-    ldp     x10, x11, [sp, #16 * 5]
-    ldp     x12, x13, [sp, #16 * 6]
-    ldp     x14, x15, [sp, #16 * 7]
-    ldp     x16, x17, [sp, #16 * 8]
-    ldp     x18, x19, [sp, #16 * 9]
-    ldp     x20, x21, [sp, #16 * 10]
-    ldp     x22, x23, [sp, #16 * 11]
-    ldp     x24, x25, [sp, #16 * 12]
-    ldp     x26, x27, [sp, #16 * 13]
-    ldp     x28, x29, [sp, #16 * 14]
-    ldr     x30, [sp, #16 * 15]
-    add     sp, sp, #256
-    eret
+    RESTORE_GUEST
+
+// A shared pCPU's return: x0 = the frame to restore (the handler's answer).
+keel_return_to_frame:
+    mov     sp, x0
+    RESTORE_GUEST
 
 // An interrupt while Keel itself runs (an idle pCPU waiting in WFI).
 keel_hyp_irq_entry:
@@ -233,43 +208,6 @@ keel_hyp_fault_entry:
     bl      keel_hyp_fault
     b       .
 
-// x0 = destination frame, x1 = source frame (256 bytes each).
-    .global keel_copy_frame
-keel_copy_frame:
-    ldp     x2, x3, [x1, #16 * 0]
-    stp     x2, x3, [x0, #16 * 0]
-    ldp     x2, x3, [x1, #16 * 1]
-    stp     x2, x3, [x0, #16 * 1]
-    ldp     x2, x3, [x1, #16 * 2]
-    stp     x2, x3, [x0, #16 * 2]
-    ldp     x2, x3, [x1, #16 * 3]
-    stp     x2, x3, [x0, #16 * 3]
-    ldp     x2, x3, [x1, #16 * 4]
-    stp     x2, x3, [x0, #16 * 4]
-    ldp     x2, x3, [x1, #16 * 5]
-    stp     x2, x3, [x0, #16 * 5]
-    ldp     x2, x3, [x1, #16 * 6]
-    stp     x2, x3, [x0, #16 * 6]
-    ldp     x2, x3, [x1, #16 * 7]
-    stp     x2, x3, [x0, #16 * 7]
-    ldp     x2, x3, [x1, #16 * 8]
-    stp     x2, x3, [x0, #16 * 8]
-    ldp     x2, x3, [x1, #16 * 9]
-    stp     x2, x3, [x0, #16 * 9]
-    ldp     x2, x3, [x1, #16 * 10]
-    stp     x2, x3, [x0, #16 * 10]
-    ldp     x2, x3, [x1, #16 * 11]
-    stp     x2, x3, [x0, #16 * 11]
-    ldp     x2, x3, [x1, #16 * 12]
-    stp     x2, x3, [x0, #16 * 12]
-    ldp     x2, x3, [x1, #16 * 13]
-    stp     x2, x3, [x0, #16 * 13]
-    ldp     x2, x3, [x1, #16 * 14]
-    stp     x2, x3, [x0, #16 * 14]
-    ldp     x2, x3, [x1, #16 * 15]
-    stp     x2, x3, [x0, #16 * 15]
-    ret
-
 // x0 = registers to load, x1 = top of this pCPU's stack. Does not return. The registers are
 // loaded straight from x0's frame: nothing is written to memory on the way, so a frame that
 // lies anywhere on the old stack (including below the new top) cannot be overwritten before
@@ -299,15 +237,26 @@ keel_enter_guest:
 
 unsafe extern "C" {
     static keel_vectors: u8;
+    static keel_shared_vectors: u8;
     fn keel_enter_guest(regs: *const GuestRegs, stack_top: u64) -> !;
-    fn keel_copy_frame(destination: *mut GuestRegs, source: *const GuestRegs);
 }
 
-/// Installs Keel's vector table on this pCPU.
+/// Installs Keel's vector table on this pCPU (a pinned one's, until [`install_shared`]).
 pub fn install() {
     // SAFETY: `keel_vectors` is the 2 KiB-aligned table above; its handlers are Keel's own.
     unsafe {
         write_sysreg!("vbar_el2", core::ptr::addr_of!(keel_vectors) as u64);
+    }
+    super::cpu::isb();
+}
+
+/// Installs the table of a shared pCPU, whose handlers return the frame to restore (see the
+/// module's description), before any vCPU runs on it.
+pub fn install_shared() {
+    // SAFETY: `keel_shared_vectors` is the 2 KiB-aligned table above; its handlers are Keel's
+    // own, and each returns a frame the scheduler loaded.
+    unsafe {
+        write_sysreg!("vbar_el2", core::ptr::addr_of!(keel_shared_vectors) as u64);
     }
     super::cpu::isb();
 }
@@ -332,12 +281,12 @@ pub fn enter_guest(regs: &GuestRegs, pc: u64, stack_top: u64, last: fn()) -> ! {
     unsafe { keel_enter_guest(regs, stack_top) }
 }
 
-/// Enters the guest at `pc` with PSTATE `pstate` and the given registers, on a fresh stack:
-/// a vCPU resuming on a shared pCPU where it was switched out. Its context must be loaded.
-/// `last` runs as for [`enter_guest`], with the same duty.
+/// Enters the guest at `pc` with PSTATE `pstate` and the registers in `regs`, with its stack
+/// pointer at `stack_top`: a vCPU resuming on a shared pCPU where it was switched out, whose
+/// frame is the top 256 bytes of its own stack (`stack_top` is just above them). Its context
+/// must be loaded. `last` runs as for [`enter_guest`], with the same duty.
 #[inline(always)]
-pub fn resume_guest(frame: &ResumeFrame, pc: u64, pstate: u64, stack_top: u64, last: fn()) -> ! {
-    let regs = frame.regs();
+pub fn resume_guest(regs: &GuestRegs, pc: u64, pstate: u64, stack_top: u64, last: fn()) -> ! {
     // SAFETY: ELR/SPSR are the values saved when the vCPU left (or its entry state), at EL1 or
     // EL0 of its own VM, whose stage 2, traps and EL1 state are loaded; nothing between here
     // and the eret below writes them (`last` may not).
