@@ -413,28 +413,6 @@ extern "C" fn keel_guest_irq(_frame: &mut GuestRegs) {
     masked::end();
 }
 
-/// [`keel_guest_sync`] on a shared pCPU (its vector table's): returns the frame the trap
-/// returns through, the running vCPU's (another one's if the exit switched).
-#[unsafe(no_mangle)]
-extern "C" fn keel_shared_guest_sync(regs: &mut GuestRegs) -> *const GuestRegs {
-    keel_guest_sync(regs);
-    sched::running_frame()
-}
-
-/// [`keel_guest_irq`] on a shared pCPU, as [`keel_shared_guest_sync`].
-#[unsafe(no_mangle)]
-extern "C" fn keel_shared_guest_irq(frame: &mut GuestRegs) -> *const GuestRegs {
-    keel_guest_irq(frame);
-    sched::running_frame()
-}
-
-/// [`keel_guest_serror`] on a shared pCPU, as [`keel_shared_guest_sync`].
-#[unsafe(no_mangle)]
-extern "C" fn keel_shared_guest_serror(regs: &mut GuestRegs) -> *const GuestRegs {
-    keel_guest_serror(regs);
-    sched::running_frame()
-}
-
 #[inline(always)]
 fn guest_irq() {
     let handled = irq::handle_pending_from_guest();

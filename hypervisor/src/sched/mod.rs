@@ -27,7 +27,7 @@ pub mod pinned;
 pub mod tasks;
 
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicPtr, Ordering};
+use core::sync::atomic::Ordering;
 
 use keel_core::sched::{Decision, Scheduler, Stats, MAX_SLOTS};
 
@@ -213,17 +213,6 @@ fn frame_ptr(pcpu: usize, slot: usize) -> *mut GuestRegs {
     }
 }
 
-/// The frame of the vCPU loaded on each shared pCPU: what its trap returns through.
-static RUNNING_FRAME: [AtomicPtr<GuestRegs>; MAX_CPUS] =
-    [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_CPUS];
-
-/// The frame a trap on this shared pCPU returns through: the loaded vCPU's (the one that
-/// trapped, or the one switched in on its exit).
-#[inline(always)]
-pub fn running_frame() -> *const GuestRegs {
-    RUNNING_FRAME[cpu::index()].load(Ordering::Relaxed)
-}
-
 /// The frame of `slot`, just loaded on this pCPU, for the switch-in's own use before the guest
 /// runs (completing its wait in KEEL_MSG_RECV, entering it).
 fn loaded_frame(slot: usize) -> &'static mut GuestRegs {
@@ -346,7 +335,7 @@ fn enter(slot: usize) -> ! {
 
 /// Switches from the running vCPU to `next` as the trap being handled returns: the running one
 /// is saved (its general registers stay in its frame), `next`'s context loaded, and the trap
-/// returns through `next`'s frame ([`running_frame`]). One lock, one save, one restore.
+/// returns through `next`'s frame ([`vectors::set_return_frame`]). One lock, one save, one restore.
 fn switch_in_place(mut guard: cpu::MutexGuard<'_, SharedCpu>, next: usize) {
     let shared = &mut *guard;
     save_running(shared);
@@ -432,7 +421,7 @@ fn load(shared: &mut SharedCpu, slot: usize) -> Result<bool, Elsewhere> {
     cpu.generation
         .store(shared.generations[slot], Ordering::Relaxed);
     cpu.vcpu.store(placed.vcpu, Ordering::Relaxed);
-    RUNNING_FRAME[cpu::index()].store(frame_ptr(cpu::index(), slot), Ordering::Relaxed);
+    vectors::set_return_frame(frame_ptr(cpu::index(), slot));
     shared.loaded = Some(slot);
     shared.last = Some(slot);
     shared.last_vm = placed.vm;
@@ -473,7 +462,7 @@ fn save_running(shared: &mut SharedCpu) -> Option<usize> {
 /// real-time vCPU's job is complete; it waits for an interrupt or its next release. A
 /// best-effort vCPU that yields (`yielding`) goes behind the others and runs again
 /// when its turn comes. Returns when the trap is to return into a vCPU (the same one, or
-/// the next one switched in: [`running_frame`]).
+/// the next one switched in: [`vectors::set_return_frame`]).
 pub fn give_away(yielding: bool) {
     give_away_waiting(yielding, None)
 }

@@ -6,9 +6,13 @@
 //! always at the top of its stack, and the handler's return restores that frame. A shared
 //! pCPU ([`install_shared`]) enters each vCPU on a stack of the vCPU's own whose top 256
 //! bytes are its registers while it is switched out ([`resume_guest`]): the trap saves them
-//! in place, and its handler returns the frame to restore, the same one or the one of the vCPU
-//! switched in meanwhile, so that a switch moves no general register.
+//! in place, and its return restores the frame of the vCPU loaded by then
+//! ([`set_return_frame`]), the same one or the one switched in meanwhile, so that a switch
+//! moves no general register.
 
+use core::sync::atomic::{AtomicPtr, Ordering};
+
+use super::boot::MAX_CPUS;
 use super::regs::{read_sysreg, write_sysreg};
 
 /// A vCPU's general-purpose registers as saved on a trap.
@@ -157,15 +161,20 @@ keel_vectors:
     .balign 2048
     .global keel_shared_vectors
 keel_shared_vectors:
-    VECTORS keel_shared_guest_sync, keel_shared_guest_irq, keel_shared_guest_serror, keel_return_to_frame
+    VECTORS keel_guest_sync, keel_guest_irq, keel_guest_serror, keel_return_to_frame
 
     .balign 0x80
     .global keel_return_to_guest
 keel_return_to_guest:
     RESTORE_GUEST
 
-// A shared pCPU's return: x0 = the frame to restore (the handler's answer).
+// A shared pCPU's return: through the frame KEEL_RETURN_FRAMES names for this pCPU (TPIDR_EL2
+// holds its index, below MAX_CPUS).
 keel_return_to_frame:
+    mrs     x0, tpidr_el2
+    adrp    x1, KEEL_RETURN_FRAMES
+    add     x1, x1, :lo12:KEEL_RETURN_FRAMES
+    ldr     x0, [x1, x0, lsl #3]
     mov     sp, x0
     RESTORE_GUEST
 
@@ -250,8 +259,21 @@ pub fn install() {
     super::cpu::isb();
 }
 
-/// Installs the table of a shared pCPU, whose handlers return the frame to restore (see the
-/// module's description), before any vCPU runs on it.
+/// The frame each shared pCPU's traps return through (see the module's description): the
+/// loaded vCPU's, set by [`set_return_frame`] as it is loaded. Read by `keel_return_to_frame`.
+#[unsafe(no_mangle)]
+static KEEL_RETURN_FRAMES: [AtomicPtr<GuestRegs>; MAX_CPUS] =
+    [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_CPUS];
+
+/// Makes this pCPU's traps return through `frame` (a shared pCPU's: the frame of the vCPU just
+/// loaded, at the top of its stack), from the trap being handled on.
+#[inline(always)]
+pub fn set_return_frame(frame: *mut GuestRegs) {
+    KEEL_RETURN_FRAMES[super::cpu::index()].store(frame, Ordering::Relaxed);
+}
+
+/// Installs the table of a shared pCPU, whose traps return through the frame of the vCPU
+/// loaded by then ([`set_return_frame`]), before any vCPU runs on it.
 pub fn install_shared() {
     // SAFETY: `keel_shared_vectors` is the 2 KiB-aligned table above; its handlers are Keel's
     // own, and each returns a frame the scheduler loaded.
