@@ -43,28 +43,46 @@ pub trait Device: Sync {
     fn access(&self, id: usize, access: Access) -> Result<u64, DeviceError>;
 }
 
-/// The device whose window in VM `desc` holds `ipa`, and the offset there. Every device model
-/// Keel emulates is tried in turn, the console first: a guest's most frequent device accesses
-/// are its console's (a trap per byte written, and the status polls around it). The windows are
-/// asked with static calls, inlined to a few comparisons each: only the access itself goes
-/// through the [`Device`] table of the model found.
-pub fn find(desc: &VmDesc, ipa: u64) -> Option<(&'static dyn Device, u64)> {
-    window_holding(&Console, desc, ipa)
-        .or_else(|| window_holding(&Distributor, desc, ipa))
-        .or_else(|| window_holding(&Redistributors, desc, ipa))
-        .or_else(|| window_holding(&virtio::VirtioConsoleDevice, desc, ipa))
+/// Serves an access of `size` bytes at `ipa` (`write`: a store's value, already cut to `size`)
+/// from a vCPU of VM `id` (`desc`) with the device whose window holds it: a load's value (0
+/// for a store), or the refusal with the device's name; `None` if no window holds `ipa`. Every
+/// device model Keel emulates is tried in turn, the console first: a guest's most frequent
+/// device accesses are its console's (a trap per byte written, and the status polls around
+/// it). Each try is a static call, the window inlined to a few comparisons and the access a
+/// direct call (no table of device models to go through).
+#[inline(always)]
+pub fn access(
+    desc: &VmDesc,
+    id: usize,
+    ipa: u64,
+    size: u8,
+    write: Option<u64>,
+) -> Option<Result<u64, (&'static str, DeviceError)>> {
+    let request = (desc, id, ipa, size, write);
+    serve(&Console, request)
+        .or_else(|| serve(&Distributor, request))
+        .or_else(|| serve(&Redistributors, request))
+        .or_else(|| serve(&virtio::VirtioConsoleDevice, request))
 }
 
-/// `device` and the offset of `ipa` in its window, if VM `desc` has it and `ipa` lies there.
+/// [`access`] by `device`, if VM `desc` has it and `ipa` lies in its window.
 #[inline(always)]
-fn window_holding<D: Device>(
-    device: &'static D,
-    desc: &VmDesc,
-    ipa: u64,
-) -> Option<(&'static dyn Device, u64)> {
-    let (base, size) = device.window(desc)?;
-    let offset = ipa.checked_sub(base).filter(|&offset| offset < size)?;
-    Some((device, offset))
+fn serve<D: Device>(
+    device: &D,
+    (desc, id, ipa, size, write): (&VmDesc, usize, u64, u8, Option<u64>),
+) -> Option<Result<u64, (&'static str, DeviceError)>> {
+    let (base, window) = device.window(desc)?;
+    let offset = ipa.checked_sub(base).filter(|&offset| offset < window)?;
+    let access = Access {
+        offset,
+        size,
+        write,
+    };
+    Some(
+        device
+            .access(id, access)
+            .map_err(|error| (device.name(), error)),
+    )
 }
 
 /// An access to one of the vGIC's frames, `read` or `write` being that frame's registers:

@@ -694,38 +694,20 @@ fn data_abort(id: usize, abort: DataAbort, regs: &mut GuestRegs) -> Result<bool,
     } else {
         (1u64 << (8 * size)) - 1
     };
-    let Some((device, offset)) = crate::devices::find(vm::desc(id), ipa) else {
-        return Err(Fault::Stage2 {
-            ipa,
-            write: abort.write,
-            size,
-        });
-    };
-    let access = crate::devices::Access {
-        offset,
-        size,
-        write: abort.write.then(|| regs.get(abort.register) & mask),
-    };
-    let loaded = match device.access(id, access) {
-        Ok(loaded) => loaded,
-        Err(error) => {
-            return Err(Fault::Device {
-                device: device.name(),
+    let write = abort.write.then(|| regs.get(abort.register) & mask);
+    let loaded = match crate::devices::access(vm::desc(id), id, ipa, size, write) {
+        Some(Ok(loaded)) => loaded,
+        Some(Err((device, error))) => return Err(Fault::Device { device, ipa, error }),
+        None => {
+            return Err(Fault::Stage2 {
                 ipa,
-                error,
+                write: abort.write,
+                size,
             })
         }
     };
     if !abort.write {
-        let mut loaded = loaded & mask;
-        if abort.sign_extend && size < 8 {
-            let shift = 64 - 8 * u32::from(size);
-            loaded = (((loaded << shift) as i64) >> shift) as u64;
-        }
-        if !abort.sixty_four {
-            loaded &= 0xffff_ffff;
-        }
-        regs.set(abort.register, loaded);
+        regs.set(abort.register, abort.loaded_value(loaded));
     }
     vectors::skip_instruction();
     Ok(abort.write)
