@@ -188,8 +188,8 @@ enum Next {
 }
 
 /// A synchronous exception from a guest. The hot traps are told apart from ESR_EL2 (read once)
-/// in the first instructions: a hypercall answered with a constant is answered here, others
-/// go to [`hypercall_trap`]; a data abort (a device access) to [`data_abort_trap`]; a write of
+/// in the first instructions: a hypercall answered with a constant is answered here, and
+/// KEEL_YIELD on a shared pCPU given to the scheduler; others go to [`hypercall_trap`]; a data abort (a device access) to [`data_abort_trap`]; a write of
 /// ICC_SGI1R_EL1 to [`sgi1r_trap`]; everything else to [`other_trap`]. Each of those is
 /// a function of its own, so that this one keeps a small frame.
 #[unsafe(no_mangle)]
@@ -209,6 +209,11 @@ fn guest_sync(regs: &mut GuestRegs) {
     if class == ExceptionClass::Hvc64 {
         match hypercall::constant_answer(regs.x[0]) {
             Some(value) => regs.x[0] = value,
+            // KEEL_YIELD on a shared pCPU, the switch path's own call, before the full decode.
+            None if regs.x[0] as u32 == abi::KEEL_YIELD && vm::this_cpu_is_shared() => {
+                regs.x[0] = 0;
+                sched::give_away(true);
+            }
             None => hypercall_trap(id, vcpu, esr, regs),
         }
     } else if class == ExceptionClass::DataAbortLower {
@@ -223,11 +228,6 @@ fn guest_sync(regs: &mut GuestRegs) {
 /// A hypercall other than the constant ones.
 #[inline(never)]
 fn hypercall_trap(id: usize, vcpu: usize, esr: Esr, regs: &mut GuestRegs) {
-    // KEEL_YIELD on a shared pCPU, the switch path's own call, before the full decode.
-    if regs.x[0] as u32 == abi::KEEL_YIELD && vm::this_cpu_is_shared() {
-        regs.x[0] = 0;
-        return sched::give_away(true);
-    }
     match hypercall(id, vcpu, regs) {
         Next::Resume => {}
         Next::Yield => sched::give_away(true),
