@@ -12,9 +12,9 @@
 //! the console's. None is held while entering a guest or waiting for an interrupt; a pCPU
 //! holds its own `SharedCpu` only in short bounded sections.
 //!
-//! Exits are handled in place on the exception stack, as on a pinned pCPU. An exit that gives
-//! the pCPU away ([`give_away`]: WFI, KEEL_YIELD, KEEL_TASK_WAIT) or after which the scheduler
-//! picks another vCPU ([`reschedule`]: a deadline, a kick) asks the scheduler once; a vCPU
+//! Exits are handled in place, on the running slot's own stack (below its frame). An exit
+//! that gives the pCPU away ([`give_away`]: WFI, KEEL_YIELD, KEEL_TASK_WAIT) or after which
+//! the scheduler picks another vCPU ([`reschedule`]: a deadline, a kick) asks the scheduler once; a vCPU
 //! picked again resumes with nothing saved or restored, another one is switched in as the
 //! trap returns ([`switch_in_place`]: the running context saved, the next one loaded, and the
 //! trap returns through the next one's frame), and with none to run the pCPU waits in the
