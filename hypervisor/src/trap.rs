@@ -189,7 +189,8 @@ enum Next {
 
 /// A synchronous exception from a guest. The hot traps are told apart from ESR_EL2 (read once)
 /// in the first instructions: a hypercall answered with a constant is answered here, and
-/// KEEL_YIELD on a shared pCPU given to the scheduler; others go to [`hypercall_trap`]; a data abort (a device access) to [`data_abort_trap`]; a write of
+/// KEEL_YIELD on a shared pCPU given to the scheduler; other hypercalls go to
+/// [`hypercall_trap`]; a data abort (a device access) to [`data_abort_trap`]; a write of
 /// ICC_SGI1R_EL1 to [`sgi1r_trap`]; everything else to [`other_trap`]. Each of those is
 /// a function of its own, so that this one keeps a small frame.
 #[unsafe(no_mangle)]
