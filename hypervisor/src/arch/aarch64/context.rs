@@ -476,8 +476,9 @@ impl VcpuContext {
     }
 
     /// Loads this context onto the pCPU, all but ELR/SPSR, which the entry loads (the general
-    /// registers are in the vCPU's frame). `same_vm_other_vcpu`: the previous vCPU on this pCPU was another vCPU
-    /// of the same VM (same VMID), whose EL1 TLB entries must not be used by this one.
+    /// registers are in the vCPU's frame). `same_vm_other_vcpu`: the previous vCPU on this
+    /// pCPU was another vCPU of the same VM (same VMID), whose EL1 TLB entries must not be
+    /// used by this one.
     pub fn restore(&self, redistributor: Option<&gic::Redistributor>, same_vm_other_vcpu: bool) {
         self.el1.restore();
         if self.owns_pmu {
