@@ -208,13 +208,11 @@ impl VirtualInterface {
         listed: 0,
     };
 
-    /// Whether a saved list register holds an interrupt pending for the vCPU (the
-    /// implemented ones are saved; the others stay zero).
+    /// Whether a saved list register holds an interrupt pending for the vCPU.
     pub fn any_pending(&self) -> bool {
-        self.lrs
-            .iter()
-            .take(gic::list_registers())
-            .any(|&lr| gic::list_register_is_pending(lr))
+        let mut pending = false;
+        self.for_each_listed(|_, is_pending| pending |= is_pending);
+        pending
     }
 
     /// Calls `f(intid, pending)` for each saved list register Keel filled.
@@ -463,10 +461,10 @@ impl VcpuContext {
         self.timer.physical_active = redistributor
             .map(|r| r.take_active_private(VTIMER_INTID))
             .unwrap_or(false);
-        // Every implemented list register is kept: one Keel took back may still be the
-        // virtual timer's, which its fast path puts back in place (irq::relist_timer).
+        // Only the list registers Keel filled: every other one is empty (the virtual timer's
+        // fast path, irq::relist_timer, refills only a register still in `listed`).
         self.interface.listed = listed;
-        gic::save_list_registers(&mut self.interface.lrs, gic::list_registers());
+        gic::save_listed(&mut self.interface.lrs, listed);
         self.interface.vmcr = read_sysreg!("ich_vmcr_el2");
         self.interface.hcr = read_sysreg!("ich_hcr_el2");
         gic::save_active_priorities(&mut self.interface.ap0r, &mut self.interface.ap1r);
@@ -503,8 +501,8 @@ impl VcpuContext {
                 redistributor.set_active_private(VTIMER_INTID);
             }
         }
-        // Every implemented list register is written back as it was saved.
-        gic::restore_list_registers(&self.interface.lrs, gic::list_registers());
+        // The list registers it had filled are written back; every other one is empty.
+        gic::restore_listed(&self.interface.lrs, self.interface.listed);
         gic::restore_active_priorities(&self.interface.ap0r, &self.interface.ap1r);
         // SAFETY: the incoming vCPU's virtual interface control, as it left it.
         unsafe {

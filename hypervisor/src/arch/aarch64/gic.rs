@@ -363,20 +363,8 @@ list_register_access!(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 
 macro_rules! list_registers_at_once {
     ($($n:literal),*) => {
-        /// Reads the first `count` list registers into `lrs`, straight-line: a vCPU switch
-        /// saves them all (a loop over [`read_lr`] costs a computed branch per register).
-        #[inline(always)]
-        pub fn save_list_registers(lrs: &mut [u64; 16], count: usize) {
-            $(
-                if $n >= count {
-                    return;
-                }
-                lrs[$n] = read_lr($n);
-            )*
-        }
-
         /// Whether one of the first `count` list registers holds its interrupt pending,
-        /// straight-line as [`save_list_registers`].
+        /// straight-line (a loop over [`read_lr`] costs a computed branch per register).
         #[inline(always)]
         fn any_list_register_pending(count: usize) -> bool {
             $(
@@ -390,21 +378,41 @@ macro_rules! list_registers_at_once {
             false
         }
 
-        /// Writes the first `count` list registers from `lrs`, as [`save_list_registers`]
-        /// read them.
-        #[inline(always)]
-        pub fn restore_list_registers(lrs: &[u64; 16], count: usize) {
-            $(
-                if $n >= count {
-                    return;
-                }
-                write_lr($n, lrs[$n]);
-            )*
-        }
     };
 }
 
 list_registers_at_once!(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+
+/// Saves the list registers in `listed` (the ones Keel filled for the vCPU leaving this pCPU)
+/// into `lrs` and empties them, so that every list register is empty when no vCPU is loaded:
+/// the others are empty already (Keel empties one when it takes it back), and the next vCPU
+/// finds none of this one's interrupts ([`restore_listed`] writes only its own).
+#[inline(always)]
+pub fn save_listed(lrs: &mut [u64; 16], listed: u64) {
+    let mut scan = listed;
+    while scan != 0 {
+        let lr = scan.trailing_zeros() as usize;
+        scan &= scan - 1;
+        if let Some(saved) = lrs.get_mut(lr) {
+            *saved = read_lr(lr);
+            write_lr(lr, 0);
+        }
+    }
+}
+
+/// Writes back the list registers in `listed` as [`save_listed`] saved them (every list
+/// register is empty when it is called).
+#[inline(always)]
+pub fn restore_listed(lrs: &[u64; 16], listed: u64) {
+    let mut scan = listed;
+    while scan != 0 {
+        let lr = scan.trailing_zeros() as usize;
+        scan &= scan - 1;
+        if let Some(&value) = lrs.get(lr) {
+            write_lr(lr, value);
+        }
+    }
+}
 
 /// Whether a list register value has state invalid: the guest has finished with it.
 pub fn list_register_is_invalid(value: u64) -> bool {
