@@ -254,11 +254,8 @@ fn sgi1r_trap(id: usize, vcpu: usize, register: u8, regs: &GuestRegs) {
 /// ([`data_abort`]; the stop is out of line, so that the access path carries no [`Next`]).
 #[inline(never)]
 fn data_abort_trap(id: usize, vcpu: usize, esr: Esr, regs: &mut GuestRegs) {
-    let outcome = match esr.data_abort() {
-        Some(abort) => data_abort(id, abort, regs),
-        None => Err(Fault::Unexpected),
-    };
-    match outcome {
+    // The dispatcher calls it for EC 0x24 only.
+    match data_abort(id, esr.data_abort_syndrome(), regs) {
         Ok(false) => {}
         Ok(true) => irq::sync_list_registers(),
         Err(fault) => stop(id, vcpu, esr, fault, regs),
@@ -690,12 +687,9 @@ fn data_abort(id: usize, abort: DataAbort, regs: &mut GuestRegs) -> Result<bool,
         });
     }
     let size = abort.access_size;
-    let mask = if size == 8 {
-        u64::MAX
-    } else {
-        (1u64 << (8 * size)) - 1
-    };
-    let write = abort.write.then(|| regs.get(abort.register) & mask);
+    let write = abort
+        .write
+        .then(|| regs.get(abort.register) & abort.access_mask());
     let loaded = match crate::devices::access(vm::desc(id), id, ipa, size, write) {
         Some(Ok(loaded)) => loaded,
         Some(Err((device, error))) => return Err(Fault::Device { device, ipa, error }),

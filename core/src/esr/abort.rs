@@ -121,27 +121,32 @@ impl DataAbort {
         (self.is_permission_fault() && !self.s1ptw && !self.cache_maintenance).then_some(self.write)
     }
 
+    /// The access's bytes as a mask of a register's low bits: `access_size` bytes (a size
+    /// outside 1..=8, which no syndrome gives, counts as 8).
+    #[inline(always)]
+    pub fn access_mask(&self) -> u64 {
+        u64::MAX >> (64 - 8 * u32::from(self.access_size.clamp(1, 8)))
+    }
+
     /// The value a load with this syndrome leaves in its transfer register, `device` being what
     /// the device returned (only its low `access_size` bytes count): zero-extended, or with SSE
     /// sign-extended to the register's width (SF: X or W register, whose upper half is then
     /// clear).
     #[inline(always)]
     pub fn loaded_value(&self, device: u64) -> u64 {
-        let size = self.access_size;
-        if self.sign_extend && size > 0 && size < 8 {
-            // The shift left drops the bytes beyond `size`; the arithmetic shift right extends.
-            let shift = 64 - 8 * u32::from(size);
-            let extended = (((device << shift) as i64) >> shift) as u64;
-            if self.sixty_four {
+        let mask = self.access_mask();
+        let value = device & mask;
+        // The access's top bit, set: its bytes extend with ones (to 64 bits, or to 32 for a W
+        // register); a 64-bit access has nothing to extend.
+        if self.sign_extend && value & !(mask >> 1) != 0 {
+            let extended = value | !mask;
+            if self.sixty_four || mask == u64::MAX {
                 extended
             } else {
                 extended & 0xffff_ffff
             }
-        } else if size < 8 {
-            // Zero-extended: at most `size` bytes, so a W register's upper half is clear too.
-            device & ((1u64 << (8 * size)) - 1)
         } else {
-            device
+            value
         }
     }
 }

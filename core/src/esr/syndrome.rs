@@ -67,8 +67,15 @@ impl Esr {
         ) {
             return None;
         }
+        Some(self.data_abort_syndrome())
+    }
+
+    /// The data abort syndrome of an ESR the caller knows is EC 0x24/0x25 (the trap dispatcher,
+    /// which tested the class already); for any other class, its ISS read as one.
+    #[inline(always)]
+    pub fn data_abort_syndrome(&self) -> DataAbort {
         let iss = u64::from(self.iss());
-        Some(DataAbort {
+        DataAbort {
             isv: bit(iss, 24),
             access_size: 1 << bits(iss, 22, 2),
             sign_extend: bit(iss, 21),
@@ -81,7 +88,7 @@ impl Esr {
             s1ptw: bit(iss, 7),
             write: bit(iss, 6),
             fault_status: bits(iss, 0, 6) as u8,
-        })
+        }
     }
 
     /// The instruction abort syndrome for EC 0x20/0x21 (Arm ARM D17.2.37, "ISS encoding
