@@ -285,6 +285,11 @@ impl Vgic {
     }
 
     fn deliverable(&self, bank: &Bank) -> u128 {
+        // Nothing raised is the common case (a vCPU about to wait, one woken by a message):
+        // answered from two of the bank's words.
+        if bank.pending | bank.level == 0 {
+            return 0;
+        }
         let pending = bank.pending() & bank.enabled & !bank.listed & !bank.active;
         if pending == 0 {
             return 0;
