@@ -826,7 +826,8 @@ fn program(shared: &SharedCpu, decision: Decision) {
 /// (waiting ones) that the scheduler does not already let run.
 #[inline(never)]
 fn earliest_wait(shared: &SharedCpu, mut scan: u32) -> Option<u64> {
-    let mut earliest = None;
+    // `u64::MAX`: none (a message wait without an end has that `wake_at`, "never").
+    let mut earliest = u64::MAX;
     while scan != 0 {
         let slot = scan.trailing_zeros() as usize;
         scan &= scan - 1;
@@ -835,18 +836,14 @@ fn earliest_wait(shared: &SharedCpu, mut scan: u32) -> Option<u64> {
         if shared.scheduler.is_runnable(slot) {
             continue;
         }
-        let receiving = shared.receiving & (1 << slot) != 0;
-        let wait_end = receiving.then_some(shared.wake_at[slot]);
-        for at in shared.contexts[slot]
-            .timer
-            .deadline()
-            .into_iter()
-            .chain(wait_end)
-        {
-            earliest = Some(earliest.map_or(at, |e: u64| e.min(at)));
+        if let Some(at) = shared.contexts[slot].timer.deadline() {
+            earliest = earliest.min(at);
+        }
+        if shared.receiving & (1 << slot) != 0 {
+            earliest = earliest.min(shared.wake_at[slot]);
         }
     }
-    earliest
+    (earliest != u64::MAX).then_some(earliest)
 }
 
 /// An interrupt was raised (a message queued) for vCPU `vcpu` of VM `id`, which is placed on
