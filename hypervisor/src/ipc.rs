@@ -74,7 +74,7 @@ pub fn init() {
         let Some(grant) = desc.messages else {
             continue;
         };
-        assert_eq!(grant.pool_offset, offset, "message pool layout");
+        assert!(grant.pool_offset == offset, "message pool layout");
         for queue in QUEUES[id].iter().take(desc.vcpu_count()) {
             let (ring, tail) = rest.split_at_mut(keel_core::ipc::ring_len(&grant));
             rest = tail;

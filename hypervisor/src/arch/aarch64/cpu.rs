@@ -63,9 +63,8 @@ pub fn dsb_sy() {
 /// (one is borrowed mutably), so a byte moved twice gets the same value.
 #[inline]
 pub fn copy_bytes(destination: &mut [u8], source: &[u8]) {
-    assert_eq!(
-        destination.len(),
-        source.len(),
+    assert!(
+        destination.len() == source.len(),
         "copy_bytes: lengths differ"
     );
     let len = source.len();
