@@ -26,9 +26,12 @@ pub fn record(platform: Platform) -> &'static Platform {
 
 /// The board's facts ([`record`]ed at boot).
 pub fn get() -> &'static Platform {
-    PLATFORM
-        .get()
-        .expect("platform is read before any other pCPU starts")
+    // `panic!` with a literal, not `expect`: `expect` formats its message, which would bring
+    // `core::fmt`'s `&str` display into the image.
+    let Some(platform) = PLATFORM.get() else {
+        panic!("platform is read before any other pCPU starts");
+    };
+    platform
 }
 
 /// The physical UART's interrupt id.
