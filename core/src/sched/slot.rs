@@ -261,9 +261,9 @@ impl Slot {
         let Some(reservation) = self.reservation else {
             return;
         };
-        let left = u128::from(self.deadline.saturating_sub(now));
-        let allowed =
-            left * u128::from(reservation.budget) / u128::from(reservation.deadline.max(1));
-        self.budget = self.budget.min(allowed.min(u128::from(Time::MAX)) as Time);
+        let left = self.deadline.saturating_sub(now);
+        let allowed = super::params::mul_div(left, reservation.budget, reservation.deadline)
+            .map_or(Time::MAX, |(quotient, _)| quotient);
+        self.budget = self.budget.min(allowed);
     }
 }

@@ -27,7 +27,13 @@ pub fn disarm_hyp_timer() {
     unsafe { write_sysreg!("cnthp_ctl_el2", 0u64) };
 }
 
-/// Converts counter ticks to nanoseconds.
+/// Converts counter ticks to nanoseconds: `ticks * 10^9 / frequency` (modulo 2^64), in 64-bit
+/// arithmetic and exact: whole seconds of ticks, then the rest of a second, whose product
+/// with 10^9 fits as the frequency (CNTFRQ_EL0) has 32 bits.
 pub fn ticks_to_ns(ticks: u64) -> u64 {
-    (u128::from(ticks) * 1_000_000_000 / u128::from(frequency().max(1))) as u64
+    const NS_PER_SECOND: u64 = 1_000_000_000;
+    let frequency = frequency().max(1);
+    (ticks / frequency)
+        .wrapping_mul(NS_PER_SECOND)
+        .wrapping_add(ticks % frequency * NS_PER_SECOND / frequency)
 }
