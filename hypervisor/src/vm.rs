@@ -234,11 +234,28 @@ impl Vm {
     }
 }
 
+/// `table[index]` for the accessors below, which are inlined in dozens of places: an index
+/// out of range (a bug) panics in one shared place, where `table[index]` would give each
+/// inlined site its own panic call and location in the image.
+#[inline(always)]
+fn entry<T>(table: &'static [T], index: usize) -> &'static T {
+    match table.get(index) {
+        Some(entry) => entry,
+        None => out_of_range(),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn out_of_range() -> ! {
+    panic!("a VM id or pCPU index out of range");
+}
+
 static VMS: [Vm; MAX_VMS] = [const { Vm::new() }; MAX_VMS];
 
 /// The run-time state of VM `id`.
 pub fn vm(id: usize) -> &'static Vm {
-    &VMS[id]
+    entry(&VMS, id)
 }
 
 /// The configuration of VM `id`.
@@ -301,7 +318,7 @@ static CPUS: [PerCpu; MAX_CPUS] = [const {
 
 /// State of pCPU `index`.
 pub fn percpu(index: usize) -> &'static PerCpu {
-    &CPUS[index]
+    entry(&CPUS, index)
 }
 
 /// State of this pCPU.
