@@ -1,4 +1,5 @@
-//! Big-endian field reads and token alignment shared by the blob reader (§5.2, §5.4.1).
+//! Big-endian field reads, token alignment and name splitting shared by the blob reader (§5.2,
+//! §5.4.1).
 
 /// Reads the big-endian `u32` at `offset`, if the slice holds it.
 pub(super) fn read_u32(bytes: &[u8], offset: usize) -> Option<u32> {
@@ -24,4 +25,13 @@ pub(super) fn align4(offset: usize) -> Option<usize> {
 /// Widens a header field; a value that does not fit fails every later bounds check.
 pub(super) fn widen(value: u32) -> usize {
     usize::try_from(value).unwrap_or(usize::MAX)
+}
+
+/// Splits `text` at the first `separator` (an ASCII byte), which neither part keeps: `str`'s
+/// `split_once` with a byte loop instead of `core`'s `memchr` (names and paths are short, and
+/// the blob reader runs once, at boot).
+pub(super) fn split_once(text: &str, separator: u8) -> Option<(&str, &str)> {
+    let at = text.bytes().position(|byte| byte == separator)?;
+    // An ASCII byte is a character of its own: both ends are character boundaries.
+    Some((text.get(..at)?, text.get(at + 1..)?))
 }

@@ -1,7 +1,7 @@
 //! Iterators over string lists, cells, `reg` entries, properties, children,
 //! compatible nodes and memory reservations, all borrowed from the blob.
 
-use super::bytes::read_u64;
+use super::bytes::{read_u64, split_once};
 use super::node::Property;
 use super::structure::Token;
 use super::{Fdt, FdtError, Node};
@@ -28,7 +28,7 @@ impl<'a> Iterator for StringList<'a> {
 
     fn next(&mut self) -> Option<&'a str> {
         let rest = self.rest?;
-        match rest.split_once('\0') {
+        match split_once(rest, 0) {
             Some((first, tail)) => {
                 self.rest = Some(tail);
                 Some(first)

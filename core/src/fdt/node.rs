@@ -2,7 +2,7 @@
 
 use core::fmt;
 
-use super::bytes::{read_u32, read_u64};
+use super::bytes::{read_u32, read_u64, split_once};
 use super::iter::{
     string_list, CellIter, Children, CompatibleNodes, Properties, RegIter, StringList,
 };
@@ -39,7 +39,14 @@ impl<'a> Fdt<'a> {
     pub fn find_node(&self, path: &str) -> Result<Option<Node<'a>>, FdtError> {
         let relative = path.strip_prefix('/').ok_or(FdtError::BadPath)?;
         let mut node = self.root();
-        for component in relative.split('/').filter(|c| !c.is_empty()) {
+        let mut rest = Some(relative);
+        while let Some(text) = rest {
+            let (component, tail) =
+                split_once(text, b'/').map_or((text, None), |(c, t)| (c, Some(t)));
+            rest = tail;
+            if component.is_empty() {
+                continue;
+            }
             match node.child(component)? {
                 Some(child) => node = child,
                 None => return Ok(None),
@@ -67,10 +74,8 @@ impl<'a> Fdt<'a> {
 /// Whether a node called `name` matches a path component (§2.2.1, §2.2.3).
 fn name_matches(name: &str, component: &str) -> bool {
     name == component
-        || (!component.contains('@')
-            && name
-                .split_once('@')
-                .is_some_and(|(base, _)| base == component))
+        || (!component.bytes().any(|byte| byte == b'@')
+            && split_once(name, b'@').is_some_and(|(base, _)| base == component))
 }
 
 /// A node of the tree (§2.2), borrowed from the blob.
@@ -94,14 +99,12 @@ impl<'a> Node<'a> {
 
     /// The name without its unit address (§2.2.1).
     pub fn base_name(&self) -> &'a str {
-        self.name
-            .split_once('@')
-            .map_or(self.name, |(base, _)| base)
+        split_once(self.name, b'@').map_or(self.name, |(base, _)| base)
     }
 
     /// The unit address after `@`, if the name has one (§2.2.1).
     pub fn unit_address(&self) -> Option<&'a str> {
-        self.name.split_once('@').map(|(_, unit)| unit)
+        split_once(self.name, b'@').map(|(_, unit)| unit)
     }
 
     /// The raw value of property `name`, if present (§2.2.4).
