@@ -877,7 +877,21 @@ pub fn wake_here(id: usize, vcpu: usize) -> bool {
     {
         return false;
     }
-    shared.scheduler.wake(slot, now);
+    if shared.scheduler.wake(slot, now) && !vm::is_stale() {
+        if let Some(until) = shared.scheduler.arm_quantum(now) {
+            // Round robin: the running vCPU keeps the pCPU, its quantum timed now that another
+            // waits behind it; the decision a reschedule would make, without one.
+            let run = shared.loaded;
+            program(
+                shared,
+                Decision {
+                    run,
+                    until: Some(until),
+                },
+            );
+            return false;
+        }
+    }
     true
 }
 
