@@ -208,13 +208,14 @@ fn guest_sync(regs: &mut GuestRegs) {
     };
     let class = esr.class();
     if class == ExceptionClass::Hvc64 {
+        if vm::this_cpu_is_shared() && regs.x[0] as u32 == abi::KEEL_YIELD {
+            // KEEL_YIELD on a shared pCPU, the switch path's own call, before any decode.
+            regs.x[0] = 0;
+            sched::give_away(true);
+            return;
+        }
         match hypercall::constant_answer(regs.x[0]) {
             Some(value) => regs.x[0] = value,
-            // KEEL_YIELD on a shared pCPU, the switch path's own call, before the full decode.
-            None if regs.x[0] as u32 == abi::KEEL_YIELD && vm::this_cpu_is_shared() => {
-                regs.x[0] = 0;
-                sched::give_away(true);
-            }
             None => hypercall_trap(id, vcpu, esr, regs),
         }
     } else if class == ExceptionClass::DataAbortLower {
