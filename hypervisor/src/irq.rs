@@ -169,6 +169,10 @@ fn virtual_timer() -> bool {
             let free = !listed & ((1u64 << list_registers) - 1);
             let delivered = match (free, vgic.take_if_deliverable(vcpu, layout::VTIMER_INTID)) {
                 (0, _) | (_, None) => {
+                    // The timer's cached list register may be one just taken back: forgotten,
+                    // so that the cache only ever names a register in `listed` (a switch saves
+                    // only those).
+                    cpu.forget_timer_lr();
                     cpu.listed.store(listed, Ordering::Relaxed);
                     return false;
                 }

@@ -235,7 +235,7 @@ fn hypercall_trap(id: usize, vcpu: usize, esr: Esr, regs: &mut GuestRegs) {
         Next::Yield => sched::give_away(true),
         Next::Wait => wait(id, vcpu),
         Next::WaitMessage(until) => wait_for_message(id, vcpu, until, regs),
-        Next::Reschedule => sched::reschedule(),
+        Next::Reschedule => sched::reschedule(false),
         next => finish(id, vcpu, esr, next, regs),
     }
 }
@@ -367,7 +367,7 @@ fn finish(id: usize, vcpu: usize, esr: Esr, next: Next, regs: &mut GuestRegs) {
         Next::Wait => wait(id, vcpu),
         Next::Yield => sched::give_away(true),
         Next::WaitMessage(until) => wait_for_message(id, vcpu, until, regs),
-        Next::Reschedule => sched::reschedule(),
+        Next::Reschedule => sched::reschedule(false),
         Next::ResumeWithInterrupts => irq::sync_list_registers(),
         Next::Stop(fault) => {
             let fault = fault.named_by_channel(id);
@@ -422,7 +422,7 @@ fn guest_irq() {
             sched::pinned::park();
         }
         if vm::this_cpu_is_shared() {
-            sched::reschedule();
+            sched::reschedule(handled.sync);
         }
     }
     if handled.sync {

@@ -545,7 +545,9 @@ fn switch_to(next: Option<usize>) -> ! {
 /// Something may have changed what should run (a deadline passed, a vCPU here was woken or
 /// started): asks the scheduler and, if it picks another vCPU, switches to it (as the trap
 /// returns, when a vCPU is running). Returns when the trap is to return into a vCPU.
-pub fn reschedule() {
+/// `unsynced`: the running vCPU's list registers are behind its vGIC (its caller was to bring
+/// them up to date after this call): if it is switched out, that is done when it next runs.
+pub fn reschedule(unsynced: bool) {
     let mut guard = this_shared().lock();
     let shared = &mut *guard;
     if shared
@@ -562,11 +564,18 @@ pub fn reschedule() {
     program(shared, decision);
     match (shared.loaded, decision.run) {
         (Some(loaded), Some(next)) if loaded == next => {}
-        (Some(_), Some(next)) => switch_in_place(guard, next),
-        (_, next) => {
-            save_running(shared);
-            drop(guard);
-            switch_to(next)
+        (loaded, next) => {
+            if let Some(slot) = loaded.filter(|_| unsynced) {
+                shared.needs_sync |= 1 << slot;
+            }
+            match (loaded, next) {
+                (Some(_), Some(next)) => switch_in_place(guard, next),
+                (_, next) => {
+                    save_running(shared);
+                    drop(guard);
+                    switch_to(next)
+                }
+            }
         }
     }
 }
