@@ -78,23 +78,50 @@ pub enum Input {
     Nothing,
 }
 
-/// A bounded byte queue.
+/// A bounded byte queue over `bytes`: `Ring<[u8; N]>` holds it, and its methods are those of
+/// `Ring<[u8]>` (reached through `Deref`), compiled once for every size of queue.
 #[derive(Clone, Copy)]
-struct Ring<const N: usize> {
-    bytes: [u8; N],
+struct Ring<B: ?Sized> {
     head: usize,
     len: usize,
+    bytes: B,
 }
 
-impl<const N: usize> Ring<N> {
+impl<const N: usize> Ring<[u8; N]> {
     const EMPTY: Self = Self {
-        bytes: [0; N],
         head: 0,
         len: 0,
+        bytes: [0; N],
     };
+}
 
+impl<const N: usize> core::ops::Deref for Ring<[u8; N]> {
+    type Target = Ring<[u8]>;
+
+    fn deref(&self) -> &Ring<[u8]> {
+        self
+    }
+}
+
+impl<const N: usize> core::ops::DerefMut for Ring<[u8; N]> {
+    fn deref_mut(&mut self) -> &mut Ring<[u8]> {
+        self
+    }
+}
+
+impl Ring<[u8]> {
     fn room(&self) -> usize {
-        N - self.len
+        self.bytes.len() - self.len
+    }
+
+    /// `head + count` wrapped to the array (both below its length: one subtraction, no
+    /// division).
+    fn wrap(&self, at: usize) -> usize {
+        if at >= self.bytes.len() {
+            at - self.bytes.len()
+        } else {
+            at
+        }
     }
 
     /// Appends `bytes` whole, or nothing if they do not fit.
@@ -102,8 +129,8 @@ impl<const N: usize> Ring<N> {
         if bytes.len() > self.room() {
             return false;
         }
-        let tail = (self.head + self.len) % N;
-        let to_end = bytes.len().min(N - tail);
+        let tail = self.wrap(self.head + self.len);
+        let to_end = bytes.len().min(self.bytes.len() - tail);
         self.bytes[tail..tail + to_end].copy_from_slice(&bytes[..to_end]);
         self.bytes[..bytes.len() - to_end].copy_from_slice(&bytes[to_end..]);
         self.len += bytes.len();
@@ -158,7 +185,7 @@ impl<const N: usize> Ring<N> {
         let from_first = copied.min(first.len());
         out[..from_first].copy_from_slice(&first[..from_first]);
         out[from_first..copied].copy_from_slice(&second[..copied - from_first]);
-        self.head = (self.head + count) % N;
+        self.head = self.wrap(self.head + count);
         self.len -= count;
         copied
     }
@@ -166,10 +193,13 @@ impl<const N: usize> Ring<N> {
     /// The queued bytes in order, as two runs of the array.
     fn runs(&self) -> (&[u8], &[u8]) {
         let end = self.head + self.len;
-        if end <= N {
+        if end <= self.bytes.len() {
             (&self.bytes[self.head..end], &[])
         } else {
-            (&self.bytes[self.head..], &self.bytes[..end - N])
+            (
+                &self.bytes[self.head..],
+                &self.bytes[..end - self.bytes.len()],
+            )
         }
     }
 }
@@ -242,7 +272,7 @@ fn escape(byte: u8) -> Escaped {
 #[derive(Clone, Copy)]
 struct VmOutput {
     /// Shown bytes; `\n` ends a line.
-    waiting: Ring<VM_BUFFER>,
+    waiting: Ring<[u8; VM_BUFFER]>,
     /// Lines (`\n`) in `waiting`.
     complete: usize,
     /// Shown bytes of the line being written, since its last piece ended.
@@ -329,7 +359,7 @@ pub struct ConsoleMux {
     escape_pending: bool,
     vms: [VmOutput; MAX_VMS],
     /// Keel's own lines (each ending in `\n`).
-    keel: Ring<KEEL_BUFFER>,
+    keel: Ring<[u8; KEEL_BUFFER]>,
     /// Keel's lines refused because `keel` was full.
     keel_dropped: u64,
     /// The VM whose partial line is open on the UART (written without its line end yet): its
@@ -369,12 +399,12 @@ impl OutLine {
 
     /// Appends the first `count` bytes queued in `ring`, moved straight from it (truncated
     /// to what fits; all `count` leave the ring).
-    fn put_from<const N: usize>(&mut self, ring: &mut Ring<N>, count: usize) {
+    fn put_from(&mut self, ring: &mut Ring<[u8]>, count: usize) {
         self.len += ring.pop_into(&mut self.bytes[self.len..], count);
     }
 
     /// Appends a line's last `count` bytes from `ring` (its `\n` last), ended `\r\n`.
-    fn put_line_end<const N: usize>(&mut self, ring: &mut Ring<N>, count: usize) {
+    fn put_line_end(&mut self, ring: &mut Ring<[u8]>, count: usize) {
         self.put_from(ring, count - 1);
         ring.pop_into(&mut [], 1);
         self.put(b"\r\n");
@@ -723,7 +753,7 @@ mod tests {
     /// line by line (a model check against a plain vector).
     #[test]
     fn ring_lines_survive_wrapping() {
-        let mut ring = Ring::<16>::EMPTY;
+        let mut ring = Ring::<[u8; 16]>::EMPTY;
         let mut model: std::vec::Vec<u8> = std::vec::Vec::new();
         let mut rng = crate::rng::Rng::new(7);
         for _ in 0..2_000 {
