@@ -80,9 +80,12 @@ pub fn build(id: usize) -> Result<(), LoadError> {
     }
     let vm = vm::vm(id);
     vm.set_stage2_root(tables.root_phys());
-    for (n, property) in seed::SEED_PROPERTIES.iter().enumerate() {
+    for (property, slot) in seed::SEED_PROPERTIES
+        .iter()
+        .zip(vm::entry(&SEED_OFFSETS, id))
+    {
         if let Ok(Some(offset)) = seed::seed_offset(desc.dtb, *property) {
-            SEED_OFFSETS[id][n].store(offset, Ordering::Relaxed);
+            slot.store(offset, Ordering::Relaxed);
         }
     }
     load_images(desc, vm.generation());
@@ -315,7 +318,7 @@ fn load_images(desc: &VmDesc, generation: u32) {
 fn seed_device_tree(desc: &VmDesc, n: usize, generation: u32) {
     let (Some(property), Some(offset)) = (
         seed::SEED_PROPERTIES.get(n),
-        SEED_OFFSETS[desc.id.0 as usize].get(n),
+        vm::entry(&SEED_OFFSETS, desc.id.0 as usize).get(n),
     ) else {
         return;
     };
@@ -367,14 +370,14 @@ pub fn reset_begin(id: usize) -> bool {
     vm::kick_vm(id);
     wait_until_stopped(id);
     vm::forget_tasks(id);
-    *RELOADS[id].lock() = Reload::START;
+    *vm::entry(&RELOADS, id).lock() = Reload::START;
     true
 }
 
 /// One bounded step of reloading VM `id` (being reset); returns whether the reload is
 /// complete.
 pub fn reload_step(id: usize) -> bool {
-    RELOADS[id]
+    vm::entry(&RELOADS, id)
         .lock()
         .step(vm::desc(id), vm::vm(id).generation())
 }

@@ -234,11 +234,12 @@ impl Vm {
     }
 }
 
-/// `table[index]` for the accessors below, which are inlined in dozens of places: an index
-/// out of range (a bug) panics in one shared place, where `table[index]` would give each
-/// inlined site its own panic call and location in the image.
+/// `table[index]` for the accessors below and the other per-VM tables (`lifecycle`, `devices`),
+/// which are inlined in dozens of places: an index out of range (a bug) panics in one shared
+/// place, where `table[index]` would give each inlined site its own panic call and location in
+/// the image.
 #[inline(always)]
-fn entry<T>(table: &'static [T], index: usize) -> &'static T {
+pub fn entry<T>(table: &'static [T], index: usize) -> &'static T {
     match table.get(index) {
         Some(entry) => entry,
         None => out_of_range(),

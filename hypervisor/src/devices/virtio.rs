@@ -81,7 +81,7 @@ static CONSOLES: [Mutex<Console>; MAX_VMS] = [const { Mutex::new(Console::new())
 
 /// VM `id`'s console state, behind its lock.
 pub fn console(id: usize) -> &'static Mutex<Console> {
-    &CONSOLES[id]
+    crate::vm::entry(&CONSOLES, id)
 }
 
 /// A VM's memory as the virtio model reaches it: every range checked against the VM's RAM.
