@@ -69,9 +69,17 @@ impl crate::text::Show for SysReg {
         } else if let Some((kind, number)) = self.debug_register() {
             crate::text!(out, kind, number, "_EL1");
         } else {
-            crate::text!(
-                out, "S", self.op0, "_", self.op1, "_C", self.crn, "_C", self.crm, "_", self.op2
-            );
+            // A loop, not one `text!`: the five fields share one call site in the image.
+            let fields = [
+                ("S", self.op0),
+                ("_", self.op1),
+                ("_C", self.crn),
+                ("_C", self.crm),
+                ("_", self.op2),
+            ];
+            for (prefix, field) in fields {
+                crate::text!(out, prefix, field);
+            }
         }
     }
 }
