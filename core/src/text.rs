@@ -67,7 +67,8 @@ fn hexadecimal(mut value: u64, width: usize, buffer: &mut [u8; 20]) -> &[u8] {
         at -= 1;
         buffer[at] = DIGITS[(value & 0xf) as usize];
         value >>= 4;
-        if value == 0 {
+        // `at == 0` never holds (16 digits at most): it lets the compiler drop the bounds check.
+        if value == 0 || at == 0 {
             break;
         }
     }
@@ -77,7 +78,7 @@ fn hexadecimal(mut value: u64, width: usize, buffer: &mut [u8; 20]) -> &[u8] {
 /// The digits from `at` on, after zeros that make them `width` long.
 fn pad(buffer: &mut [u8; 20], mut at: usize, width: usize) -> &[u8] {
     let width = width.min(buffer.len());
-    while buffer.len() - at < width {
+    while buffer.len() - at < width && at > 0 {
         at -= 1;
         buffer[at] = b'0';
     }
