@@ -83,7 +83,9 @@ fn handle_from(first: u32, mut handled: Handled) -> Handled {
             }
             return handled;
         }
-        handled.sync = true;
+        // Anything but Keel's own timer may have raised a virtual interrupt for the running
+        // vCPU (the timer's deadlines wake other vCPUs, through the scheduler).
+        handled.sync |= intid != layout::HYP_TIMER_INTID;
         match intid {
             layout::HYP_TIMER_INTID => handled.reschedule |= hyp_timer(),
             // The maintenance interrupt stays asserted until its cause (an EOI'd or underflowing
