@@ -983,6 +983,20 @@ mod best_tests {
     use super::*;
     use crate::rng::Rng;
 
+    /// A round-robin scheduler of 1 to [`MAX_SLOTS`] best-effort slots and a random quantum.
+    fn random_round_robin(rng: &mut Rng) -> Scheduler {
+        let mut scheduler = Scheduler::new(Policy::RoundRobin {
+            quantum: 1 + rng.below(40),
+        });
+        for _ in 0..(1 + rng.below(MAX_SLOTS as u64)) {
+            let _ = scheduler.add(Params {
+                priority: 0,
+                reservation: None,
+            });
+        }
+        scheduler
+    }
+
     /// Round robin's own decide leaves the scheduler exactly as the generic path does, over
     /// random mixes of starts, stops, blocks, wakes, yields and decisions.
     #[test]
@@ -990,15 +1004,7 @@ mod best_tests {
         let mut rng = Rng::new(0x6b65_656c_0d32);
         let mut compared = 0;
         for _ in 0..300 {
-            let mut fast = Scheduler::new(Policy::RoundRobin {
-                quantum: 1 + rng.below(40),
-            });
-            for _ in 0..(1 + rng.below(MAX_SLOTS as u64)) {
-                let _ = fast.add(Params {
-                    priority: 0,
-                    reservation: None,
-                });
-            }
+            let mut fast = random_round_robin(&mut rng);
             let mut now = 0;
             for _ in 0..200 {
                 now += rng.below(30);
@@ -1043,15 +1049,7 @@ mod best_tests {
         let mut rng = Rng::new(0x6b65_656c_0a4d);
         let (mut armed, mut declined) = (0, 0);
         for _ in 0..1_000 {
-            let mut fast = Scheduler::new(Policy::RoundRobin {
-                quantum: 1 + rng.below(40),
-            });
-            for _ in 0..(1 + rng.below(MAX_SLOTS as u64)) {
-                let _ = fast.add(Params {
-                    priority: 0,
-                    reservation: None,
-                });
-            }
+            let mut fast = random_round_robin(&mut rng);
             let mut now = 0;
             for _ in 0..200 {
                 now += rng.below(30);
