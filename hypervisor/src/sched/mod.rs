@@ -309,7 +309,7 @@ fn enter(slot: usize) -> ! {
     let (mut pc, pstate, receiving) = {
         let mut guard = this_shared().lock();
         let shared = &mut *guard;
-        let receiving = match load(shared, slot) {
+        let receiving = match load(shared, slot, false) {
             Ok(receiving) => receiving,
             Err(elsewhere) => {
                 drop(guard);
@@ -335,11 +335,11 @@ fn enter(slot: usize) -> ! {
 
 /// Switches from the running vCPU to `next` as the trap being handled returns: the running one
 /// is saved (its general registers stay in its frame), `next`'s context loaded, and the trap
-/// returns through `next`'s frame ([`vectors::set_return_frame`]). One lock, one save, one restore.
+/// returns through `next`'s frame ([`vectors::set_return_frame`]). One lock, and one call
+/// that saves the running vCPU and loads `next`.
 fn switch_in_place(mut guard: cpu::MutexGuard<'_, SharedCpu>, next: usize) {
     let shared = &mut *guard;
-    save_running(shared);
-    let receiving = match load(shared, next) {
+    let receiving = match load(shared, next, true) {
         Ok(receiving) => receiving,
         Err(elsewhere) => {
             drop(guard);
@@ -366,19 +366,28 @@ fn receiver(shared: &SharedCpu, slot: usize, receiving: bool) -> Option<(usize, 
 }
 
 /// Loads `slot`'s context onto this pCPU (all but its general registers and return state),
-/// none being loaded, or says where the pCPU goes instead. Returns whether it was waiting in
-/// KEEL_MSG_RECV (the caller completes the call once the lock is released: [`receiver`]).
-fn load(shared: &mut SharedCpu, slot: usize) -> Result<bool, Elsewhere> {
+/// or says where the pCPU goes instead. `switching`: the running vCPU, if any, is saved first
+/// (the switch path: this pCPU's [`vm::PerCpu`] is then written once, for `slot`); otherwise
+/// none is loaded. Returns whether `slot` was waiting in KEEL_MSG_RECV (the caller completes
+/// the call once the lock is released: [`receiver`]).
+fn load(shared: &mut SharedCpu, slot: usize, switching: bool) -> Result<bool, Elsewhere> {
+    let cpu = vm::this_cpu();
+    if switching {
+        if let Some(running) = shared.loaded.take() {
+            save_context(shared, running, cpu);
+        }
+    }
     let Some(placed) = shared.placed[slot] else {
+        leave_guest(cpu);
         return Err(Elsewhere::RunLoop);
     };
     if shared.reloading & (1 << slot) != 0 {
+        leave_guest(cpu);
         return Err(Elsewhere::Reload {
             slot,
             vm: placed.vm,
         });
     }
-    let cpu = vm::this_cpu();
     let vm = vm::vm(placed.vm);
     cpu.vm.store(placed.vm, Ordering::Relaxed);
     cpu.in_guest.store(true, Ordering::SeqCst);
@@ -388,8 +397,7 @@ fn load(shared: &mut SharedCpu, slot: usize) -> Result<bool, Elsewhere> {
         || shared.doomed & (1 << slot) != 0
     {
         // Its VM ended or is being reset, and the kick saying so is not handled yet.
-        cpu.in_guest.store(false, Ordering::SeqCst);
-        cpu.vm.store(usize::MAX, Ordering::Relaxed);
+        leave_guest(cpu);
         vm::mark_kicked_here(placed.vm);
         return Err(Elsewhere::RunLoop);
     }
@@ -445,17 +453,27 @@ fn load(shared: &mut SharedCpu, slot: usize) -> Result<bool, Elsewhere> {
 fn save_running(shared: &mut SharedCpu) -> Option<usize> {
     let slot = shared.loaded.take()?;
     let cpu = vm::this_cpu();
-    let context = &mut shared.contexts[slot];
+    save_context(shared, slot, cpu);
+    leave_guest(cpu);
+    Some(slot)
+}
+
+/// Saves the context of `slot`, the vCPU on this pCPU (`cpu`), taken out of `loaded`.
+#[inline(always)]
+fn save_context(shared: &mut SharedCpu, slot: usize, cpu: &vm::PerCpu) {
     let listed = cpu.listed.load(Ordering::Relaxed);
-    context.save(cpu.redistributor.get(), listed);
+    shared.contexts[slot].save(cpu.redistributor.get(), listed);
     shared.timer_lr[slot] = (
         cpu.timer_lr.load(Ordering::Relaxed),
         cpu.timer_lr_value.load(Ordering::Relaxed),
     );
-    cpu.in_guest.store(false, Ordering::Release);
+}
+
+/// This pCPU runs no vCPU's guest code until the next load.
+fn leave_guest(cpu: &vm::PerCpu) {
+    cpu.in_guest.store(false, Ordering::SeqCst);
     cpu.vm.store(usize::MAX, Ordering::Relaxed);
     cpu.listed.store(0, Ordering::Relaxed);
-    Some(slot)
 }
 
 /// The running vCPU gives the pCPU away: WFI with nothing pending, or KEEL_YIELD. A
@@ -597,8 +615,7 @@ pub fn stop_running() -> ! {
                 shared.remove_task(slot, now);
             }
         }
-        vm::this_cpu().in_guest.store(false, Ordering::Release);
-        vm::this_cpu().vm.store(usize::MAX, Ordering::Relaxed);
+        leave_guest(vm::this_cpu());
     }
     run_loop()
 }
@@ -619,8 +636,7 @@ pub fn reload(id: usize) -> ! {
             discard_saved(shared, slot);
             shared.reloading |= 1 << slot;
         }
-        cpu.in_guest.store(false, Ordering::Release);
-        cpu.vm.store(usize::MAX, Ordering::Relaxed);
+        leave_guest(cpu);
         decide(shared, timer::now())
     };
     switch_to(next)
