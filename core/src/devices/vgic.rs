@@ -284,12 +284,21 @@ impl Vgic {
             .is_some_and(|bank| bank.enabled & self.group_enabled_mask(bank) & bit(intid) != 0)
     }
 
+    /// The interrupts of `bank` that may be listed: raised, enabled, not listed or active, of
+    /// an enabled group.
+    #[inline(always)]
     fn deliverable(&self, bank: &Bank) -> u128 {
         // Nothing raised is the common case (a vCPU about to wait, one woken by a message):
-        // answered from two of the bank's words.
+        // answered from two of the bank's words, in the caller.
         if bank.pending | bank.level == 0 {
             return 0;
         }
+        self.deliverable_raised(bank)
+    }
+
+    /// [`Vgic::deliverable`] of a bank with something raised.
+    #[inline(never)]
+    fn deliverable_raised(&self, bank: &Bank) -> u128 {
         let pending = bank.pending() & bank.enabled & !bank.listed & !bank.active;
         if pending == 0 {
             return 0;
@@ -301,8 +310,19 @@ impl Vgic {
     /// `(intid, priority, group1)`. Ties go to the lowest interrupt id.
     pub fn next_pending(&self, vcpu: usize) -> Option<(u32, u8, bool)> {
         let private = self.private.get(vcpu)?;
-        let mut candidates = (self.deliverable(private) & PRIVATE_MASK)
+        let candidates = (self.deliverable(private) & PRIVATE_MASK)
             | (self.deliverable(&self.spis) & self.owned & !PRIVATE_MASK);
+        // Nothing deliverable is the common answer (a vCPU about to wait): given without the
+        // frame of the search below.
+        if candidates == 0 {
+            return None;
+        }
+        self.best_candidate(vcpu, candidates)
+    }
+
+    /// [`Vgic::next_pending`]'s search among the deliverable interrupts `candidates`.
+    #[inline(never)]
+    fn best_candidate(&self, vcpu: usize, mut candidates: u128) -> Option<(u32, u8, bool)> {
         let mut best: Option<(u32, u8)> = None;
         while candidates != 0 {
             let intid = candidates.trailing_zeros();
