@@ -337,6 +337,7 @@ fn enter(slot: usize) -> ! {
 /// is saved (its general registers stay in its frame), `next`'s context loaded, and the trap
 /// returns through `next`'s frame ([`vectors::set_return_frame`]). One lock, and one call
 /// that saves the running vCPU and loads `next`.
+#[inline(always)]
 fn switch_in_place(mut guard: cpu::MutexGuard<'_, SharedCpu>, next: usize) {
     let shared = &mut *guard;
     let receiving = match load(shared, next, true) {
@@ -370,6 +371,7 @@ fn receiver(shared: &SharedCpu, slot: usize, receiving: bool) -> Option<(usize, 
 /// (the switch path: this pCPU's [`vm::PerCpu`] is then written once, for `slot`); otherwise
 /// none is loaded. Returns whether `slot` was waiting in KEEL_MSG_RECV (the caller completes
 /// the call once the lock is released: [`receiver`]).
+#[inline(always)]
 fn load(shared: &mut SharedCpu, slot: usize, switching: bool) -> Result<bool, Elsewhere> {
     let cpu = vm::this_cpu();
     if switching {

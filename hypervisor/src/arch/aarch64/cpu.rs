@@ -7,7 +7,10 @@ pub fn mpidr() -> u64 {
     read_sysreg!("mpidr_el1") & 0xff_00ff_ffff
 }
 
-/// The pCPU index Keel gave this CPU at boot (kept in TPIDR_EL2).
+/// The pCPU index Keel gave this CPU at boot (kept in TPIDR_EL2), below
+/// [`MAX_CPUS`](super::boot::MAX_CPUS): the boot code gives no higher one, and the value is
+/// taken modulo that power of two, so that every per-pCPU table indexed by it needs no bounds
+/// check (one `and` instead of a comparison and a panic branch on every trap path).
 #[inline(always)]
 pub fn index() -> usize {
     let value: u64;
@@ -18,8 +21,13 @@ pub fn index() -> usize {
     unsafe {
         core::arch::asm!("mrs {}, tpidr_el2", out(reg) value, options(pure, nomem, nostack, preserves_flags));
     }
-    value as usize
+    value as usize % super::boot::MAX_CPUS
 }
+
+const _: () = assert!(
+    super::boot::MAX_CPUS.is_power_of_two(),
+    "cpu::index takes TPIDR_EL2 modulo MAX_CPUS with a mask"
+);
 
 /// Waits for an interrupt (or any other wake-up event).
 pub fn wait_for_interrupt() {
