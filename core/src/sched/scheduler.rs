@@ -479,6 +479,12 @@ impl Scheduler {
         if self.is_fifo() && self.current == Some(slot) {
             return self.give_away_round_robin(slot, now, requeue);
         }
+        self.give_away_generic(slot, now, requeue)
+    }
+
+    /// [`Scheduler::give_away`] for every policy, the one [`Scheduler::give_away_round_robin`]
+    /// must agree with (`slot` in range).
+    fn give_away_generic(&mut self, slot: usize, now: Time, requeue: bool) -> Decision {
         let now = self.charge(now, self.current != Some(slot));
         self.slots[slot].block(now);
         self.dequeue(slot);
@@ -503,14 +509,29 @@ impl Scheduler {
         let now = now.max(self.clock);
         self.clock = now;
         self.slots[slot].block(now);
-        self.dequeue(slot);
         self.holding = false;
         if requeue && self.slots[slot].started {
             self.slots[slot].blocked = false;
-            self.slots[slot].ticket = self.take_ticket(slot);
+            self.slots[slot].ticket = self.next_ticket;
+            self.next_ticket += 1;
+            self.requeue_at_back(slot);
+        } else {
+            self.dequeue(slot);
         }
         // Nothing is held now (`slot` was the last pick): the head runs with its quantum.
         self.run_head(now, Some(slot), None)
+    }
+
+    /// Moves `slot` to the back of the round-robin queue (appends it if it is not queued): a
+    /// rotation of the queue when it is at the head, the usual case (the vCPU that ran).
+    fn requeue_at_back(&mut self, slot: usize) {
+        if self.queued > 0 && self.queue & 0xf == slot as u64 {
+            self.queue = self.queue >> 4 | (slot as u64) << (4 * (self.queued - 1));
+        } else {
+            self.dequeue(slot);
+            self.queue |= (slot as u64) << (4 * self.queued);
+            self.queued += 1;
+        }
     }
 
     /// Charges the time since the previous call to the vCPU holding the pCPU, counts misses,
@@ -1040,6 +1061,49 @@ mod best_tests {
             }
         }
         assert!(compared > 25_000, "{compared} decisions compared");
+    }
+
+    /// Round robin's own give-away leaves the scheduler exactly as the generic path does, over
+    /// random mixes of starts, stops, blocks, wakes, yields and decisions.
+    #[test]
+    fn round_robin_give_away_is_the_generic_one() {
+        let mut rng = Rng::new(0x6b65_656c_0a77);
+        let mut compared = 0;
+        for _ in 0..300 {
+            let mut fast = random_round_robin(&mut rng);
+            let mut now = 0;
+            for _ in 0..200 {
+                now += rng.below(30);
+                let slot = rng.below(fast.len() as u64) as usize;
+                match rng.below(5) {
+                    0 => fast.start(slot, now),
+                    1 => fast.stop(slot, now),
+                    2 => fast.block(slot, now),
+                    3 => {
+                        let _ = fast.wake(slot, now);
+                    }
+                    _ => {
+                        let _ = fast.decide(now);
+                    }
+                }
+                let Some(running) = fast.current else {
+                    continue;
+                };
+                let requeue = rng.below(2) == 0;
+                let mut generic = fast.clone();
+                let a = fast.give_away(running, now, requeue);
+                let b = generic.give_away_generic(running, now, requeue);
+                assert_eq!(a, b, "at {now}");
+                assert_eq!(
+                    std::format!("{fast:?}"),
+                    std::format!("{generic:?}"),
+                    "at {now}"
+                );
+                assert!(fast.queue_is_consistent());
+                compared += 1;
+            }
+        }
+        assert!(compared > 10_000, "{compared} give-aways compared");
     }
 
     /// A wake whose decision only times the quantum ([`Scheduler::arm_quantum`]) leaves the

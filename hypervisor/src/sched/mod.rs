@@ -839,6 +839,7 @@ fn wait_ends(shared: &SharedCpu, slot: usize, now: u64) -> bool {
 
 /// Arms this pCPU's timer queue for a decision: the scheduler's next call, and the earliest
 /// virtual-timer deadline of a vCPU here that waits.
+#[inline(always)]
 fn program(shared: &SharedCpu, decision: Decision) {
     let scan = shared.waiting & shared.started;
     let earliest = if scan == 0 {
