@@ -206,8 +206,9 @@ fn guest_sync(regs: &mut GuestRegs) {
     let Some((id, vcpu)) = vm::current() else {
         sched::pinned::park()
     };
-    let class = esr.class();
-    if class == ExceptionClass::Hvc64 {
+    // The two hot classes are tested on the raw code, without the class table.
+    let class = esr.ec();
+    if class == ExceptionClass::HVC64 {
         if vm::this_cpu_is_shared() && regs.x[0] as u32 == abi::KEEL_YIELD {
             // KEEL_YIELD on a shared pCPU, the switch path's own call, before any decode.
             regs.x[0] = 0;
@@ -218,7 +219,7 @@ fn guest_sync(regs: &mut GuestRegs) {
             Some(value) => regs.x[0] = value,
             None => hypercall_trap(id, vcpu, esr, regs),
         }
-    } else if class == ExceptionClass::DataAbortLower {
+    } else if class == ExceptionClass::DATA_ABORT_LOWER {
         data_abort_trap(id, vcpu, esr, regs);
     } else if let Some(register) = esr.sysreg_write_of(sysregs::ICC_SGI1R_EL1) {
         sgi1r_trap(id, vcpu, register, regs);

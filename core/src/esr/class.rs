@@ -143,6 +143,11 @@ const BY_CODE: [ExceptionClass; 64] = {
 };
 
 impl ExceptionClass {
+    /// The EC of [`ExceptionClass::Hvc64`], for the trap dispatcher's tests on the raw code.
+    pub const HVC64: u8 = 0x16;
+    /// The EC of [`ExceptionClass::DataAbortLower`].
+    pub const DATA_ABORT_LOWER: u8 = 0x24;
+
     /// The class of a 6-bit EC value (Arm ARM D17.2.37).
     pub fn from_code(ec: u8) -> Self {
         // A direct table: this runs on every trap, so no search.
@@ -225,6 +230,11 @@ mod tests {
         ] {
             assert_ne!(class.description(), "reserved exception class");
         }
+        assert_eq!(ExceptionClass::Hvc64.code(), ExceptionClass::HVC64);
+        assert_eq!(
+            ExceptionClass::DataAbortLower.code(),
+            ExceptionClass::DATA_ABORT_LOWER
+        );
     }
 
     /// Every EC the oracle knows is a named class here, and vice versa apart from the

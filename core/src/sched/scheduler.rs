@@ -508,14 +508,18 @@ impl Scheduler {
     fn give_away_round_robin(&mut self, slot: usize, now: Time, requeue: bool) -> Decision {
         let now = now.max(self.clock);
         self.clock = now;
-        self.slots[slot].block(now);
         self.holding = false;
         if requeue && self.slots[slot].started {
+            // What a block and a wake would do: round robin has no job to complete, so the
+            // quantum left is all that changes before the vCPU goes to the back (runnable,
+            // even if it was blocked since the last decision).
+            self.slots[slot].quantum_left = 0;
             self.slots[slot].blocked = false;
             self.slots[slot].ticket = self.next_ticket;
             self.next_ticket += 1;
             self.requeue_at_back(slot);
         } else {
+            self.slots[slot].block(now);
             self.dequeue(slot);
         }
         // Nothing is held now (`slot` was the last pick): the head runs with its quantum.
@@ -668,9 +672,11 @@ impl Scheduler {
     /// Whether `slot` has a reservation (a real-time vCPU).
     #[inline]
     pub fn has_reservation(&self, slot: usize) -> bool {
-        self.slots[..self.len]
-            .get(slot)
-            .is_some_and(|s| s.reservation.is_some())
+        // Round robin takes none ([`Scheduler::add`] refuses them): its yields ask the policy.
+        !self.is_fifo()
+            && self.slots[..self.len]
+                .get(slot)
+                .is_some_and(|s| s.reservation.is_some())
     }
 
     /// Number of vCPUs added.

@@ -85,6 +85,9 @@ struct SharedCpu {
     /// Waiting slots that wait in KEEL_MSG_RECV: a message queued for them wakes them too,
     /// and so does their `wake_at`.
     receiving: u32,
+    /// The address of each slot's frame ([`frame_ptr`] on this pCPU, exposed), set by [`init`]:
+    /// the switch reads it instead of computing it.
+    frames: [usize; MAX_SLOTS],
     /// For each slot in `receiving`, when its wait ends (counter ticks; `u64::MAX`: never);
     /// meaningless for the others.
     wake_at: [u64; MAX_SLOTS],
@@ -112,6 +115,7 @@ impl SharedCpu {
             // slots in `receiving`, which are given theirs when they enter it.
             wake_at: [0; MAX_SLOTS],
             timer_lr: [(0, 0); MAX_SLOTS],
+            frames: [0; MAX_SLOTS],
         }
     }
 
@@ -247,6 +251,9 @@ pub fn init(index: usize) {
     // one's resumption and every admitted job keeps its budget.
     let switch_cost = keel_core::sched::scale(SYSTEM.switch_cost_ns, numerator, denominator);
     shared.scheduler = Scheduler::with_switch_cost(policy, switch_cost);
+    for (slot, frame) in shared.frames.iter_mut().enumerate() {
+        *frame = frame_ptr(index, slot).expose_provenance();
+    }
     for (vm_index, desc) in SYSTEM.vms.iter().enumerate() {
         for (vcpu, &pcpu) in desc.pcpus.iter().enumerate() {
             if pcpu as usize != index {
@@ -431,7 +438,7 @@ fn load(shared: &mut SharedCpu, slot: usize, switching: bool) -> Result<bool, El
     cpu.generation
         .store(shared.generations[slot], Ordering::Relaxed);
     cpu.vcpu.store(placed.vcpu, Ordering::Relaxed);
-    vectors::set_return_frame(frame_ptr(cpu::index(), slot));
+    vectors::set_return_frame(core::ptr::with_exposed_provenance_mut(shared.frames[slot]));
     shared.loaded = Some(slot);
     shared.last = Some(slot);
     shared.last_vm = placed.vm;
@@ -681,6 +688,8 @@ pub fn fp_trap() {
         return;
     };
     guest::set_fp_trap(false);
+    // The FP/SIMD save and load below run at EL2: the untrap takes effect first.
+    cpu::isb();
     if let Some(owner) = shared.fp_owner {
         shared.contexts[owner].fp_save();
     }

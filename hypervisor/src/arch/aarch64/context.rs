@@ -491,7 +491,8 @@ impl VcpuContext {
             write_sysreg!("mdcr_el2", self.mdcr);
             stage2::switch_to(self.vttbr);
             if same_vm_other_vcpu {
-                core::arch::asm!("tlbi vmalle1", "dsb nsh", options(nostack));
+                // The TLBI acts on the VMID just written: synchronized first.
+                core::arch::asm!("isb", "tlbi vmalle1", "dsb nsh", options(nostack));
             }
             write_sysreg!("cntv_cval_el0", self.timer.compare);
             write_sysreg!("cntv_ctl_el0", self.timer.control);

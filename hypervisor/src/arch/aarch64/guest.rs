@@ -107,13 +107,13 @@ pub fn mdcr_value(own_pmu: bool) -> u64 {
 /// Traps (or untraps) FP/SIMD at EL2 (CPTR_EL2.TFP): set when a vCPU that does not own the
 /// pCPU's FP/SIMD registers runs, so its first FP/SIMD instruction switches them.
 /// Written every time: as cheap as testing the bit first (a switch between a vCPU that owns
-/// the unit and one that does not changes it every time).
+/// the unit and one that does not changes it every time). No barrier: the guest entry's ERET
+/// synchronizes it, and Keel's own FP/SIMD use (the scheduler's FP trap handler) puts an ISB first.
 pub fn set_fp_trap(trapped: bool) {
     let value = read_sysreg!("cptr_el2") & !cptr::TFP | if trapped { cptr::TFP } else { 0 };
-    // SAFETY: only the FP/SIMD trap changes; Keel itself never uses FP/SIMD.
+    // SAFETY: only the FP/SIMD trap changes; Keel itself uses FP/SIMD only in `fp_trap`.
     unsafe {
         write_sysreg!("cptr_el2", value);
-        core::arch::asm!("isb", options(nostack));
     }
 }
 

@@ -50,11 +50,12 @@ pub fn install(vmid: u16, root: u64) {
 
 /// Switches this pCPU to another VM's stage-2 translation (`vttbr`: VMID and root, as
 /// [`install`] wrote it). No TLB maintenance: the VMID tags every entry, and a VM's tables
-/// never change after [`install`] first cleaned its VMID.
+/// never change after [`install`] first cleaned its VMID. No barrier either: the caller
+/// synchronizes (an ISB before anything that uses the new VMID at EL2, or the guest entry's
+/// ERET).
 pub fn switch_to(vttbr: u64) {
     // SAFETY: `vttbr` names a complete stage-2 table built at boot, installed before.
     unsafe {
         write_sysreg!("vttbr_el2", vttbr);
-        core::arch::asm!("isb", options(nostack));
     }
 }
