@@ -282,7 +282,9 @@ impl Queue {
     }
 
     /// [`Queue::receive`], the header and the message's bytes copied with `copy`; the header
-    /// is read once.
+    /// is read once. An empty queue is answered in the caller (a receive that will wait),
+    /// without the frame of the copy.
+    #[inline(always)]
     pub fn receive_with(
         &mut self,
         storage: &[u8],
@@ -292,6 +294,17 @@ impl Queue {
         if self.count == 0 {
             return Err(MessageError::Empty);
         }
+        self.take_front(storage, out, copy)
+    }
+
+    /// [`Queue::receive_with`] of a queue that holds a message.
+    #[inline(never)]
+    fn take_front(
+        &mut self,
+        storage: &[u8],
+        out: &mut [u8],
+        copy: impl Fn(&mut [u8], &[u8]) + Copy,
+    ) -> Result<Received, MessageError> {
         let ring = storage.get(..self.ring).ok_or(MessageError::Empty)?;
         let mut header = [0u8; HEADER];
         let body = get(ring, self.head, &mut header, copy);
