@@ -941,11 +941,17 @@ pub fn wake_here(id: usize, vcpu: usize) -> bool {
 /// ([`crate::irq::sync_list_registers`], which lists what is pending meanwhile): an interrupt
 /// still marked listed there would hide the next raise of the same INTID (a doorbell, an SGI)
 /// from [`wake_here`], and the vCPU would sleep on until some other event woke it.
+///
+/// Only the list registers Keel filled (`listed`) can hold an interrupt: with none, none is
+/// read.
 pub fn running_has_work(id: usize, vcpu: usize) -> bool {
-    if gic::any_interrupt_pending() || guest::virtual_timer_expired() {
+    if guest::virtual_timer_expired() {
         return true;
     }
     if vm::this_cpu().listed.load(Ordering::Relaxed) != 0 {
+        if gic::any_interrupt_pending() {
+            return true;
+        }
         crate::irq::sync_list_registers();
         if gic::any_interrupt_pending() {
             return true;
