@@ -1024,6 +1024,22 @@ mod best_tests {
         scheduler
     }
 
+    /// One of the operations both equivalence tests mix, chosen among `kinds`: a start, stop,
+    /// block or wake of a random slot (returns true), or none (false: the test's own).
+    fn random_operation(s: &mut Scheduler, rng: &mut Rng, now: Time, kinds: u64) -> bool {
+        let slot = rng.below(s.len() as u64) as usize;
+        match rng.below(kinds) {
+            0 => s.start(slot, now),
+            1 => s.stop(slot, now),
+            2 => s.block(slot, now),
+            3 => {
+                let _ = s.wake(slot, now);
+            }
+            _ => return false,
+        }
+        true
+    }
+
     /// Round robin's own decide leaves the scheduler exactly as the generic path does, over
     /// random mixes of starts, stops, blocks, wakes, yields and decisions.
     #[test]
@@ -1035,20 +1051,10 @@ mod best_tests {
             let mut now = 0;
             for _ in 0..200 {
                 now += rng.below(30);
-                let slot = rng.below(fast.len() as u64) as usize;
-                match rng.below(6) {
-                    0 => fast.start(slot, now),
-                    1 => fast.stop(slot, now),
-                    2 => fast.block(slot, now),
-                    3 => {
-                        let _ = fast.wake(slot, now);
+                if !random_operation(&mut fast, &mut rng, now, 6) && rng.below(2) == 0 {
+                    if let Some(running) = fast.current {
+                        let _ = fast.give_away(running, now, rng.below(2) == 0);
                     }
-                    4 => {
-                        if let Some(running) = fast.current {
-                            let _ = fast.give_away(running, now, rng.below(2) == 0);
-                        }
-                    }
-                    _ => {}
                 }
                 // Not after every event: a vCPU may block and wake between two decisions.
                 if rng.below(2) == 0 {
@@ -1080,17 +1086,8 @@ mod best_tests {
             let mut now = 0;
             for _ in 0..200 {
                 now += rng.below(30);
-                let slot = rng.below(fast.len() as u64) as usize;
-                match rng.below(5) {
-                    0 => fast.start(slot, now),
-                    1 => fast.stop(slot, now),
-                    2 => fast.block(slot, now),
-                    3 => {
-                        let _ = fast.wake(slot, now);
-                    }
-                    _ => {
-                        let _ = fast.decide(now);
-                    }
+                if !random_operation(&mut fast, &mut rng, now, 5) {
+                    let _ = fast.decide(now);
                 }
                 let Some(running) = fast.current else {
                     continue;
