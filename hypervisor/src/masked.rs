@@ -22,6 +22,7 @@ use crate::arch::regs::read_sysreg;
 use crate::arch::vectors::GuestRegs;
 use crate::arch::{cpu, timer};
 use crate::config::SYSTEM;
+use crate::vm;
 
 /// One pCPU's record, on a cache line of its own.
 #[repr(C, align(64))]
@@ -51,10 +52,17 @@ static RECORDS: [Record; MAX_CPUS] = [const {
     }
 }; MAX_CPUS];
 
+/// This pCPU's record (an index out of range panics in [`vm::entry`]'s one shared place, not
+/// at each inlined use).
+#[inline(always)]
+fn this_record() -> &'static Record {
+    vm::entry(&RECORDS, cpu::index())
+}
+
 /// A stretch with interrupts masked begins now, at `site`.
 #[inline(always)]
 pub fn begin(site: MaskedSite) {
-    let record = &RECORDS[cpu::index()];
+    let record = this_record();
     record.start.store(timer::now(), Ordering::Relaxed);
     record.site.store(site as u8, Ordering::Relaxed);
 }
@@ -62,9 +70,7 @@ pub fn begin(site: MaskedSite) {
 /// The current stretch is (from now on) at `site`.
 #[inline(always)]
 pub fn at(site: MaskedSite) {
-    RECORDS[cpu::index()]
-        .site
-        .store(site as u8, Ordering::Relaxed);
+    this_record().site.store(site as u8, Ordering::Relaxed);
 }
 
 /// The current stretch ends now (Keel enters a guest, waits, or polls for interrupts).
@@ -74,7 +80,7 @@ pub fn at(site: MaskedSite) {
 #[inline(always)]
 pub fn end() {
     let now = timer::now();
-    let record = &RECORDS[cpu::index()];
+    let record = this_record();
     let start = record.start.load(Ordering::Relaxed);
     let length = now.wrapping_sub(start);
     if length > record.longest.load(Ordering::Relaxed) {

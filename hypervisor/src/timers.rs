@@ -8,6 +8,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 use crate::arch::boot::MAX_CPUS;
 use crate::arch::{cpu, timer};
+use crate::vm;
 
 /// What a deadline is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,8 +42,10 @@ static QUEUES: [Queue; MAX_CPUS] = [const {
     }
 }; MAX_CPUS];
 
+/// This pCPU's queue (an index out of range panics in [`vm::entry`]'s one shared place).
+#[inline(always)]
 fn this_queue() -> &'static Queue {
-    &QUEUES[cpu::index()]
+    vm::entry(&QUEUES, cpu::index())
 }
 
 /// Sets this pCPU's `kind` deadline to counter value `at` (replacing the previous one). As
