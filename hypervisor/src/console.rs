@@ -23,7 +23,6 @@ use crate::arch::boot::MAX_CPUS;
 use crate::arch::cpu::{self, Mutex};
 use crate::arch::{timer, uart::Uart};
 use crate::timers::{self, Deadline};
-use crate::vm;
 
 /// How long a partial output line may wait before it is written anyway (a shell prompt), and
 /// how soon output the UART could not take yet is tried again.
@@ -218,7 +217,7 @@ pub fn start_line(vm: usize, at: u64) {
     let index = cpu::index();
     // One waits already (a second start within the timer's delay): it goes first.
     queue_pending_start(index);
-    let pending = vm::entry(&PENDING_STARTS, index);
+    let pending = cpu::per_cpu(&PENDING_STARTS, index);
     pending.at.store(at, Ordering::Relaxed);
     pending.suppressed.store(suppressed, Ordering::Relaxed);
     pending.vm.store(vm + 1, Ordering::Relaxed);
@@ -229,7 +228,7 @@ pub fn start_line(vm: usize, at: u64) {
 
 /// Makes and queues the start line pCPU `index` has waiting, if any; whether it had one.
 fn queue_pending_start(index: usize) -> bool {
-    let pending = vm::entry(&PENDING_STARTS, index);
+    let pending = cpu::per_cpu(&PENDING_STARTS, index);
     let Some(vm) = pending.vm.swap(0, Ordering::Relaxed).checked_sub(1) else {
         return false;
     };
@@ -287,7 +286,7 @@ static DEFERRED: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX
 /// row only: returns false (the caller writes now) if it was put off last time too, so that
 /// scheduler deadlines that keep falling with it cannot hold the output back.
 pub fn defer_flush() -> bool {
-    if vm::entry(&DEFERRED, cpu::index()).swap(true, Ordering::Relaxed) {
+    if cpu::this(&DEFERRED).swap(true, Ordering::Relaxed) {
         return false;
     }
     timers::set(
@@ -370,7 +369,7 @@ pub fn vm_output(vm: usize, byte: u8) {
 /// virtual timer's path (10 instructions more per timer interrupt).
 #[inline(never)]
 pub fn flush_partial() {
-    vm::entry(&DEFERRED, cpu::index()).store(false, Ordering::Relaxed);
+    cpu::this(&DEFERRED).store(false, Ordering::Relaxed);
     if queue_pending_start(cpu::index()) {
         // Written out at the next call, in a masked stretch of its own.
         arm_flush_timer(true);

@@ -22,7 +22,6 @@ use crate::arch::regs::read_sysreg;
 use crate::arch::vectors::GuestRegs;
 use crate::arch::{cpu, timer};
 use crate::config::SYSTEM;
-use crate::vm;
 
 /// One pCPU's record, on a cache line of its own.
 #[repr(C, align(64))]
@@ -52,17 +51,10 @@ static RECORDS: [Record; MAX_CPUS] = [const {
     }
 }; MAX_CPUS];
 
-/// This pCPU's record (an index out of range panics in [`vm::entry`]'s one shared place, not
-/// at each inlined use).
-#[inline(always)]
-fn this_record() -> &'static Record {
-    vm::entry(&RECORDS, cpu::index())
-}
-
 /// A stretch with interrupts masked begins now, at `site`.
 #[inline(always)]
 pub fn begin(site: MaskedSite) {
-    let record = this_record();
+    let record = cpu::this(&RECORDS);
     record.start.store(timer::now(), Ordering::Relaxed);
     record.site.store(site as u8, Ordering::Relaxed);
 }
@@ -70,7 +62,9 @@ pub fn begin(site: MaskedSite) {
 /// The current stretch is (from now on) at `site`.
 #[inline(always)]
 pub fn at(site: MaskedSite) {
-    this_record().site.store(site as u8, Ordering::Relaxed);
+    cpu::this(&RECORDS)
+        .site
+        .store(site as u8, Ordering::Relaxed);
 }
 
 /// The current stretch ends now (Keel enters a guest, waits, or polls for interrupts).
@@ -80,7 +74,7 @@ pub fn at(site: MaskedSite) {
 #[inline(always)]
 pub fn end() {
     let now = timer::now();
-    let record = this_record();
+    let record = cpu::this(&RECORDS);
     let start = record.start.load(Ordering::Relaxed);
     let length = now.wrapping_sub(start);
     if length > record.longest.load(Ordering::Relaxed) {

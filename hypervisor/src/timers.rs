@@ -8,7 +8,6 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 use crate::arch::boot::MAX_CPUS;
 use crate::arch::{cpu, timer};
-use crate::vm;
 
 /// What a deadline is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,10 +41,9 @@ static QUEUES: [Queue; MAX_CPUS] = [const {
     }
 }; MAX_CPUS];
 
-/// This pCPU's queue (an index out of range panics in [`vm::entry`]'s one shared place).
 #[inline(always)]
 fn this_queue() -> &'static Queue {
-    vm::entry(&QUEUES, cpu::index())
+    cpu::this(&QUEUES)
 }
 
 /// Sets this pCPU's `kind` deadline to counter value `at` (replacing the previous one). As

@@ -21,6 +21,29 @@ pub fn index() -> usize {
     value as usize
 }
 
+/// `table[index]` for a per-pCPU table: an index out of range (a bug) panics in one shared
+/// place, where `table[index]` would give each inlined use its own panic call and location in
+/// the image.
+#[inline(always)]
+pub fn per_cpu<T>(table: &'static [T], index: usize) -> &'static T {
+    match table.get(index) {
+        Some(entry) => entry,
+        None => out_of_range(),
+    }
+}
+
+/// This pCPU's entry of a per-pCPU table (see [`per_cpu`]).
+#[inline(always)]
+pub fn this<T>(table: &'static [T]) -> &'static T {
+    per_cpu(table, index())
+}
+
+#[cold]
+#[inline(never)]
+fn out_of_range() -> ! {
+    panic!("a pCPU index out of range");
+}
+
 /// Waits for an interrupt (or any other wake-up event).
 pub fn wait_for_interrupt() {
     // SAFETY: WFI only suspends execution until a wake-up event.
