@@ -83,7 +83,9 @@ pub fn end() {
 }
 
 /// Keeps a stretch of `length` ticks from `start` as the longest, unless no stretch had begun.
+/// Out of line: it was copied into each of the nine places [`end`] is inlined.
 #[cold]
+#[inline(never)]
 fn record_longest(record: &Record, start: u64, length: u64) {
     if start == 0 {
         return;
