@@ -135,6 +135,15 @@ impl Out for LineBuffer {
     }
 }
 
+/// How Keel's lines name a VM: `vm 'name' (id N)`.
+pub struct VmLabel<'a>(pub &'a str, pub usize);
+
+impl Show for VmLabel<'_> {
+    fn show(&self, out: &mut dyn Out) {
+        keel_core::text!(out, "vm '", self.0, "' (id ", self.1, ")");
+    }
+}
+
 /// Prints one line of Keel's own made of `parts`, prefixed `[keel]`.
 pub fn hypervisor_line(parts: &[&dyn Show]) {
     // Made in place: a line returned by value is copied (about 100 instructions).
@@ -239,11 +248,8 @@ fn queue_pending_start(index: usize) -> bool {
     let micros = at % frequency * 1_000_000 / frequency;
     let mut line = LineBuffer::EMPTY;
     line.show(&[
-        &"vm '",
-        &focus_name(vm),
-        &"' (id ",
-        &vm,
-        &") starts at ",
+        &VmLabel(focus_name(vm), vm),
+        &" starts at ",
         &(at / frequency),
         &".",
         &Decimal(micros, 6),
@@ -441,8 +447,8 @@ macro_rules! keel_println_limited {
 }
 
 /// Prints a line of Keel's own, made of its parts (each a [`Show`]: a string, an integer, a
-/// [`keel_core::text::Hex`], an error): `keel_println!("vm '", name, "' (id ", id, ") powered
-/// off")`.
+/// [`keel_core::text::Hex`], a [`VmLabel`], an error):
+/// `keel_println!(VmLabel(name, id), " powered off")`.
 #[macro_export]
 macro_rules! keel_println {
     ($($part:expr),+ $(,)?) => {

@@ -17,6 +17,7 @@ use keel_core::console::Input;
 use keel_core::ratelimit::DiagnosticKind;
 
 use crate::arch::gic;
+use crate::console::VmLabel;
 use crate::timers::{self, Deadline};
 use crate::vm::{self, VmState};
 use crate::{console, keel_println, keel_println_limited};
@@ -258,7 +259,7 @@ fn console_input() {
         match *input {
             Input::Deliver { vm: id, byte } => deliver_input(id, byte),
             Input::Focus(id) => {
-                keel_println!("input focus: vm '", console::focus_name(id), "' (id ", id, ")")
+                keel_println!("input focus: ", VmLabel(console::focus_name(id), id))
             }
             Input::PowerOff => {
                 keel_println!("power off requested from the console");
@@ -266,11 +267,8 @@ fn console_input() {
                 crate::arch::psci::system_off();
             }
             Input::Raw(id, raw) => keel_println!(
-                "vm '",
-                console::focus_name(id),
-                "' (id ",
-                id,
-                "): console output ",
+                VmLabel(console::focus_name(id), id),
+                ": console output ",
                 if raw {
                     "raw (its control characters reach the terminal; Ctrl-A r again to end)"
                 } else {
