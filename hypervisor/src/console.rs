@@ -135,6 +135,15 @@ impl Out for LineBuffer {
     }
 }
 
+/// How Keel's lines name a VM: `vm 'name' (id N)`.
+pub struct VmLabel<'a>(pub &'a str, pub usize);
+
+impl Show for VmLabel<'_> {
+    fn show(&self, out: &mut dyn Out) {
+        keel_core::text!(out, "vm '", self.0, "' (id ", self.1, ")");
+    }
+}
+
 /// Prints one line of Keel's own made of `parts`, prefixed `[keel]`.
 pub fn hypervisor_line(parts: &[&dyn Show]) {
     // Made in place: a line returned by value is copied (about 100 instructions).
@@ -217,7 +226,7 @@ pub fn start_line(vm: usize, at: u64) {
     let index = cpu::index();
     // One waits already (a second start within the timer's delay): it goes first.
     queue_pending_start(index);
-    let pending = &PENDING_STARTS[index];
+    let pending = cpu::per_cpu(&PENDING_STARTS, index);
     pending.at.store(at, Ordering::Relaxed);
     pending.suppressed.store(suppressed, Ordering::Relaxed);
     pending.vm.store(vm + 1, Ordering::Relaxed);
@@ -228,7 +237,7 @@ pub fn start_line(vm: usize, at: u64) {
 
 /// Makes and queues the start line pCPU `index` has waiting, if any; whether it had one.
 fn queue_pending_start(index: usize) -> bool {
-    let pending = &PENDING_STARTS[index];
+    let pending = cpu::per_cpu(&PENDING_STARTS, index);
     let Some(vm) = pending.vm.swap(0, Ordering::Relaxed).checked_sub(1) else {
         return false;
     };
@@ -239,11 +248,8 @@ fn queue_pending_start(index: usize) -> bool {
     let micros = at % frequency * 1_000_000 / frequency;
     let mut line = LineBuffer::EMPTY;
     line.show(&[
-        &"vm '",
-        &focus_name(vm),
-        &"' (id ",
-        &vm,
-        &") starts at ",
+        &VmLabel(focus_name(vm), vm),
+        &" starts at ",
         &(at / frequency),
         &".",
         &Decimal(micros, 6),
@@ -286,7 +292,7 @@ static DEFERRED: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX
 /// row only: returns false (the caller writes now) if it was put off last time too, so that
 /// scheduler deadlines that keep falling with it cannot hold the output back.
 pub fn defer_flush() -> bool {
-    if DEFERRED[cpu::index()].swap(true, Ordering::Relaxed) {
+    if cpu::this(&DEFERRED).swap(true, Ordering::Relaxed) {
         return false;
     }
     timers::set(
@@ -369,7 +375,7 @@ pub fn vm_output(vm: usize, byte: u8) {
 /// virtual timer's path (10 instructions more per timer interrupt).
 #[inline(never)]
 pub fn flush_partial() {
-    DEFERRED[cpu::index()].store(false, Ordering::Relaxed);
+    cpu::this(&DEFERRED).store(false, Ordering::Relaxed);
     if queue_pending_start(cpu::index()) {
         // Written out at the next call, in a masked stretch of its own.
         arm_flush_timer(true);
@@ -421,7 +427,9 @@ pub fn receive() -> Received {
     received
 }
 
-/// Name of VM `vm` as the console shows it.
+/// Name of VM `vm` as the console shows it. Out of line: its lock was copied into each of
+/// its three callers' lines.
+#[inline(never)]
 pub fn focus_name(vm: usize) -> &'static str {
     CONSOLE.lock().mux.name(vm)
 }
@@ -441,8 +449,8 @@ macro_rules! keel_println_limited {
 }
 
 /// Prints a line of Keel's own, made of its parts (each a [`Show`]: a string, an integer, a
-/// [`keel_core::text::Hex`], an error): `keel_println!("vm '", name, "' (id ", id, ") powered
-/// off")`.
+/// [`keel_core::text::Hex`], a [`VmLabel`], an error):
+/// `keel_println!(VmLabel(name, id), " powered off")`.
 #[macro_export]
 macro_rules! keel_println {
     ($($part:expr),+ $(,)?) => {

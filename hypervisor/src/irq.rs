@@ -10,14 +10,14 @@
 //! reaches the scheduler, waking a vCPU that shares this pCPU when an interrupt is raised for
 //! it, goes through the function it installs at boot ([`set_wake_here`]).
 
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicPtr, Ordering};
 
 use keel_core::abi::layout;
 use keel_core::console::Input;
 use keel_core::ratelimit::DiagnosticKind;
-use spin::Once;
 
 use crate::arch::gic;
+use crate::console::VmLabel;
 use crate::timers::{self, Deadline};
 use crate::vm::{self, VmState};
 use crate::{console, keel_println, keel_println_limited};
@@ -259,7 +259,7 @@ fn console_input() {
         match *input {
             Input::Deliver { vm: id, byte } => deliver_input(id, byte),
             Input::Focus(id) => {
-                keel_println!("input focus: vm '", console::focus_name(id), "' (id ", id, ")")
+                keel_println!("input focus: ", VmLabel(console::focus_name(id), id))
             }
             Input::PowerOff => {
                 keel_println!("power off requested from the console");
@@ -267,11 +267,8 @@ fn console_input() {
                 crate::arch::psci::system_off();
             }
             Input::Raw(id, raw) => keel_println!(
-                "vm '",
-                console::focus_name(id),
-                "' (id ",
-                id,
-                "): console output ",
+                VmLabel(console::focus_name(id), id),
+                ": console output ",
                 if raw {
                     "raw (its control characters reach the terminal; Ctrl-A r again to end)"
                 } else {
@@ -379,12 +376,22 @@ pub fn sync_list_registers() {
 /// The scheduler's "wake here" (`sched::wake_here`, installed once at boot by [`set_wake_here`]
 /// before any guest runs): vCPU `vcpu` of VM `id`, placed on this shared pCPU and not running,
 /// wakes if it waits and now has something to take; returns whether it woke. The one place
-/// this layer reaches up to the scheduler.
-static WAKE_HERE: Once<fn(usize, usize) -> bool> = Once::new();
+/// this layer reaches up to the scheduler. Null until installed; only [`set_wake_here`] stores
+/// it (an atomic pointer rather than a `spin::Once`: no second copy of `Once`'s code).
+static WAKE_HERE: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
 
 /// Installs the scheduler's [`WAKE_HERE`] function (at boot, before any guest runs).
 pub fn set_wake_here(wake: fn(usize, usize) -> bool) {
-    WAKE_HERE.call_once(|| wake);
+    WAKE_HERE.store(wake as *mut (), Ordering::Release);
+}
+
+/// The installed [`WAKE_HERE`] function, if any.
+fn wake_here() -> Option<fn(usize, usize) -> bool> {
+    let wake = WAKE_HERE.load(Ordering::Acquire);
+    // SAFETY: a non-null WAKE_HERE was stored by `set_wake_here` from a
+    // `fn(usize, usize) -> bool`, which has the size of a pointer.
+    (!wake.is_null())
+        .then(|| unsafe { core::mem::transmute::<*mut (), fn(usize, usize) -> bool>(wake) })
 }
 
 /// What raising a virtual interrupt asks of the raiser's trap exit ([`raise_and_kick`]).
@@ -423,7 +430,7 @@ pub fn raise_and_kick(to: usize, to_vcpu: usize, intid: u32, id: usize, vcpu: us
     } else if vm::desc(to).pcpus.get(target) == Some(&(crate::arch::cpu::index() as u32))
         && vm::this_cpu_is_shared()
     {
-        if WAKE_HERE.get().is_some_and(|wake| wake(to, target)) {
+        if wake_here().is_some_and(|wake| wake(to, target)) {
             Raised::WokeHere
         } else {
             Raised::Elsewhere

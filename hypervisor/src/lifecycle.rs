@@ -25,6 +25,7 @@ use keel_core::text::{Out, Show};
 use crate::arch::cpu::{self, Mutex};
 use crate::arch::{psci, stage2};
 use crate::config::SYSTEM;
+use crate::console::VmLabel;
 use crate::devices::virtio;
 use crate::vm::{self, VcpuPower, VmState, MAX_VMS};
 use crate::{console, ipc, irq, keel_println, keel_println_limited, masked};
@@ -218,11 +219,8 @@ impl Reload {
                 keel_println_limited!(
                     DiagnosticKind::Reset,
                     desc.id.0 as usize,
-                    "vm '",
-                    desc.name,
-                    "' (id ",
-                    desc.id.0,
-                    ") resets"
+                    VmLabel(desc.name, desc.id.0 as usize),
+                    " resets"
                 );
                 true
             }
@@ -247,11 +245,8 @@ impl Reload {
                 keel_println_limited!(
                     DiagnosticKind::Reset,
                     desc.id.0 as usize,
-                    "vm '",
-                    desc.name,
-                    "' (id ",
-                    desc.id.0,
-                    ") reloaded: ",
+                    VmLabel(desc.name, desc.id.0 as usize),
+                    " reloaded: ",
                     self.bytes,
                     " bytes in ",
                     self.steps,
@@ -336,7 +331,7 @@ fn seed_device_tree(desc: &VmDesc, n: usize, generation: u32) {
 pub fn stop(id: usize, reason: &dyn Show) {
     let desc = vm::desc(id);
     if vm::vm(id).end(VmState::Stopped) {
-        keel_println!("vm '", desc.name, "' (id ", id, ") stopped: ", reason);
+        keel_println!(VmLabel(desc.name, id), " stopped: ", reason);
         after_vm_ended(id);
     }
 }
@@ -344,7 +339,7 @@ pub fn stop(id: usize, reason: &dyn Show) {
 /// VM `id` powered itself off.
 pub fn power_off(id: usize) {
     if vm::vm(id).end(VmState::Off) {
-        keel_println!("vm '", vm::desc(id).name, "' (id ", id, ") powered off");
+        keel_println!(VmLabel(vm::desc(id).name, id), " powered off");
         after_vm_ended(id);
     }
 }

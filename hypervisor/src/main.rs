@@ -78,6 +78,7 @@ use keel_core::fdt;
 use keel_core::text::{Hex, List, Show};
 
 use config::SYSTEM;
+use console::VmLabel;
 use platform::Platform;
 
 /// QEMU virt's PL011, used to report a device tree too broken to name the console.
@@ -184,11 +185,8 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
             );
         }
         keel_println!(
-            "vm '",
-            desc.name,
-            "' (id ",
-            index,
-            "): ",
+            VmLabel(desc.name, index),
+            ": ",
             desc.memory.size >> 20,
             " MiB at IPA ",
             Hex(desc.memory.ipa.0, 0),
@@ -203,11 +201,8 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
         );
         if let Some(flash) = desc.flash {
             keel_println!(
-                "vm '",
-                desc.name,
-                "' (id ",
-                index,
-                "): ",
+                VmLabel(desc.name, index),
+                ": ",
                 flash.size >> 20,
                 " MiB of flash at IPA ",
                 Hex(flash.ipa.0, 0),

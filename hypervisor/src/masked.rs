@@ -54,7 +54,7 @@ static RECORDS: [Record; MAX_CPUS] = [const {
 /// A stretch with interrupts masked begins now, at `site`.
 #[inline(always)]
 pub fn begin(site: MaskedSite) {
-    let record = &RECORDS[cpu::index()];
+    let record = cpu::this(&RECORDS);
     record.start.store(timer::now(), Ordering::Relaxed);
     record.site.store(site as u8, Ordering::Relaxed);
 }
@@ -62,7 +62,7 @@ pub fn begin(site: MaskedSite) {
 /// The current stretch is (from now on) at `site`.
 #[inline(always)]
 pub fn at(site: MaskedSite) {
-    RECORDS[cpu::index()]
+    cpu::this(&RECORDS)
         .site
         .store(site as u8, Ordering::Relaxed);
 }
@@ -74,7 +74,7 @@ pub fn at(site: MaskedSite) {
 #[inline(always)]
 pub fn end() {
     let now = timer::now();
-    let record = &RECORDS[cpu::index()];
+    let record = cpu::this(&RECORDS);
     let start = record.start.load(Ordering::Relaxed);
     let length = now.wrapping_sub(start);
     if length > record.longest.load(Ordering::Relaxed) {
@@ -83,7 +83,9 @@ pub fn end() {
 }
 
 /// Keeps a stretch of `length` ticks from `start` as the longest, unless no stretch had begun.
+/// Out of line: it was copied into each of the nine places [`end`] is inlined.
 #[cold]
+#[inline(never)]
 fn record_longest(record: &Record, start: u64, length: u64) {
     if start == 0 {
         return;

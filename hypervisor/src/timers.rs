@@ -41,8 +41,9 @@ static QUEUES: [Queue; MAX_CPUS] = [const {
     }
 }; MAX_CPUS];
 
+#[inline(always)]
 fn this_queue() -> &'static Queue {
-    &QUEUES[cpu::index()]
+    cpu::this(&QUEUES)
 }
 
 /// Sets this pCPU's `kind` deadline to counter value `at` (replacing the previous one). As

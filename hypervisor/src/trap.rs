@@ -132,32 +132,23 @@ impl Show for Fault {
                 Hex(far, 0)
             ),
             Fault::Unexpected => out.put("unexpected exception"),
-            Fault::ReadOnlyChannel {
-                channel,
-                ipa,
-                size: Some(size),
-            } => keel_core::text!(
-                out,
-                "stage-2 permission fault: ",
-                size,
-                "-byte write at IPA ",
-                Hex(ipa, 0),
-                ", in its read-only window of channel '",
-                channel,
-                "'"
-            ),
-            Fault::ReadOnlyChannel {
-                channel,
-                ipa,
-                size: None,
-            } => keel_core::text!(
-                out,
-                "stage-2 permission fault: write at IPA ",
-                Hex(ipa, 0),
-                ", in its read-only window of channel '",
-                channel,
-                "' (an instruction without syndrome: size unknown)"
-            ),
+            Fault::ReadOnlyChannel { channel, ipa, size } => {
+                out.put("stage-2 permission fault: ");
+                if let Some(size) = size {
+                    keel_core::text!(out, size, "-byte ");
+                }
+                keel_core::text!(
+                    out,
+                    "write at IPA ",
+                    Hex(ipa, 0),
+                    ", in its read-only window of channel '",
+                    channel,
+                    "'"
+                );
+                if size.is_none() {
+                    out.put(" (an instruction without syndrome: size unknown)");
+                }
+            }
         }
     }
 }

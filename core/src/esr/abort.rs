@@ -12,41 +12,109 @@ pub struct FaultStatus {
     pub level: Option<i8>,
 }
 
+/// A kind of fault a status code names.
+#[derive(Clone, Copy)]
+enum Kind {
+    AddressSize,
+    Translation,
+    AccessFlag,
+    Permission,
+    External,
+    TagCheck,
+    ExternalWalk,
+    Parity,
+    ParityWalk,
+    Alignment,
+    GranuleWalk,
+    Granule,
+    TlbConflict,
+    UnsupportedAtomic,
+    Lockdown,
+    UnsupportedExclusive,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::AddressSize => "address size fault",
+            Kind::Translation => "translation fault",
+            Kind::AccessFlag => "access flag fault",
+            Kind::Permission => "permission fault",
+            Kind::External => "synchronous external abort",
+            Kind::TagCheck => "synchronous tag check fault",
+            Kind::ExternalWalk => "synchronous external abort on table walk",
+            Kind::Parity => "synchronous parity or ECC error",
+            Kind::ParityWalk => "synchronous parity or ECC error on table walk",
+            Kind::Alignment => "alignment fault",
+            Kind::GranuleWalk => "granule protection fault on table walk",
+            Kind::Granule => "granule protection fault",
+            Kind::TlbConflict => "TLB conflict abort",
+            Kind::UnsupportedAtomic => "unsupported atomic hardware update fault",
+            Kind::Lockdown => "implementation defined fault (lockdown)",
+            Kind::UnsupportedExclusive => {
+                "implementation defined fault (unsupported exclusive or atomic access)"
+            }
+        }
+    }
+}
+
+/// Where a code's translation table level comes from.
+#[derive(Clone, Copy)]
+enum Level {
+    /// It has none.
+    None,
+    /// Levels 0 to 3: the code's two low bits.
+    LowBits,
+    /// Level -1 (a code of its own).
+    MinusOne,
+}
+
+/// The codes that name a fault, as `(first, last, kind, level)` ranges (a table of a few
+/// bytes per range rather than a branch per code); any other code is reserved.
+const CODES: [(u8, u8, Kind, Level); 21] = [
+    (0x00, 0x03, Kind::AddressSize, Level::LowBits),
+    (0x04, 0x07, Kind::Translation, Level::LowBits),
+    (0x08, 0x0b, Kind::AccessFlag, Level::LowBits),
+    (0x0c, 0x0f, Kind::Permission, Level::LowBits),
+    (0x10, 0x10, Kind::External, Level::None),
+    (0x11, 0x11, Kind::TagCheck, Level::None),
+    (0x13, 0x13, Kind::ExternalWalk, Level::MinusOne),
+    (0x14, 0x17, Kind::ExternalWalk, Level::LowBits),
+    (0x18, 0x18, Kind::Parity, Level::None),
+    (0x1b, 0x1b, Kind::ParityWalk, Level::MinusOne),
+    (0x1c, 0x1f, Kind::ParityWalk, Level::LowBits),
+    (0x21, 0x21, Kind::Alignment, Level::None),
+    (0x23, 0x23, Kind::GranuleWalk, Level::MinusOne),
+    (0x24, 0x27, Kind::GranuleWalk, Level::LowBits),
+    (0x28, 0x28, Kind::Granule, Level::None),
+    (0x29, 0x29, Kind::AddressSize, Level::MinusOne),
+    (0x2b, 0x2b, Kind::Translation, Level::MinusOne),
+    (0x30, 0x30, Kind::TlbConflict, Level::None),
+    (0x31, 0x31, Kind::UnsupportedAtomic, Level::None),
+    (0x34, 0x34, Kind::Lockdown, Level::None),
+    (0x35, 0x35, Kind::UnsupportedExclusive, Level::None),
+];
+
 /// The [`FaultStatus`] of DFSC/IFSC `code`.
 pub fn fault_status_name(code: u8) -> FaultStatus {
-    const EXTERNAL_WALK: &str = "synchronous external abort on table walk";
-    const PARITY_WALK: &str = "synchronous parity or ECC error on table walk";
-    const GRANULE_WALK: &str = "granule protection fault on table walk";
-    // Levels 0 to 3 are the code's two low bits; level -1 has a code of its own.
-    let level = Some((code & 3) as i8);
-    let (kind, level) = match code {
-        0x00..=0x03 => ("address size fault", level),
-        0x04..=0x07 => ("translation fault", level),
-        0x08..=0x0b => ("access flag fault", level),
-        0x0c..=0x0f => ("permission fault", level),
-        0x10 => ("synchronous external abort", None),
-        0x11 => ("synchronous tag check fault", None),
-        0x13 => (EXTERNAL_WALK, Some(-1)),
-        0x14..=0x17 => (EXTERNAL_WALK, level),
-        0x18 => ("synchronous parity or ECC error", None),
-        0x1b => (PARITY_WALK, Some(-1)),
-        0x1c..=0x1f => (PARITY_WALK, level),
-        0x21 => ("alignment fault", None),
-        0x23 => (GRANULE_WALK, Some(-1)),
-        0x24..=0x27 => (GRANULE_WALK, level),
-        0x28 => ("granule protection fault", None),
-        0x29 => ("address size fault", Some(-1)),
-        0x2b => ("translation fault", Some(-1)),
-        0x30 => ("TLB conflict abort", None),
-        0x31 => ("unsupported atomic hardware update fault", None),
-        0x34 => ("implementation defined fault (lockdown)", None),
-        0x35 => (
-            "implementation defined fault (unsupported exclusive or atomic access)",
-            None,
-        ),
-        _ => ("reserved fault status code", None),
+    let found = CODES
+        .iter()
+        .find(|&&(first, last, ..)| (first..=last).contains(&code));
+    let Some(&(_, _, kind, level)) = found else {
+        return FaultStatus {
+            kind: "reserved fault status code",
+            level: None,
+        };
     };
-    FaultStatus { kind, level }
+    let level = match level {
+        Level::None => None,
+        Level::LowBits => Some((code & 3) as i8),
+        Level::MinusOne => Some(-1),
+    };
+    FaultStatus {
+        kind: kind.name(),
+        level,
+    }
 }
 
 impl crate::text::Show for FaultStatus {

@@ -1,7 +1,9 @@
 //! Big-endian field reads, token alignment and name splitting shared by the blob reader (§5.2,
 //! §5.4.1).
 
-/// Reads the big-endian `u32` at `offset`, if the slice holds it.
+/// Reads the big-endian `u32` at `offset`, if the slice holds it. Out of line: the boot's
+/// walks of the tree inlined it at each of its readers.
+#[inline(never)]
 pub(super) fn read_u32(bytes: &[u8], offset: usize) -> Option<u32> {
     let end = offset.checked_add(4)?;
     let &[a, b, c, d] = bytes.get(offset..end)? else {

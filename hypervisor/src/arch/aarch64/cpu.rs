@@ -1,5 +1,10 @@
 //! CPU-level operations: identity, barriers, waiting, cache maintenance.
 
+use core::cell::UnsafeCell;
+use core::marker::PhantomData;
+use core::ops::{Deref, DerefMut};
+use core::sync::atomic::{AtomicBool, Ordering};
+
 use super::regs::read_sysreg;
 
 /// This pCPU's MPIDR affinity fields (Aff3..Aff0).
@@ -28,6 +33,29 @@ const _: () = assert!(
     super::boot::MAX_CPUS.is_power_of_two(),
     "cpu::index takes TPIDR_EL2 modulo MAX_CPUS with a mask"
 );
+
+/// `table[index]` for a per-pCPU table: an index out of range (a bug) panics in one shared
+/// place, where `table[index]` would give each inlined use its own panic call and location in
+/// the image.
+#[inline(always)]
+pub fn per_cpu<T>(table: &'static [T], index: usize) -> &'static T {
+    match table.get(index) {
+        Some(entry) => entry,
+        None => out_of_range(),
+    }
+}
+
+/// This pCPU's entry of a per-pCPU table (see [`per_cpu`]).
+#[inline(always)]
+pub fn this<T>(table: &'static [T]) -> &'static T {
+    per_cpu(table, index())
+}
+
+#[cold]
+#[inline(never)]
+fn out_of_range() -> ! {
+    panic!("a pCPU index out of range");
+}
 
 /// Waits for an interrupt (or any other wake-up event).
 pub fn wait_for_interrupt() {
@@ -305,8 +333,87 @@ pub fn spin_wait() {
     <YieldRelax as spin::RelaxStrategy>::relax();
 }
 
-/// Keel's lock: a spin lock that waits with [`YieldRelax`].
-pub type Mutex<T> = spin::mutex::SpinMutex<T, YieldRelax>;
+/// Keel's lock: a spin lock. A pCPU that finds it taken waits with `yield`
+/// ([`YieldRelax`]) and tries again. Its lock is the exchange and that loop, a few
+/// instructions at each of the dozens of places it is inlined (`spin`'s `SpinMutex`, whose
+/// wait also polled with plain loads between tries, took about twice as many; about 1 KB of
+/// the image).
+pub struct Mutex<T: ?Sized> {
+    locked: AtomicBool,
+    data: UnsafeCell<T>,
+}
 
-/// What locking a [`Mutex`] gives.
-pub type MutexGuard<'a, T> = spin::mutex::SpinMutexGuard<'a, T>;
+// SAFETY: the lock lets one holder at a time reach the data, which may move to another pCPU
+// with it (as `spin::mutex::SpinMutex`).
+unsafe impl<T: ?Sized + Send> Sync for Mutex<T> {}
+// SAFETY: as above.
+unsafe impl<T: ?Sized + Send> Send for Mutex<T> {}
+
+impl<T> Mutex<T> {
+    /// A free lock holding `data`.
+    pub const fn new(data: T) -> Self {
+        Self {
+            locked: AtomicBool::new(false),
+            data: UnsafeCell::new(data),
+        }
+    }
+}
+
+impl<T: ?Sized> Mutex<T> {
+    /// Takes the lock, waiting while another holder has it.
+    #[inline(always)]
+    pub fn lock(&self) -> MutexGuard<'_, T> {
+        while self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            spin_wait();
+        }
+        MutexGuard {
+            lock: self,
+            _data: PhantomData,
+        }
+    }
+
+    /// Takes the lock if it is free.
+    #[inline(always)]
+    pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+        self.locked
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+            .then_some(MutexGuard {
+                lock: self,
+                _data: PhantomData,
+            })
+    }
+}
+
+/// What locking a [`Mutex`] gives: its data, until dropped.
+pub struct MutexGuard<'a, T: ?Sized> {
+    lock: &'a Mutex<T>,
+    /// Sendable and shareable as `&mut T` is.
+    _data: PhantomData<&'a mut T>,
+}
+
+impl<T: ?Sized> Deref for MutexGuard<'_, T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        // SAFETY: the guard holds the lock: no one else reaches the data until it is dropped.
+        unsafe { &*self.lock.data.get() }
+    }
+}
+
+impl<T: ?Sized> DerefMut for MutexGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as in `deref`; `&mut self` makes this the only reference through the guard.
+        unsafe { &mut *self.lock.data.get() }
+    }
+}
+
+impl<T: ?Sized> Drop for MutexGuard<'_, T> {
+    fn drop(&mut self) {
+        self.lock.locked.store(false, Ordering::Release);
+    }
+}

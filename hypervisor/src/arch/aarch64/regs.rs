@@ -106,34 +106,45 @@ pub mod cptr {
 /// Reads ID register `S3_0_C0_C<crm>_<op2>` (the space HCR_EL2.TID3 traps; unallocated
 /// encodings there read as zero).
 pub fn read_id_register(crm: u8, op2: u8) -> u64 {
-    macro_rules! by_encoding {
-        ($($crm:literal: [$($op2:literal)*])*) => {
-            match (crm, op2) {
-                $($(($crm, $op2) => {
-                    let value: u64;
-                    // SAFETY: reading an ID register has no side effects and touches no memory.
-                    unsafe {
-                        core::arch::asm!(
-                            concat!("mrs {}, s3_0_c0_c", $crm, "_", $op2),
-                            out(reg) value,
-                            options(nomem, nostack, preserves_flags)
-                        );
-                    }
-                    value
-                })*)*
-                _ => 0,
-            }
+    // One `MRS` and a branch out per encoding, 8 bytes each, entered at (crm - 1) * 8 + op2
+    // (a `match` of 56 arms was about 1.1 KB of code).
+    macro_rules! table {
+        ($($crm:literal)*) => {
+            concat!($(
+                "mrs {value}, s3_0_c0_c", $crm, "_0\n b 3f\n",
+                "mrs {value}, s3_0_c0_c", $crm, "_1\n b 3f\n",
+                "mrs {value}, s3_0_c0_c", $crm, "_2\n b 3f\n",
+                "mrs {value}, s3_0_c0_c", $crm, "_3\n b 3f\n",
+                "mrs {value}, s3_0_c0_c", $crm, "_4\n b 3f\n",
+                "mrs {value}, s3_0_c0_c", $crm, "_5\n b 3f\n",
+                "mrs {value}, s3_0_c0_c", $crm, "_6\n b 3f\n",
+                "mrs {value}, s3_0_c0_c", $crm, "_7\n b 3f\n",
+            )*)
         };
     }
-    by_encoding! {
-        1: [0 1 2 3 4 5 6 7]
-        2: [0 1 2 3 4 5 6 7]
-        3: [0 1 2 3 4 5 6 7]
-        4: [0 1 2 3 4 5 6 7]
-        5: [0 1 2 3 4 5 6 7]
-        6: [0 1 2 3 4 5 6 7]
-        7: [0 1 2 3 4 5 6 7]
+    if !(1..=7).contains(&crm) || op2 > 7 {
+        return 0;
     }
+    let index = u64::from(crm - 1) * 8 + u64::from(op2);
+    let value: u64;
+    // SAFETY: the branch lands on one of the table's 56 entries (`index` is below 56), each
+    // reading an ID register, which has no side effects and touches no memory, then leaving
+    // the table at its end.
+    unsafe {
+        core::arch::asm!(
+            "adr {entry}, 2f",
+            "add {entry}, {entry}, {index}, lsl #3",
+            "br {entry}",
+            "2:",
+            table!(1 2 3 4 5 6 7),
+            "3:",
+            entry = out(reg) _,
+            index = in(reg) index,
+            value = out(reg) value,
+            options(nomem, nostack, preserves_flags)
+        );
+    }
+    value
 }
 
 /// CNTHCTL_EL2 bits with E2H = 0 (D23.8.2).

@@ -32,7 +32,10 @@ impl Uart {
         Self { regs }
     }
 
-    /// Writes bytes, waiting while the transmit FIFO is full.
+    /// Writes bytes, waiting while the transmit FIFO is full. Out of line: its callers (the
+    /// early console, the panic path, the flush before power-off) write a line as a few
+    /// pieces, and its loop was copied into each.
+    #[inline(never)]
     pub fn write(&self, bytes: &[u8]) {
         for &byte in bytes {
             while self.regs.read32(FR) & FR_TXFF != 0 {}
