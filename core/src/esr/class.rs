@@ -101,7 +101,7 @@ const CLASSES: [(u8, ExceptionClass, &str); 38] = [
     (0x12, ExceptionClass::Hvc32, "HVC (AArch32)"),
     (0x13, ExceptionClass::Smc32, "SMC (AArch32)"),
     (0x15, ExceptionClass::Svc64, "SVC"),
-    (0x16, ExceptionClass::Hvc64, "HVC"),
+    (ExceptionClass::HVC64, ExceptionClass::Hvc64, "HVC"),
     (0x17, ExceptionClass::Smc64, "SMC"),
     (0x18, ExceptionClass::SysReg64, "trapped system register access"),
     (0x19, ExceptionClass::SveAccess, "trapped SVE access"),
@@ -110,7 +110,7 @@ const CLASSES: [(u8, ExceptionClass, &str); 38] = [
     (0x20, ExceptionClass::InstructionAbortLower, "instruction abort from lower EL"),
     (0x21, ExceptionClass::InstructionAbortSame, "instruction abort from same EL"),
     (0x22, ExceptionClass::PcAlignment, "PC alignment fault"),
-    (0x24, ExceptionClass::DataAbortLower, "data abort from lower EL"),
+    (ExceptionClass::DATA_ABORT_LOWER, ExceptionClass::DataAbortLower, "data abort from lower EL"),
     (0x25, ExceptionClass::DataAbortSame, "data abort from same EL"),
     (0x26, ExceptionClass::SpAlignment, "SP alignment fault"),
     (0x28, ExceptionClass::FpException32, "floating-point exception (AArch32)"),
@@ -143,7 +143,8 @@ const BY_CODE: [ExceptionClass; 64] = {
 };
 
 impl ExceptionClass {
-    /// The EC of [`ExceptionClass::Hvc64`], for the trap dispatcher's tests on the raw code.
+    /// The EC of [`ExceptionClass::Hvc64`], for the trap dispatcher's tests on the raw code
+    /// (the class table takes it from here, so the two cannot differ).
     pub const HVC64: u8 = 0x16;
     /// The EC of [`ExceptionClass::DataAbortLower`].
     pub const DATA_ABORT_LOWER: u8 = 0x24;
