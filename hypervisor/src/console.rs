@@ -226,7 +226,7 @@ pub fn start_line(vm: usize, at: u64) {
     let index = cpu::index();
     // One waits already (a second start within the timer's delay): it goes first.
     queue_pending_start(index);
-    let pending = cpu::per_cpu(&PENDING_STARTS, index);
+    let pending = cpu::entry(&PENDING_STARTS, index);
     pending.at.store(at, Ordering::Relaxed);
     pending.suppressed.store(suppressed, Ordering::Relaxed);
     pending.vm.store(vm + 1, Ordering::Relaxed);
@@ -237,7 +237,7 @@ pub fn start_line(vm: usize, at: u64) {
 
 /// Makes and queues the start line pCPU `index` has waiting, if any; whether it had one.
 fn queue_pending_start(index: usize) -> bool {
-    let pending = cpu::per_cpu(&PENDING_STARTS, index);
+    let pending = cpu::entry(&PENDING_STARTS, index);
     let Some(vm) = pending.vm.swap(0, Ordering::Relaxed).checked_sub(1) else {
         return false;
     };

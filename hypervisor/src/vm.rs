@@ -235,22 +235,8 @@ impl Vm {
 }
 
 /// `table[index]` for the accessors below and the other per-VM tables (`lifecycle`, `devices`),
-/// which are inlined in dozens of places: an index out of range (a bug) panics in one shared
-/// place, where `table[index]` would give each inlined site its own panic call and location in
-/// the image.
-#[inline(always)]
-pub fn entry<T>(table: &'static [T], index: usize) -> &'static T {
-    match table.get(index) {
-        Some(entry) => entry,
-        None => out_of_range(),
-    }
-}
-
-#[cold]
-#[inline(never)]
-fn out_of_range() -> ! {
-    panic!("a VM id or pCPU index out of range");
-}
+/// with the per-pCPU tables' one shared out-of-range panic.
+pub use crate::arch::cpu::entry;
 
 static VMS: [Vm; MAX_VMS] = [const { Vm::new() }; MAX_VMS];
 

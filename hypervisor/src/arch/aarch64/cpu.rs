@@ -34,27 +34,27 @@ const _: () = assert!(
     "cpu::index takes TPIDR_EL2 modulo MAX_CPUS with a mask"
 );
 
-/// `table[index]` for a per-pCPU table: an index out of range (a bug) panics in one shared
-/// place, where `table[index]` would give each inlined use its own panic call and location in
-/// the image.
+/// `table[index]` for a per-pCPU or per-VM table (`vm::entry` is this one): an index out of
+/// range (a bug) panics in one shared place, where `table[index]` would give each inlined use
+/// its own panic call and location in the image.
 #[inline(always)]
-pub fn per_cpu<T>(table: &'static [T], index: usize) -> &'static T {
+pub fn entry<T>(table: &'static [T], index: usize) -> &'static T {
     match table.get(index) {
         Some(entry) => entry,
         None => out_of_range(),
     }
 }
 
-/// This pCPU's entry of a per-pCPU table (see [`per_cpu`]).
+/// This pCPU's entry of a per-pCPU table (see [`entry`]).
 #[inline(always)]
 pub fn this<T>(table: &'static [T]) -> &'static T {
-    per_cpu(table, index())
+    entry(table, index())
 }
 
 #[cold]
 #[inline(never)]
 fn out_of_range() -> ! {
-    panic!("a pCPU index out of range");
+    panic!("a VM id or pCPU index out of range");
 }
 
 /// Waits for an interrupt (or any other wake-up event).
