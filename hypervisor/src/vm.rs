@@ -67,19 +67,24 @@ pub struct Vcpu {
     context: AtomicU64,
 }
 
+/// [`Vm::status`]: the bits of its [`VmState`], the reset flag, and where the generation is.
+const STATE_MASK: u64 = 0xff;
+const RESETTING: u64 = 1 << 8;
+const GENERATION_SHIFT: u32 = 32;
+
 /// A VM's run-time state.
 pub struct Vm {
-    state: AtomicU8,
-    /// Bumped on each reset: a vCPU started in an older generation stops.
-    generation: AtomicU32,
+    /// Its state (bits 0-7, [`VmState`]), whether it is being reset ([`RESETTING`]: a vCPU of
+    /// it reloads it, `lifecycle::reset_begin`; no other vCPU of it starts, and a second
+    /// SYSTEM_RESET meanwhile just stops its caller) and its generation (bits 32-63, bumped on
+    /// each reset: a vCPU started in an older generation stops), in one word so that a pCPU
+    /// about to enter one of its vCPUs tests all three with one load ([`Vm::enterable_in`]).
+    status: AtomicU64,
     /// The GIC distributor and redistributors, set up by `lifecycle::build` before any vCPU
     /// of the VM runs, like every device model.
     pub vgic: Mutex<Vgic>,
     /// The console UART.
     pub uart: Mutex<Pl011>,
-    /// Set while a vCPU of the VM reloads it (`lifecycle::reset_begin`): no other vCPU of it
-    /// starts, and a second SYSTEM_RESET meanwhile just stops its caller.
-    resetting: AtomicBool,
     /// Bumped, under the device lock, by every guest write to the vGIC and every reset of it:
     /// the timer fast path ([`crate::irq`]) reuses what it listed only while this is unchanged.
     pub gic_writes: AtomicU32,
@@ -90,12 +95,11 @@ pub struct Vm {
 impl Vm {
     const fn new() -> Self {
         Self {
-            state: AtomicU8::new(VmState::Running as u8),
-            generation: AtomicU32::new(0),
+            // Running (0), not resetting, generation 0.
+            status: AtomicU64::new(0),
             // All-zero, so the VM table lives in .bss rather than in the image.
             vgic: Mutex::new(Vgic::EMPTY),
             uart: Mutex::new(Pl011::ZEROED),
-            resetting: AtomicBool::new(false),
             gic_writes: AtomicU32::new(0),
             stage2_root: AtomicU64::new(0),
             vcpus: [const {
@@ -110,7 +114,7 @@ impl Vm {
 
     /// The VM's state.
     pub fn state(&self) -> VmState {
-        match self.state.load(Ordering::Acquire) {
+        match self.status.load(Ordering::Acquire) & STATE_MASK {
             0 => VmState::Running,
             1 => VmState::Off,
             _ => VmState::Stopped,
@@ -119,7 +123,16 @@ impl Vm {
 
     /// Current reset generation.
     pub fn generation(&self) -> u32 {
-        self.generation.load(Ordering::Acquire)
+        (self.status.load(Ordering::Acquire) >> GENERATION_SHIFT) as u32
+    }
+
+    /// Whether a vCPU started in `generation` may enter: the VM runs, is not being reset, and
+    /// is still in that generation. Called by a pCPU about to enter it, after setting its
+    /// `in_guest` (SeqCst, as [`Vm::may_enter`]).
+    #[inline(always)]
+    pub fn enterable_in(&self, generation: u32) -> bool {
+        // Running is 0 and RESETTING clear: the word is the generation alone.
+        self.status.load(Ordering::SeqCst) == u64::from(generation) << GENERATION_SHIFT
     }
 
     /// Root of the VM's stage-2 tables.
@@ -135,23 +148,30 @@ impl Vm {
     /// Ends the VM in `state` ([`VmState::Off`] or [`VmState::Stopped`]); whether it was
     /// running until now (only then is its end to be reported and carried out).
     pub fn end(&self, state: VmState) -> bool {
-        self.state.swap(state as u8, Ordering::AcqRel) == VmState::Running as u8
+        let before = self
+            .status
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |status| {
+                Some(status & !STATE_MASK | state as u64)
+            })
+            .unwrap_or_else(|status| status);
+        before & STATE_MASK == VmState::Running as u64
     }
 
     /// Marks the VM as being reset and begins a new generation; false if a reset is already
     /// under way (and then changes nothing). SeqCst with [`Vm::may_enter`]: either a vCPU
     /// about to enter sees the flag, or the resetter sees its pCPU's `in_guest` and waits.
     pub fn begin_reset(&self) -> bool {
-        if self.resetting.swap(true, Ordering::SeqCst) {
-            return false;
-        }
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        true
+        self.status
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |status| {
+                (status & RESETTING == 0)
+                    .then(|| (status | RESETTING).wrapping_add(1 << GENERATION_SHIFT))
+            })
+            .is_ok()
     }
 
     /// The reset is complete: vCPUs of the VM may start again.
     pub fn end_reset(&self) {
-        self.resetting.store(false, Ordering::Release);
+        self.status.fetch_and(!RESETTING, Ordering::Release);
     }
 
     /// A vCPU's PSCI power state.
@@ -208,12 +228,12 @@ impl Vm {
     /// Called by a pCPU about to enter a vCPU of this VM, after setting its `in_guest`: false
     /// if the VM is being reset (the pCPU must not enter; see `lifecycle::reset_begin`).
     pub fn may_enter(&self) -> bool {
-        !self.resetting.load(Ordering::SeqCst)
+        self.status.load(Ordering::SeqCst) & RESETTING == 0
     }
 
     /// Takes a pending start request: `(entry, context)`. None while the VM is being reset.
     pub fn take_start(&self, vcpu: usize) -> Option<(u64, u64)> {
-        if self.resetting.load(Ordering::Acquire) {
+        if self.status.load(Ordering::Acquire) & RESETTING != 0 {
             return None;
         }
         let slot = &self.vcpus[vcpu];

@@ -48,6 +48,27 @@ struct Placed {
     vcpu: usize,
 }
 
+/// The per-slot conditions of a shared pCPU that its switch path tests (bits of
+/// [`SharedCpu::flags`]); a slot loaded with none set takes the fast path.
+struct Flags;
+
+impl Flags {
+    /// Started since its last load: its VMID's TLB entries are cleaned first.
+    const FRESH: u8 = 1 << 0;
+    /// Switched out and may have been sent interrupts (an SGI, an SPI) since it left: its
+    /// list registers are brought up to date from the vGIC when it next runs.
+    const NEEDS_SYNC: u8 = 1 << 1;
+    /// Its VM is being reset by it: instead of guest code it runs the steps of the VM's
+    /// reload ([`reload`]), in its own time, until it is complete.
+    const RELOADING: u8 = 1 << 2;
+    /// A task deleted while running here: it stops at its next exit (the deleter's kick forces
+    /// one) and its slot is freed then.
+    const DOOMED: u8 = 1 << 3;
+    /// Waiting in KEEL_MSG_RECV: a message queued for it wakes it too, and so does its
+    /// `wake_at`.
+    const RECEIVING: u8 = 1 << 4;
+}
+
 /// What a shared pCPU owns.
 struct SharedCpu {
     scheduler: Scheduler,
@@ -63,8 +84,6 @@ struct SharedCpu {
     last_vm: usize,
     /// The slot whose FP/SIMD registers the pCPU holds.
     fp_owner: Option<usize>,
-    /// Slots started since their last restore: their VMID's TLB entries are cleaned first.
-    fresh: u32,
     /// Slots started (powered on) and not stopped since.
     started: u32,
     /// Slots that gave the pCPU away to wait for an interrupt, and have not run since: the
@@ -73,18 +92,9 @@ struct SharedCpu {
     /// Each slot's timer fast-path cache ([`vm::PerCpu::timer_lr`] and its value), kept with
     /// its list registers while it is switched out.
     timer_lr: [(u64, u64); MAX_SLOTS],
-    /// Switched-out slots that may have been sent interrupts (an SGI, an SPI) since they left:
-    /// their list registers are brought up to date from the vGIC when they next run.
-    needs_sync: u32,
-    /// Slots whose VM is being reset by them: instead of guest code they run the steps of the
-    /// VM's reload ([`reload`]), in their own time, until it is complete.
-    reloading: u32,
-    /// Task slots deleted while running here: they stop at their next exit (the deleter's
-    /// kick forces one) and their slot is freed then.
-    doomed: u32,
-    /// Waiting slots that wait in KEEL_MSG_RECV: a message queued for them wakes them too,
-    /// and so does their `wake_at`.
-    receiving: u32,
+    /// Each slot's [`Flags`]: what its next load must see to besides loading it (one byte
+    /// read by the switch for all of them).
+    flags: [u8; MAX_SLOTS],
     /// The address of each slot's frame ([`frame_ptr`] on this pCPU, exposed), set by [`init`]:
     /// the switch reads it instead of computing it.
     frames: [usize; MAX_SLOTS],
@@ -104,13 +114,9 @@ impl SharedCpu {
             last: None,
             last_vm: 0,
             fp_owner: None,
-            fresh: 0,
             started: 0,
             waiting: 0,
-            needs_sync: 0,
-            doomed: 0,
-            reloading: 0,
-            receiving: 0,
+            flags: [0; MAX_SLOTS],
             // Zero, like everything else here, so the table lives in .bss: read only for
             // slots in `receiving`, which are given theirs when they enter it.
             wake_at: [0; MAX_SLOTS],
@@ -121,6 +127,19 @@ impl SharedCpu {
 
     fn is_started(&self, slot: usize) -> bool {
         self.started & (1 << slot) != 0
+    }
+
+    /// Whether `slot` has every bit of `flag` ([`Flags`]).
+    fn has(&self, slot: usize, flag: u8) -> bool {
+        self.flags[slot] & flag != 0
+    }
+
+    fn set(&mut self, slot: usize, flag: u8) {
+        self.flags[slot] |= flag;
+    }
+
+    fn clear(&mut self, slot: usize, flag: u8) {
+        self.flags[slot] &= !flag;
     }
 
     fn slot_of(&self, vm: usize, vcpu: usize) -> Option<usize> {
@@ -137,7 +156,7 @@ impl SharedCpu {
         };
         let vm = vm::vm(id);
         vcpu >= vm::desc(id).pcpus.len()
-            && (self.doomed & (1 << slot) != 0
+            && (self.has(slot, Flags::DOOMED)
                 || vm.state() != VmState::Running
                 || vm.generation() != self.generations[slot])
     }
@@ -153,10 +172,7 @@ impl SharedCpu {
         let keep = !(1u32 << slot);
         self.started &= keep;
         self.waiting &= keep;
-        self.fresh &= keep;
-        self.needs_sync &= keep;
-        self.doomed &= keep;
-        self.receiving &= keep;
+        self.flags[slot] = 0;
         self.placed[slot] = None;
         if self.last == Some(slot) {
             self.last = None;
@@ -390,7 +406,8 @@ fn load(shared: &mut SharedCpu, slot: usize, switching: bool) -> Result<bool, El
         leave_guest(cpu);
         return Err(Elsewhere::RunLoop);
     };
-    if shared.reloading & (1 << slot) != 0 {
+    let flags = shared.flags[slot];
+    if flags & Flags::RELOADING != 0 {
         leave_guest(cpu);
         return Err(Elsewhere::Reload {
             slot,
@@ -400,11 +417,7 @@ fn load(shared: &mut SharedCpu, slot: usize, switching: bool) -> Result<bool, El
     let vm = vm::vm(placed.vm);
     cpu.vm.store(placed.vm, Ordering::Relaxed);
     cpu.in_guest.store(true, Ordering::SeqCst);
-    if !vm.may_enter()
-        || vm.state() != VmState::Running
-        || vm.generation() != shared.generations[slot]
-        || shared.doomed & (1 << slot) != 0
-    {
+    if !vm.enterable_in(shared.generations[slot]) || flags & Flags::DOOMED != 0 {
         // Its VM ended or is being reset, and the kick saying so is not handled yet.
         leave_guest(cpu);
         vm::mark_kicked_here(placed.vm);
@@ -419,8 +432,7 @@ fn load(shared: &mut SharedCpu, slot: usize, switching: bool) -> Result<bool, El
         redistributor.enable_private(keel_core::abi::layout::VTIMER_INTID);
         cpu.vtimer_off.store(false, Ordering::Relaxed);
     }
-    if shared.fresh & bit != 0 {
-        shared.fresh &= !bit;
+    if flags & Flags::FRESH != 0 {
         context.restore(redistributor, false);
         crate::arch::stage2::install(
             vm::desc(placed.vm).id.0 + 1,
@@ -443,10 +455,9 @@ fn load(shared: &mut SharedCpu, slot: usize, switching: bool) -> Result<bool, El
     shared.last = Some(slot);
     shared.last_vm = placed.vm;
     shared.waiting &= !bit;
-    let receiving = shared.receiving & bit != 0;
-    shared.receiving &= !bit;
-    if shared.needs_sync & bit != 0 {
-        shared.needs_sync &= !bit;
+    // FRESH, RECEIVING and NEEDS_SYNC are seen to here; RELOADING and DOOMED returned above.
+    shared.flags[slot] = 0;
+    if flags & Flags::NEEDS_SYNC != 0 {
         irq::sync_list_registers();
     }
     let timer = &shared.contexts[slot].timer;
@@ -454,7 +465,7 @@ fn load(shared: &mut SharedCpu, slot: usize, switching: bool) -> Result<bool, El
         // Its virtual timer expired while it was out: listed now, not by a second exception.
         irq::list_expired_timer();
     }
-    Ok(receiving)
+    Ok(flags & Flags::RECEIVING != 0)
 }
 
 /// Saves the running vCPU into its context (its general registers stay in its frame) and
@@ -512,10 +523,10 @@ fn give_away_waiting(yielding: bool, message_until: Option<u64>) {
     let bit = 1 << slot;
     match message_until {
         Some(until) => {
-            shared.receiving |= bit;
+            shared.set(slot, Flags::RECEIVING);
             shared.wake_at[slot] = until;
         }
-        None => shared.receiving &= !bit,
+        None => shared.clear(slot, Flags::RECEIVING),
     }
     let requeue = yielding && !shared.scheduler.has_reservation(slot);
     if !requeue {
@@ -540,7 +551,7 @@ fn give_away_waiting(yielding: bool, message_until: Option<u64>) {
         // Picked again: nothing to save or restore.
         Some(next) if next == slot => {
             shared.waiting &= !bit;
-            shared.receiving &= !bit;
+            shared.clear(slot, Flags::RECEIVING);
         }
         Some(next) => switch_in_place(guard, next),
         None => {
@@ -579,7 +590,7 @@ pub fn reschedule(unsynced: bool) {
     let shared = &mut *guard;
     if shared
         .loaded
-        .is_some_and(|slot| shared.doomed & (1 << slot) != 0)
+        .is_some_and(|slot| shared.has(slot, Flags::DOOMED))
     {
         // A task deleted by another pCPU while it ran here.
         drop(guard);
@@ -593,7 +604,7 @@ pub fn reschedule(unsynced: bool) {
         (Some(loaded), Some(next)) if loaded == next => {}
         (loaded, next) => {
             if let Some(slot) = loaded.filter(|_| unsynced) {
-                shared.needs_sync |= 1 << slot;
+                shared.set(slot, Flags::NEEDS_SYNC);
             }
             match (loaded, next) {
                 (Some(_), Some(next)) => switch_in_place(guard, next),
@@ -643,7 +654,7 @@ pub fn reload(id: usize) -> ! {
             let vcpu = cpu.vcpu.load(Ordering::Relaxed);
             irq::discard_vcpu_interrupts(id, vcpu, cpu.generation.load(Ordering::Relaxed));
             discard_saved(shared, slot);
-            shared.reloading |= 1 << slot;
+            shared.set(slot, Flags::RELOADING);
         }
         leave_guest(cpu);
         decide(shared, timer::now())
@@ -669,7 +680,7 @@ fn run_reload(slot: usize, id: usize) -> ! {
         if lifecycle::reload_step(id) {
             {
                 let mut shared = this_shared().lock();
-                shared.reloading &= !(1 << slot);
+                shared.clear(slot, Flags::RELOADING);
                 shared.scheduler.stop(slot, timer::now());
                 shared.started &= !(1 << slot);
             }
@@ -736,7 +747,7 @@ fn refresh(shared: &mut SharedCpu, now: u64) {
         let vm = vm::vm(id);
         let running = vm.state() == VmState::Running;
         let current_generation = vm.generation() == shared.generations[slot];
-        if shared.loaded == Some(slot) || shared.reloading & (1 << slot) != 0 {
+        if shared.loaded == Some(slot) || shared.has(slot, Flags::RELOADING) {
             continue;
         }
         if shared.task_gone(slot) {
@@ -744,7 +755,7 @@ fn refresh(shared: &mut SharedCpu, now: u64) {
             continue;
         }
         // The kick may have raised an interrupt for it in its vGIC.
-        shared.needs_sync |= 1 << slot;
+        shared.set(slot, Flags::NEEDS_SYNC);
         if (!running || !current_generation) && shared.is_started(slot) {
             discard_saved(shared, slot);
             shared.scheduler.stop(slot, now);
@@ -811,7 +822,7 @@ fn start_slot(
         desc.pmu,
     );
     shared.generations[slot] = vm.generation();
-    shared.fresh |= 1 << slot;
+    shared.set(slot, Flags::FRESH);
     shared.timer_lr[slot] = (0, 0);
     if shared.fp_owner == Some(slot) {
         shared.fp_owner = None;
@@ -837,13 +848,13 @@ fn has_pending_saved(shared: &SharedCpu, slot: usize, id: usize, vcpu: usize, no
     let context = &shared.contexts[slot];
     context.interface.any_pending()
         || wait_ends(shared, slot, now)
-        || (shared.receiving & (1 << slot) != 0 && crate::ipc::has_message(id, vcpu))
+        || (shared.has(slot, Flags::RECEIVING) && crate::ipc::has_message(id, vcpu))
         || context.timer.deadline().is_some_and(|at| at <= now)
 }
 
 /// Whether `slot` waits in KEEL_MSG_RECV and its wait's end has come.
 fn wait_ends(shared: &SharedCpu, slot: usize, now: u64) -> bool {
-    shared.receiving & (1 << slot) != 0 && shared.wake_at[slot] <= now
+    shared.has(slot, Flags::RECEIVING) && shared.wake_at[slot] <= now
 }
 
 /// Arms this pCPU's timer queue for a decision: the scheduler's next call, and the earliest
@@ -876,7 +887,7 @@ fn earliest_wait(shared: &SharedCpu, mut scan: u32) -> Option<u64> {
         if let Some(at) = shared.contexts[slot].timer.deadline() {
             earliest = earliest.min(at);
         }
-        if shared.receiving & (1 << slot) != 0 {
+        if shared.has(slot, Flags::RECEIVING) {
             earliest = earliest.min(shared.wake_at[slot]);
         }
     }
@@ -897,7 +908,7 @@ pub fn wake_here(id: usize, vcpu: usize) -> bool {
     if shared.loaded == Some(slot) || !shared.is_started(slot) {
         return false;
     }
-    if shared.needs_sync & (1 << slot) != 0 && shared.scheduler.is_runnable(slot) {
+    if shared.has(slot, Flags::NEEDS_SYNC) && shared.scheduler.is_runnable(slot) {
         // Woken already, its list registers to be brought up to date when it runs: a second
         // message before then changes neither (no scan of its vGIC again).
         return false;
@@ -906,7 +917,7 @@ pub fn wake_here(id: usize, vcpu: usize) -> bool {
     // has something to list (a message whose interrupt it has not enabled needs nothing).
     let interrupt = vm::vm(id).vgic.lock().next_pending(vcpu).is_some();
     if interrupt {
-        shared.needs_sync |= 1 << slot;
+        shared.set(slot, Flags::NEEDS_SYNC);
     }
     let now = timer::now();
     if shared.scheduler.is_runnable(slot)

@@ -12,7 +12,7 @@ use keel_core::abi::CallError;
 use keel_core::addr::GuestPhysAddr;
 use keel_core::tasks::{self, TaskError, TaskRequest, TaskTable};
 
-use super::{this_shared, ticks_per_ns, Placed, SHARED};
+use super::{this_shared, ticks_per_ns, Flags, Placed, SHARED};
 use crate::arch::boot::MAX_CPUS;
 use crate::arch::cpu;
 use crate::arch::vectors::GuestRegs;
@@ -139,7 +139,7 @@ pub fn launch(caller: usize, handle: u64, release: u64) -> u64 {
         let (slot, now) = (found.slot(), timer::now());
         shared.scheduler.start_at(slot, now, release.max(now));
         shared.started |= 1 << slot;
-        shared.fresh |= 1 << slot;
+        shared.set(slot, Flags::FRESH);
         vm::vm(found.placed.vm).set_vcpu_power(found.placed.vcpu, VcpuPower::On);
     }
     drop(tables);
@@ -164,7 +164,7 @@ pub fn delete(caller: usize, vcpu: usize, handle: u64) -> After {
         if found.is_in(shared) {
             if shared.loaded == Some(slot) {
                 // Running: here, it is the caller itself; elsewhere, it stops at the kick.
-                shared.doomed |= 1 << slot;
+                shared.set(slot, Flags::DOOMED);
                 if pcpu == cpu::index() && found.placed == (Placed { vm: caller, vcpu }) {
                     after = After::Stop;
                 }
