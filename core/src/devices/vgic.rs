@@ -288,9 +288,10 @@ impl Vgic {
     /// an enabled group.
     #[inline(always)]
     fn deliverable(&self, bank: &Bank) -> u128 {
-        // Nothing raised is the common case (a vCPU about to wait, one woken by a message):
-        // answered from two of the bank's words, in the caller.
-        if bank.pending | bank.level == 0 {
+        // Nothing raised and enabled is the common case (a vCPU about to wait, one woken by a
+        // message, one that polls its messages with their interrupt disabled): answered from
+        // three of the bank's words, in the caller.
+        if (bank.pending | bank.level) & bank.enabled == 0 {
             return 0;
         }
         self.deliverable_raised(bank)
