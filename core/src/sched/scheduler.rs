@@ -473,11 +473,13 @@ impl Scheduler {
     /// with the time accounted once. The decision is the same as those three calls' (a
     /// host test holds it so).
     pub fn give_away(&mut self, slot: usize, now: Time, requeue: bool) -> Decision {
+        // The slot the last decision chose is in range (a removal forgets it): the round-robin
+        // path needs no other test.
+        if self.current == Some(slot) && self.is_fifo() {
+            return self.give_away_round_robin(slot, now, requeue);
+        }
         if slot >= self.len {
             return self.decide(now);
-        }
-        if self.is_fifo() && self.current == Some(slot) {
-            return self.give_away_round_robin(slot, now, requeue);
         }
         self.give_away_generic(slot, now, requeue)
     }
