@@ -531,6 +531,9 @@ fn give_away_waiting(yielding: bool, message_until: Option<u64>) {
     let requeue = yielding && !shared.scheduler.has_reservation(slot);
     if !requeue {
         shared.waiting |= bit;
+        // The timer queue ([`program`]) watches it from now on, before the switch saves it:
+        // with the virtual timer it set just now, not the one it had when it last left.
+        shared.contexts[slot].timer.capture();
     }
     if vm::is_stale() {
         // The world changed (a kick): the scheduler hears of it ([`refresh`]) with this vCPU
@@ -865,15 +868,18 @@ fn program(shared: &SharedCpu, decision: Decision) {
     let earliest = if scan == 0 {
         None
     } else {
-        earliest_wait(shared, scan)
+        earliest_wait(shared, scan, decision.run)
     };
     timers::set_schedule(decision.until, earliest);
 }
 
 /// The earliest virtual-timer deadline or end of a message wait of the slots in `scan`
-/// (waiting ones) that the scheduler does not already let run.
+/// (waiting ones) that the scheduler does not already let run (`run`, its pick, is one).
 #[inline(never)]
-fn earliest_wait(shared: &SharedCpu, mut scan: u32) -> Option<u64> {
+fn earliest_wait(shared: &SharedCpu, mut scan: u32, run: Option<usize>) -> Option<u64> {
+    if let Some(run) = run {
+        scan &= !(1 << run);
+    }
     // `u64::MAX`: none (a message wait without an end has that `wake_at`, "never").
     let mut earliest = u64::MAX;
     while scan != 0 {

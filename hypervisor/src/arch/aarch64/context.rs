@@ -165,6 +165,14 @@ impl VirtualTimer {
         self.physical_active
     }
 
+    /// Reads the running vCPU's timer settings from this pCPU (as [`VcpuContext::save`] does,
+    /// leaving the timer running): what it set before it gives the pCPU away to wait, for the
+    /// timer queue to watch before the switch saves it.
+    pub fn capture(&mut self) {
+        self.control = read_sysreg!("cntv_ctl_el0");
+        self.compare = read_sysreg!("cntv_cval_el0");
+    }
+
     /// When the timer will assert its interrupt, if it is enabled and unmasked.
     pub fn deadline(&self) -> Option<u64> {
         (self.control & 0b11 == 0b01).then_some(self.compare)
