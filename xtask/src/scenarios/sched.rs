@@ -8,7 +8,8 @@ use std::time::Duration;
 use regex::Regex;
 
 use super::{
-    boot, check_tick_counts, expect_line, lines_of, tick_lateness, with_console_tail, Scenario,
+    boot, check_tick_counts, check_ticks, expect_line, lines_of, tick_lateness, with_console_tail,
+    Scenario,
 };
 use crate::qemu::Ended;
 use crate::Result;
@@ -141,6 +142,17 @@ fn round_robin() -> Result<()> {
     Ok(())
 }
 
+/// A VM ticking at 1 kHz on its virtual timer beside a hog that never traps, round robin on
+/// one pCPU: every tick is taken and each second reported without a gap, although while it
+/// sleeps nothing but its own timer deadline can take the pCPU back from the hog.
+fn round_robin_sleeper() -> Result<()> {
+    let mut session = boot("shared-rr-sleeper")?;
+    let outcome = session.wait_for_count(r"^\[ticker\] tick: ", 3, Duration::from_secs(120));
+    let ended = session.kill();
+    outcome.map_err(|m| with_console_tail(m, &ended))?;
+    check_ticks(&ended, "ticker", 3).map(|_| ())
+}
+
 /// Three real-time vCPUs (1 ms / 300 µs, 5 ms / 1 ms, 20 ms / 4 ms) and a best-effort
 /// Debian Linux on one pCPU under EDF: no deadline miss, no overrun, every job's response
 /// within its period, and Linux boots and completes stress-ng and cyclictest.
@@ -201,6 +213,11 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             name: "round robin: two VMs on one pCPU each get their share within one quantum".into(),
             run: Box::new(round_robin),
+        },
+        Scenario {
+            name: "round robin: a VM sleeping on its timer beside a hog that never traps keeps every tick"
+                .into(),
+            run: Box::new(round_robin_sleeper),
         },
         Scenario {
             name:
