@@ -397,9 +397,10 @@ fn receiver(shared: &SharedCpu, slot: usize, receiving: bool) -> Option<(usize, 
 #[inline(always)]
 fn load(shared: &mut SharedCpu, slot: usize, switching: bool) -> Result<bool, Elsewhere> {
     let cpu = vm::this_cpu();
+    let redistributor = cpu.redistributor.get();
     if switching {
         if let Some(running) = shared.loaded.take() {
-            save_context(shared, running, cpu);
+            save_context(shared, running, cpu, redistributor);
         }
     }
     let Some(placed) = shared.placed[slot] else {
@@ -427,7 +428,6 @@ fn load(shared: &mut SharedCpu, slot: usize, switching: bool) -> Result<bool, El
     let same_vm_other_vcpu =
         shared.last.is_some() && shared.last != Some(slot) && shared.last_vm == placed.vm;
     let context = &shared.contexts[slot];
-    let redistributor = cpu.redistributor.get();
     if let Some(redistributor) = redistributor.filter(|_| cpu.vtimer_off.load(Ordering::Relaxed)) {
         redistributor.enable_private(keel_core::abi::layout::VTIMER_INTID);
         cpu.vtimer_off.store(false, Ordering::Relaxed);
@@ -473,16 +473,22 @@ fn load(shared: &mut SharedCpu, slot: usize, switching: bool) -> Result<bool, El
 fn save_running(shared: &mut SharedCpu) -> Option<usize> {
     let slot = shared.loaded.take()?;
     let cpu = vm::this_cpu();
-    save_context(shared, slot, cpu);
+    save_context(shared, slot, cpu, cpu.redistributor.get());
     leave_guest(cpu);
     Some(slot)
 }
 
-/// Saves the context of `slot`, the vCPU on this pCPU (`cpu`), taken out of `loaded`.
+/// Saves the context of `slot`, the vCPU on this pCPU (`cpu`, whose `redistributor` it is),
+/// taken out of `loaded`.
 #[inline(always)]
-fn save_context(shared: &mut SharedCpu, slot: usize, cpu: &vm::PerCpu) {
+fn save_context(
+    shared: &mut SharedCpu,
+    slot: usize,
+    cpu: &vm::PerCpu,
+    redistributor: Option<&gic::Redistributor>,
+) {
     let listed = cpu.listed.load(Ordering::Relaxed);
-    shared.contexts[slot].save(cpu.redistributor.get(), listed);
+    shared.contexts[slot].save(redistributor, listed);
     shared.timer_lr[slot] = (
         cpu.timer_lr.load(Ordering::Relaxed),
         cpu.timer_lr_value.load(Ordering::Relaxed),
