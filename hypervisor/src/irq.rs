@@ -36,9 +36,9 @@ pub struct Handled {
 /// the interrupts that arrived are served, which ends the interrupts-masked stretch
 /// ([`crate::masked`]); the next step begins a new one.
 pub fn serve_between_steps(site: keel_core::abi::MaskedSite) -> Handled {
-    crate::masked::end();
+    vm::end_masked();
     let handled = handle_pending();
-    crate::masked::begin(site);
+    vm::masked().begin(site);
     handled
 }
 
@@ -198,7 +198,7 @@ fn virtual_timer() -> bool {
             let cpu = vm::this_cpu();
             if let Some(redistributor) = cpu.redistributor.get() {
                 redistributor.disable_private(layout::VTIMER_INTID);
-                cpu.vtimer_off.store(true, Ordering::Relaxed);
+                cpu.vtimer_on.store(false, Ordering::Relaxed);
             }
             gic::deactivate(layout::VTIMER_INTID);
             true
@@ -343,7 +343,7 @@ pub fn discard_vcpu_interrupts(id: usize, vcpu: usize, generation: u32) {
     if let Some(redistributor) = cpu.redistributor.get() {
         redistributor.disable_private(layout::VTIMER_INTID);
         redistributor.clear_active_private(layout::VTIMER_INTID);
-        cpu.vtimer_off.store(true, Ordering::Relaxed);
+        cpu.vtimer_on.store(false, Ordering::Relaxed);
     }
 }
 

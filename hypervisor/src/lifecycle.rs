@@ -28,7 +28,7 @@ use crate::config::SYSTEM;
 use crate::console::VmLabel;
 use crate::devices::virtio;
 use crate::vm::{self, VcpuPower, VmState, MAX_VMS};
-use crate::{console, ipc, irq, keel_println, keel_println_limited, masked};
+use crate::{console, ipc, irq, keel_println, keel_println_limited};
 
 /// How far each VM's reload has come (the resetting pCPU's alone, while the VM resets).
 static RELOADS: [Mutex<Reload>; MAX_VMS] = [const { Mutex::new(Reload::START) }; MAX_VMS];
@@ -400,7 +400,7 @@ pub fn reset_finish(id: usize) {
 /// follows (its line included) is a masked stretch of its own, not one with the last step's
 /// (the `reloaded` line).
 pub fn reload_here(id: usize) {
-    masked::at(MaskedSite::Reload);
+    vm::masked().at(MaskedSite::Reload);
     loop {
         let done = reload_step(id);
         let _ = irq::serve_between_steps(MaskedSite::Reload);

@@ -13,7 +13,7 @@ use crate::arch::cpu;
 use crate::arch::regs::{read_id_register, read_sysreg};
 use crate::arch::vectors::{self, GuestRegs};
 use crate::vm::{self, VcpuPower};
-use crate::{irq, keel_println_limited, lifecycle, masked, sched, vcpu};
+use crate::{irq, keel_println_limited, lifecycle, sched, vcpu};
 
 /// Why a VM is stopped.
 enum Fault {
@@ -186,9 +186,9 @@ enum Next {
 /// a function of its own, so that this one keeps a small frame.
 #[unsafe(no_mangle)]
 extern "C" fn keel_guest_sync(regs: &mut GuestRegs) {
-    masked::begin(MaskedSite::GuestTrap);
+    vm::masked().begin(MaskedSite::GuestTrap);
     guest_sync(regs);
-    masked::end();
+    vm::masked().end();
 }
 
 #[inline(always)]
@@ -294,9 +294,9 @@ fn other_trap(id: usize, vcpu: usize, esr: Esr, regs: &mut GuestRegs) {
                 Next::Wait
             } else {
                 if !crate::arch::gic::any_interrupt_listed() {
-                    masked::end();
+                    vm::masked().end();
                     crate::arch::cpu::wait_for_interrupt();
-                    masked::begin(MaskedSite::GuestTrap);
+                    vm::masked().begin(MaskedSite::GuestTrap);
                 }
                 Next::Resume
             }
@@ -335,9 +335,9 @@ fn wait_for_message(id: usize, vcpu: usize, until: u64, regs: &mut GuestRegs) {
         }
     } else if !crate::arch::gic::any_interrupt_listed() {
         crate::timers::set(crate::timers::Deadline::MessageWait, until);
-        masked::end();
+        vm::masked().end();
         crate::arch::cpu::wait_for_interrupt();
-        masked::begin(MaskedSite::GuestTrap);
+        vm::masked().begin(MaskedSite::GuestTrap);
         crate::timers::set(crate::timers::Deadline::MessageWait, u64::MAX);
         // What woke the pCPU (a sender's kick, the timeout) is served here, as the IRQ the
         // guest's return would take at once: one exception fewer per delivery.
@@ -399,9 +399,9 @@ fn finish(id: usize, vcpu: usize, esr: Esr, next: Next, regs: &mut GuestRegs) {
 /// changes no general register).
 #[unsafe(no_mangle)]
 extern "C" fn keel_guest_irq(_frame: &mut GuestRegs) {
-    masked::begin(MaskedSite::GuestIrq);
+    vm::masked().begin(MaskedSite::GuestIrq);
     guest_irq();
-    masked::end();
+    vm::masked().end();
 }
 
 #[inline(always)]
@@ -425,7 +425,7 @@ fn guest_irq() {
 /// An SError from a guest: contained to its VM.
 #[unsafe(no_mangle)]
 extern "C" fn keel_guest_serror(regs: &mut GuestRegs) {
-    masked::begin(MaskedSite::GuestTrap);
+    vm::masked().begin(MaskedSite::GuestTrap);
     let Some((id, vcpu)) = vm::current() else {
         sched::pinned::park()
     };
@@ -481,11 +481,11 @@ fn hypercall(id: usize, vcpu: usize, regs: &mut GuestRegs) -> Next {
             None => CallError::NotSupported.to_x0(),
         },
         Call::TaskCreate(request) => {
-            masked::at(MaskedSite::Task);
+            vm::masked().at(MaskedSite::Task);
             sched::tasks::create(id, &request)
         }
         Call::TaskLaunch { handle, release } => {
-            masked::at(MaskedSite::Task);
+            vm::masked().at(MaskedSite::Task);
             sched::tasks::launch(id, handle, release)
         }
         Call::TaskDelete(handle) => match sched::tasks::delete(id, vcpu, handle) {
@@ -522,7 +522,9 @@ fn hypercall(id: usize, vcpu: usize, regs: &mut GuestRegs) -> Next {
                 error.code() as u64
             }
         },
-        Call::MaskedStretch { pcpu, reset } => crate::masked::query(id, pcpu, reset, regs),
+        Call::MaskedStretch { pcpu, reset } => {
+            crate::masked::query(id, pcpu, reset, regs, |pcpu| &vm::percpu(pcpu).masked)
+        }
         Call::KeelCrash { esr, elr, far } => {
             return Next::Stop(Fault::GuestCrash { esr, elr, far })
         }

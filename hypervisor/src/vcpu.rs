@@ -9,8 +9,8 @@ use keel_core::abi::layout;
 use keel_core::system::WfiPolicy;
 
 use crate::arch::{boot, cpu, guest, timer, vectors};
+use crate::console;
 use crate::vm::{self, VmState};
-use crate::{console, masked};
 
 /// Gives this pCPU vCPU `vcpu` of VM `id` in its power-on state: the guest's EL2 setup and
 /// stage 2, no list register in use, the VM's current generation, and the vCPU's
@@ -36,7 +36,7 @@ pub fn prepare(id: usize, vcpu: usize) {
     if let Some(redistributor) = this.redistributor.get() {
         redistributor.clear_active_private(layout::VTIMER_INTID);
         redistributor.enable_private(layout::VTIMER_INTID);
-        this.vtimer_off.store(false, Ordering::Relaxed);
+        this.vtimer_on.store(true, Ordering::Relaxed);
     }
 }
 
@@ -45,7 +45,7 @@ pub fn prepare(id: usize, vcpu: usize) {
 pub fn enter(entry: u64, x0: u64) -> ! {
     let mut regs = vectors::GuestRegs::default();
     regs.x[0] = x0;
-    vectors::enter_guest(&regs, entry, boot::stack_top(cpu::index()), masked::end)
+    vectors::enter_guest(&regs, entry, boot::stack_top(cpu::index()), vm::end_masked)
 }
 
 /// Says that VM `id` starts (its vCPU 0), with the time since power-on, so boot times under

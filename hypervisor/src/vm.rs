@@ -23,6 +23,7 @@ use spin::Once;
 use crate::arch::cpu::{self, Mutex};
 use crate::arch::{boot::MAX_CPUS, gic, stage2};
 use crate::config::SYSTEM;
+use crate::masked;
 
 /// Most VMs (as many as VMIDs Keel hands out from its stage-2 pool).
 pub const MAX_VMS: usize = stage2::MAX_VMS;
@@ -271,10 +272,15 @@ pub fn desc(id: usize) -> &'static VmDesc {
 }
 
 /// What runs on one pCPU.
+#[repr(align(128))]
 pub struct PerCpu {
+    /// Its longest interrupts-masked stretch ([`masked`]): next to `vm` and `vcpu`, which a
+    /// trap reads first, so that a trap finds both with one address.
+    pub masked: masked::Record,
     /// MPIDR affinity.
     pub mpidr: AtomicU64,
-    /// VM of the vCPU pinned here, or `usize::MAX`.
+    /// VM of the vCPU pinned here, or `usize::MAX` (from [`assign_pcpus`] on; 0 in the static,
+    /// which is all zero so that it lives in .bss).
     pub vm: AtomicUsize,
     /// Index of that vCPU in its VM.
     pub vcpu: AtomicUsize,
@@ -294,9 +300,10 @@ pub struct PerCpu {
     pub timer_lr: AtomicU64,
     /// The value written to that list register.
     pub timer_lr_value: AtomicU64,
-    /// The virtual timer's PPI is disabled in this pCPU's redistributor (no guest could take
-    /// it): a shared pCPU enables it again when it next loads a vCPU, and only then.
-    pub vtimer_off: AtomicBool,
+    /// The virtual timer's PPI is enabled in this pCPU's redistributor; it is disabled when no
+    /// guest could take it (at boot, and when it fires with none loaded), and a shared pCPU
+    /// enables it again when it next loads a vCPU, and only then.
+    pub vtimer_on: AtomicBool,
 }
 
 impl PerCpu {
@@ -309,8 +316,9 @@ impl PerCpu {
 
 static CPUS: [PerCpu; MAX_CPUS] = [const {
     PerCpu {
+        masked: masked::Record::new(),
         mpidr: AtomicU64::new(0),
-        vm: AtomicUsize::new(usize::MAX),
+        vm: AtomicUsize::new(0),
         vcpu: AtomicUsize::new(0),
         listed: AtomicU64::new(0),
         redistributor: Once::new(),
@@ -319,7 +327,7 @@ static CPUS: [PerCpu; MAX_CPUS] = [const {
         in_guest: AtomicBool::new(false),
         timer_lr: AtomicU64::new(0),
         timer_lr_value: AtomicU64::new(0),
-        vtimer_off: AtomicBool::new(true),
+        vtimer_on: AtomicBool::new(false),
     }
 }; MAX_CPUS];
 
@@ -332,6 +340,19 @@ pub fn percpu(index: usize) -> &'static PerCpu {
 #[inline(always)]
 pub fn this_cpu() -> &'static PerCpu {
     &CPUS[cpu::index()]
+}
+
+/// This pCPU's interrupts-masked stretch record ([`masked::Record`]).
+#[inline(always)]
+pub fn masked() -> &'static masked::Record {
+    &this_cpu().masked
+}
+
+/// Ends this pCPU's interrupts-masked stretch ([`masked::Record::end`]): the last step of a
+/// guest entry.
+#[inline(always)]
+pub fn end_masked() {
+    masked().end();
 }
 
 /// Whether this pCPU is shared between vCPUs (its policy is not `pinned`).
@@ -406,6 +427,9 @@ pub fn configured_pcpus() -> impl Iterator<Item = &'static PerCpu> {
 /// Records which vCPU runs where (from the configuration's pinning) and which pCPUs are
 /// shared; a shared pCPU's vCPUs are placed by `sched::init`.
 pub fn assign_pcpus() {
+    for cpu in &CPUS {
+        cpu.vm.store(usize::MAX, Ordering::Relaxed);
+    }
     for (index, policy) in SYSTEM.policies.iter().enumerate().take(MAX_CPUS) {
         CPUS[index]
             .shared

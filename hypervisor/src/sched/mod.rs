@@ -302,9 +302,9 @@ pub fn run_loop() -> ! {
         if let Some(slot) = next {
             enter(slot);
         }
-        crate::masked::end();
+        vm::end_masked();
         cpu::wait_for_interrupt();
-        crate::masked::begin(keel_core::abi::MaskedSite::Idle);
+        vm::masked().begin(keel_core::abi::MaskedSite::Idle);
         irq::handle_pending();
     }
 }
@@ -353,7 +353,7 @@ fn enter(slot: usize) -> ! {
         }
     }
     let stack_top = core::ptr::from_mut(frame) as u64 + core::mem::size_of::<GuestRegs>() as u64;
-    vectors::resume_guest(frame, pc, pstate, stack_top, crate::masked::end)
+    vectors::resume_guest(frame, pc, pstate, stack_top, vm::end_masked)
 }
 
 /// Switches from the running vCPU to `next` as the trap being handled returns: the running one
@@ -428,9 +428,9 @@ fn load(shared: &mut SharedCpu, slot: usize, switching: bool) -> Result<bool, El
     let same_vm_other_vcpu =
         shared.last.is_some() && shared.last != Some(slot) && shared.last_vm == placed.vm;
     let context = &shared.contexts[slot];
-    if let Some(redistributor) = redistributor.filter(|_| cpu.vtimer_off.load(Ordering::Relaxed)) {
+    if let Some(redistributor) = redistributor.filter(|_| !cpu.vtimer_on.load(Ordering::Relaxed)) {
         redistributor.enable_private(keel_core::abi::layout::VTIMER_INTID);
-        cpu.vtimer_off.store(false, Ordering::Relaxed);
+        cpu.vtimer_on.store(true, Ordering::Relaxed);
     }
     if flags & Flags::FRESH != 0 {
         context.restore(redistributor, false);
@@ -676,7 +676,7 @@ pub fn reload(id: usize) -> ! {
 /// and the slot stops (the VM's vCPU 0 starts afresh where it is placed).
 fn run_reload(slot: usize, id: usize) -> ! {
     use keel_core::abi::MaskedSite;
-    crate::masked::at(MaskedSite::Reload);
+    vm::masked().at(MaskedSite::Reload);
     loop {
         // The interrupts that came while the scheduler picked this slot, or during the last
         // step, are served before each step: a step is a masked stretch of its own.

@@ -9,7 +9,7 @@ use keel_core::abi::MaskedSite;
 use super::{run_loop, stop_running};
 use crate::arch::cpu;
 use crate::vm::{self, VmState};
-use crate::{irq, masked, vcpu};
+use crate::{irq, vcpu};
 
 /// Enters vCPU `vcpu` of VM `id` at `entry` with `x0`, from its power-on state.
 pub fn start(id: usize, vcpu: usize, entry: u64, x0: u64) -> ! {
@@ -52,9 +52,9 @@ pub fn idle() -> ! {
                 }
             }
         }
-        masked::end();
+        vm::end_masked();
         cpu::wait_for_interrupt();
-        masked::begin(MaskedSite::Idle);
+        vm::masked().begin(MaskedSite::Idle);
         let _ = irq::handle_pending();
     }
 }
