@@ -300,6 +300,13 @@ pub struct PerCpu {
     pub timer_lr: AtomicU64,
     /// The value written to that list register.
     pub timer_lr_value: AtomicU64,
+    /// The [`Stale`] reasons since they were last taken (from [`assign_pcpus`]: kicked, since
+    /// the first starts are pending).
+    pub stale: AtomicU8,
+    /// The VMs kicked here since the kicks were last taken (bit n = VM n; from
+    /// [`assign_pcpus`]: all of them). A kicker sets its VM's bit before it sends the kick, so
+    /// the pCPU's scheduler looks again at those VMs' slots only ([`take_kicked_vms`]).
+    pub kicked_vms: AtomicU32,
     /// The virtual timer's PPI is enabled in this pCPU's redistributor; it is disabled when no
     /// guest could take it (at boot, and when it fires with none loaded), and a shared pCPU
     /// enables it again when it next loads a vCPU, and only then.
@@ -327,6 +334,8 @@ static CPUS: [PerCpu; MAX_CPUS] = [const {
         in_guest: AtomicBool::new(false),
         timer_lr: AtomicU64::new(0),
         timer_lr_value: AtomicU64::new(0),
+        stale: AtomicU8::new(0),
+        kicked_vms: AtomicU32::new(0),
         vtimer_on: AtomicBool::new(false),
     }
 }; MAX_CPUS];
@@ -381,42 +390,34 @@ pub enum Stale {
     TimerDue = 2,
 }
 
-/// Per pCPU, the [`Stale`] reasons since they were last taken (at boot: kicked, since the
-/// first starts are pending).
-static STALE: [AtomicU8; MAX_CPUS] = [const { AtomicU8::new(Stale::Kicked as u8) }; MAX_CPUS];
-
-/// Per pCPU, the VMs kicked there since the kicks were last taken (bit n = VM n; at boot all
-/// of them). A kicker sets its VM's bit before it sends the kick, so the pCPU's scheduler
-/// looks again at those VMs' slots only ([`take_kicked_vms`]).
-static KICKED_VMS: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(u32::MAX) }; MAX_CPUS];
-
 const _: () = assert!(MAX_VMS <= 32, "a kicked-VM mask has 32 bits");
 
-/// Takes the VMs kicked on this pCPU since the last take (see [`KICKED_VMS`]).
+/// Takes the VMs kicked on this pCPU since the last take (see [`PerCpu::kicked_vms`]).
 pub fn take_kicked_vms() -> u32 {
-    KICKED_VMS[cpu::index()].swap(0, Ordering::Acquire)
+    this_cpu().kicked_vms.swap(0, Ordering::Acquire)
 }
 
 /// Marks this pCPU stale for VM `id` as a kick of it would (its ended or reset state is not
 /// taken yet).
 pub fn mark_kicked_here(id: usize) {
-    KICKED_VMS[cpu::index()].fetch_or(1 << id, Ordering::Release);
+    this_cpu().kicked_vms.fetch_or(1 << id, Ordering::Release);
     mark_stale(Stale::Kicked);
 }
 
 /// Something about this pCPU's switched-out vCPUs may have changed.
 pub fn mark_stale(reason: Stale) {
-    STALE[cpu::index()].fetch_or(reason as u8, Ordering::Relaxed);
+    this_cpu().stale.fetch_or(reason as u8, Ordering::Relaxed);
 }
 
 /// Whether this pCPU has [`Stale`] reasons not taken yet.
+#[inline(always)]
 pub fn is_stale() -> bool {
-    STALE[cpu::index()].load(Ordering::Relaxed) != 0
+    this_cpu().stale.load(Ordering::Relaxed) != 0
 }
 
 /// Takes this pCPU's [`Stale`] reasons marked since the last take (bit = reason; 0: none).
 pub fn take_stale() -> u8 {
-    STALE[cpu::index()].swap(0, Ordering::Relaxed)
+    this_cpu().stale.swap(0, Ordering::Relaxed)
 }
 
 /// The pCPUs of the configuration, in order.
@@ -429,6 +430,8 @@ pub fn configured_pcpus() -> impl Iterator<Item = &'static PerCpu> {
 pub fn assign_pcpus() {
     for cpu in &CPUS {
         cpu.vm.store(usize::MAX, Ordering::Relaxed);
+        cpu.stale.store(Stale::Kicked as u8, Ordering::Relaxed);
+        cpu.kicked_vms.store(u32::MAX, Ordering::Relaxed);
     }
     for (index, policy) in SYSTEM.policies.iter().enumerate().take(MAX_CPUS) {
         CPUS[index]
@@ -500,8 +503,8 @@ pub fn kick_vcpu(id: usize, vcpu: usize) {
 /// Sends the kick SGI to pCPU `pcpu` (also this one: it is then taken at the next exit) for
 /// something that changed about VM `id`'s vCPUs there.
 pub fn kick_pcpu(pcpu: usize, id: usize) {
-    if let (Some(target), Some(kicked)) = (CPUS.get(pcpu), KICKED_VMS.get(pcpu)) {
-        kicked.fetch_or(1 << id, Ordering::Release);
+    if let Some(target) = CPUS.get(pcpu) {
+        target.kicked_vms.fetch_or(1 << id, Ordering::Release);
         gic::send_sgi(KICK_SGI, target.mpidr.load(Ordering::Relaxed));
     }
 }
