@@ -67,6 +67,9 @@ impl Flags {
     /// Waiting in KEEL_MSG_RECV: a message queued for it wakes it too, and so does its
     /// `wake_at`.
     const RECEIVING: u8 = 1 << 4;
+    /// It is [`SharedCpu::fp_owner`]: it runs with FP/SIMD untrapped. Kept by a load (the
+    /// others are seen to there).
+    const FP_OWNER: u8 = 1 << 5;
 }
 
 /// What a shared pCPU owns.
@@ -140,6 +143,24 @@ impl SharedCpu {
 
     fn clear(&mut self, slot: usize, flag: u8) {
         self.flags[slot] &= !flag;
+    }
+
+    /// `slot` becomes the owner of this pCPU's FP/SIMD registers.
+    fn own_fp(&mut self, slot: usize) {
+        if let Some(owner) = self.fp_owner {
+            self.clear(owner, Flags::FP_OWNER);
+        }
+        self.fp_owner = Some(slot);
+        self.set(slot, Flags::FP_OWNER);
+    }
+
+    /// `slot`'s FP/SIMD registers, if the pCPU holds them, are forgotten (it stops or starts
+    /// afresh).
+    fn forget_fp(&mut self, slot: usize) {
+        if self.fp_owner == Some(slot) {
+            self.fp_owner = None;
+        }
+        self.clear(slot, Flags::FP_OWNER);
     }
 
     fn slot_of(&self, vm: usize, vcpu: usize) -> Option<usize> {
@@ -441,7 +462,7 @@ fn load(shared: &mut SharedCpu, slot: usize, switching: bool) -> Result<bool, El
     } else {
         context.restore(redistributor, same_vm_other_vcpu);
     }
-    guest::set_fp_trap(shared.fp_owner != Some(slot));
+    guest::set_fp_trap(flags & Flags::FP_OWNER == 0);
     let (timer_lr, timer_lr_value) = shared.timer_lr[slot];
     cpu.timer_lr_value.store(timer_lr_value, Ordering::Relaxed);
     cpu.timer_lr.store(timer_lr, Ordering::Relaxed);
@@ -456,7 +477,7 @@ fn load(shared: &mut SharedCpu, slot: usize, switching: bool) -> Result<bool, El
     shared.last_vm = placed.vm;
     shared.waiting &= !bit;
     // FRESH, RECEIVING and NEEDS_SYNC are seen to here; RELOADING and DOOMED returned above.
-    shared.flags[slot] = 0;
+    shared.flags[slot] = flags & Flags::FP_OWNER;
     if flags & Flags::NEEDS_SYNC != 0 {
         irq::sync_list_registers();
     }
@@ -637,9 +658,7 @@ pub fn stop_running() -> ! {
             let now = timer::now();
             shared.scheduler.stop(slot, now);
             shared.started &= !(1 << slot);
-            if shared.fp_owner == Some(slot) {
-                shared.fp_owner = None;
-            }
+            shared.forget_fp(slot);
             if shared.task_gone(slot) {
                 shared.remove_task(slot, now);
             }
@@ -714,7 +733,7 @@ pub fn fp_trap() {
         shared.contexts[owner].fp_save();
     }
     shared.contexts[slot].fp_restore();
-    shared.fp_owner = Some(slot);
+    shared.own_fp(slot);
 }
 
 /// Brings the scheduler up to date with the world, if a kick or a deadline said it may have
@@ -804,9 +823,7 @@ fn discard_saved(shared: &mut SharedCpu, slot: usize) {
     }
     context.discard_interrupts();
     shared.timer_lr[slot] = (0, 0);
-    if shared.fp_owner == Some(slot) {
-        shared.fp_owner = None;
-    }
+    shared.forget_fp(slot);
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -833,9 +850,7 @@ fn start_slot(
     shared.generations[slot] = vm.generation();
     shared.set(slot, Flags::FRESH);
     shared.timer_lr[slot] = (0, 0);
-    if shared.fp_owner == Some(slot) {
-        shared.fp_owner = None;
-    }
+    shared.forget_fp(slot);
     vm.vgic.lock().reset_vcpu(vcpu);
     if vcpu == 0 {
         crate::vcpu::announce_start(id);
