@@ -232,6 +232,12 @@ fn linux_sharing() -> Result<()> {
 /// Two vCPU switches: `(min, avg, max)` instructions of a yield ping-pong between two VMs
 /// round robin on one pCPU, with FP/SIMD used by both if `fp` (the guests built).
 pub(crate) fn switch_pair(fp: bool) -> Result<(u64, u64, u64)> {
+    let ended = run_switch_pair(fp)?;
+    figure(&ended, if fp { "switch-pair-fp" } else { "switch-pair" })
+}
+
+/// Runs [`switch_pair`]'s ping-pong to its end.
+pub(crate) fn run_switch_pair(fp: bool) -> Result<Ended> {
     let (name, fp) = if fp {
         ("switch-pair-fp", " keel.fp")
     } else {
@@ -246,8 +252,7 @@ pub(crate) fn switch_pair(fp: bool) -> Result<(u64, u64, u64)> {
         // Timed with the virtual counter: no PMU, whose switching would be measured too.
         false,
     );
-    let ended = run_config(&format!("bench-{name}"), &config)?;
-    figure(&ended, name)
+    run_config(&format!("bench-{name}"), &config)
 }
 
 /// Runs the scheduling benchmarks and prints their table; `with_linux: false`

@@ -112,8 +112,38 @@ fn touch_fp(value: u64) {
     };
 }
 
-/// `keel.mode=pingpong`: yields (touching FP/SIMD before each yield with `fp`), then powers
-/// off; with
+/// Reads D0 back (see [`touch_fp`]).
+fn read_fp() -> u64 {
+    let value: u64;
+    // SAFETY: reads D0 only.
+    unsafe {
+        core::arch::asm!(
+            ".arch_extension fp",
+            "fmov {value}, d0",
+            ".arch_extension nofp",
+            value = out(reg) value,
+            options(nomem, nostack, preserves_flags)
+        )
+    };
+    value
+}
+
+/// One yield of `pingpong` mode; with `fp`, D0 holds `value` across it (written before, read
+/// after: the read is the first FP/SIMD instruction after the partner ran). Returns whether
+/// D0 changed meanwhile (another VM's FP/SIMD registers leaked in, or ours were lost).
+fn pingpong_yield(fp: bool, value: u64) -> bool {
+    if !fp {
+        yield_now();
+        return false;
+    }
+    touch_fp(value);
+    yield_now();
+    read_fp() != value
+}
+
+/// `keel.mode=pingpong`: yields (with `fp`, keeping its own value in D0 across each yield and
+/// counting the yields after which it was not there: `fp: <n> yields, <m> with D0 changed`),
+/// then powers off; with
 /// `measure` (the VM owns the PMU), counts the instructions of [`PINGPONG_YIELDS`] yields in
 /// each of [`PINGPONG_ROUNDS`] rounds and prints them per yield as a benchmark figure. With a
 /// partner vCPU doing the same on one round-robin pCPU, one yield is two vCPU switches.
@@ -121,14 +151,22 @@ pub fn pingpong(measure: bool, fp: bool) -> ! {
     if fp {
         enable_fp();
     }
+    // The two VMs of a ping-pong keep different values in D0.
+    let marker = if measure {
+        0xaaaa_0000_0000
+    } else {
+        0x5555_0000_0000
+    };
+    let mut changed = 0u64;
     if !measure {
         // As many yields as the measuring vCPU makes, and some: then off, so that the system
         // ends (alone on the pCPU, a yield returns at once).
-        for _ in 0..(PINGPONG_ROUNDS as u64 + 2) * PINGPONG_YIELDS {
-            if fp {
-                touch_fp(1);
-            }
-            yield_now();
+        let yields = (PINGPONG_ROUNDS as u64 + 2) * PINGPONG_YIELDS;
+        for i in 0..yields {
+            changed += u64::from(pingpong_yield(fp, marker | i));
+        }
+        if fp {
+            println!("fp: {yields} yields, {changed} with D0 changed");
         }
         keel_guest::system_off()
     }
@@ -144,10 +182,7 @@ pub fn pingpong(measure: bool, fp: bool) -> ! {
     for _ in 0..PINGPONG_ROUNDS {
         let start = keel_guest::timer::counter();
         for i in 0..PINGPONG_YIELDS {
-            if fp {
-                touch_fp(i);
-            }
-            yield_now();
+            changed += u64::from(pingpong_yield(fp, marker | i));
         }
         let ticks = keel_guest::timer::counter() - start;
         let per_yield = ticks * 1_000_000_000 / per_second / PINGPONG_YIELDS;
@@ -160,6 +195,12 @@ pub fn pingpong(measure: bool, fp: bool) -> ! {
         "bench: {name} min={min} avg={} max={max}",
         total / PINGPONG_ROUNDS as u64
     );
+    if fp {
+        println!(
+            "fp: {} yields, {changed} with D0 changed",
+            PINGPONG_ROUNDS as u64 * PINGPONG_YIELDS
+        );
+    }
     println!("bench: done");
     keel_guest::system_off()
 }

@@ -153,6 +153,35 @@ fn round_robin_sleeper() -> Result<()> {
     check_ticks(&ended, "ticker", 3).map(|_| ())
 }
 
+/// Lazy FP/SIMD: two VMs yield to each other on one round-robin pCPU, each keeping its own
+/// value in D0 across every yield (the benchmark's FP ping-pong): both report every yield with
+/// D0 as they left it, so neither saw the other's registers nor lost its own.
+fn lazy_fp() -> Result<()> {
+    let ended = crate::sched_bench::run_switch_pair(true)?;
+    let report = Regex::new(r"^fp: (\d+) yields, (\d+) with D0 changed$").unwrap();
+    for vm in ["vm0", "vm1"] {
+        let counts = lines_of(&ended, vm).into_iter().find_map(|line| {
+            let c = report.captures(line)?;
+            Some((c[1].parse::<u64>().ok()?, c[2].parse::<u64>().ok()?))
+        });
+        match counts {
+            Some((yields, 0)) if yields > 0 => {}
+            Some((yields, changed)) => {
+                return Err(format!(
+                    "vm '{vm}': D0 changed across {changed} of its {yields} yields"
+                ))
+            }
+            None => {
+                return Err(with_console_tail(
+                    format!("vm '{vm}' printed no FP report"),
+                    &ended,
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Three real-time vCPUs (1 ms / 300 µs, 5 ms / 1 ms, 20 ms / 4 ms) and a best-effort
 /// Debian Linux on one pCPU under EDF: no deadline miss, no overrun, every job's response
 /// within its period, and Linux boots and completes stress-ng and cyclictest.
@@ -218,6 +247,11 @@ pub fn all() -> Vec<Scenario> {
             name: "round robin: a VM sleeping on its timer beside a hog that never traps keeps every tick"
                 .into(),
             run: Box::new(round_robin_sleeper),
+        },
+        Scenario {
+            name: "lazy FP/SIMD: two VMs switching on one pCPU each keep their own FP registers"
+                .into(),
+            run: Box::new(lazy_fp),
         },
         Scenario {
             name:
