@@ -72,6 +72,11 @@ impl Flags {
     const FP_OWNER: u8 = 1 << 5;
 }
 
+const _: () = assert!(
+    MAX_SLOTS < u8::MAX as usize,
+    "SharedCpu::slots holds slot + 1 in a u8"
+);
+
 /// What a shared pCPU owns.
 struct SharedCpu {
     scheduler: Scheduler,
@@ -104,6 +109,9 @@ struct SharedCpu {
     /// For each slot in `receiving`, when its wait ends (counter ticks; `u64::MAX`: never);
     /// meaningless for the others.
     wake_at: [u64; MAX_SLOTS],
+    /// The slot (plus one; 0: none) of each vCPU placed here, by VM and vCPU: the index of
+    /// `placed`.
+    slots: [[u8; vm::MAX_VCPUS]; vm::MAX_VMS],
 }
 
 impl SharedCpu {
@@ -111,6 +119,7 @@ impl SharedCpu {
         Self {
             scheduler: Scheduler::new(keel_core::sched::Policy::Pinned),
             placed: [None; MAX_SLOTS],
+            slots: [[0; vm::MAX_VCPUS]; vm::MAX_VMS],
             contexts: [VcpuContext::EMPTY; MAX_SLOTS],
             generations: [0; MAX_SLOTS],
             loaded: None,
@@ -163,10 +172,32 @@ impl SharedCpu {
         self.clear(slot, Flags::FP_OWNER);
     }
 
+    /// The slot of vCPU `vcpu` of VM `vm`, if it is placed here: from `slots`, kept by
+    /// [`SharedCpu::place`] (a wake by a message looks it up at every send).
     fn slot_of(&self, vm: usize, vcpu: usize) -> Option<usize> {
-        self.placed
-            .iter()
-            .position(|placed| *placed == Some(Placed { vm, vcpu }))
+        match self.slots.get(vm).and_then(|vcpus| vcpus.get(vcpu)) {
+            Some(&entry) => usize::from(entry).checked_sub(1),
+            // Beyond the table (no configuration places one there): the placements themselves.
+            None => self
+                .placed
+                .iter()
+                .position(|placed| *placed == Some(Placed { vm, vcpu })),
+        }
+    }
+
+    /// Places `placed` in `slot` (None: empties it), in `placed` and in `slots`.
+    fn place(&mut self, slot: usize, placed: Option<Placed>) {
+        if let Some(old) = self.placed[slot] {
+            if let Some(entry) = self.slots.get_mut(old.vm).and_then(|v| v.get_mut(old.vcpu)) {
+                *entry = 0;
+            }
+        }
+        if let Some(new) = placed {
+            if let Some(entry) = self.slots.get_mut(new.vm).and_then(|v| v.get_mut(new.vcpu)) {
+                *entry = slot as u8 + 1;
+            }
+        }
+        self.placed[slot] = placed;
     }
 
     /// Whether `slot` holds a real-time task (a vCPU beyond its VM's configured ones) that
@@ -194,7 +225,7 @@ impl SharedCpu {
         self.started &= keep;
         self.waiting &= keep;
         self.flags[slot] = 0;
-        self.placed[slot] = None;
+        self.place(slot, None);
         if self.last == Some(slot) {
             self.last = None;
         }
@@ -298,7 +329,7 @@ pub fn init(index: usize) {
             }
             let params = desc.sched[vcpu].scaled(numerator, denominator);
             match shared.scheduler.add(params) {
-                Ok(slot) => shared.placed[slot] = Some(Placed { vm: vm_index, vcpu }),
+                Ok(slot) => shared.place(slot, Some(Placed { vm: vm_index, vcpu })),
                 Err(error) => keel_println!(
                     "pCPU ",
                     index,

@@ -69,7 +69,7 @@ pub fn create(id: usize, request: &TaskRequest) -> u64 {
         desc.pmu,
     );
     context.set_stack(request.stack);
-    shared.placed[slot] = Some(Placed { vm: id, vcpu });
+    shared.place(slot, Some(Placed { vm: id, vcpu }));
     shared.generations[slot] = vm.generation();
     shared.timer_lr[slot] = (0, 0);
     vm.set_vcpu_power(vcpu, VcpuPower::Off);
