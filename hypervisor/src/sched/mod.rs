@@ -579,12 +579,10 @@ fn give_away_waiting(yielding: bool, message_until: Option<u64>) {
         switch_to(next)
     };
     let bit = 1 << slot;
-    match message_until {
-        Some(until) => {
-            shared.set(slot, Flags::RECEIVING);
-            shared.wake_at[slot] = until;
-        }
-        None => shared.clear(slot, Flags::RECEIVING),
+    // A running vCPU is never RECEIVING: its load (or its pick again below) cleared it.
+    if let Some(until) = message_until {
+        shared.set(slot, Flags::RECEIVING);
+        shared.wake_at[slot] = until;
     }
     let requeue = yielding && !shared.scheduler.has_reservation(slot);
     if !requeue {
