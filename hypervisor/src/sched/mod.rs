@@ -86,8 +86,10 @@ struct SharedCpu {
     generations: [u32; MAX_SLOTS],
     /// The slot whose state is on the pCPU.
     loaded: Option<usize>,
-    /// The slot that last ran here (its VMID and EL1 TLB entries may still be cached).
-    last: Option<usize>,
+    /// The slot that last ran here (its VMID and EL1 TLB entries may still be cached; 0 before
+    /// any ran, as if slot 0 of VM 0 had: a guess that can only cost a needless TLB clean,
+    /// never a missing one; `usize::MAX`: none, after its task went).
+    last: usize,
     /// The VM of `last`.
     last_vm: usize,
     /// The slot whose FP/SIMD registers the pCPU holds.
@@ -123,7 +125,7 @@ impl SharedCpu {
             contexts: [VcpuContext::EMPTY; MAX_SLOTS],
             generations: [0; MAX_SLOTS],
             loaded: None,
-            last: None,
+            last: 0,
             last_vm: 0,
             fp_owner: None,
             started: 0,
@@ -226,8 +228,8 @@ impl SharedCpu {
         self.waiting &= keep;
         self.flags[slot] = 0;
         self.place(slot, None);
-        if self.last == Some(slot) {
-            self.last = None;
+        if self.last == slot {
+            self.last = usize::MAX;
         }
         vm::vm(id).set_vcpu_power(vcpu, vm::VcpuPower::Off);
     }
@@ -477,8 +479,7 @@ fn load(shared: &mut SharedCpu, slot: usize, switching: bool) -> Result<bool, El
         return Err(Elsewhere::RunLoop);
     }
     let bit = 1 << slot;
-    let same_vm_other_vcpu =
-        shared.last.is_some() && shared.last != Some(slot) && shared.last_vm == placed.vm;
+    let same_vm_other_vcpu = shared.last != slot && shared.last_vm == placed.vm;
     let context = &shared.contexts[slot];
     if let Some(redistributor) = redistributor.filter(|_| !cpu.vtimer_on.load(Ordering::Relaxed)) {
         redistributor.enable_private(keel_core::abi::layout::VTIMER_INTID);
@@ -504,7 +505,7 @@ fn load(shared: &mut SharedCpu, slot: usize, switching: bool) -> Result<bool, El
     cpu.vcpu.store(placed.vcpu, Ordering::Relaxed);
     vectors::set_return_frame(core::ptr::with_exposed_provenance_mut(shared.frames[slot]));
     shared.loaded = Some(slot);
-    shared.last = Some(slot);
+    shared.last = slot;
     shared.last_vm = placed.vm;
     shared.waiting &= !bit;
     // FRESH, RECEIVING and NEEDS_SYNC are seen to here; RELOADING and DOOMED returned above.
