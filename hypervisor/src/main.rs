@@ -21,13 +21,14 @@
 //! - layer 0, `config`: the system tables the configuration compiler emitted (data only).
 //! - layer 1, `platform`: the board's facts from the device tree, read once at boot.
 //! - layer 1, `timers`: each pCPU's timer queue on its EL2 timer.
-//! - layer 1, `masked`: each pCPU's longest interrupts-masked stretch and where it was.
+//! - layer 1, `masked`: the record of a pCPU's longest interrupts-masked stretch and where it
+//!   was (each pCPU's kept in its state in `vm`, beside what a trap reads first).
 //! - layer 2, `console`: Keel's own lines (`keel_println!`) and the physical UART shared by
 //!   the VMs' consoles (its flush armed in the timer queue).
 //! - layer 3, `vm`: the state of VMs and pCPUs: each VM's life-cycle state, vCPU power, vGIC
-//!   and PL011 models and task table; each pCPU's vCPU and list-register bookkeeping, why it
-//!   must look at its vCPUs again, and the kick that tells it; the one checked access to
-//!   guest memory.
+//!   and PL011 models and task table; each pCPU's vCPU, list-register bookkeeping and
+//!   masked-stretch record, why it must look at its vCPUs again, and the kick that tells it;
+//!   the one checked access to guest memory.
 //! - layer 4, `vcpu`: a vCPU's start on a pinned pCPU (its EL2 and GIC state, the start
 //!   line) and the entry into the guest.
 //! - layer 4, `irq`: physical interrupts at EL2 and virtual interrupt delivery (list
