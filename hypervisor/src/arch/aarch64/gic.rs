@@ -177,6 +177,13 @@ pub fn init_cpu_interface() {
         write_sysreg!("ich_hcr_el2", 1u64);
         core::arch::asm!("isb", options(nostack));
     }
+    clear_list_registers();
+}
+
+/// Empties every list register: cold (boot, a vCPU's reset), one copy of [`write_lr`]'s
+/// computed branch for both callers.
+#[inline(never)]
+fn clear_list_registers() {
     for lr in 0..list_registers() {
         write_lr(lr, 0);
     }
@@ -258,9 +265,7 @@ pub fn reset_virtual_interface() {
         write_sysreg!("ich_vmcr_el2", 0u64);
         write_sysreg!("ich_hcr_el2", 1u64);
     }
-    for lr in 0..list_registers() {
-        write_lr(lr, 0);
-    }
+    clear_list_registers();
     clear_active_priorities();
 }
 
