@@ -156,7 +156,7 @@ impl Vm {
 
     /// A vCPU's PSCI power state.
     pub fn vcpu_power(&self, vcpu: usize) -> VcpuPower {
-        match self.vcpus[vcpu].power.load(Ordering::Acquire) {
+        match entry(&self.vcpus, vcpu).power.load(Ordering::Acquire) {
             1 => VcpuPower::On,
             2 | CLAIMED => VcpuPower::Pending,
             _ => VcpuPower::Off,
@@ -165,12 +165,14 @@ impl Vm {
 
     /// Marks a vCPU on or off.
     pub fn set_vcpu_power(&self, vcpu: usize, power: VcpuPower) {
-        self.vcpus[vcpu].power.store(power as u8, Ordering::Release);
+        entry(&self.vcpus, vcpu)
+            .power
+            .store(power as u8, Ordering::Release);
     }
 
     /// Marks a running vCPU off; leaves an off or pending one as it is.
     pub fn power_off_if_on(&self, vcpu: usize) {
-        let _ = self.vcpus[vcpu].power.compare_exchange(
+        let _ = entry(&self.vcpus, vcpu).power.compare_exchange(
             VcpuPower::On as u8,
             VcpuPower::Off as u8,
             Ordering::AcqRel,
@@ -183,7 +185,7 @@ impl Vm {
     /// no one else acts on), then given its entry, then made pending, so a refused call can
     /// never overwrite the entry point of a start that is already pending.
     pub fn request_start(&self, vcpu: usize, entry: u64, context: u64) -> Result<(), VcpuPower> {
-        let slot = &self.vcpus[vcpu];
+        let slot = self::entry(&self.vcpus, vcpu);
         slot.power
             .compare_exchange(
                 VcpuPower::Off as u8,
@@ -216,7 +218,7 @@ impl Vm {
         if self.resetting.load(Ordering::Acquire) {
             return None;
         }
-        let slot = &self.vcpus[vcpu];
+        let slot = entry(&self.vcpus, vcpu);
         slot.power
             .compare_exchange(
                 VcpuPower::Pending as u8,
@@ -247,7 +249,7 @@ pub fn vm(id: usize) -> &'static Vm {
 
 /// The configuration of VM `id`.
 pub fn desc(id: usize) -> &'static VmDesc {
-    &SYSTEM.vms[id]
+    entry(SYSTEM.vms, id)
 }
 
 /// What runs on one pCPU.

@@ -34,11 +34,11 @@ const _: () = assert!(
     "cpu::index takes TPIDR_EL2 modulo MAX_CPUS with a mask"
 );
 
-/// `table[index]` for a per-pCPU or per-VM table (`vm::entry` is this one): an index out of
-/// range (a bug) panics in one shared place, where `table[index]` would give each inlined use
-/// its own panic call and location in the image.
+/// `table[index]` for a per-pCPU, per-VM or per-vCPU table (`vm::entry` is this one): an
+/// index out of range (a bug) panics in one shared place, where `table[index]` would give each
+/// inlined use its own panic call and location in the image.
 #[inline(always)]
-pub fn entry<T>(table: &'static [T], index: usize) -> &'static T {
+pub fn entry<T>(table: &[T], index: usize) -> &T {
     match table.get(index) {
         Some(entry) => entry,
         None => out_of_range(),
@@ -54,7 +54,7 @@ pub fn this<T>(table: &'static [T]) -> &'static T {
 #[cold]
 #[inline(never)]
 fn out_of_range() -> ! {
-    panic!("a VM id or pCPU index out of range");
+    panic!("a VM id, vCPU or pCPU index out of range");
 }
 
 /// Waits for an interrupt (or any other wake-up event).
