@@ -90,14 +90,14 @@ static EARLY_UART: Mutex<Option<Uart>> = Mutex::new(None);
 
 /// Uses `uart` for Keel's own messages until [`init`].
 pub fn init_early(uart: Uart) {
-    *EARLY_UART.lock() = Some(uart);
+    *EARLY_UART.lock_cold() = Some(uart);
 }
 
 /// Starts multiplexing: `names[i]` is VM `i`, `has_console[i]` whether it may take input.
 pub fn init(uart: Uart, names: &[&'static str], has_console: &[bool]) {
     uart.enable_rx_interrupt();
-    *LIMITER.lock() = RateLimiter::new(timer::frequency());
-    let mut console = CONSOLE.lock();
+    *LIMITER.lock_cold() = RateLimiter::new(timer::frequency());
+    let mut console = CONSOLE.lock_cold();
     console.mux.configure(names, has_console);
     console.uart = Some(uart);
 }
@@ -160,13 +160,13 @@ fn write_line(line: &LineBuffer) {
 
 fn queue_line(line: &LineBuffer) {
     let text = line.text();
-    let mut console = CONSOLE.lock();
+    let mut console = CONSOLE.lock_cold();
     if console.uart.is_some() {
         console.mux.hypervisor_line(text);
         // Written from the EL2 timer, in a masked stretch of its own ([`flush_partial`]):
         // written here, a 60-byte line cost 1,500 instructions more.
         arm_flush_timer(true);
-    } else if let Some(uart) = *EARLY_UART.lock() {
+    } else if let Some(uart) = *EARLY_UART.lock_cold() {
         uart.write(b"[keel] ");
         uart.write(text);
         uart.write(b"\r\n");
@@ -176,7 +176,7 @@ fn queue_line(line: &LineBuffer) {
 /// Prints a diagnostic that VM `vm` can trigger at will, unless its kind has been printed too
 /// often for that VM lately; the first line printed after some were left out says how many.
 pub fn limited_line(kind: DiagnosticKind, vm: usize, parts: &[&dyn Show]) {
-    let verdict = LIMITER.lock().check(kind, vm, timer::now());
+    let verdict = LIMITER.lock_cold().check(kind, vm, timer::now());
     match verdict {
         Verdict::Print { suppressed: 0 } => hypervisor_line(parts),
         Verdict::Print { suppressed } => {
@@ -217,7 +217,7 @@ static PENDING_STARTS: [PendingStart; MAX_CPUS] = [const {
 /// more).
 pub fn start_line(vm: usize, at: u64) {
     let suppressed = match LIMITER
-        .lock()
+        .lock_cold()
         .check(DiagnosticKind::Start, vm, timer::now())
     {
         Verdict::Print { suppressed } => suppressed,
@@ -332,7 +332,7 @@ pub fn flush_before_power_off() {
     for index in 0..MAX_CPUS {
         queue_pending_start(index);
     }
-    let mut console = CONSOLE.lock();
+    let mut console = CONSOLE.lock_cold();
     if let Some(uart) = console.uart {
         let _ = console.mux.flush_partial(&mut Blocking(uart));
     }
@@ -381,7 +381,7 @@ pub fn flush_partial() {
         arm_flush_timer(true);
         return;
     }
-    let mut console = CONSOLE.lock();
+    let mut console = CONSOLE.lock_cold();
     if let Some(uart) = console.uart {
         let mut sink = UartSink::new(uart);
         let due = PARTIAL_DUE.load(Ordering::Relaxed) <= timer::now();
@@ -413,7 +413,7 @@ pub fn receive() -> Received {
         inputs: [Input::Nothing; 32],
         count: 0,
     };
-    let mut console = CONSOLE.lock();
+    let mut console = CONSOLE.lock_cold();
     let Some(uart) = console.uart else {
         return received;
     };
@@ -431,7 +431,7 @@ pub fn receive() -> Received {
 /// its three callers' lines.
 #[inline(never)]
 pub fn focus_name(vm: usize) -> &'static str {
-    CONSOLE.lock().mux.name(vm)
+    CONSOLE.lock_cold().mux.name(vm)
 }
 
 /// Prints a diagnostic a guest can trigger at will, rate-limited per kind and VM, made of its

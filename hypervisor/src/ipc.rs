@@ -79,7 +79,7 @@ pub fn init() {
             let (ring, tail) = rest.split_at_mut(keel_core::ipc::ring_len(&grant));
             rest = tail;
             offset += ring.len();
-            *queue.lock() = Destination {
+            *queue.lock_cold() = Destination {
                 queue: Queue::new(usize::from(grant.depth), usize::from(grant.size)),
                 ring: Some(ring),
             };
@@ -90,7 +90,7 @@ pub fn init() {
 /// Forgets every message queued for vCPU `vcpu` of VM `id` (a new task in its place).
 pub fn clear(id: usize, vcpu: usize) {
     if let Some(queue) = QUEUES[id].get(vcpu) {
-        queue.lock().queue.clear();
+        queue.lock_cold().queue.clear();
     }
 }
 

@@ -289,10 +289,10 @@ fn deliver_input(id: usize, byte: u8) {
     }
     let target = {
         // Lock order: the UART's, then the vGIC's.
-        let mut uart = vm::vm(id).uart.lock();
+        let mut uart = vm::vm(id).uart.lock_cold();
         let overrun = uart.receive(byte).is_err();
         let target = {
-            let mut vgic = vm::vm(id).vgic.lock();
+            let mut vgic = vm::vm(id).vgic.lock_cold();
             vgic.set_level(layout::UART_INTID, uart.interrupt_level());
             vgic.spi_target(layout::UART_INTID)
         };
@@ -323,7 +323,7 @@ pub fn discard_vcpu_interrupts(id: usize, vcpu: usize, generation: u32) {
     cpu.forget_timer_lr();
     crate::arch::guest::stop_virtual_timer();
     {
-        let mut vgic = vm::vm(id).vgic.lock();
+        let mut vgic = vm::vm(id).vgic.lock_cold();
         if vm::vm(id).generation() == generation {
             let vgic = &mut *vgic;
             let mut scan = cpu.listed.load(Ordering::Relaxed);

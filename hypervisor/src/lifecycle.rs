@@ -122,9 +122,9 @@ fn reset_devices(id: usize) {
     }
     // Lock order: the device models', then the vGIC's.
     let vm = vm::vm(id);
-    let mut virtio = virtio::console(id).lock();
-    let mut uart = vm.uart.lock();
-    let mut vgic = vm.vgic.lock();
+    let mut virtio = virtio::console(id).lock_cold();
+    let mut uart = vm.uart.lock_cold();
+    let mut vgic = vm.vgic.lock_cold();
     virtio.reset();
     *uart = Pl011::new();
     vgic.reset(desc.pcpus.len(), &owned[..count]);
@@ -365,7 +365,7 @@ pub fn reset_begin(id: usize) -> bool {
     vm::kick_vm(id);
     wait_until_stopped(id);
     vm::forget_tasks(id);
-    *vm::entry(&RELOADS, id).lock() = Reload::START;
+    *vm::entry(&RELOADS, id).lock_cold() = Reload::START;
     true
 }
 
@@ -373,7 +373,7 @@ pub fn reset_begin(id: usize) -> bool {
 /// complete.
 pub fn reload_step(id: usize) -> bool {
     vm::entry(&RELOADS, id)
-        .lock()
+        .lock_cold()
         .step(vm::desc(id), vm::vm(id).generation())
 }
 

@@ -480,5 +480,5 @@ pub fn task_tables() -> &'static Mutex<[TaskTable; MAX_VMS]> {
 /// VM `id` was reset or ended: its tasks are forgotten. Their slots are freed by their pCPUs
 /// when the kick that says so arrives (their generation or VM state no longer matches).
 pub fn forget_tasks(id: usize) {
-    TASK_TABLES.lock()[id].clear();
+    TASK_TABLES.lock_cold()[id].clear();
 }
