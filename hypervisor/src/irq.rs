@@ -149,7 +149,7 @@ fn relist_timer() -> bool {
     {
         return false;
     }
-    gic::write_lr(lr, cpu.timer_lr_value.load(Ordering::Relaxed));
+    gic::write_lr_at(lr, cpu.timer_lr_value.load(Ordering::Relaxed));
     true
 }
 
