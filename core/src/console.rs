@@ -425,21 +425,6 @@ impl OutLine {
     }
 }
 
-/// Formats `value` in decimal into `buffer`; returns the digits.
-fn decimal(value: u64, buffer: &mut [u8; 20]) -> &[u8] {
-    let mut at = buffer.len();
-    let mut rest = value;
-    loop {
-        at -= 1;
-        buffer[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    &buffer[at..]
-}
-
 impl ConsoleMux {
     /// A multiplexer for no VM, all zero bytes: for static storage, set up with
     /// [`configure`](Self::configure).
@@ -609,7 +594,8 @@ impl ConsoleMux {
         }
         if self.keel_dropped > 0 {
             let mut digits = [0; 20];
-            let count = decimal(core::mem::take(&mut self.keel_dropped), &mut digits);
+            let count =
+                crate::text::decimal(core::mem::take(&mut self.keel_dropped), 0, &mut digits);
             self.keel_line(&[count, b" lines of Keel's own dropped (buffer full)"]);
             return true;
         }
@@ -617,7 +603,11 @@ impl ConsoleMux {
             let vm = (self.next_vm + step) % self.count;
             if self.vms[vm].dropped > 0 && self.vms[vm].waiting.room() > 0 {
                 let mut digits = [0; 20];
-                let count = decimal(core::mem::take(&mut self.vms[vm].dropped), &mut digits);
+                let count = crate::text::decimal(
+                    core::mem::take(&mut self.vms[vm].dropped),
+                    0,
+                    &mut digits,
+                );
                 let name = self.name(vm).as_bytes();
                 self.keel_line(&[
                     b"vm '",

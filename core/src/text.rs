@@ -45,8 +45,10 @@ impl<T: Show + ?Sized> Show for &T {
     }
 }
 
-/// The digits of `value` in decimal, zero-padded to `width` (at most 20).
-fn decimal(mut value: u64, width: usize, buffer: &mut [u8; 20]) -> &[u8] {
+/// The digits of `value` in decimal, zero-padded to `width` (at most 20). Also the console's
+/// counts of dropped output: one copy for both.
+#[inline(never)]
+pub(crate) fn decimal(mut value: u64, width: usize, buffer: &mut [u8; 20]) -> &[u8] {
     let mut at = buffer.len();
     loop {
         at -= 1;
@@ -91,6 +93,9 @@ fn pad(buffer: &mut [u8; 20], mut at: usize, width: usize) -> &[u8] {
 pub struct Decimal(pub u64, pub usize);
 
 impl Show for Decimal {
+    // One copy for every integer a line shows: small enough to be inlined into each, it would
+    // grow every message that shows a number.
+    #[inline(never)]
     fn show(&self, out: &mut dyn Out) {
         let mut buffer = [0; 20];
         out.put_bytes(decimal(self.0, self.1, &mut buffer));
