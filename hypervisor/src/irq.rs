@@ -255,7 +255,7 @@ fn reclaim_finished(vgic: &mut keel_core::devices::vgic::Vgic, vcpu: usize, list
 #[inline(never)]
 fn console_input() {
     let received = console::receive();
-    for input in &received.inputs[..received.count] {
+    for input in received.inputs.iter().take(received.count) {
         match *input {
             Input::Deliver { vm: id, byte } => deliver_input(id, byte),
             Input::Focus(id) => {
