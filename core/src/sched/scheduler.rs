@@ -31,6 +31,7 @@
 use super::slot::{Slot, Stats};
 use super::{Params, Policy, Time};
 use crate::admission::{self, Refusal};
+use crate::table::Table;
 
 /// Most vCPUs one pCPU's scheduler holds.
 pub const MAX_SLOTS: usize = 8;
@@ -87,53 +88,6 @@ fn task(r: super::Reservation) -> admission::Task {
     }
 }
 
-/// A scheduler's slots, indexed as an array. A slot number out of range (a bug) panics in
-/// one place for the whole scheduler: the array's own indexing, inlined at each use, would
-/// give each its own panic call and location in Keel's image.
-#[derive(Clone, Debug)]
-struct Slots([Slot; MAX_SLOTS]);
-
-impl core::ops::Index<usize> for Slots {
-    type Output = Slot;
-
-    #[inline(always)]
-    fn index(&self, slot: usize) -> &Slot {
-        match self.0.get(slot) {
-            Some(slot) => slot,
-            None => slot_out_of_range(),
-        }
-    }
-}
-
-impl core::ops::IndexMut<usize> for Slots {
-    #[inline(always)]
-    fn index_mut(&mut self, slot: usize) -> &mut Slot {
-        match self.0.get_mut(slot) {
-            Some(slot) => slot,
-            None => slot_out_of_range(),
-        }
-    }
-}
-
-/// The first `end` slots (the scheduler's `len` in use).
-impl core::ops::Index<core::ops::RangeTo<usize>> for Slots {
-    type Output = [Slot];
-
-    #[inline(always)]
-    fn index(&self, slots: core::ops::RangeTo<usize>) -> &[Slot] {
-        match self.0.get(slots) {
-            Some(slots) => slots,
-            None => slot_out_of_range(),
-        }
-    }
-}
-
-#[cold]
-#[inline(never)]
-fn slot_out_of_range() -> ! {
-    panic!("a scheduler slot number out of range");
-}
-
 /// How the policy ranks a runnable slot: lower runs first. The first field is the class
 /// (vCPUs of one class that share by round robin have the same first field).
 type Rank = (u64, u64, u64);
@@ -145,7 +99,8 @@ pub struct Scheduler {
     /// Keel's cost of one switch, which a preempting real-time vCPU pays for the one it
     /// preempts (see [`Scheduler::with_switch_cost`]).
     switch_cost: Time,
-    slots: Slots,
+    /// Indexed with one shared out-of-range panic ([`Table`]).
+    slots: Table<Slot, MAX_SLOTS>,
     len: usize,
     /// What the last decision chose.
     current: Option<usize>,
@@ -190,7 +145,7 @@ impl Scheduler {
         Self {
             policy,
             switch_cost,
-            slots: Slots([Slot::EMPTY; MAX_SLOTS]),
+            slots: Table([Slot::EMPTY; MAX_SLOTS]),
             len: 0,
             current: None,
             holding: false,
