@@ -17,6 +17,7 @@ use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use keel_core::console::{ConsoleMux, Input, Sink};
 use keel_core::ratelimit::{DiagnosticKind, RateLimiter, Verdict};
+use keel_core::table::at_mut;
 use keel_core::text::{Decimal, Out, Show};
 
 use crate::arch::boot::MAX_CPUS;
@@ -132,7 +133,7 @@ impl Out for LineBuffer {
     fn put_bytes(&mut self, text: &[u8]) {
         let room = self.bytes.len() - self.len;
         let take = text.len().min(room);
-        self.bytes[self.len..self.len + take].copy_from_slice(&text[..take]);
+        at_mut(&mut self.bytes, self.len..self.len + take).copy_from_slice(&text[..take]);
         self.len += take;
     }
 }

@@ -20,6 +20,7 @@ use keel_core::ratelimit::DiagnosticKind;
 use keel_core::seed;
 use keel_core::stage2::MemoryKind;
 use keel_core::system::VmDesc;
+use keel_core::table::{at, at_mut};
 use keel_core::text::{Out, Show};
 
 use crate::arch::cpu::{self, Mutex};
@@ -117,7 +118,7 @@ fn reset_devices(id: usize) {
         .chain(doorbells)
         .filter(|&intid| intid >= 32)
     {
-        owned[count] = intid;
+        *at_mut(&mut owned, count) = intid;
         count += 1;
     }
     // Lock order: the device models', then the vGIC's.
@@ -127,7 +128,7 @@ fn reset_devices(id: usize) {
     let mut vgic = vm.vgic.lock_cold();
     virtio.reset();
     *uart = Pl011::new();
-    vgic.reset(desc.pcpus.len(), &owned[..count]);
+    vgic.reset(desc.pcpus.len(), at(&owned, ..count));
     vm.gic_writes.fetch_add(1, Ordering::Relaxed);
 }
 
