@@ -8,9 +8,9 @@ use core::sync::atomic::{AtomicU32, Ordering};
 use keel_core::fdt::{Fdt, FdtError, Node};
 use keel_core::seed::SeedKey;
 use keel_core::text::{Out, Show};
-use spin::Once;
 
 use crate::arch::boot::MAX_CPUS;
+use crate::arch::cpu::Once;
 
 /// The board's facts, read once by pCPU 0 at boot ([`record`]) and only read after.
 static PLATFORM: Once<Platform> = Once::new();

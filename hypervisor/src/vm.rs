@@ -18,9 +18,8 @@ use keel_core::addr::{GuestPhysAddr, VmId};
 use keel_core::devices::{pl011::Pl011, vgic::Vgic};
 use keel_core::system::VmDesc;
 use keel_core::tasks::TaskTable;
-use spin::Once;
 
-use crate::arch::cpu::{self, Mutex};
+use crate::arch::cpu::{self, Mutex, Once};
 use crate::arch::{boot::MAX_CPUS, gic, stage2};
 use crate::config::SYSTEM;
 
