@@ -36,26 +36,18 @@ const _: () = assert!(
 );
 
 /// `table[index]` for a per-pCPU, per-VM or per-vCPU table (`vm::entry` is this one): an
-/// index out of range (a bug) panics in one shared place, where `table[index]` would give each
-/// inlined use its own panic call and location in the image.
+/// index out of range (a bug) panics in the one place the core's tables share
+/// ([`keel_core::table::at`]), where `table[index]` would give each inlined use its own panic
+/// call and location in the image.
 #[inline(always)]
 pub fn entry<T>(table: &[T], index: usize) -> &T {
-    match table.get(index) {
-        Some(entry) => entry,
-        None => out_of_range(),
-    }
+    keel_core::table::at(table, index)
 }
 
 /// This pCPU's entry of a per-pCPU table (see [`entry`]).
 #[inline(always)]
 pub fn this<T>(table: &'static [T]) -> &'static T {
     entry(table, index())
-}
-
-#[cold]
-#[inline(never)]
-fn out_of_range() -> ! {
-    panic!("a VM id, vCPU or pCPU index out of range");
 }
 
 /// Waits for an interrupt (or any other wake-up event).
