@@ -18,7 +18,7 @@ use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use keel_core::console::{ConsoleMux, Input, Sink};
 use keel_core::ratelimit::{DiagnosticKind, RateLimiter, Verdict};
 use keel_core::table::at_mut;
-use keel_core::text::{Decimal, Out, Show};
+use keel_core::text::{Decimal, Fill, Out, Show};
 
 use crate::arch::boot::MAX_CPUS;
 use crate::arch::cpu::{self, Mutex};
@@ -250,14 +250,15 @@ fn queue_pending_start(index: usize) -> bool {
     // The remainder is below the frequency (at most a few GHz): times 10^6 it fits 64 bits.
     let micros = at % frequency * 1_000_000 / frequency;
     let mut line = LineBuffer::EMPTY;
-    line.show(&[
-        &VmLabel(focus_name(vm), vm),
-        &" starts at ",
-        &(at / frequency),
-        &".",
-        &Decimal(micros, 6),
-        &" s",
-    ]);
+    Fill(
+        "{} starts at {}.{} s",
+        &[
+            &VmLabel(focus_name(vm), vm),
+            &(at / frequency),
+            &Decimal(micros, 6),
+        ],
+    )
+    .show(&mut line);
     if suppressed > 0 {
         keel_core::text!(&mut line, " (", suppressed, " more like it suppressed)");
     }
@@ -438,10 +439,18 @@ pub fn focus_name(vm: usize) -> &'static str {
 }
 
 /// Prints a diagnostic a guest can trigger at will, rate-limited per kind and VM, made of its
-/// parts (each a [`Show`]: a string, an integer, a [`keel_core::text::Hex`], an error):
+/// parts (each a [`Show`]: a string, an integer, a [`keel_core::text::Hex`], an error), or of a
+/// template and its parts as [`keel_println!`]'s:
 /// `keel_println_limited!(DiagnosticKind::Smc, vm, "vm '", name, "': ...")`.
 #[macro_export]
 macro_rules! keel_println_limited {
+    ($kind:expr, $vm:expr, $template:literal; $($arg:expr),* $(,)?) => {
+        $crate::console::limited_line(
+            $kind,
+            $vm,
+            &[&keel_core::text::Fill($template, &[$(&$arg as &dyn keel_core::text::Show),*])],
+        )
+    };
     ($kind:expr, $vm:expr, $($part:expr),+ $(,)?) => {
         $crate::console::limited_line(
             $kind,
@@ -453,9 +462,17 @@ macro_rules! keel_println_limited {
 
 /// Prints a line of Keel's own, made of its parts (each a [`Show`]: a string, an integer, a
 /// [`keel_core::text::Hex`], a [`VmLabel`], an error):
-/// `keel_println!(VmLabel(name, id), " powered off")`.
+/// `keel_println!(VmLabel(name, id), " powered off")`; or a template and the parts its `{}`
+/// stand for ([`keel_core::text::Fill`]), smaller for a line with several pieces of text:
+/// `keel_println!("vm '{}': {} MiB"; name, size)`.
 #[macro_export]
 macro_rules! keel_println {
+    ($template:literal; $($arg:expr),* $(,)?) => {
+        $crate::console::hypervisor_line(&[&keel_core::text::Fill(
+            $template,
+            &[$(&$arg as &dyn keel_core::text::Show),*],
+        )])
+    };
     ($($part:expr),+ $(,)?) => {
         $crate::console::hypervisor_line(&[$(&$part as &dyn keel_core::text::Show),+])
     };

@@ -301,9 +301,8 @@ fn deliver_input(id: usize, byte: u8) {
             keel_println_limited!(
                 DiagnosticKind::InputOverrun,
                 id,
-                "vm '",
+                "vm '{}': console input overrun, byte refused (the guest is not reading)";
                 vm::desc(id).name,
-                "': console input overrun, byte refused (the guest is not reading)"
             );
         }
         target

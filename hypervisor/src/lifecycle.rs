@@ -246,14 +246,11 @@ impl Reload {
                 keel_println_limited!(
                     DiagnosticKind::Reset,
                     desc.id.0 as usize,
+                    "{} reloaded: {} bytes in {} steps over {} us";
                     VmLabel(desc.name, desc.id.0 as usize),
-                    " reloaded: ",
                     self.bytes,
-                    " bytes in ",
                     self.steps,
-                    " steps over ",
                     micros,
-                    " us"
                 );
                 true
             }

@@ -7,7 +7,7 @@ use keel_core::devices::DeviceError;
 use keel_core::esr::{sysregs, DataAbort, Esr, ExceptionClass, SysRegAccess};
 use keel_core::hypercall::{self, Call};
 use keel_core::ratelimit::DiagnosticKind;
-use keel_core::text::{Hex, Out, Show};
+use keel_core::text::{Fill, Hex, Out, Show};
 
 use crate::arch::cpu;
 use crate::arch::regs::{read_id_register, read_sysreg};
@@ -269,11 +269,9 @@ fn other_trap(id: usize, vcpu: usize, esr: Esr, regs: &mut GuestRegs) {
             keel_println_limited!(
                 DiagnosticKind::Smc,
                 id,
-                "vm '",
+                "vm '{}': SMC (function {}) not forwarded: answered NOT_SUPPORTED";
                 vm::desc(id).name,
-                "': SMC (function ",
                 Hex(u64::from(regs.x[0] as u32), 8),
-                ") not forwarded: answered NOT_SUPPORTED"
             );
             regs.x[0] = CallError::NotSupported.to_x0();
             vectors::skip_instruction();
@@ -366,11 +364,7 @@ fn finish(id: usize, vcpu: usize, esr: Esr, next: Next, regs: &mut GuestRegs) {
             let pc = vectors::guest_pc();
             let reason: &[&dyn Show] = &[
                 &fault,
-                &" (ESR ",
-                &Hex(esr.0, 8),
-                &", PC ",
-                &Hex(pc, 0),
-                &")",
+                &Fill(" (ESR {}, PC {})", &[&Hex(esr.0, 8), &Hex(pc, 0)]),
             ];
             lifecycle::stop(id, &reason);
             sched::pinned::park();
