@@ -143,7 +143,7 @@ pub struct VmLabel<'a>(pub &'a str, pub usize);
 
 impl Show for VmLabel<'_> {
     fn show(&self, out: &mut dyn Out) {
-        keel_core::text!(out, "vm '", self.0, "' (id ", self.1, ")");
+        Fill("vm '{}' (id {})", &[&self.0, &self.1]).show(out);
     }
 }
 
@@ -185,7 +185,7 @@ pub fn limited_line(kind: DiagnosticKind, vm: usize, parts: &[&dyn Show]) {
         Verdict::Print { suppressed } => {
             let mut line = LineBuffer::EMPTY;
             line.show(parts);
-            keel_core::text!(&mut line, " (", suppressed, " more like it suppressed)");
+            Fill(" ({} more like it suppressed)", &[&suppressed]).show(&mut line);
             write_line(&line);
         }
         Verdict::Suppress => {}
@@ -260,7 +260,7 @@ fn queue_pending_start(index: usize) -> bool {
     )
     .show(&mut line);
     if suppressed > 0 {
-        keel_core::text!(&mut line, " (", suppressed, " more like it suppressed)");
+        Fill(" ({} more like it suppressed)", &[&suppressed]).show(&mut line);
     }
     queue_line(&line);
     true

@@ -82,69 +82,53 @@ impl Fault {
 impl Show for Fault {
     fn show(&self, out: &mut dyn Out) {
         match *self {
-            Fault::Stage2 { ipa, write, size } => {
-                let access = if write { "write" } else { "read" };
-                keel_core::text!(
-                    out,
-                    "stage-2 fault: ",
-                    size,
-                    "-byte ",
-                    access,
-                    " at IPA ",
-                    Hex(ipa, 0),
-                    ", outside its memory and devices"
-                )
-            }
-            Fault::NoSyndrome { ipa, .. } => keel_core::text!(
-                out,
-                "stage-2 fault at IPA ",
-                Hex(ipa, 0),
-                " with no instruction syndrome"
-            ),
-            Fault::Fetch { ipa } => keel_core::text!(
-                out,
-                "stage-2 fault: instruction fetch at IPA ",
-                Hex(ipa, 0),
-                ", outside its memory"
-            ),
+            Fault::Stage2 { ipa, write, size } => Fill(
+                "stage-2 fault: {}-byte {} at IPA {}, outside its memory and devices",
+                &[&size, &if write { "write" } else { "read" }, &Hex(ipa, 0)],
+            )
+            .show(out),
+            Fault::NoSyndrome { ipa, .. } => Fill(
+                "stage-2 fault at IPA {} with no instruction syndrome",
+                &[&Hex(ipa, 0)],
+            )
+            .show(out),
+            Fault::Fetch { ipa } => Fill(
+                "stage-2 fault: instruction fetch at IPA {}, outside its memory",
+                &[&Hex(ipa, 0)],
+            )
+            .show(out),
             Fault::Device { device, ipa, error } => {
-                keel_core::text!(out, device, " at IPA ", Hex(ipa, 0), ": ", error)
+                Fill("{} at IPA {}: {}", &[&device, &Hex(ipa, 0), &error]).show(out)
             }
             Fault::SysReg(access) => {
                 let direction = if access.read { "read of" } else { "write to" };
-                keel_core::text!(
-                    out,
-                    "illegal system register access: ",
-                    direction,
-                    " ",
-                    access.reg
+                Fill(
+                    "illegal system register access: {} {}",
+                    &[&direction, &access.reg],
                 )
+                .show(out)
             }
-            Fault::GuestCrash { esr, elr, far } => keel_core::text!(
-                out,
-                "guest reported a fatal exception: ESR_EL1 ",
-                Hex(esr, 8),
-                " (",
-                Esr(esr).class().description(),
-                ") at ELR_EL1 ",
-                Hex(elr, 0),
-                ", FAR_EL1 ",
-                Hex(far, 0)
-            ),
+            Fault::GuestCrash { esr, elr, far } => Fill(
+                "guest reported a fatal exception: ESR_EL1 {} ({}) at ELR_EL1 {}, FAR_EL1 {}",
+                &[
+                    &Hex(esr, 8),
+                    &Esr(esr).class().description(),
+                    &Hex(elr, 0),
+                    &Hex(far, 0),
+                ],
+            )
+            .show(out),
             Fault::Unexpected => out.put("unexpected exception"),
             Fault::ReadOnlyChannel { channel, ipa, size } => {
                 out.put("stage-2 permission fault: ");
                 if let Some(size) = size {
                     keel_core::text!(out, size, "-byte ");
                 }
-                keel_core::text!(
-                    out,
-                    "write at IPA ",
-                    Hex(ipa, 0),
-                    ", in its read-only window of channel '",
-                    channel,
-                    "'"
-                );
+                Fill(
+                    "write at IPA {}, in its read-only window of channel '{}'",
+                    &[&Hex(ipa, 0), &channel],
+                )
+                .show(out);
                 if size.is_none() {
                     out.put(" (an instruction without syndrome: size unknown)");
                 }
