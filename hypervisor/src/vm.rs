@@ -288,10 +288,13 @@ impl PerCpu {
     }
 }
 
+/// All zero bytes (so not in the image): [`assign_pcpus`] marks every pCPU without a vCPU
+/// (`vm` is `usize::MAX`) and with its virtual timer's PPI off, at boot, before anything
+/// reads them.
 static CPUS: [PerCpu; MAX_CPUS] = [const {
     PerCpu {
         mpidr: AtomicU64::new(0),
-        vm: AtomicUsize::new(usize::MAX),
+        vm: AtomicUsize::new(0),
         vcpu: AtomicUsize::new(0),
         listed: AtomicU64::new(0),
         redistributor: Once::new(),
@@ -300,7 +303,7 @@ static CPUS: [PerCpu; MAX_CPUS] = [const {
         in_guest: AtomicBool::new(false),
         timer_lr: AtomicU64::new(0),
         timer_lr_value: AtomicU64::new(0),
-        vtimer_off: AtomicBool::new(true),
+        vtimer_off: AtomicBool::new(false),
     }
 }; MAX_CPUS];
 
@@ -385,8 +388,13 @@ pub fn configured_pcpus() -> impl Iterator<Item = &'static PerCpu> {
 }
 
 /// Records which vCPU runs where (from the configuration's pinning) and which pCPUs are
-/// shared; a shared pCPU's vCPUs are placed by `sched::init`.
+/// shared; a shared pCPU's vCPUs are placed by `sched::init`. Called once, by pCPU 0 at boot
+/// before any other pCPU starts: it first gives [`CPUS`] its initial values.
 pub fn assign_pcpus() {
+    for cpu in &CPUS {
+        cpu.vm.store(usize::MAX, Ordering::Relaxed);
+        cpu.vtimer_off.store(true, Ordering::Relaxed);
+    }
     for (index, policy) in SYSTEM.policies.iter().enumerate().take(MAX_CPUS) {
         CPUS[index]
             .shared
