@@ -129,6 +129,7 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
     mmu::build();
     mmu::enable();
     vectors::install();
+    timers::init();
 
     // SAFETY: QEMU virt's UART address, used only to report a device tree Keel cannot read.
     let fallback = unsafe { Uart::new(FALLBACK_UART) };
