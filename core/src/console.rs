@@ -24,6 +24,8 @@
 //! powers the machine off, `Ctrl-A ?` prints help, and `Ctrl-A Ctrl-A` sends one `Ctrl-A` to
 //! the focused VM.
 
+use crate::table::{at, at_mut, Table};
+
 /// Most VMs the multiplexer serves.
 pub const MAX_VMS: usize = 16;
 /// Longest line piece: longer lines are written in pieces of this many shown bytes.
@@ -131,8 +133,8 @@ impl Ring<[u8]> {
         }
         let tail = self.wrap(self.head + self.len);
         let to_end = bytes.len().min(self.bytes.len() - tail);
-        self.bytes[tail..tail + to_end].copy_from_slice(&bytes[..to_end]);
-        self.bytes[..bytes.len() - to_end].copy_from_slice(&bytes[to_end..]);
+        at_mut(&mut self.bytes, tail..tail + to_end).copy_from_slice(&bytes[..to_end]);
+        at_mut(&mut self.bytes, ..bytes.len() - to_end).copy_from_slice(&bytes[to_end..]);
         self.len += bytes.len();
         true
     }
@@ -163,7 +165,7 @@ impl Ring<[u8]> {
             .iter()
             .position(|&b| b == b'\n')
             .or_else(|| {
-                second[..window - in_first]
+                at(second, ..window - in_first)
                     .iter()
                     .position(|&b| b == b'\n')
                     .map(|i| in_first + i)
@@ -184,7 +186,7 @@ impl Ring<[u8]> {
         let (first, second) = self.runs();
         let from_first = copied.min(first.len());
         out[..from_first].copy_from_slice(&first[..from_first]);
-        out[from_first..copied].copy_from_slice(&second[..copied - from_first]);
+        at_mut(out, from_first..copied).copy_from_slice(at(second, ..copied - from_first));
         self.head = self.wrap(self.head + count);
         self.len -= count;
         copied
@@ -194,11 +196,11 @@ impl Ring<[u8]> {
     fn runs(&self) -> (&[u8], &[u8]) {
         let end = self.head + self.len;
         if end <= self.bytes.len() {
-            (&self.bytes[self.head..end], &[])
+            (at(&self.bytes, self.head..end), &[])
         } else {
             (
-                &self.bytes[self.head..],
-                &self.bytes[..end - self.bytes.len()],
+                at(&self.bytes, self.head..),
+                at(&self.bytes, ..end - self.bytes.len()),
             )
         }
     }
@@ -353,11 +355,11 @@ pub struct ConsoleMux {
     /// `None` beyond `count` (and all `None` in [`ConsoleMux::EMPTY`], which is all zero
     /// bytes, so that a static multiplexer costs no image space).
     names: [Option<&'static str>; MAX_VMS],
-    has_console: [bool; MAX_VMS],
+    has_console: Table<bool, MAX_VMS>,
     count: usize,
     focus: usize,
     escape_pending: bool,
-    vms: [VmOutput; MAX_VMS],
+    vms: Table<VmOutput, MAX_VMS>,
     /// Keel's own lines (each ending in `\n`).
     keel: Ring<[u8; KEEL_BUFFER]>,
     /// Keel's lines refused because `keel` was full.
@@ -378,14 +380,14 @@ pub struct ConsoleMux {
 
 /// The bytes of one line on their way to the UART, and how many of them are written.
 struct OutLine {
-    bytes: [u8; 2 + ATTRIBUTE_RESET.len() + 1 + NAME_MAX + 2 + LINE_CAPACITY + 8 + 2],
+    bytes: Table<u8, { 2 + ATTRIBUTE_RESET.len() + 1 + NAME_MAX + 2 + LINE_CAPACITY + 8 + 2 }>,
     len: usize,
     sent: usize,
 }
 
 impl OutLine {
     const EMPTY: Self = Self {
-        bytes: [0; 2 + ATTRIBUTE_RESET.len() + 1 + NAME_MAX + 2 + LINE_CAPACITY + 8 + 2],
+        bytes: Table([0; 2 + ATTRIBUTE_RESET.len() + 1 + NAME_MAX + 2 + LINE_CAPACITY + 8 + 2]),
         len: 0,
         sent: 0,
     };
@@ -425,31 +427,16 @@ impl OutLine {
     }
 }
 
-/// Formats `value` in decimal into `buffer`; returns the digits.
-fn decimal(value: u64, buffer: &mut [u8; 20]) -> &[u8] {
-    let mut at = buffer.len();
-    let mut rest = value;
-    loop {
-        at -= 1;
-        buffer[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    &buffer[at..]
-}
-
 impl ConsoleMux {
     /// A multiplexer for no VM, all zero bytes: for static storage, set up with
     /// [`configure`](Self::configure).
     pub const EMPTY: Self = Self {
         names: [None; MAX_VMS],
-        has_console: [false; MAX_VMS],
+        has_console: Table([false; MAX_VMS]),
         count: 0,
         focus: 0,
         escape_pending: false,
-        vms: [VmOutput::EMPTY; MAX_VMS],
+        vms: Table([VmOutput::EMPTY; MAX_VMS]),
         keel: Ring::EMPTY,
         keel_dropped: 0,
         open: None,
@@ -609,7 +596,8 @@ impl ConsoleMux {
         }
         if self.keel_dropped > 0 {
             let mut digits = [0; 20];
-            let count = decimal(core::mem::take(&mut self.keel_dropped), &mut digits);
+            let count =
+                crate::text::decimal(core::mem::take(&mut self.keel_dropped), 0, &mut digits);
             self.keel_line(&[count, b" lines of Keel's own dropped (buffer full)"]);
             return true;
         }
@@ -617,7 +605,11 @@ impl ConsoleMux {
             let vm = (self.next_vm + step) % self.count;
             if self.vms[vm].dropped > 0 && self.vms[vm].waiting.room() > 0 {
                 let mut digits = [0; 20];
-                let count = decimal(core::mem::take(&mut self.vms[vm].dropped), &mut digits);
+                let count = crate::text::decimal(
+                    core::mem::take(&mut self.vms[vm].dropped),
+                    0,
+                    &mut digits,
+                );
                 let name = self.name(vm).as_bytes();
                 self.keel_line(&[
                     b"vm '",

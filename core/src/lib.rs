@@ -19,6 +19,7 @@ pub mod sched;
 pub mod seed;
 pub mod stage2;
 pub mod system;
+pub mod table;
 pub mod tasks;
 pub mod text;
 

@@ -16,6 +16,7 @@
 
 use crate::addr::VmId;
 use crate::fdt::{Fdt, FdtError, FDT_NOP};
+use crate::table::{at, at_mut};
 
 /// Length of the `/chosen/rng-seed` Keel gives a guest: 256 bits, what Linux needs to be
 /// ready; also the least platform seed Keel accepts.
@@ -113,7 +114,7 @@ pub struct SeedPatch {
 impl SeedPatch {
     /// What to write.
     pub fn bytes(&self) -> &[u8] {
-        &self.bytes[..self.len]
+        at(&self.bytes, ..self.len)
     }
 }
 
@@ -160,13 +161,13 @@ pub fn patch_at(
     let (offset, len) = match key {
         Some(key) => {
             let block = key.guest_block(vm, generation);
-            bytes[..property.len]
-                .copy_from_slice(&block[property.first..property.first + property.len]);
+            at_mut(&mut bytes, ..property.len)
+                .copy_from_slice(at(&block, property.first..property.first + property.len));
             (value_offset, property.len)
         }
         None => {
             let len = PROPERTY_HEADER_LEN + property.len;
-            for word in bytes[..len].chunks_exact_mut(4) {
+            for word in at_mut(&mut bytes, ..len).chunks_exact_mut(4) {
                 word.copy_from_slice(&FDT_NOP.to_be_bytes());
             }
             (value_offset - PROPERTY_HEADER_LEN, len)

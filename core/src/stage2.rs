@@ -5,6 +5,8 @@
 //! where address and size are aligned, 4 KiB pages (level 3) elsewhere. The builder only
 //! fills arrays; the arch layer installs the root in `VTTBR_EL2`.
 
+use crate::table::{at, at_mut};
+
 /// Entries per table (4 KiB granule).
 pub const ENTRIES: usize = 512;
 /// A translation table.
@@ -164,10 +166,10 @@ impl<'a> Stage2<'a> {
         let mut table = 0;
         for walk_level in 1..level {
             let index = table_index(ipa, walk_level);
-            let entry = self.tables[table][index];
+            let entry = at(self.tables, table)[index];
             table = if entry & VALID == 0 {
                 let next = self.allocate()?;
-                self.tables[table][index] = self.table_phys(next) | TABLE_OR_PAGE | VALID;
+                at_mut(self.tables, table)[index] = self.table_phys(next) | TABLE_OR_PAGE | VALID;
                 next
             } else if entry & TABLE_OR_PAGE != 0 {
                 self.table_of(entry)?
@@ -176,11 +178,12 @@ impl<'a> Stage2<'a> {
             };
         }
         let index = table_index(ipa, level);
-        if self.tables[table][index] & VALID != 0 {
+        if at(self.tables, table)[index] & VALID != 0 {
             return Err(Stage2Error::AlreadyMapped);
         }
         let kind_bit = if level == 3 { TABLE_OR_PAGE } else { 0 };
-        self.tables[table][index] = (phys & ADDRESS_MASK) | kind.attributes() | kind_bit | VALID;
+        at_mut(self.tables, table)[index] =
+            (phys & ADDRESS_MASK) | kind.attributes() | kind_bit | VALID;
         Ok(())
     }
 
@@ -188,7 +191,7 @@ impl<'a> Stage2<'a> {
     pub fn translate(&self, ipa: u64) -> Option<u64> {
         let mut table = 0;
         for level in 1..=3 {
-            let entry = self.tables[table][table_index(ipa, level)];
+            let entry = at(self.tables, table)[table_index(ipa, level)];
             if entry & VALID == 0 {
                 return None;
             }

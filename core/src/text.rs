@@ -45,8 +45,10 @@ impl<T: Show + ?Sized> Show for &T {
     }
 }
 
-/// The digits of `value` in decimal, zero-padded to `width` (at most 20).
-fn decimal(mut value: u64, width: usize, buffer: &mut [u8; 20]) -> &[u8] {
+/// The digits of `value` in decimal, zero-padded to `width` (at most 20). Also the console's
+/// counts of dropped output: one copy for both.
+#[inline(never)]
+pub(crate) fn decimal(mut value: u64, width: usize, buffer: &mut [u8; 20]) -> &[u8] {
     let mut at = buffer.len();
     loop {
         at -= 1;
@@ -91,6 +93,9 @@ fn pad(buffer: &mut [u8; 20], mut at: usize, width: usize) -> &[u8] {
 pub struct Decimal(pub u64, pub usize);
 
 impl Show for Decimal {
+    // One copy for every integer a line shows: small enough to be inlined into each, it would
+    // grow every message that shows a number.
+    #[inline(never)]
     fn show(&self, out: &mut dyn Out) {
         let mut buffer = [0; 20];
         out.put_bytes(decimal(self.0, self.1, &mut buffer));
@@ -107,6 +112,29 @@ impl Show for Hex {
         let mut buffer = [0; 20];
         out.put("0x");
         out.put_bytes(hexadecimal(self.0, self.1, &mut buffer));
+    }
+}
+
+/// A template shown with each `{}` in it replaced by the next of its arguments:
+/// `Fill("vm '{}' at {}", &[&name, &Hex(ipa, 0)])`. A line with several pieces of text is one
+/// string, where a part for each piece took a `&str` of 16 bytes in the image and the code
+/// that passes it. A `{}` beyond the last argument shows nothing.
+#[derive(Clone, Copy)]
+pub struct Fill<'a>(pub &'a str, pub &'a [&'a dyn Show]);
+
+impl Show for Fill<'_> {
+    fn show(&self, out: &mut dyn Out) {
+        let mut args = self.1.iter();
+        let mut rest = self.0.as_bytes();
+        while let Some(at) = rest.windows(2).position(|pair| pair == b"{}") {
+            let (text, after) = rest.split_at(at);
+            out.put_bytes(text);
+            if let Some(arg) = args.next() {
+                arg.show(out);
+            }
+            rest = after.get(2..).unwrap_or_default();
+        }
+        out.put_bytes(rest);
     }
 }
 
@@ -226,6 +254,19 @@ mod tests {
         for list in [&[][..], &[1], &[0, 1, 12]] {
             assert_eq!(shown(&List(list)), format!("{list:?}"));
         }
+    }
+
+    #[test]
+    fn fill_puts_each_argument_in_its_place() {
+        let fill = |template, value: u64| shown(&Fill(template, &[&value, &Hex(value, 0)]));
+        assert_eq!(fill("{} at {}", 16), "16 at 0x10");
+        assert_eq!(fill("value {} at {}.", 255), "value 255 at 0xff.");
+        assert_eq!(fill("{}{}", 1), "10x1");
+        assert_eq!(fill("no value", 1), "no value");
+        assert_eq!(fill("", 1), "");
+        assert_eq!(fill("{} {} {}", 2), "2 0x2 ");
+        assert_eq!(fill("{ } { }}", 2), "{ } { }}");
+        assert_eq!(fill("é {}é{", 3), "é 3é{");
     }
 
     #[test]

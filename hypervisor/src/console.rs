@@ -17,7 +17,8 @@ use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use keel_core::console::{ConsoleMux, Input, Sink};
 use keel_core::ratelimit::{DiagnosticKind, RateLimiter, Verdict};
-use keel_core::text::{Decimal, Out, Show};
+use keel_core::table::at_mut;
+use keel_core::text::{Decimal, Fill, Out, Show};
 
 use crate::arch::boot::MAX_CPUS;
 use crate::arch::cpu::{self, Mutex};
@@ -90,14 +91,14 @@ static EARLY_UART: Mutex<Option<Uart>> = Mutex::new(None);
 
 /// Uses `uart` for Keel's own messages until [`init`].
 pub fn init_early(uart: Uart) {
-    *EARLY_UART.lock() = Some(uart);
+    *EARLY_UART.lock_cold() = Some(uart);
 }
 
 /// Starts multiplexing: `names[i]` is VM `i`, `has_console[i]` whether it may take input.
 pub fn init(uart: Uart, names: &[&'static str], has_console: &[bool]) {
     uart.enable_rx_interrupt();
-    *LIMITER.lock() = RateLimiter::new(timer::frequency());
-    let mut console = CONSOLE.lock();
+    *LIMITER.lock_cold() = RateLimiter::new(timer::frequency());
+    let mut console = CONSOLE.lock_cold();
     console.mux.configure(names, has_console);
     console.uart = Some(uart);
 }
@@ -122,7 +123,9 @@ impl LineBuffer {
     }
 
     fn text(&self) -> &[u8] {
-        &self.bytes[..self.len]
+        // `len` never exceeds the array; the `min` tells the compiler, which then leaves out
+        // a bounds check (a panic call and its location in the image).
+        &self.bytes[..self.len.min(self.bytes.len())]
     }
 }
 
@@ -130,7 +133,7 @@ impl Out for LineBuffer {
     fn put_bytes(&mut self, text: &[u8]) {
         let room = self.bytes.len() - self.len;
         let take = text.len().min(room);
-        self.bytes[self.len..self.len + take].copy_from_slice(&text[..take]);
+        at_mut(&mut self.bytes, self.len..self.len + take).copy_from_slice(&text[..take]);
         self.len += take;
     }
 }
@@ -140,7 +143,7 @@ pub struct VmLabel<'a>(pub &'a str, pub usize);
 
 impl Show for VmLabel<'_> {
     fn show(&self, out: &mut dyn Out) {
-        keel_core::text!(out, "vm '", self.0, "' (id ", self.1, ")");
+        Fill("vm '{}' (id {})", &[&self.0, &self.1]).show(out);
     }
 }
 
@@ -160,13 +163,13 @@ fn write_line(line: &LineBuffer) {
 
 fn queue_line(line: &LineBuffer) {
     let text = line.text();
-    let mut console = CONSOLE.lock();
+    let mut console = CONSOLE.lock_cold();
     if console.uart.is_some() {
         console.mux.hypervisor_line(text);
         // Written from the EL2 timer, in a masked stretch of its own ([`flush_partial`]):
         // written here, a 60-byte line cost 1,500 instructions more.
         arm_flush_timer(true);
-    } else if let Some(uart) = *EARLY_UART.lock() {
+    } else if let Some(uart) = *EARLY_UART.lock_cold() {
         uart.write(b"[keel] ");
         uart.write(text);
         uart.write(b"\r\n");
@@ -176,13 +179,13 @@ fn queue_line(line: &LineBuffer) {
 /// Prints a diagnostic that VM `vm` can trigger at will, unless its kind has been printed too
 /// often for that VM lately; the first line printed after some were left out says how many.
 pub fn limited_line(kind: DiagnosticKind, vm: usize, parts: &[&dyn Show]) {
-    let verdict = LIMITER.lock().check(kind, vm, timer::now());
+    let verdict = LIMITER.lock_cold().check(kind, vm, timer::now());
     match verdict {
         Verdict::Print { suppressed: 0 } => hypervisor_line(parts),
         Verdict::Print { suppressed } => {
             let mut line = LineBuffer::EMPTY;
             line.show(parts);
-            keel_core::text!(&mut line, " (", suppressed, " more like it suppressed)");
+            Fill(" ({} more like it suppressed)", &[&suppressed]).show(&mut line);
             write_line(&line);
         }
         Verdict::Suppress => {}
@@ -217,7 +220,7 @@ static PENDING_STARTS: [PendingStart; MAX_CPUS] = [const {
 /// more).
 pub fn start_line(vm: usize, at: u64) {
     let suppressed = match LIMITER
-        .lock()
+        .lock_cold()
         .check(DiagnosticKind::Start, vm, timer::now())
     {
         Verdict::Print { suppressed } => suppressed,
@@ -247,16 +250,17 @@ fn queue_pending_start(index: usize) -> bool {
     // The remainder is below the frequency (at most a few GHz): times 10^6 it fits 64 bits.
     let micros = at % frequency * 1_000_000 / frequency;
     let mut line = LineBuffer::EMPTY;
-    line.show(&[
-        &VmLabel(focus_name(vm), vm),
-        &" starts at ",
-        &(at / frequency),
-        &".",
-        &Decimal(micros, 6),
-        &" s",
-    ]);
+    Fill(
+        "{} starts at {}.{} s",
+        &[
+            &VmLabel(focus_name(vm), vm),
+            &(at / frequency),
+            &Decimal(micros, 6),
+        ],
+    )
+    .show(&mut line);
     if suppressed > 0 {
-        keel_core::text!(&mut line, " (", suppressed, " more like it suppressed)");
+        Fill(" ({} more like it suppressed)", &[&suppressed]).show(&mut line);
     }
     queue_line(&line);
     true
@@ -332,7 +336,7 @@ pub fn flush_before_power_off() {
     for index in 0..MAX_CPUS {
         queue_pending_start(index);
     }
-    let mut console = CONSOLE.lock();
+    let mut console = CONSOLE.lock_cold();
     if let Some(uart) = console.uart {
         let _ = console.mux.flush_partial(&mut Blocking(uart));
     }
@@ -381,7 +385,7 @@ pub fn flush_partial() {
         arm_flush_timer(true);
         return;
     }
-    let mut console = CONSOLE.lock();
+    let mut console = CONSOLE.lock_cold();
     if let Some(uart) = console.uart {
         let mut sink = UartSink::new(uart);
         let due = PARTIAL_DUE.load(Ordering::Relaxed) <= timer::now();
@@ -413,7 +417,7 @@ pub fn receive() -> Received {
         inputs: [Input::Nothing; 32],
         count: 0,
     };
-    let mut console = CONSOLE.lock();
+    let mut console = CONSOLE.lock_cold();
     let Some(uart) = console.uart else {
         return received;
     };
@@ -431,14 +435,22 @@ pub fn receive() -> Received {
 /// its three callers' lines.
 #[inline(never)]
 pub fn focus_name(vm: usize) -> &'static str {
-    CONSOLE.lock().mux.name(vm)
+    CONSOLE.lock_cold().mux.name(vm)
 }
 
 /// Prints a diagnostic a guest can trigger at will, rate-limited per kind and VM, made of its
-/// parts (each a [`Show`]: a string, an integer, a [`keel_core::text::Hex`], an error):
+/// parts (each a [`Show`]: a string, an integer, a [`keel_core::text::Hex`], an error), or of a
+/// template and its parts as [`keel_println!`]'s:
 /// `keel_println_limited!(DiagnosticKind::Smc, vm, "vm '", name, "': ...")`.
 #[macro_export]
 macro_rules! keel_println_limited {
+    ($kind:expr, $vm:expr, $template:literal; $($arg:expr),* $(,)?) => {
+        $crate::console::limited_line(
+            $kind,
+            $vm,
+            &[&keel_core::text::Fill($template, &[$(&$arg as &dyn keel_core::text::Show),*])],
+        )
+    };
     ($kind:expr, $vm:expr, $($part:expr),+ $(,)?) => {
         $crate::console::limited_line(
             $kind,
@@ -450,9 +462,17 @@ macro_rules! keel_println_limited {
 
 /// Prints a line of Keel's own, made of its parts (each a [`Show`]: a string, an integer, a
 /// [`keel_core::text::Hex`], a [`VmLabel`], an error):
-/// `keel_println!(VmLabel(name, id), " powered off")`.
+/// `keel_println!(VmLabel(name, id), " powered off")`; or a template and the parts its `{}`
+/// stand for ([`keel_core::text::Fill`]), smaller for a line with several pieces of text:
+/// `keel_println!("vm '{}': {} MiB"; name, size)`.
 #[macro_export]
 macro_rules! keel_println {
+    ($template:literal; $($arg:expr),* $(,)?) => {
+        $crate::console::hypervisor_line(&[&keel_core::text::Fill(
+            $template,
+            &[$(&$arg as &dyn keel_core::text::Show),*],
+        )])
+    };
     ($($part:expr),+ $(,)?) => {
         $crate::console::hypervisor_line(&[$(&$part as &dyn keel_core::text::Show),+])
     };

@@ -54,6 +54,12 @@ static QUEUES: [[Mutex<Destination>; MAX_VCPUS]; MAX_VMS] = [const {
     }; MAX_VCPUS]
 }; MAX_VMS];
 
+/// The queues of VM `id`'s vCPUs (through [`vm::entry`]: an id out of range panics in the one
+/// shared place).
+fn queues(id: usize) -> &'static [Mutex<Destination>; MAX_VCPUS] {
+    vm::entry(&QUEUES, id)
+}
+
 /// The rings' storage, handed out once by [`init`].
 struct Pool(UnsafeCell<[u8; MESSAGE_POOL]>);
 
@@ -75,11 +81,11 @@ pub fn init() {
             continue;
         };
         assert!(grant.pool_offset == offset, "message pool layout");
-        for queue in QUEUES[id].iter().take(desc.vcpu_count()) {
+        for queue in queues(id).iter().take(desc.vcpu_count()) {
             let (ring, tail) = rest.split_at_mut(keel_core::ipc::ring_len(&grant));
             rest = tail;
             offset += ring.len();
-            *queue.lock() = Destination {
+            *queue.lock_cold() = Destination {
                 queue: Queue::new(usize::from(grant.depth), usize::from(grant.size)),
                 ring: Some(ring),
             };
@@ -89,8 +95,8 @@ pub fn init() {
 
 /// Forgets every message queued for vCPU `vcpu` of VM `id` (a new task in its place).
 pub fn clear(id: usize, vcpu: usize) {
-    if let Some(queue) = QUEUES[id].get(vcpu) {
-        queue.lock().queue.clear();
+    if let Some(queue) = queues(id).get(vcpu) {
+        queue.lock_cold().queue.clear();
     }
 }
 
@@ -111,7 +117,7 @@ pub fn enqueue(
     message: &[u8],
 ) -> Result<u64, MessageError> {
     let queued = {
-        let mut destination = QUEUES[to][to_vcpu].lock();
+        let mut destination = vm::entry(queues(to), to_vcpu).lock();
         // Checked under the queue's lock: a reset marks the vCPUs off before it clears their
         // queues under the same lock, so nothing sent to the old incarnation survives it.
         if vm::vm(to).state() != VmState::Running
@@ -150,7 +156,7 @@ pub fn send_bytes(
 /// Takes the next message queued for vCPU `vcpu` of VM `id` into `out` (which holds the
 /// largest), for Keel's own device (a virtio console's input); its length.
 pub fn take(id: usize, vcpu: usize, out: &mut [u8]) -> Option<usize> {
-    let mut destination = QUEUES[id].get(vcpu)?.lock();
+    let mut destination = queues(id).get(vcpu)?.lock();
     let (queue, ring) = destination.parts();
     queue
         .receive_with(ring, out, cpu::copy_bytes)
@@ -178,7 +184,7 @@ pub fn receive(
     buffer: &mut [u8],
     wait_until: u64,
 ) -> Result<Outcome, (MessageError, u64)> {
-    let mut destination = QUEUES[id][vcpu].lock();
+    let mut destination = vm::entry(queues(id), vcpu).lock();
     let (queue, ring) = destination.parts();
     // One read of the header: the receive itself says why it took nothing.
     match queue.receive_with(ring, buffer, cpu::copy_bytes) {
@@ -196,7 +202,7 @@ pub fn receive(
 
 /// Whether vCPU `vcpu` of VM `id` has a message queued (a vCPU waiting in KEEL_MSG_RECV wakes).
 pub fn has_message(id: usize, vcpu: usize) -> bool {
-    QUEUES[id]
+    queues(id)
         .get(vcpu)
         .is_some_and(|queue| !queue.lock().queue.is_empty())
 }

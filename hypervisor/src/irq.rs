@@ -149,7 +149,7 @@ fn relist_timer() -> bool {
     {
         return false;
     }
-    gic::write_lr(lr, cpu.timer_lr_value.load(Ordering::Relaxed));
+    gic::write_lr_at(lr, cpu.timer_lr_value.load(Ordering::Relaxed));
     true
 }
 
@@ -255,7 +255,7 @@ fn reclaim_finished(vgic: &mut keel_core::devices::vgic::Vgic, vcpu: usize, list
 #[inline(never)]
 fn console_input() {
     let received = console::receive();
-    for input in &received.inputs[..received.count] {
+    for input in received.inputs.iter().take(received.count) {
         match *input {
             Input::Deliver { vm: id, byte } => deliver_input(id, byte),
             Input::Focus(id) => {
@@ -289,10 +289,10 @@ fn deliver_input(id: usize, byte: u8) {
     }
     let target = {
         // Lock order: the UART's, then the vGIC's.
-        let mut uart = vm::vm(id).uart.lock();
+        let mut uart = vm::vm(id).uart.lock_cold();
         let overrun = uart.receive(byte).is_err();
         let target = {
-            let mut vgic = vm::vm(id).vgic.lock();
+            let mut vgic = vm::vm(id).vgic.lock_cold();
             vgic.set_level(layout::UART_INTID, uart.interrupt_level());
             vgic.spi_target(layout::UART_INTID)
         };
@@ -301,9 +301,8 @@ fn deliver_input(id: usize, byte: u8) {
             keel_println_limited!(
                 DiagnosticKind::InputOverrun,
                 id,
-                "vm '",
+                "vm '{}': console input overrun, byte refused (the guest is not reading)";
                 vm::desc(id).name,
-                "': console input overrun, byte refused (the guest is not reading)"
             );
         }
         target
@@ -323,7 +322,7 @@ pub fn discard_vcpu_interrupts(id: usize, vcpu: usize, generation: u32) {
     cpu.forget_timer_lr();
     crate::arch::guest::stop_virtual_timer();
     {
-        let mut vgic = vm::vm(id).vgic.lock();
+        let mut vgic = vm::vm(id).vgic.lock_cold();
         if vm::vm(id).generation() == generation {
             let vgic = &mut *vgic;
             let mut scan = cpu.listed.load(Ordering::Relaxed);

@@ -20,6 +20,7 @@ use keel_core::ratelimit::DiagnosticKind;
 use keel_core::seed;
 use keel_core::stage2::MemoryKind;
 use keel_core::system::VmDesc;
+use keel_core::table::{at, at_mut};
 use keel_core::text::{Out, Show};
 
 use crate::arch::cpu::{self, Mutex};
@@ -117,17 +118,17 @@ fn reset_devices(id: usize) {
         .chain(doorbells)
         .filter(|&intid| intid >= 32)
     {
-        owned[count] = intid;
+        *at_mut(&mut owned, count) = intid;
         count += 1;
     }
     // Lock order: the device models', then the vGIC's.
     let vm = vm::vm(id);
-    let mut virtio = virtio::console(id).lock();
-    let mut uart = vm.uart.lock();
-    let mut vgic = vm.vgic.lock();
+    let mut virtio = virtio::console(id).lock_cold();
+    let mut uart = vm.uart.lock_cold();
+    let mut vgic = vm.vgic.lock_cold();
     virtio.reset();
     *uart = Pl011::new();
-    vgic.reset(desc.pcpus.len(), &owned[..count]);
+    vgic.reset(desc.pcpus.len(), at(&owned, ..count));
     vm.gic_writes.fetch_add(1, Ordering::Relaxed);
 }
 
@@ -245,14 +246,11 @@ impl Reload {
                 keel_println_limited!(
                     DiagnosticKind::Reset,
                     desc.id.0 as usize,
+                    "{} reloaded: {} bytes in {} steps over {} us";
                     VmLabel(desc.name, desc.id.0 as usize),
-                    " reloaded: ",
                     self.bytes,
-                    " bytes in ",
                     self.steps,
-                    " steps over ",
                     micros,
-                    " us"
                 );
                 true
             }
@@ -365,7 +363,7 @@ pub fn reset_begin(id: usize) -> bool {
     vm::kick_vm(id);
     wait_until_stopped(id);
     vm::forget_tasks(id);
-    *vm::entry(&RELOADS, id).lock() = Reload::START;
+    *vm::entry(&RELOADS, id).lock_cold() = Reload::START;
     true
 }
 
@@ -373,7 +371,7 @@ pub fn reset_begin(id: usize) -> bool {
 /// complete.
 pub fn reload_step(id: usize) -> bool {
     vm::entry(&RELOADS, id)
-        .lock()
+        .lock_cold()
         .step(vm::desc(id), vm::vm(id).generation())
 }
 

@@ -76,7 +76,7 @@ use core::sync::atomic::Ordering;
 use arch::{boot, cpu, gic, mmu, psci, uart::Uart, vectors};
 use keel_core::abi::layout;
 use keel_core::fdt;
-use keel_core::text::{Hex, List, Show};
+use keel_core::text::{Fill, Hex, List, Show};
 
 use config::SYSTEM;
 use console::VmLabel;
@@ -130,6 +130,7 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
     mmu::build();
     mmu::enable();
     vectors::install();
+    timers::init();
 
     // SAFETY: QEMU virt's UART address, used only to report a device tree Keel cannot read.
     let fallback = unsafe { Uart::new(FALLBACK_UART) };
@@ -145,21 +146,14 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
         .unwrap_or_else(|()| boot_failure(uart, &[&"configuration does not fit this board"]));
 
     keel_println!(
-        "Keel ",
+        "Keel {} on '{}': {} pCPUs, RAM {}+{}, configuration '{}' with {} VMs";
         env!("CARGO_PKG_VERSION"),
-        " on '",
         platform.model,
-        "': ",
         platform.cpu_count,
-        " pCPUs, RAM ",
         Hex(platform.ram_base, 0),
-        "+",
         Hex(platform.ram_size, 0),
-        ", configuration '",
         SYSTEM.name,
-        "' with ",
         SYSTEM.vms.len(),
-        " VMs"
     );
 
     // SAFETY: the distributor address comes from the device tree.
@@ -177,40 +171,30 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
         if let Err(error) = lifecycle::build(index) {
             boot_failure(
                 uart,
-                &[
-                    &"vm '",
-                    &desc.name,
-                    &"': cannot build its stage-2 map: ",
-                    &error,
-                ],
+                &[&Fill(
+                    "vm '{}': cannot build its stage-2 map: {}",
+                    &[&desc.name, &error],
+                )],
             );
         }
         keel_println!(
+            "{}: {} MiB at IPA {} (PA {}), pCPUs {}, image {} bytes at {}";
             VmLabel(desc.name, index),
-            ": ",
             desc.memory.size >> 20,
-            " MiB at IPA ",
             Hex(desc.memory.ipa.0, 0),
-            " (PA ",
             Hex(desc.memory.phys.0, 0),
-            "), pCPUs ",
             List(desc.pcpus),
-            ", image ",
             desc.image.len(),
-            " bytes at ",
-            Hex(desc.image_ipa.0, 0)
+            Hex(desc.image_ipa.0, 0),
         );
         if let Some(flash) = desc.flash {
             keel_println!(
+                "{}: {} MiB of flash at IPA {} (PA {}), device tree at {}";
                 VmLabel(desc.name, index),
-                ": ",
                 flash.size >> 20,
-                " MiB of flash at IPA ",
                 Hex(flash.ipa.0, 0),
-                " (PA ",
                 Hex(flash.phys.0, 0),
-                "), device tree at ",
-                Hex(desc.dtb_ipa.0, 0)
+                Hex(desc.dtb_ipa.0, 0),
             );
         }
     }
@@ -229,12 +213,10 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
     for index in 1..SYSTEM.pcpus as usize {
         if let Err(error) = boot::start_secondary(index, platform.cpus[index]) {
             keel_println!(
-                "pCPU ",
+                "pCPU {} (MPIDR {}) did not start: PSCI error {}";
                 index,
-                " (MPIDR ",
                 Hex(platform.cpus[index], 0),
-                ") did not start: PSCI error ",
-                error
+                error,
             );
         }
     }
@@ -253,12 +235,10 @@ fn check_configuration(platform: &Platform) -> Result<(), ()> {
     let mut fits = true;
     if SYSTEM.pcpus as usize > platform.cpu_count {
         keel_println!(
-            "configuration '",
+            "configuration '{}' needs {} pCPUs, the board has {}";
             SYSTEM.name,
-            "' needs ",
             SYSTEM.pcpus,
-            " pCPUs, the board has ",
-            platform.cpu_count
+            platform.cpu_count,
         );
         fits = false;
     }
@@ -271,18 +251,13 @@ fn check_configuration(platform: &Platform) -> Result<(), ()> {
             let (start, end) = (region.phys.0, region.phys.0 + region.size);
             if start < platform.ram_base || end > ram_end {
                 keel_println!(
-                    "vm '",
+                    "vm '{}': {} {}..{} is outside the board's RAM {}..{}";
                     desc.name,
-                    "': ",
                     what,
-                    " ",
                     Hex(start, 0),
-                    "..",
                     Hex(end, 0),
-                    " is outside the board's RAM ",
                     Hex(platform.ram_base, 0),
-                    "..",
-                    Hex(ram_end, 0)
+                    Hex(ram_end, 0),
                 );
                 fits = false;
             }
@@ -304,12 +279,7 @@ fn cpu_main(index: usize) -> ! {
     let redistributor =
         unsafe { gic::Redistributor::find(platform.gicr, platform.gicr_size, cpu::mpidr()) };
     let Some(redistributor) = redistributor else {
-        keel_println!(
-            "pCPU ",
-            index,
-            ": no GIC redistributor for MPIDR ",
-            Hex(cpu::mpidr(), 0)
-        );
+        keel_println!("pCPU {}: no GIC redistributor for MPIDR {}"; index, Hex(cpu::mpidr(), 0));
         cpu::halt()
     };
     redistributor.init();
@@ -339,28 +309,22 @@ fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
     let (file, line, column) = info
         .location()
         .map_or(("?", 0, 0), |at| (at.file(), at.line(), at.column()));
-    console::emergency_line(&[
-        &"PANIC on pCPU ",
-        &cpu::index(),
-        &": panicked at ",
-        &file,
-        &":",
-        &line,
-        &":",
-        &column,
-        &": ",
-        &info
-            .message()
-            .as_str()
-            .unwrap_or("(a message with arguments)"),
-        &" (ELR_EL2 ",
-        &Hex(arch::regs::read_sysreg!("elr_el2"), 0),
-        &", ESR_EL2 ",
-        &Hex(arch::regs::read_sysreg!("esr_el2"), 0),
-        &", FAR_EL2 ",
-        &Hex(arch::regs::read_sysreg!("far_el2"), 0),
-        &")",
-    ]);
+    console::emergency_line(&[&Fill(
+        "PANIC on pCPU {}: panicked at {}:{}:{}: {} (ELR_EL2 {}, ESR_EL2 {}, FAR_EL2 {})",
+        &[
+            &cpu::index(),
+            &file,
+            &line,
+            &column,
+            &info
+                .message()
+                .as_str()
+                .unwrap_or("(a message with arguments)"),
+            &Hex(arch::regs::read_sysreg!("elr_el2"), 0),
+            &Hex(arch::regs::read_sysreg!("esr_el2"), 0),
+            &Hex(arch::regs::read_sysreg!("far_el2"), 0),
+        ],
+    )]);
     cpu::halt()
 }
 
@@ -368,18 +332,15 @@ fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
 #[unsafe(no_mangle)]
 extern "C" fn keel_hyp_fault() -> ! {
     let esr = arch::regs::read_sysreg!("esr_el2");
-    console::emergency_line(&[
-        &"FATAL exception in Keel on pCPU ",
-        &cpu::index(),
-        &": ESR_EL2 ",
-        &Hex(esr, 8),
-        &" (",
-        &keel_core::esr::Esr(esr),
-        &"), ELR_EL2 ",
-        &Hex(arch::regs::read_sysreg!("elr_el2"), 0),
-        &", FAR_EL2 ",
-        &Hex(arch::regs::read_sysreg!("far_el2"), 0),
-        &")",
-    ]);
+    console::emergency_line(&[&Fill(
+        "FATAL exception in Keel on pCPU {}: ESR_EL2 {} ({}), ELR_EL2 {}, FAR_EL2 {}",
+        &[
+            &cpu::index(),
+            &Hex(esr, 8),
+            &keel_core::esr::Esr(esr),
+            &Hex(arch::regs::read_sysreg!("elr_el2"), 0),
+            &Hex(arch::regs::read_sysreg!("far_el2"), 0),
+        ],
+    )]);
     cpu::halt()
 }

@@ -7,10 +7,10 @@ use core::sync::atomic::{AtomicU32, Ordering};
 
 use keel_core::fdt::{Fdt, FdtError, Node};
 use keel_core::seed::SeedKey;
-use keel_core::text::{Out, Show};
-use spin::Once;
+use keel_core::text::{Fill, Out, Show};
 
 use crate::arch::boot::MAX_CPUS;
+use crate::arch::cpu::Once;
 
 /// The board's facts, read once by pCPU 0 at boot ([`record`]) and only read after.
 static PLATFORM: Once<Platform> = Once::new();
@@ -93,17 +93,12 @@ impl Show for BootError {
                 out.put("no device tree: x0 was 0 at entry (load Keel as an arm64 Image)")
             }
             BootError::Malformed(error) => keel_core::text!(out, "malformed device tree: ", error),
-            BootError::MissingNode(node) => {
-                keel_core::text!(out, "device tree has no ", node, " node")
-            }
-            BootError::BadProperty { node, property } => keel_core::text!(
-                out,
-                "device tree node ",
-                node,
-                ": property '",
-                property,
-                "' is missing or malformed"
-            ),
+            BootError::MissingNode(node) => Fill("device tree has no {} node", &[node]).show(out),
+            BootError::BadProperty { node, property } => Fill(
+                "device tree node {}: property '{}' is missing or malformed",
+                &[node, property],
+            )
+            .show(out),
             BootError::PsciNotSmc => {
                 out.put("device tree /psci: method is not \"smc\" (Keel calls PSCI from EL2)")
             }

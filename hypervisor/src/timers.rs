@@ -34,12 +34,24 @@ struct Queue {
     armed: AtomicU64,
 }
 
+/// All zero bytes (so not in the image) until [`init`] empties every queue.
 static QUEUES: [Queue; MAX_CPUS] = [const {
     Queue {
-        at: [const { AtomicU64::new(NONE) }; KINDS],
-        armed: AtomicU64::new(NONE),
+        at: [const { AtomicU64::new(0) }; KINDS],
+        armed: AtomicU64::new(0),
     }
 }; MAX_CPUS];
+
+/// Empties every pCPU's queue (no deadline, the timer disarmed). Called once, by pCPU 0 at
+/// boot before any deadline is set or any other pCPU starts.
+pub fn init() {
+    for queue in &QUEUES {
+        for at in &queue.at {
+            at.store(NONE, Ordering::Relaxed);
+        }
+        queue.armed.store(NONE, Ordering::Relaxed);
+    }
+}
 
 #[inline(always)]
 fn this_queue() -> &'static Queue {

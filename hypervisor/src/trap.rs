@@ -7,7 +7,7 @@ use keel_core::devices::DeviceError;
 use keel_core::esr::{sysregs, DataAbort, Esr, ExceptionClass, SysRegAccess};
 use keel_core::hypercall::{self, Call};
 use keel_core::ratelimit::DiagnosticKind;
-use keel_core::text::{Hex, Out, Show};
+use keel_core::text::{Fill, Hex, Out, Show};
 
 use crate::arch::cpu;
 use crate::arch::regs::{read_id_register, read_sysreg};
@@ -82,69 +82,53 @@ impl Fault {
 impl Show for Fault {
     fn show(&self, out: &mut dyn Out) {
         match *self {
-            Fault::Stage2 { ipa, write, size } => {
-                let access = if write { "write" } else { "read" };
-                keel_core::text!(
-                    out,
-                    "stage-2 fault: ",
-                    size,
-                    "-byte ",
-                    access,
-                    " at IPA ",
-                    Hex(ipa, 0),
-                    ", outside its memory and devices"
-                )
-            }
-            Fault::NoSyndrome { ipa, .. } => keel_core::text!(
-                out,
-                "stage-2 fault at IPA ",
-                Hex(ipa, 0),
-                " with no instruction syndrome"
-            ),
-            Fault::Fetch { ipa } => keel_core::text!(
-                out,
-                "stage-2 fault: instruction fetch at IPA ",
-                Hex(ipa, 0),
-                ", outside its memory"
-            ),
+            Fault::Stage2 { ipa, write, size } => Fill(
+                "stage-2 fault: {}-byte {} at IPA {}, outside its memory and devices",
+                &[&size, &if write { "write" } else { "read" }, &Hex(ipa, 0)],
+            )
+            .show(out),
+            Fault::NoSyndrome { ipa, .. } => Fill(
+                "stage-2 fault at IPA {} with no instruction syndrome",
+                &[&Hex(ipa, 0)],
+            )
+            .show(out),
+            Fault::Fetch { ipa } => Fill(
+                "stage-2 fault: instruction fetch at IPA {}, outside its memory",
+                &[&Hex(ipa, 0)],
+            )
+            .show(out),
             Fault::Device { device, ipa, error } => {
-                keel_core::text!(out, device, " at IPA ", Hex(ipa, 0), ": ", error)
+                Fill("{} at IPA {}: {}", &[&device, &Hex(ipa, 0), &error]).show(out)
             }
             Fault::SysReg(access) => {
                 let direction = if access.read { "read of" } else { "write to" };
-                keel_core::text!(
-                    out,
-                    "illegal system register access: ",
-                    direction,
-                    " ",
-                    access.reg
+                Fill(
+                    "illegal system register access: {} {}",
+                    &[&direction, &access.reg],
                 )
+                .show(out)
             }
-            Fault::GuestCrash { esr, elr, far } => keel_core::text!(
-                out,
-                "guest reported a fatal exception: ESR_EL1 ",
-                Hex(esr, 8),
-                " (",
-                Esr(esr).class().description(),
-                ") at ELR_EL1 ",
-                Hex(elr, 0),
-                ", FAR_EL1 ",
-                Hex(far, 0)
-            ),
+            Fault::GuestCrash { esr, elr, far } => Fill(
+                "guest reported a fatal exception: ESR_EL1 {} ({}) at ELR_EL1 {}, FAR_EL1 {}",
+                &[
+                    &Hex(esr, 8),
+                    &Esr(esr).class().description(),
+                    &Hex(elr, 0),
+                    &Hex(far, 0),
+                ],
+            )
+            .show(out),
             Fault::Unexpected => out.put("unexpected exception"),
             Fault::ReadOnlyChannel { channel, ipa, size } => {
                 out.put("stage-2 permission fault: ");
                 if let Some(size) = size {
                     keel_core::text!(out, size, "-byte ");
                 }
-                keel_core::text!(
-                    out,
-                    "write at IPA ",
-                    Hex(ipa, 0),
-                    ", in its read-only window of channel '",
-                    channel,
-                    "'"
-                );
+                Fill(
+                    "write at IPA {}, in its read-only window of channel '{}'",
+                    &[&Hex(ipa, 0), &channel],
+                )
+                .show(out);
                 if size.is_none() {
                     out.put(" (an instruction without syndrome: size unknown)");
                 }
@@ -269,11 +253,9 @@ fn other_trap(id: usize, vcpu: usize, esr: Esr, regs: &mut GuestRegs) {
             keel_println_limited!(
                 DiagnosticKind::Smc,
                 id,
-                "vm '",
+                "vm '{}': SMC (function {}) not forwarded: answered NOT_SUPPORTED";
                 vm::desc(id).name,
-                "': SMC (function ",
                 Hex(u64::from(regs.x[0] as u32), 8),
-                ") not forwarded: answered NOT_SUPPORTED"
             );
             regs.x[0] = CallError::NotSupported.to_x0();
             vectors::skip_instruction();
@@ -366,11 +348,7 @@ fn finish(id: usize, vcpu: usize, esr: Esr, next: Next, regs: &mut GuestRegs) {
             let pc = vectors::guest_pc();
             let reason: &[&dyn Show] = &[
                 &fault,
-                &" (ESR ",
-                &Hex(esr.0, 8),
-                &", PC ",
-                &Hex(pc, 0),
-                &")",
+                &Fill(" (ESR {}, PC {})", &[&Hex(esr.0, 8), &Hex(pc, 0)]),
             ];
             lifecycle::stop(id, &reason);
             sched::pinned::park();

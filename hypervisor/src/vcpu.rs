@@ -32,7 +32,7 @@ pub fn prepare(id: usize, vcpu: usize) {
         .store(vm::vm(id).generation(), Ordering::Relaxed);
     // A clean start: the vCPU's redistributor in its reset state, and the virtual timer's
     // physical interrupt neither active nor pending from an earlier run on this pCPU.
-    vm::vm(id).vgic.lock().reset_vcpu(vcpu);
+    vm::vm(id).vgic.lock_cold().reset_vcpu(vcpu);
     if let Some(redistributor) = this.redistributor.get() {
         redistributor.clear_active_private(layout::VTIMER_INTID);
         redistributor.enable_private(layout::VTIMER_INTID);

@@ -18,9 +18,8 @@ use keel_core::addr::{GuestPhysAddr, VmId};
 use keel_core::devices::{pl011::Pl011, vgic::Vgic};
 use keel_core::system::VmDesc;
 use keel_core::tasks::TaskTable;
-use spin::Once;
 
-use crate::arch::cpu::{self, Mutex};
+use crate::arch::cpu::{self, Mutex, Once};
 use crate::arch::{boot::MAX_CPUS, gic, stage2};
 use crate::config::SYSTEM;
 use crate::masked;
@@ -177,7 +176,7 @@ impl Vm {
 
     /// A vCPU's PSCI power state.
     pub fn vcpu_power(&self, vcpu: usize) -> VcpuPower {
-        match self.vcpus[vcpu].power.load(Ordering::Acquire) {
+        match entry(&self.vcpus, vcpu).power.load(Ordering::Acquire) {
             1 => VcpuPower::On,
             2 | CLAIMED => VcpuPower::Pending,
             _ => VcpuPower::Off,
@@ -186,12 +185,14 @@ impl Vm {
 
     /// Marks a vCPU on or off.
     pub fn set_vcpu_power(&self, vcpu: usize, power: VcpuPower) {
-        self.vcpus[vcpu].power.store(power as u8, Ordering::Release);
+        entry(&self.vcpus, vcpu)
+            .power
+            .store(power as u8, Ordering::Release);
     }
 
     /// Marks a running vCPU off; leaves an off or pending one as it is.
     pub fn power_off_if_on(&self, vcpu: usize) {
-        let _ = self.vcpus[vcpu].power.compare_exchange(
+        let _ = entry(&self.vcpus, vcpu).power.compare_exchange(
             VcpuPower::On as u8,
             VcpuPower::Off as u8,
             Ordering::AcqRel,
@@ -204,7 +205,7 @@ impl Vm {
     /// no one else acts on), then given its entry, then made pending, so a refused call can
     /// never overwrite the entry point of a start that is already pending.
     pub fn request_start(&self, vcpu: usize, entry: u64, context: u64) -> Result<(), VcpuPower> {
-        let slot = &self.vcpus[vcpu];
+        let slot = self::entry(&self.vcpus, vcpu);
         slot.power
             .compare_exchange(
                 VcpuPower::Off as u8,
@@ -237,7 +238,7 @@ impl Vm {
         if self.status.load(Ordering::Acquire) & RESETTING != 0 {
             return None;
         }
-        let slot = &self.vcpus[vcpu];
+        let slot = entry(&self.vcpus, vcpu);
         slot.power
             .compare_exchange(
                 VcpuPower::Pending as u8,
@@ -268,7 +269,7 @@ pub fn vm(id: usize) -> &'static Vm {
 
 /// The configuration of VM `id`.
 pub fn desc(id: usize) -> &'static VmDesc {
-    &SYSTEM.vms[id]
+    entry(SYSTEM.vms, id)
 }
 
 /// What runs on one pCPU.
@@ -321,6 +322,8 @@ impl PerCpu {
     }
 }
 
+/// All zero bytes (so not in the image): [`assign_pcpus`] marks every pCPU without a vCPU
+/// (`vm` is `usize::MAX`) and kicked for every VM, at boot, before anything reads them.
 static CPUS: [PerCpu; MAX_CPUS] = [const {
     PerCpu {
         masked: masked::Record::new(),
@@ -426,7 +429,8 @@ pub fn configured_pcpus() -> impl Iterator<Item = &'static PerCpu> {
 }
 
 /// Records which vCPU runs where (from the configuration's pinning) and which pCPUs are
-/// shared; a shared pCPU's vCPUs are placed by `sched::init`.
+/// shared; a shared pCPU's vCPUs are placed by `sched::init`. Called once, by pCPU 0 at boot
+/// before any other pCPU starts: it first gives [`CPUS`] its initial values.
 pub fn assign_pcpus() {
     for cpu in &CPUS {
         cpu.vm.store(usize::MAX, Ordering::Relaxed);
@@ -525,5 +529,5 @@ pub fn task_tables() -> &'static Mutex<[TaskTable; MAX_VMS]> {
 /// VM `id` was reset or ended: its tasks are forgotten. Their slots are freed by their pCPUs
 /// when the kick that says so arrives (their generation or VM state no longer matches).
 pub fn forget_tasks(id: usize) {
-    TASK_TABLES.lock()[id].clear();
+    TASK_TABLES.lock_cold()[id].clear();
 }

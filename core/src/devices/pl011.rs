@@ -145,12 +145,14 @@ impl Pl011 {
     /// A guest read of `size` bytes at `offset`.
     pub fn read(&mut self, offset: u64, size: u8) -> Result<u32, DeviceError> {
         Self::check_width(offset, size)?;
-        Ok(match offset & !3 {
+        let register = offset & !3;
+        Ok(match register {
             DR => {
                 if self.count == 0 {
                     0
                 } else {
-                    let byte = self.fifo[self.head];
+                    // `head` is below FIFO_DEPTH (a power of two): the mask drops a bounds check.
+                    let byte = self.fifo[self.head % FIFO_DEPTH];
                     self.head = (self.head + 1) % FIFO_DEPTH;
                     self.count -= 1;
                     let error = if self.overrun { DR_OE } else { 0 };
@@ -179,8 +181,8 @@ impl Pl011 {
             RIS => self.raw_interrupts(),
             MIS => self.raw_interrupts() & self.imsc,
             DMACR => self.dmacr,
-            0xfe0..=0xfec => PERIPH_ID[((offset - 0xfe0) / 4) as usize],
-            0xff0..=0xffc => CELL_ID[((offset - 0xff0) / 4) as usize],
+            0xfe0..=0xfec => PERIPH_ID[((register - 0xfe0) / 4) as usize],
+            0xff0..=0xffc => CELL_ID[((register - 0xff0) / 4) as usize],
             _ => 0,
         })
     }

@@ -19,6 +19,11 @@ use super::DeviceError;
 pub const NR_IRQS: usize = 128;
 /// Most vCPUs (redistributors) per VM.
 pub const MAX_VCPUS: usize = crate::system::MAX_VCPUS;
+
+const _: () = assert!(
+    MAX_VCPUS.is_power_of_two() && NR_IRQS.is_power_of_two(),
+    "Vgic::priority masks its indices"
+);
 /// Keel's JEP106-style implementer code in GICD_IIDR / GICR_IIDR ("KEL", product 1).
 const IIDR: u32 = 0x0100_043b;
 /// PIDR2 with ArchRev = 3 (GICv3).
@@ -224,11 +229,14 @@ impl Vgic {
         }
     }
 
+    /// The priority of `intid` for `vcpu`, both in range (callers check them first). The
+    /// indices are masked to the tables' power-of-two sizes, which drops the bounds checks.
     fn priority(&self, vcpu: usize, intid: u32) -> u8 {
+        let intid = intid as usize;
         if intid < 32 {
-            self.private_priority[vcpu][intid as usize]
+            self.private_priority[vcpu % MAX_VCPUS][intid]
         } else {
-            self.spi_priority[intid as usize]
+            self.spi_priority[intid % NR_IRQS]
         }
     }
 

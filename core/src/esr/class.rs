@@ -1,5 +1,7 @@
 //! The exception class, ESR_ELx.EC: its variants, codes and descriptions (Arm ARM D17.2.37).
 
+use super::sysregs::{text_len, Names};
+
 /// The exception class, ESR_ELx.EC (Arm ARM D17.2.37, "EC, bits \[31:26\]").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExceptionClass {
@@ -126,6 +128,33 @@ const CLASSES: [(u8, ExceptionClass, &str); 38] = [
     (0x3c, ExceptionClass::Brk, "BRK"),
 ];
 
+/// [`CLASSES`] without their descriptions, which [`DESCRIPTIONS`] holds in the same order.
+static CODES: [(u8, ExceptionClass); CLASSES.len()] = {
+    let mut table = [(0, ExceptionClass::Unknown); CLASSES.len()];
+    let mut entry = 0;
+    while entry < CLASSES.len() {
+        table[entry] = (CLASSES[entry].0, CLASSES[entry].1);
+        entry += 1;
+    }
+    table
+};
+
+/// The descriptions of [`CLASSES`], one after the other (a `&str` each took 912 bytes of
+/// Keel's image with the codes).
+static DESCRIPTIONS: Names<{ CLASSES.len() }, { text_len(&descriptions()) }> =
+    Names::new(&descriptions());
+
+/// The descriptions of [`CLASSES`], in its order.
+const fn descriptions() -> [&'static str; CLASSES.len()] {
+    let mut texts = [""; CLASSES.len()];
+    let mut entry = 0;
+    while entry < CLASSES.len() {
+        texts[entry] = CLASSES[entry].2;
+        entry += 1;
+    }
+    texts
+}
+
 /// [`CLASSES`] indexed by code, with [`ExceptionClass::Other`] for the reserved codes.
 const BY_CODE: [ExceptionClass; 64] = {
     let mut table = [ExceptionClass::Other(0); 64];
@@ -162,10 +191,10 @@ impl ExceptionClass {
     pub fn code(&self) -> u8 {
         match *self {
             Self::Other(ec) => ec,
-            class => CLASSES
+            class => CODES
                 .iter()
-                .find(|(_, named, _)| *named == class)
-                .map_or(0, |&(code, _, _)| code),
+                .find(|(_, named)| *named == class)
+                .map_or(0, |&(code, _)| code),
         }
     }
 
@@ -173,10 +202,11 @@ impl ExceptionClass {
     pub fn description(&self) -> &'static str {
         match *self {
             Self::Other(_) => "reserved exception class",
-            class => CLASSES
+            class => CODES
                 .iter()
-                .find(|(_, named, _)| *named == class)
-                .map_or("reserved exception class", |&(_, _, text)| text),
+                .position(|&(_, named)| named == class)
+                .and_then(|entry| DESCRIPTIONS.get(entry))
+                .unwrap_or("reserved exception class"),
         }
     }
 }

@@ -18,14 +18,15 @@ macro_rules! sysregs {
     };
 }
 
-/// The names of [`ENCODINGS`] as one run of bytes, with where each ends.
+/// Names as one run of bytes, with where each ends: [`ENCODINGS`]'s, and the exception
+/// classes' descriptions. A `&str` is 16 bytes of the image beside its text; an end, two.
 pub(super) struct Names<const N: usize, const LEN: usize> {
     text: [u8; LEN],
     ends: [u16; N],
 }
 
 impl<const N: usize, const LEN: usize> Names<N, LEN> {
-    const fn new(names: &[&str; N]) -> Self {
+    pub(super) const fn new(names: &[&str; N]) -> Self {
         let mut text = [0; LEN];
         let mut ends = [0; N];
         let (mut i, mut at) = (0, 0);
@@ -55,7 +56,7 @@ impl<const N: usize, const LEN: usize> Names<N, LEN> {
 }
 
 /// The length of all of `names` together.
-const fn text_len(names: &[&str]) -> usize {
+pub(super) const fn text_len(names: &[&str]) -> usize {
     let (mut i, mut len) = (0, 0);
     while i < names.len() {
         len += names[i].len();

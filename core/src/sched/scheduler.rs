@@ -31,6 +31,7 @@
 use super::slot::{Slot, Stats};
 use super::{Params, Policy, Time};
 use crate::admission::{self, Refusal};
+use crate::table::Table;
 
 /// Most vCPUs one pCPU's scheduler holds.
 pub const MAX_SLOTS: usize = 8;
@@ -98,7 +99,8 @@ pub struct Scheduler {
     /// Keel's cost of one switch, which a preempting real-time vCPU pays for the one it
     /// preempts (see [`Scheduler::with_switch_cost`]).
     switch_cost: Time,
-    slots: [Slot; MAX_SLOTS],
+    /// Indexed with one shared out-of-range panic ([`Table`]).
+    slots: Table<Slot, MAX_SLOTS>,
     len: usize,
     /// What the last decision chose.
     current: Option<usize>,
@@ -143,7 +145,7 @@ impl Scheduler {
         Self {
             policy,
             switch_cost,
-            slots: [Slot::EMPTY; MAX_SLOTS],
+            slots: Table([Slot::EMPTY; MAX_SLOTS]),
             len: 0,
             current: None,
             holding: false,
@@ -1175,7 +1177,7 @@ mod best_tests {
             ][round % 3];
             let mut scheduler = Scheduler::new(policy);
             scheduler.len = 1 + rng.below(MAX_SLOTS as u64) as usize;
-            for slot in &mut scheduler.slots[..scheduler.len] {
+            for slot in &mut scheduler.slots.0[..scheduler.len] {
                 *slot = Slot {
                     present: true,
                     started: rng.below(4) != 0,

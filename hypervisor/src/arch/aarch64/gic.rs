@@ -177,6 +177,13 @@ pub fn init_cpu_interface() {
         write_sysreg!("ich_hcr_el2", 1u64);
         core::arch::asm!("isb", options(nostack));
     }
+    clear_list_registers();
+}
+
+/// Empties every list register: cold (boot, a vCPU's reset), one copy of [`write_lr`]'s
+/// computed branch for both callers.
+#[inline(never)]
+fn clear_list_registers() {
     for lr in 0..list_registers() {
         write_lr(lr, 0);
     }
@@ -258,9 +265,7 @@ pub fn reset_virtual_interface() {
         write_sysreg!("ich_vmcr_el2", 0u64);
         write_sysreg!("ich_hcr_el2", 1u64);
     }
-    for lr in 0..list_registers() {
-        write_lr(lr, 0);
-    }
+    clear_list_registers();
     clear_active_priorities();
 }
 
@@ -327,11 +332,13 @@ pub fn restore_active_priorities(ap0r: &[u64; 4], ap1r: &[u64; 4]) {
     }
 }
 
-macro_rules! list_register_access {
+macro_rules! list_register_at {
     ($($n:literal),*) => {
-        /// Reads list register `n` (ICH_LR<n>_EL2).
+        /// Reads list register `n` (0 above 15) with a `match` inlined in the caller: for a
+        /// constant `n` one `mrs`, for a variable one a jump table of its own, a call fewer
+        /// than [`read_lr`] for the hottest paths (a vCPU switch).
         #[inline(always)]
-        pub fn read_lr(n: usize) -> u64 {
+        pub fn read_lr_at(n: usize) -> u64 {
             match n {
                 $($n => {
                     let value: u64;
@@ -345,9 +352,10 @@ macro_rules! list_register_access {
             }
         }
 
-        /// Writes list register `n`.
+        /// Writes list register `n` (nothing above 15) as [`read_lr_at`] reads it: for the
+        /// virtual timer's fast path and a vCPU switch (others take [`write_lr`]).
         #[inline(always)]
-        pub fn write_lr(n: usize, value: u64) {
+        pub fn write_lr_at(n: usize, value: u64) {
             match n {
                 // SAFETY: list registers only describe virtual interrupts for the running vCPU.
                 $($n => unsafe {
@@ -359,19 +367,99 @@ macro_rules! list_register_access {
     };
 }
 
-list_register_access!(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+list_register_at!(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+
+core::arch::global_asm!(
+    r#"
+// keel_read_lr: x0 = ICH_LR<x0>_EL2 (0 for a number above 15). keel_write_lr: ICH_LR<x0>_EL2
+// = x1 (nothing for a number above 15). A computed branch into a table of two-instruction
+// entries; they use x9 and the flags besides, and no stack.
+    .pushsection .text.keel_list_registers, "ax"
+    .balign 4
+    .global keel_read_lr
+keel_read_lr:
+    cmp     x0, #15
+    b.hi    9f
+    adr     x9, 1f
+    add     x9, x9, x0, lsl #3
+    br      x9
+1:
+    .irp n, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15
+    mrs     x0, ich_lr\n\()_el2
+    ret
+    .endr
+9:
+    mov     x0, #0
+    ret
+
+    .global keel_write_lr
+keel_write_lr:
+    cmp     x0, #15
+    b.hi    9f
+    adr     x9, 1f
+    add     x9, x9, x0, lsl #3
+    br      x9
+1:
+    .irp n, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15
+    msr     ich_lr\n\()_el2, x1
+    ret
+    .endr
+9:
+    ret
+    .popsection
+"#
+);
+
+/// Reads list register `n` (ICH_LR<n>_EL2); 0 for `n` above 15. One out-of-line table
+/// (`keel_read_lr`) for every caller but the hottest ([`read_lr_at`]): a `match` inlined at
+/// each took a jump table and 32 instructions there, for about the same number run.
+#[inline(always)]
+pub fn read_lr(n: usize) -> u64 {
+    let value: u64;
+    // SAFETY: `keel_read_lr` reads one list register, which has no side effects; it changes
+    // x0 (the value), x9, the flags and x30 (the call), and touches no memory.
+    unsafe {
+        core::arch::asm!(
+            "bl keel_read_lr",
+            inout("x0") n => value,
+            out("x9") _,
+            out("x30") _,
+            options(nomem, nostack),
+        );
+    }
+    value
+}
+
+/// Writes list register `n` (nothing for `n` above 15), through `keel_write_lr` (as
+/// [`read_lr`]).
+#[inline(always)]
+pub fn write_lr(n: usize, value: u64) {
+    // SAFETY: list registers only describe virtual interrupts for the running vCPU;
+    // `keel_write_lr` changes one of them, x9, the flags and x30 (the call), and no memory.
+    unsafe {
+        core::arch::asm!(
+            "bl keel_write_lr",
+            in("x0") n,
+            in("x1") value,
+            out("x9") _,
+            out("x30") _,
+            options(nostack),
+        );
+    }
+}
 
 macro_rules! list_registers_at_once {
     ($($n:literal),*) => {
         /// Whether one of the first `count` list registers holds its interrupt pending,
-        /// straight-line (a loop over [`read_lr`] costs a computed branch per register).
+        /// straight-line (a loop over [`read_lr`] costs a call and a computed branch per
+        /// register).
         #[inline(always)]
         fn any_list_register_pending(count: usize) -> bool {
             $(
                 if $n >= count {
                     return false;
                 }
-                if list_register_is_pending(read_lr($n)) {
+                if list_register_is_pending(read_lr_at($n)) {
                     return true;
                 }
             )*
@@ -394,8 +482,8 @@ pub fn save_listed(lrs: &mut [u64; 16], listed: u64) {
         let lr = scan.trailing_zeros() as usize;
         scan &= scan - 1;
         if let Some(saved) = lrs.get_mut(lr) {
-            *saved = read_lr(lr);
-            write_lr(lr, 0);
+            *saved = read_lr_at(lr);
+            write_lr_at(lr, 0);
         }
     }
 }
@@ -409,7 +497,7 @@ pub fn restore_listed(lrs: &[u64; 16], listed: u64) {
         let lr = scan.trailing_zeros() as usize;
         scan &= scan - 1;
         if let Some(&value) = lrs.get(lr) {
-            write_lr(lr, value);
+            write_lr_at(lr, value);
         }
     }
 }

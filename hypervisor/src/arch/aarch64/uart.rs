@@ -58,7 +58,7 @@ impl Uart {
             } else {
                 break;
             };
-            for &byte in &bytes[written..written + take] {
+            for &byte in keel_core::table::at(bytes, written..written + take) {
                 self.regs.write32(DR, u32::from(byte));
             }
             written += take;

@@ -152,18 +152,10 @@ core::arch::global_asm!(
     b       keel_hyp_fault_entry
 .endm
 
-    .section .text.vectors, "ax"
-    .balign 2048
-    .global keel_vectors
-keel_vectors:
-    VECTORS keel_guest_sync, keel_guest_irq, keel_guest_serror, keel_return_to_guest
-
-    .balign 2048
-    .global keel_shared_vectors
-keel_shared_vectors:
-    VECTORS keel_guest_sync, keel_guest_irq, keel_guest_serror, keel_return_to_frame
-
-    .balign 0x80
+// Placed before the tables, in the padding up to their 2 KiB alignment rather than after them.
+    .pushsection .text.keel_before_vectors, "ax"
+    .balign 4
+// A pinned pCPU's return: through the frame at the top of its stack.
     .global keel_return_to_guest
 keel_return_to_guest:
     RESTORE_GUEST
@@ -212,7 +204,17 @@ keel_hyp_irq_entry:
     ldr     x30, [sp, #16 * 11]
     add     sp, sp, #192
     eret
+    .popsection
 
+    .section .text.vectors, "ax"
+    .balign 2048
+    .global keel_vectors
+keel_vectors:
+    VECTORS keel_guest_sync, keel_guest_irq, keel_guest_serror, keel_return_to_guest
+
+// Code in the 124 bytes the table's last entry (AArch32, never taken: a branch to the fault
+// report) leaves free, rather than in padding; the `.org` below fails to assemble if it
+// outgrows them.
 keel_hyp_fault_entry:
     bl      keel_hyp_fault
     b       .
@@ -241,6 +243,11 @@ keel_enter_guest:
     ldr     x30, [x0, #16 * 15]
     ldp     x0, x1, [x0, #16 * 0]
     eret
+    .org    keel_vectors + 0x800
+    .global keel_shared_vectors
+keel_shared_vectors:
+    VECTORS keel_guest_sync, keel_guest_irq, keel_guest_serror, keel_return_to_frame
+
 "#
 );
 
