@@ -315,7 +315,7 @@ fn ticks_per_ns() -> (u64, u64) {
 /// Sets up pCPU `index`'s scheduler with the vCPUs the configuration places on it.
 pub fn init(index: usize) {
     let (numerator, denominator) = ticks_per_ns();
-    let mut shared = SHARED[index].lock();
+    let mut shared = SHARED[index].lock_cold();
     let policy = SYSTEM.policies[index].scaled(numerator, denominator);
     // The switch cost admission charged, so that a preempting vCPU pays for the preempted
     // one's resumption and every admitted job keeps its budget.
@@ -682,7 +682,7 @@ pub fn reschedule(unsynced: bool) {
 /// its next start. Its interrupts were discarded by the caller.
 pub fn stop_running() -> ! {
     {
-        let mut shared = this_shared().lock();
+        let mut shared = this_shared().lock_cold();
         if let Some(slot) = shared.loaded.take() {
             shared.contexts[slot].leave_unsaved();
             let now = timer::now();
@@ -704,7 +704,7 @@ pub fn stop_running() -> ! {
 /// real-time vCPU released meanwhile runs at once, as if the reload were guest code).
 pub fn reload(id: usize) -> ! {
     let next = {
-        let mut guard = this_shared().lock();
+        let mut guard = this_shared().lock_cold();
         let shared = &mut *guard;
         let cpu = vm::this_cpu();
         if let Some(slot) = shared.loaded.take() {
@@ -730,14 +730,14 @@ fn run_reload(slot: usize, id: usize) -> ! {
         // The interrupts that came while the scheduler picked this slot, or during the last
         // step, are served before each step: a step is a masked stretch of its own.
         if irq::serve_between_steps(MaskedSite::Reload).reschedule {
-            let next = decide(&mut this_shared().lock(), timer::now());
+            let next = decide(&mut this_shared().lock_cold(), timer::now());
             if next != Some(slot) {
                 switch_to(next)
             }
         }
         if lifecycle::reload_step(id) {
             {
-                let mut shared = this_shared().lock();
+                let mut shared = this_shared().lock_cold();
                 shared.clear(slot, Flags::RELOADING);
                 shared.scheduler.stop(slot, timer::now());
                 shared.started &= !(1 << slot);
@@ -844,7 +844,7 @@ fn discard_saved(shared: &mut SharedCpu, slot: usize) {
     };
     let context = &mut shared.contexts[slot];
     if vm::vm(id).generation() == shared.generations[slot] {
-        let mut vgic = vm::vm(id).vgic.lock();
+        let mut vgic = vm::vm(id).vgic.lock_cold();
         context.interface.for_each_listed(|intid, pending| {
             if intid >= 32 {
                 vgic.unlisted(vcpu, intid, pending, false);
@@ -881,7 +881,7 @@ fn start_slot(
     shared.set(slot, Flags::FRESH);
     shared.timer_lr[slot] = (0, 0);
     shared.forget_fp(slot);
-    vm.vgic.lock().reset_vcpu(vcpu);
+    vm.vgic.lock_cold().reset_vcpu(vcpu);
     if vcpu == 0 {
         crate::vcpu::announce_start(id);
     }
@@ -1030,7 +1030,7 @@ pub fn running_has_work(id: usize, vcpu: usize) -> bool {
 
 /// Statistics of vCPU `vcpu` of VM `id` on this pCPU's scheduler, if it is placed here.
 pub fn stats(id: usize, vcpu: usize) -> Option<Stats> {
-    let shared = this_shared().lock();
+    let shared = this_shared().lock_cold();
     shared
         .slot_of(id, vcpu)
         .map(|slot| shared.scheduler.stats(slot))
