@@ -246,11 +246,15 @@ impl Reload {
                 keel_println_limited!(
                     DiagnosticKind::Reset,
                     desc.id.0 as usize,
-                    "{} reloaded: {} bytes in {} steps over {} us";
+                    // Parts, not a template: the line is made in the step's masked stretch.
                     VmLabel(desc.name, desc.id.0 as usize),
+                    " reloaded: ",
                     self.bytes,
+                    " bytes in ",
                     self.steps,
+                    " steps over ",
                     micros,
+                    " us"
                 );
                 true
             }
