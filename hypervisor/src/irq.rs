@@ -36,7 +36,7 @@ pub struct Handled {
 /// the interrupts that arrived are served, which ends the interrupts-masked stretch
 /// ([`crate::masked`]); the next step begins a new one.
 pub fn serve_between_steps(site: keel_core::abi::MaskedSite) -> Handled {
-    vm::end_masked();
+    vm::masked().end();
     let handled = handle_pending();
     vm::masked().begin(site);
     handled

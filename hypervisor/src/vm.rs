@@ -360,8 +360,8 @@ pub fn masked() -> &'static masked::Record {
     &this_cpu().masked
 }
 
-/// Ends this pCPU's interrupts-masked stretch ([`masked::Record::end`]): the last step of a
-/// guest entry.
+/// Ends this pCPU's interrupts-masked stretch ([`masked::Record::end`]), as a function: the
+/// last step a guest entry is given.
 #[inline(always)]
 pub fn end_masked() {
     masked().end();

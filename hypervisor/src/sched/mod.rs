@@ -356,7 +356,7 @@ pub fn run_loop() -> ! {
         if let Some(slot) = next {
             enter(slot);
         }
-        vm::end_masked();
+        vm::masked().end();
         cpu::wait_for_interrupt();
         vm::masked().begin(keel_core::abi::MaskedSite::Idle);
         irq::handle_pending();

@@ -52,7 +52,7 @@ pub fn idle() -> ! {
                 }
             }
         }
-        vm::end_masked();
+        vm::masked().end();
         cpu::wait_for_interrupt();
         vm::masked().begin(MaskedSite::Idle);
         let _ = irq::handle_pending();

@@ -165,9 +165,10 @@ impl VirtualTimer {
         self.physical_active
     }
 
-    /// Reads the running vCPU's timer settings from this pCPU (as [`VcpuContext::save`] does,
-    /// leaving the timer running): what it set before it gives the pCPU away to wait, for the
-    /// timer queue to watch before the switch saves it.
+    /// Reads the running vCPU's timer settings from this pCPU, leaving the timer running:
+    /// [`VcpuContext::save`]'s first step, and what a vCPU set before it gives the pCPU away
+    /// to wait, for the timer queue to watch before the switch saves it.
+    #[inline(always)]
     pub fn capture(&mut self) {
         self.control = read_sysreg!("cntv_ctl_el0");
         self.compare = read_sysreg!("cntv_cval_el0");
@@ -462,8 +463,7 @@ impl VcpuContext {
         self.pc = read_sysreg!("elr_el2");
         self.pstate = read_sysreg!("spsr_el2");
         self.el1.save();
-        self.timer.control = read_sysreg!("cntv_ctl_el0");
-        self.timer.compare = read_sysreg!("cntv_cval_el0");
+        self.timer.capture();
         // SAFETY: stops the leaving vCPU's timer; its settings are saved above.
         unsafe { write_sysreg!("cntv_ctl_el0", 0u64) };
         self.timer.physical_active = redistributor
