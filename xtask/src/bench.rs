@@ -73,6 +73,7 @@ pub fn run(micro_only: bool) -> Result<()> {
         dtb: None,
         initrd: None,
         modules: Vec::new(),
+        exec_log: None,
     };
     let native = native
         .spawn(&output_dir().join("logs/bench-native.log"))?
@@ -246,6 +247,7 @@ fn linux() -> Result<()> {
         dtb: None,
         initrd: Some(initrd.path.clone()),
         modules: Vec::new(),
+        exec_log: None,
     };
     let native = native
         .spawn(&output_dir().join("logs/bench-linux-native.log"))?

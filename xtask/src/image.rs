@@ -176,6 +176,9 @@ pub struct SystemImage {
     pub system: config::System,
     /// The bootable image (arm64 Image format).
     pub path: PathBuf,
+    /// The hypervisor's ELF file, for its symbols (cargo's output: the next build of the
+    /// hypervisor replaces it).
+    pub elf: PathBuf,
 }
 
 /// Compiles the configuration at `config_path` and builds Keel's image for it.
@@ -209,5 +212,5 @@ pub fn build_system(config_path: &Path) -> Result<SystemImage> {
         path.display(),
         system.name
     ));
-    Ok(SystemImage { system, path })
+    Ok(SystemImage { system, path, elf })
 }

@@ -6,6 +6,7 @@ mod baseline;
 mod bench;
 mod debian;
 mod dtb;
+mod exec_trace;
 mod fuzz;
 mod image;
 mod ipc_bench;

@@ -61,6 +61,19 @@ pub struct Machine {
     pub initrd: Option<PathBuf>,
     /// Files for a hypervisor other than Keel to boot (`-device guest-loader`).
     pub modules: Vec<Module>,
+    /// A log of the translation blocks executed in an address range (see [`ExecLog`]).
+    pub exec_log: Option<ExecLog>,
+}
+
+/// QEMU's log of every translation block it executes whose address is in `start..end`, with
+/// the instructions of each block as it is translated (`-d exec,nochain,in_asm -dfilter`):
+/// what [`crate::exec_trace`] reads. Chaining is off so that each execution is logged, which
+/// slows the machine but leaves its virtual time (icount) unchanged.
+#[derive(Clone, Debug)]
+pub struct ExecLog {
+    pub path: PathBuf,
+    pub start: u64,
+    pub end: u64,
 }
 
 impl Machine {
@@ -76,6 +89,7 @@ impl Machine {
             dtb: None,
             initrd: None,
             modules: Vec::new(),
+            exec_log: None,
         }
     }
 
@@ -153,6 +167,7 @@ impl Machine {
                     kind: ModuleKind::Initrd,
                 },
             ],
+            exec_log: None,
         })
     }
 
@@ -206,6 +221,16 @@ impl Machine {
                 ]
                 .map(String::from),
             );
+        }
+        if let Some(log) = &self.exec_log {
+            args.extend([
+                "-d".to_string(),
+                "exec,nochain,in_asm".to_string(),
+                "-dfilter".to_string(),
+                format!("{:#x}+{:#x}", log.start, log.end - log.start),
+                "-D".to_string(),
+                log.path.display().to_string(),
+            ]);
         }
         args.extend(["-kernel".to_string(), self.kernel.display().to_string()]);
         if let Some(append) = &self.append {

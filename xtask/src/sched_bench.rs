@@ -217,6 +217,7 @@ fn linux_sharing() -> Result<()> {
         dtb: None,
         initrd: linux.initrd.as_ref().map(|i| i.path.clone()),
         modules: Vec::new(),
+        exec_log: None,
     }
     .spawn(&output_dir().join("logs/bench-linux-matrixprod-native.log"))?
     .finish(Duration::from_secs(900));
@@ -285,6 +286,7 @@ pub fn run(with_linux: bool) -> Result<()> {
         dtb: None,
         initrd: None,
         modules: Vec::new(),
+        exec_log: None,
     }
     .spawn(&output_dir().join("logs/bench-work-native.log"))?
     .finish(Duration::from_secs(600));

@@ -25,17 +25,24 @@ fn run(command: &mut Command) -> Result<()> {
 
 /// The sysroot's `llvm-objcopy` (rustup component `llvm-tools`).
 pub fn objcopy() -> Result<PathBuf> {
+    llvm_tool("llvm-objcopy")
+}
+
+/// The sysroot's LLVM tool `name` (`llvm-objcopy`, `llvm-nm`: rustup component `llvm-tools`).
+pub fn llvm_tool(name: &str) -> Result<PathBuf> {
     let output = crate::process::output(Command::new("rustc").args(["--print", "sysroot"]))?;
     let sysroot = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
     let rustlib = sysroot.join("lib/rustlib");
     let entries = std::fs::read_dir(&rustlib).map_err(|e| format!("{}: {e}", rustlib.display()))?;
     for entry in entries.flatten() {
-        let candidate = entry.path().join("bin/llvm-objcopy");
+        let candidate = entry.path().join("bin").join(name);
         if candidate.exists() {
             return Ok(candidate);
         }
     }
-    Err("llvm-objcopy not found in the Rust sysroot (rustup component add llvm-tools)".into())
+    Err(format!(
+        "{name} not found in the Rust sysroot (rustup component add llvm-tools)"
+    ))
 }
 
 /// Makes sure the Rust target, llvm-tools, QEMU, dtc and the C cross compiler are present,

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use regex::Regex;
 
-use crate::image::build_guests;
-use crate::qemu::Ended;
+use crate::exec_trace::{self, Symbols};
+use crate::image::{build_guests, build_system, output_dir};
+use crate::qemu::{Ended, ExecLog, Machine};
 use crate::sched_bench::{boot_generated, figure, lateness, run_config, LINUX_VM};
 use crate::Result;
 
@@ -233,6 +234,57 @@ fn sample_and_masked() -> Result<()> {
     Ok(())
 }
 
+/// The longest masked stretch of each pCPU in a boot of the demo (`configs/demo.toml`: Debian
+/// Linux on pCPUs 1 and 2, the real-time partition on 3, pCPU 0 left to Keel) up to Linux's
+/// shell, counted in each pCPU's own instructions from QEMU's log of Keel's blocks
+/// ([`crate::exec_trace`]): with three busy pCPUs, the record's counter times would also hold
+/// what the others ran in a stretch's middle.
+fn demo_boot() -> Result<()> {
+    let image = build_system(&crate::workspace().join("configs/demo.toml"))?;
+    let symbols = Symbols::read(&image.elf)?;
+    let (start, end) = symbols.code()?;
+    let log = output_dir().join("logs/bench-demo-boot.exec.log");
+    let machine = Machine {
+        exec_log: Some(ExecLog {
+            path: log.clone(),
+            start,
+            end,
+        }),
+        ..Machine::keel_icount(&image)
+    };
+    let mut session = machine.spawn(&output_dir().join("logs/bench-demo-boot.log"))?;
+    let shell = session.wait_for(
+        r"^\[linux\] KEEL-INIT-END shell$",
+        Duration::from_secs(3600),
+    );
+    let ended = session.kill();
+    shell.map_err(|e| format!("a boot of the demo: {e}{}", ended.stderr_note()))?;
+    let mut reader = exec_trace::Reader::new(&symbols)?;
+    let read = reader.read(&log);
+    // The log is large (every block Keel ran); its figures are what is kept.
+    let _ = std::fs::remove_file(&log);
+    read?;
+    println!();
+    println!("Longest stretch Keel ran with interrupts masked at EL2 in a boot of the demo (configs/demo.toml) to Linux's shell, per pCPU, after Keel's start of the pCPU (QEMU's log of Keel's blocks, instructions):");
+    for (pcpu, (stretch, start)) in reader.longest.iter().zip(&reader.first).enumerate() {
+        let longest = if stretch.instructions == 0 {
+            "none: it waited for an interrupt throughout".to_string()
+        } else {
+            format!(
+                "{} (from {} to {})",
+                stretch.instructions,
+                symbols.place(stretch.first),
+                symbols.name(stretch.last)
+            )
+        };
+        println!(
+            "  pCPU {pcpu}: {longest}; Keel's start of the pCPU, to its first guest or wait: {}",
+            start.instructions
+        );
+    }
+    Ok(())
+}
+
 /// The 1 kHz partition's tick lateness above a Linux that boots, resets and reboots twice.
 fn lateness_through_resets() -> Result<()> {
     let text =
@@ -278,5 +330,6 @@ pub fn run() -> Result<()> {
     println!("Real-time tasks and interruptibility: QEMU 'virt' cortex-a72, -icount shift=0,sleep=off (1 instruction = 1 ns)");
     services()?;
     sample_and_masked()?;
+    demo_boot()?;
     lateness_through_resets()
 }
