@@ -78,7 +78,7 @@ impl Symbols {
                 }
                 _ => name,
             };
-            functions.push((address, size.unwrap_or(0), name.to_string()));
+            functions.push((address, size.unwrap_or(0), unescape(name)));
         }
         Self { functions }
     }
@@ -119,13 +119,78 @@ impl Symbols {
     }
 }
 
-/// One pCPU's longest stretch: its instructions, and the addresses of its first and last
-/// blocks.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// A name as `llvm-nm -C` leaves Rust's legacy mangling: the path demangled, but the escapes
+/// of its parts (`_$LT$keel..A$u20$as$u20$keel..B$GT$`) kept.
+fn unescape(name: &str) -> String {
+    const ESCAPES: [(&str, &str); 14] = [
+        ("$LT$", "<"),
+        ("$GT$", ">"),
+        ("$u20$", " "),
+        ("$RF$", "&"),
+        ("$BP$", "*"),
+        ("$C$", ","),
+        ("$SP$", "@"),
+        ("$u27$", "'"),
+        ("$u5b$", "["),
+        ("$u5d$", "]"),
+        ("$u7b$", "{"),
+        ("$u7d$", "}"),
+        ("$u7e$", "~"),
+        ("..", "::"),
+    ];
+    let mut text = name.replace("::_$", "::$");
+    if let Some(rest) = text.strip_prefix("_$") {
+        text = format!("${rest}");
+    }
+    for (escape, plain) in ESCAPES {
+        text = text.replace(escape, plain);
+    }
+    text
+}
+
+/// A stretch: its instructions, and its blocks in order (address, instructions).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stretch {
     pub instructions: u64,
-    pub first: u64,
-    pub last: u64,
+    pub blocks: Vec<(u64, u32)>,
+}
+
+impl Stretch {
+    /// The address of its first block (0 if it has none).
+    pub fn first(&self) -> u64 {
+        self.blocks.first().map_or(0, |b| b.0)
+    }
+
+    /// The address of its last block (0 if it has none).
+    pub fn last(&self) -> u64 {
+        self.blocks.last().map_or(0, |b| b.0)
+    }
+
+    /// Its functions in the order it ran them, each run of blocks in one function with its
+    /// instructions.
+    pub fn path<'a>(&self, symbols: &'a Symbols) -> Vec<(&'a str, u64)> {
+        let mut path: Vec<(&str, u64)> = Vec::new();
+        for &(pc, n) in &self.blocks {
+            let name = symbols.name(pc);
+            match path.last_mut() {
+                Some((last, total)) if *last == name => *total += u64::from(n),
+                _ => path.push((name, u64::from(n))),
+            }
+        }
+        path
+    }
+
+    /// Its instructions by function, most first: the top `count`.
+    pub fn by_function<'a>(&self, symbols: &'a Symbols, count: usize) -> Vec<(&'a str, u64)> {
+        let mut totals: HashMap<&str, u64> = HashMap::new();
+        for &(pc, n) in &self.blocks {
+            *totals.entry(symbols.name(pc)).or_default() += u64::from(n);
+        }
+        let mut totals: Vec<_> = totals.into_iter().collect();
+        totals.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        totals.truncate(count);
+        totals
+    }
 }
 
 /// What the log has shown so far.
@@ -134,10 +199,15 @@ pub struct Reader {
     entries: Vec<u64>,
     split: Option<u64>,
     range: (u64, u64),
-    /// Instructions of each block translated so far, and whether it ends a stretch.
+    /// Instructions of each block of Keel's translated so far, and whether it ends a stretch.
     blocks: HashMap<u64, (u32, bool)>,
-    /// The block being listed (`IN:`), if any.
-    listing: Option<u64>,
+    /// The block being listed (`IN:`), if any: its address, instructions and whether it ends
+    /// a stretch. It is Keel's if the execution logged right after its translation is at EL2:
+    /// a guest with its MMU off runs at the same addresses.
+    listing: Option<(u64, u32, bool)>,
+    /// Blocks executed in Keel's code whose listing was not seen (each counted as one
+    /// instruction): 0 in a faithful reading.
+    pub unlisted: u64,
     /// Per pCPU: the stretch under way, the longest ended, and whether a stretch has ended
     /// yet.
     current: Vec<Option<Stretch>>,
@@ -155,11 +225,16 @@ impl Reader {
             .address_of("keel_vectors")
             .ok_or("no symbol keel_vectors")?;
         Ok(Self {
-            entries: (0..16).map(|i| vectors + 0x80 * i).collect(),
+            entries: [Some(vectors), symbols.address_of("keel_shared_vectors")]
+                .into_iter()
+                .flatten()
+                .flat_map(|table| (0..16).map(move |i| table + 0x80 * i))
+                .collect(),
             split: symbols.address_of("keel::irq::serve_between_steps"),
             range: symbols.code()?,
             blocks: HashMap::new(),
             listing: None,
+            unlisted: 0,
             current: Vec::new(),
             longest: Vec::new(),
             started: Vec::new(),
@@ -167,23 +242,27 @@ impl Reader {
         })
     }
 
-    /// Reads a whole log.
-    pub fn read(&mut self, log: &Path) -> Result<()> {
-        let file = std::fs::File::open(log).map_err(|e| format!("{}: {e}", log.display()))?;
-        let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
+    /// Reads a whole log from `source` (a file, or the FIFO QEMU writes into), and returns
+    /// how many bytes it held.
+    pub fn read(&mut self, source: impl std::io::Read, name: &Path) -> Result<u64> {
+        let mut reader = std::io::BufReader::with_capacity(1 << 20, source);
         let mut line = Vec::new();
+        let mut bytes = 0;
         loop {
             line.clear();
             match reader.read_until(b'\n', &mut line) {
                 Ok(0) => break,
-                Ok(_) => self.line(&String::from_utf8_lossy(&line)),
-                Err(e) => return Err(format!("{}: {e}", log.display())),
+                Ok(n) => {
+                    bytes += n as u64;
+                    self.line(&String::from_utf8_lossy(&line));
+                }
+                Err(e) => return Err(format!("{}: {e}", name.display())),
             }
         }
         for cpu in 0..self.current.len() {
             self.close(cpu);
         }
-        Ok(())
+        Ok(bytes)
     }
 
     /// One line of the log: an `IN:` header, an instruction of a listing
@@ -195,7 +274,6 @@ impl Reader {
         } else if let Some(rest) = line.strip_prefix("0x") {
             self.instruction(rest);
         } else if let Some(rest) = line.strip_prefix("Trace ") {
-            self.listing = None;
             self.executed(rest);
         }
     }
@@ -212,14 +290,9 @@ impl Reader {
         let ends = mnemonic == "eret"
             || mnemonic == "wfi"
             || (mnemonic == "msr" && words.next().is_some_and(|r| r.starts_with("daifclr")));
-        let start = *self.listing.get_or_insert(pc);
-        let block = self.blocks.entry(start).or_insert((0, false));
-        if start == pc {
-            // A block listed again (translated anew) is counted afresh.
-            *block = (0, false);
-        }
-        block.0 += 1;
-        block.1 |= ends;
+        let block = self.listing.get_or_insert((pc, 0, false));
+        block.1 += 1;
+        block.2 |= ends;
     }
 
     fn executed(&mut self, rest: &str) {
@@ -250,24 +323,28 @@ impl Reader {
             self.close(cpu);
         }
         let el2 = (flags >> MMU_INDEX_SHIFT) & 0xf == MMU_INDEX_EL2;
+        let listing = self.listing.take();
         if !el2 || pc < self.range.0 || pc >= self.range.1 {
             self.close(cpu);
             return;
         }
-        let (listed, ends) = self.blocks.get(&pc).copied().unwrap_or((1, false));
+        if let Some((start, count, ends)) = listing.filter(|l| l.0 == pc) {
+            // A block translated anew is counted afresh.
+            self.blocks.insert(start, (count, ends));
+        }
+        let (listed, ends) = self.blocks.get(&pc).copied().unwrap_or_else(|| {
+            self.unlisted += 1;
+            (1, false)
+        });
         let limit = cflags & COUNT_MASK;
         let instructions = if limit == 0 {
             listed
         } else {
             listed.min(limit)
         };
-        let stretch = self.current[cpu].get_or_insert(Stretch {
-            instructions: 0,
-            first: pc,
-            last: pc,
-        });
+        let stretch = self.current[cpu].get_or_insert_with(Stretch::default);
         stretch.instructions += u64::from(instructions);
-        stretch.last = pc;
+        stretch.blocks.push((pc, instructions));
         if ends {
             self.close(cpu);
         }
@@ -311,33 +388,49 @@ mod tests {
         format!("Trace {cpu}: 0x7f0000001000 [00000000/{pc:016x}/{flags}/{cflags:08x}] keel\n")
     }
 
-    /// A vector entry of three instructions, a handler block of five, an eret block of two.
-    fn listings() -> String {
-        "IN: keel_vectors\n\
-         0x40200400:  d10443ff  sub      sp, sp, #0x110\n\
-         0x40200404:  a90007e0  stp      x0, x1, [sp]\n\
-         0x40200408:  94000800  bl       #0x40202000\n\
-         IN: keel::trap::handle\n\
-         0x40202000:  d503201f  nop\n\
-         0x40202004:  d503201f  nop\n\
-         0x40202008:  d503201f  nop\n\
-         0x4020200c:  d503201f  nop\n\
-         0x40202010:  d65f03c0  ret\n\
-         IN: keel::trap::handle\n\
-         0x40202100:  a94007e0  ldp      x0, x1, [sp]\n\
-         0x40202104:  d69f03e0  eret\n"
-            .to_string()
+    /// The listing of Keel's block at `pc` as QEMU prints it when it translates it: a vector
+    /// entry of three instructions, a handler block of five, an eret block of two, the
+    /// reload's window for interrupts.
+    fn listing(pc: u64) -> &'static str {
+        match pc {
+            0x4020_0400 => {
+                "IN: keel_vectors\n\
+                 0x40200400:  d10443ff  sub      sp, sp, #0x110\n\
+                 0x40200404:  a90007e0  stp      x0, x1, [sp]\n\
+                 0x40200408:  94000800  bl       #0x40202000\n"
+            }
+            0x4020_2000 => {
+                "IN: keel::trap::handle\n\
+                 0x40202000:  d503201f  nop\n\
+                 0x40202004:  d503201f  nop\n\
+                 0x40202008:  d503201f  nop\n\
+                 0x4020200c:  d503201f  nop\n\
+                 0x40202010:  d65f03c0  ret\n"
+            }
+            0x4020_2100 => {
+                "IN: keel::trap::handle\n\
+                 0x40202100:  a94007e0  ldp      x0, x1, [sp]\n\
+                 0x40202104:  d69f03e0  eret\n"
+            }
+            _ => "IN: keel::irq::serve_between_steps\n0x40201000:  d503201f  nop\n",
+        }
     }
 
-    /// Keel's start of pCPUs 0 and 1: three blocks to the first guest.
+    /// A block translated, then executed.
+    fn translated(cpu: usize, pc: u64) -> String {
+        listing(pc).to_string() + &exec(cpu, pc, EL2, 0)
+    }
+
+    /// Keel's start of pCPUs 0 and 1: three blocks to the first guest, each translated as it
+    /// first runs (the others are in QEMU's cache).
     fn started(r: &mut Reader) {
-        feed(r, &listings());
-        for cpu in 0..2 {
-            let log = exec(cpu, 0x4020_2000, EL2, 0)
-                + &exec(cpu, 0x4020_2000, EL2, 0)
-                + &exec(cpu, 0x4020_2100, EL2, 0);
-            feed(r, &log);
-        }
+        let log = translated(0, 0x4020_2000)
+            + &exec(0, 0x4020_2000, EL2, 0)
+            + &translated(0, 0x4020_2100)
+            + &exec(1, 0x4020_2000, EL2, 0)
+            + &exec(1, 0x4020_2000, EL2, 0)
+            + &exec(1, 0x4020_2100, EL2, 0);
+        feed(r, &log);
     }
 
     #[test]
@@ -345,7 +438,7 @@ mod tests {
         let mut r = reader();
         started(&mut r);
         // pCPU 0's stretch is interleaved with pCPU 1's, which returns to its guest first.
-        let log = exec(0, 0x4020_0400, EL2, 0)
+        let log = translated(0, 0x4020_0400)
             + &exec(1, 0x4020_0400, EL2, 0)
             + &exec(0, 0x4020_2000, EL2, 0)
             + &exec(1, 0x4020_2100, EL2, 0)
@@ -356,40 +449,71 @@ mod tests {
             r.longest[0],
             Stretch {
                 instructions: 3 + 5 + 5 + 2,
-                first: 0x4020_0400,
-                last: 0x4020_2100
+                blocks: vec![
+                    (0x4020_0400, 3),
+                    (0x4020_2000, 5),
+                    (0x4020_2000, 5),
+                    (0x4020_2100, 2)
+                ]
             }
         );
         assert_eq!(r.longest[1].instructions, 3 + 2);
         assert_eq!(r.first[0].instructions, 5 + 5 + 2);
+        assert_eq!(r.first[1].instructions, 5 + 5 + 2);
+        assert_eq!(r.unlisted, 0);
+        let symbols = Symbols::parse(
+            "0000000040200000 0000000000000800 T keel_vectors\n\
+             0000000040202000 0000000000001000 t keel::trap::handle\n",
+        );
+        assert_eq!(
+            r.longest[0].by_function(&symbols, 1),
+            vec![("keel::trap::handle", 12)]
+        );
+        assert_eq!(
+            r.longest[0].path(&symbols),
+            vec![("keel_vectors", 3), ("keel::trap::handle", 12)]
+        );
     }
 
     #[test]
     fn guest_code_at_keel_addresses_and_serving_between_steps_end_a_stretch() {
         let mut r = reader();
         started(&mut r);
-        feed(
-            &mut r,
-            "IN: keel::irq::serve_between_steps\n0x40201000:  d503201f  nop\n",
-        );
-        // A guest at EL1 runs at Keel's addresses (its MMU off): not Keel, and it ends the
-        // stretch before it. The reload's window for interrupts ends the next one.
-        let log = exec(0, 0x4020_0400, EL2, 0)
+        // A guest at EL1 runs at Keel's addresses (its MMU off): its one-instruction block at
+        // 0x40202000 is not Keel's, and it ends the stretch before it. The reload's window for
+        // interrupts ends the next one.
+        let guest = "IN: \n0x40202000:  d5033fdf  isb\n".to_string();
+        let log = translated(0, 0x4020_0400)
+            + &guest
             + &exec(0, 0x4020_2000, EL1, 0)
             + &exec(0, 0x4020_2000, EL2, 0)
             + &exec(0, 0x4020_2000, EL2, 0)
-            + &exec(0, 0x4020_1000, EL2, 0)
+            + &translated(0, 0x4020_1000)
             + &exec(0, 0x4020_2100, EL2, 0);
         feed(&mut r, &log);
         assert_eq!(r.longest[0].instructions, 10);
-        assert_eq!(r.longest[0].first, 0x4020_2000);
+        assert_eq!(r.longest[0].first(), 0x4020_2000);
+        assert_eq!(r.longest[0].last(), 0x4020_2000);
+        assert_eq!(r.unlisted, 0);
+    }
+
+    #[test]
+    fn a_block_never_listed_is_counted_as_one_and_reported() {
+        let mut r = reader();
+        started(&mut r);
+        feed(
+            &mut r,
+            &(exec(0, 0x4020_0400, EL2, 0) + &exec(0, 0x4020_2100, EL2, 0)),
+        );
+        assert_eq!(r.longest[0].instructions, 1 + 2);
+        assert_eq!(r.unlisted, 1);
     }
 
     #[test]
     fn a_block_cut_short_by_icount_counts_only_what_ran() {
         let mut r = reader();
         started(&mut r);
-        let log = exec(0, 0x4020_0400, EL2, 0)
+        let log = translated(0, 0x4020_0400)
             + &exec(0, 0x4020_2000, EL2, 2)
             + &exec(0, 0x4020_2100, EL2, 0);
         feed(&mut r, &log);
@@ -409,6 +533,10 @@ mod tests {
         assert_eq!(symbols.name(0x4000_0000), "?");
         assert_eq!(symbols.place(0x4020_0480), "keel_vectors+0x480");
         assert_eq!(symbols.place(0x4020_2000), "keel::trap::handle");
+        assert_eq!(
+            unescape("_$LT$keel_core..text..Fill$u20$as$u20$keel_core..text..Show$GT$::show"),
+            "<keel_core::text::Fill as keel_core::text::Show>::show"
+        );
         assert_eq!(symbols.code().unwrap(), (0x4020_0000, 0x4020_3004));
     }
 }

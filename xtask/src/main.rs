@@ -52,6 +52,9 @@ const USAGE: &str = "usage: cargo xtask <command>
                    Linux benchmarks (native, Keel, Xen) unless `micro`
   bench sched [--no-linux]  the shared-pCPU benchmarks: vCPU switch cost, lazy FP, the M5150 overhead table (--no-linux: without the Linux boots)
   bench tasks      real-time task services, the sample partition's jitter, masked stretches, lateness through resets
+  bench masked CONFIG [REGEX] [--path]  boot CONFIG under icount until QEMU ends (or a console
+                   line matches REGEX) and print each pCPU's longest stretch with interrupts
+                   masked at EL2 (--path: function by function)
   bench messages   messages between VMs: send, receive and delivery of 20-100 byte messages, beside the M5150 paper
   bench vms        pipe and UNIX-socket bandwidth of 1-4 Linux VMs at once (own pCPUs, then one shared), beside the Xen on ARM paper
   bench baseline [--update]  the figures the test command holds (xtask/baseline.toml) beside their
@@ -76,6 +79,20 @@ fn main() -> ExitCode {
         Some("bench") if args.get(1).is_some_and(|a| a == "vms") => {
             setup::ensure_tools().and_then(|()| vms_bench::run())
         }
+        Some("bench") if args.get(1).is_some_and(|a| a == "masked") => match args.get(2) {
+            Some(config) => setup::ensure_tools()
+                .and_then(|()| image::build_guests())
+                .and_then(|()| {
+                    let until = args[3..].iter().find(|a| *a != "--path");
+                    let path = args[3..].iter().any(|a| a == "--path");
+                    tasks_bench::masked_stretches(
+                        Path::new(config),
+                        until.map(String::as_str),
+                        path,
+                    )
+                }),
+            None => Err(USAGE.into()),
+        },
         Some("bench") if args.get(1).is_some_and(|a| a == "baseline") => setup::ensure_tools()
             .and_then(|()| baseline::run(args.get(2).is_some_and(|a| a == "--update"))),
         Some("bench") => setup::ensure_tools()

@@ -5,6 +5,10 @@
 //! boots, resets and reboots. Everything under `-icount shift=0,sleep=off` (1 instruction =
 //! 1 ns), with one busy pCPU.
 
+use std::fs::File;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 use regex::Regex;
@@ -13,7 +17,7 @@ use crate::exec_trace::{self, Symbols};
 use crate::image::{build_guests, build_system, output_dir};
 use crate::qemu::{Ended, ExecLog, Machine};
 use crate::sched_bench::{boot_generated, figure, lateness, run_config, LINUX_VM};
-use crate::Result;
+use crate::{step, Result};
 
 fn header(name: &str, policy: &str) -> String {
     format!(
@@ -236,54 +240,121 @@ fn sample_and_masked() -> Result<()> {
 
 /// The longest masked stretch of each pCPU in a boot of the demo (`configs/demo.toml`: Debian
 /// Linux on pCPUs 1 and 2, the real-time partition on 3, pCPU 0 left to Keel) up to Linux's
-/// shell, counted in each pCPU's own instructions from QEMU's log of Keel's blocks
-/// ([`crate::exec_trace`]): with three busy pCPUs, the record's counter times would also hold
-/// what the others ran in a stretch's middle.
+/// shell.
 fn demo_boot() -> Result<()> {
-    let image = build_system(&crate::workspace().join("configs/demo.toml"))?;
+    println!();
+    println!("Longest stretch Keel ran with interrupts masked at EL2 in a boot of the demo to Linux's shell, per pCPU (`bench masked`, instructions):");
+    masked_stretches(
+        &crate::workspace().join("configs/demo.toml"),
+        Some(r"^\[linux\] KEEL-INIT-END shell$"),
+        false,
+    )
+}
+
+/// `cargo xtask bench masked CONFIG [REGEX]`: boots CONFIG under icount until QEMU ends (or a
+/// console line matches REGEX) and prints the longest stretch each pCPU ran with interrupts
+/// masked at EL2 after Keel's start of it (with `path`, function by function), counted in the pCPU's own instructions from QEMU's
+/// log of Keel's blocks ([`crate::exec_trace`]; with several busy pCPUs the record's counter
+/// times would also hold what the others ran in a stretch's middle).
+pub fn masked_stretches(config: &Path, until: Option<&str>, path: bool) -> Result<()> {
+    let image = build_system(config)?;
     let symbols = Symbols::read(&image.elf)?;
     let (start, end) = symbols.code()?;
-    let log = output_dir().join("logs/bench-demo-boot.exec.log");
+    let name = &image.system.name;
+    // QEMU writes its log into a FIFO that a thread here reads as it comes: the log of a few
+    // seconds is many gigabytes (every block Keel ran), and only its figures are kept.
+    let fifo = output_dir().join(format!("logs/masked-{name}.fifo"));
+    let _ = std::fs::remove_file(&fifo);
+    crate::process::output(Command::new("mkfifo").arg(&fifo))?;
+    let mut reader = exec_trace::Reader::new(&symbols)?;
+    let reading = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            let source = File::open(&fifo).map_err(|e| format!("{}: {e}", fifo.display()))?;
+            reader.read(source, &fifo).map(|bytes| (reader, bytes))
+        })
+    };
     let machine = Machine {
         exec_log: Some(ExecLog {
-            path: log.clone(),
+            path: fifo.clone(),
             start,
             end,
         }),
         ..Machine::keel_icount(&image)
     };
-    let mut session = machine.spawn(&output_dir().join("logs/bench-demo-boot.log"))?;
-    let shell = session.wait_for(
-        r"^\[linux\] KEEL-INIT-END shell$",
-        Duration::from_secs(3600),
+    let session = machine.spawn(&output_dir().join(format!("logs/masked-{name}.log")));
+    let ended = session.and_then(|mut session| {
+        let deadline = Duration::from_secs(3600);
+        Ok(match until {
+            Some(pattern) => {
+                let seen = session.wait_for(pattern, deadline);
+                let ended = session.kill();
+                seen.map_err(|e| format!("{}: {e}{}", config.display(), ended.stderr_note()))?;
+                ended
+            }
+            None => session.finish(deadline),
+        })
+    });
+    // If QEMU never opened the FIFO, the reading thread still waits for a writer: this one,
+    // opened without waiting for a reader (O_NONBLOCK), ends it.
+    let _ = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(O_NONBLOCK)
+        .open(&fifo);
+    let read = reading
+        .join()
+        .map_err(|_| "the log's reader panicked".to_string());
+    let _ = std::fs::remove_file(&fifo);
+    let ended = ended?;
+    let (reader, bytes) = read??;
+    step(&format!("read {} MiB of QEMU's log", bytes >> 20));
+    if reader.unlisted > 0 {
+        return Err(format!(
+            "{}: {} blocks of Keel's ran without their listing in QEMU's log: the counts would be short",
+            config.display(),
+            reader.unlisted
+        ));
+    }
+    println!(
+        "  configuration '{name}', {} console lines, QEMU {}:",
+        ended.lines.len(),
+        ended
+            .exit_code
+            .map_or("stopped here".to_string(), |c| format!("exited with {c}"))
     );
-    let ended = session.kill();
-    shell.map_err(|e| format!("a boot of the demo: {e}{}", ended.stderr_note()))?;
-    let mut reader = exec_trace::Reader::new(&symbols)?;
-    let read = reader.read(&log);
-    // The log is large (every block Keel ran); its figures are what is kept.
-    let _ = std::fs::remove_file(&log);
-    read?;
-    println!();
-    println!("Longest stretch Keel ran with interrupts masked at EL2 in a boot of the demo (configs/demo.toml) to Linux's shell, per pCPU, after Keel's start of the pCPU (QEMU's log of Keel's blocks, instructions):");
     for (pcpu, (stretch, start)) in reader.longest.iter().zip(&reader.first).enumerate() {
         let longest = if stretch.instructions == 0 {
             "none: it waited for an interrupt throughout".to_string()
         } else {
+            let most: Vec<String> = stretch
+                .by_function(&symbols, 6)
+                .iter()
+                .map(|(name, n)| format!("{name} {n}"))
+                .collect();
             format!(
-                "{} (from {} to {})",
+                "{} (from {} to {}; most in {})",
                 stretch.instructions,
-                symbols.place(stretch.first),
-                symbols.name(stretch.last)
+                symbols.place(stretch.first()),
+                symbols.name(stretch.last()),
+                most.join(", ")
             )
         };
         println!(
             "  pCPU {pcpu}: {longest}; Keel's start of the pCPU, to its first guest or wait: {}",
             start.instructions
         );
+        if path && stretch.instructions > 0 {
+            println!("    its path (function, instructions):");
+            for (name, n) in stretch.path(&symbols) {
+                println!("      {n:6} {name}");
+            }
+        }
     }
     Ok(())
 }
+
+/// Linux's `O_NONBLOCK`, the same on x86-64 and arm64.
+const O_NONBLOCK: i32 = 0o4000;
 
 /// The 1 kHz partition's tick lateness above a Linux that boots, resets and reboots twice.
 fn lateness_through_resets() -> Result<()> {
