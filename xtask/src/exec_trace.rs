@@ -12,7 +12,7 @@
 //! vector, or the first block after a wait for an interrupt) and ends at the block that
 //! returns to a guest (`eret`), waits (`wfi`), unmasks (`msr daifclr`), or enters
 //! `irq::serve_between_steps`, where a long operation serves what is pending between steps.
-//! A pCPU's first stretch, Keel's start of it up to its first guest or wait (on pCPU 0 the
+//! The stretch that turns the machine off is kept apart too. A pCPU's first stretch, Keel's start of it up to its first guest or wait (on pCPU 0 the
 //! whole boot, with the loading of every VM, before any pCPU runs a guest), is kept apart:
 //! no guest is there yet whose interrupt could wait.
 
@@ -198,6 +198,11 @@ pub struct Reader {
     /// Where a stretch always begins (the exception vectors) or ends (`serve_between_steps`).
     entries: Vec<u64>,
     split: Option<u64>,
+    /// Where Keel turns the machine off (PSCI SYSTEM_OFF).
+    system_off: Option<u64>,
+    /// The stretch that ended with the machine's power-off, on its pCPU: nothing waits for it,
+    /// so it is not among the longest.
+    pub power_off: Option<(usize, Stretch)>,
     range: (u64, u64),
     /// Instructions of each block of Keel's translated so far, and whether it ends a stretch.
     blocks: HashMap<u64, (u32, bool)>,
@@ -231,6 +236,8 @@ impl Reader {
                 .flat_map(|table| (0..16).map(move |i| table + 0x80 * i))
                 .collect(),
             split: symbols.address_of("keel::irq::serve_between_steps"),
+            system_off: symbols.address_of("keel::arch::aarch64::psci::system_off"),
+            power_off: None,
             range: symbols.code()?,
             blocks: HashMap::new(),
             listing: None,
@@ -269,7 +276,9 @@ impl Reader {
     /// (`0xADDR:  WORD  mnemonic operands`), or an executed block
     /// (`Trace CPU: HOST [CS_BASE/PC/FLAGS/CFLAGS] ...`).
     pub fn line(&mut self, line: &str) {
-        if line.starts_with("IN:") {
+        if self.power_off.is_some() {
+            // The machine is off.
+        } else if line.starts_with("IN:") {
             self.listing = None;
         } else if let Some(rest) = line.strip_prefix("0x") {
             self.instruction(rest);
@@ -321,6 +330,10 @@ impl Reader {
         }
         if self.entries.contains(&pc) || Some(pc) == self.split {
             self.close(cpu);
+        }
+        if Some(pc) == self.system_off {
+            self.power_off = Some((cpu, self.current[cpu].take().unwrap_or_default()));
+            return;
         }
         let el2 = (flags >> MMU_INDEX_SHIFT) & 0xf == MMU_INDEX_EL2;
         let listing = self.listing.take();
@@ -495,6 +508,34 @@ mod tests {
         assert_eq!(r.longest[0].first(), 0x4020_2000);
         assert_eq!(r.longest[0].last(), 0x4020_2000);
         assert_eq!(r.unlisted, 0);
+    }
+
+    #[test]
+    fn the_stretch_that_turns_the_machine_off_is_kept_apart() {
+        let symbols = Symbols::parse(
+            "0000000040200000 0000000000000800 T keel_vectors\n\
+             0000000040202000 0000000000001000 t keel::trap::handle\n\
+             0000000040203000 0000000000000010 t keel::arch::aarch64::psci::system_off\n",
+        );
+        let mut r = Reader::new(&symbols).unwrap();
+        started(&mut r);
+        let log = translated(0, 0x4020_0400)
+            + &exec(0, 0x4020_2000, EL2, 0)
+            + &exec(0, 0x4020_2100, EL2, 0)
+            + &exec(0, 0x4020_0400, EL2, 0)
+            + &exec(0, 0x4020_2000, EL2, 0)
+            + &exec(0, 0x4020_2000, EL2, 0)
+            + "IN: \n0x40203000:  d2800100  mov      x0, #0x8\n"
+            + &exec(0, 0x4020_3000, EL2, 0)
+            + &exec(1, 0x4020_0400, EL2, 0);
+        feed(&mut r, &log);
+        assert_eq!(r.longest[0].instructions, 3 + 5 + 2);
+        assert_eq!(
+            r.power_off.as_ref().map(|p| (p.0, p.1.instructions)),
+            Some((0, 13))
+        );
+        // Nothing after it counts: pCPU 1's vector entry is not a stretch.
+        assert_eq!(r.longest[1].instructions, 0);
     }
 
     #[test]

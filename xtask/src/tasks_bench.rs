@@ -322,6 +322,13 @@ pub fn masked_stretches(config: &Path, until: Option<&str>, path: bool) -> Resul
             .exit_code
             .map_or("stopped here".to_string(), |c| format!("exited with {c}"))
     );
+    if let Some((pcpu, stretch)) = &reader.power_off {
+        println!(
+            "  the machine's power-off, on pCPU {pcpu}: {} (from {}; not among the longest: nothing waits for it)",
+            stretch.instructions,
+            symbols.place(stretch.first())
+        );
+    }
     for (pcpu, (stretch, start)) in reader.longest.iter().zip(&reader.first).enumerate() {
         let longest = if stretch.instructions == 0 {
             "none: it waited for an interrupt throughout".to_string()
