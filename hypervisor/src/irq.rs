@@ -32,9 +32,11 @@ pub struct Handled {
     pub reschedule: bool,
 }
 
-/// A poll point between two bounded steps of a long operation at `site` (a VM's reload):
-/// the interrupts that arrived are served, which ends the interrupts-masked stretch
-/// ([`crate::masked`]); the next step begins a new one.
+/// A poll point between two bounded steps of a long operation at `site` (a VM's reload, a
+/// console line and the switch after it): the interrupts that arrived are served, which ends
+/// the interrupts-masked stretch ([`crate::masked`]); the next step begins a new one. Out of
+/// line, so that an instruction trace finds it (`cargo xtask bench masked`).
+#[inline(never)]
 pub fn serve_between_steps(site: keel_core::abi::MaskedSite) -> Handled {
     vm::masked().end();
     let handled = handle_pending();
@@ -87,7 +89,11 @@ fn handle_from(first: u32, mut handled: Handled) -> Handled {
         // vCPU (the timer's deadlines wake other vCPUs, through the scheduler).
         handled.sync |= intid != layout::HYP_TIMER_INTID;
         match intid {
-            layout::HYP_TIMER_INTID => handled.reschedule |= hyp_timer(),
+            layout::HYP_TIMER_INTID => {
+                let timer = hyp_timer();
+                handled.reschedule |= timer.reschedule;
+                handled.sync |= timer.sync;
+            }
             // The maintenance interrupt stays asserted until its cause (an EOI'd or underflowing
             // list register) is dealt with: sync now, or it would fire again at once.
             layout::MAINTENANCE_INTID => sync_list_registers(),
@@ -105,24 +111,37 @@ fn handle_from(first: u32, mut handled: Handled) -> Handled {
 }
 
 /// The EL2 timer fired: serves the deadlines that are due (see [`crate::timers`]). Returns
-/// whether the scheduler's own are among them.
+/// whether the scheduler's own are among them (`reschedule`), and what the interrupts served
+/// after a console line (see below) mean.
 #[inline(never)]
-fn hyp_timer() -> bool {
+fn hyp_timer() -> Handled {
     let now = crate::arch::timer::now();
     let due = timers::take_due(now);
     let scheduling =
         timers::is_due(due, Deadline::Schedule) || timers::is_due(due, Deadline::VirtualTimers);
+    let mut handled = Handled {
+        sync: false,
+        reschedule: scheduling,
+    };
     if timers::is_due(due, Deadline::Console) {
         // Not in the same masked stretch as a vCPU switch: the console comes back a little
-        // later, as an interrupt of its own (once in a row).
+        // later, as an interrupt of its own; or, when it was put off last time already (a
+        // guest that times its switches against the console could put it off forever), the
+        // line is written and then the interrupts that came meanwhile are served, so that the
+        // switch after it is a stretch of its own.
         if !(scheduling && console::defer_flush()) {
             console::flush_partial();
+            if scheduling {
+                let served = serve_between_steps(vm::masked().site());
+                handled.sync |= served.sync;
+                handled.reschedule |= served.reschedule;
+            }
         }
     }
     if timers::is_due(due, Deadline::VirtualTimers) {
         vm::mark_stale(vm::Stale::TimerDue);
     }
-    scheduling
+    handled
 }
 
 /// The fast path of the virtual timer: it fired again, and nothing changed since Keel listed

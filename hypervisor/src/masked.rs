@@ -59,6 +59,11 @@ impl Record {
         self.site.store(site as u8, Ordering::Relaxed);
     }
 
+    /// Where the current stretch is (this pCPU's record).
+    pub fn site(&self) -> MaskedSite {
+        MaskedSite::from_u64(u64::from(self.site.load(Ordering::Relaxed)))
+    }
+
     /// The current stretch is (from now on) at `site` (this pCPU's record).
     #[inline(always)]
     pub fn at(&self, site: MaskedSite) {
