@@ -239,7 +239,13 @@ pub fn start_line(vm: usize, at: u64) {
 }
 
 /// Makes and queues the start line pCPU `index` has waiting, if any; whether it had one.
+#[inline(never)]
 fn queue_pending_start(index: usize) -> bool {
+    queue_pending_start_between(index, || {})
+}
+
+/// [`queue_pending_start`], calling `between` after the line is made and before it is queued.
+fn queue_pending_start_between(index: usize, between: fn()) -> bool {
     let pending = cpu::entry(&PENDING_STARTS, index);
     let Some(vm) = pending.vm.swap(0, Ordering::Relaxed).checked_sub(1) else {
         return false;
@@ -249,19 +255,23 @@ fn queue_pending_start(index: usize) -> bool {
     let frequency = timer::frequency().max(1);
     // The remainder is below the frequency (at most a few GHz): times 10^6 it fits 64 bits.
     let micros = at % frequency * 1_000_000 / frequency;
+    // In parts, not from a template (made with interrupts masked: a template's search for
+    // its places cost about 600 instructions here).
     let mut line = LineBuffer::EMPTY;
-    Fill(
-        "{} starts at {}.{} s",
-        &[
-            &VmLabel(focus_name(vm), vm),
-            &(at / frequency),
-            &Decimal(micros, 6),
-        ],
-    )
-    .show(&mut line);
+    line.show(&[
+        &VmLabel(focus_name(vm), vm),
+        &" starts at ",
+        &(at / frequency),
+        &".",
+        &Decimal(micros, 6),
+        &" s",
+    ]);
     if suppressed > 0 {
-        Fill(" ({} more like it suppressed)", &[&suppressed]).show(&mut line);
+        line.show(&[&" (", &suppressed, &" more like it suppressed)"]);
     }
+    // Made and queued in two masked stretches where the caller can serve interrupts between
+    // them.
+    between();
     queue_line(&line);
     true
 }
@@ -377,13 +387,15 @@ pub fn vm_output(vm: usize, byte: u8) {
 /// once they are due.
 /// Kept out of line: inlined into the interrupt loop, its constants were hoisted into the
 /// virtual timer's path (10 instructions more per timer interrupt).
+/// A vCPU start's line waiting is queued instead (written out at the next call, in a masked
+/// stretch of its own), with `between` called between its making and its queueing (the
+/// caller's poll point, see `irq::hyp_timer`): returns whether it was.
 #[inline(never)]
-pub fn flush_partial() {
+pub fn flush_partial(between: fn()) -> bool {
     cpu::this(&DEFERRED).store(false, Ordering::Relaxed);
-    if queue_pending_start(cpu::index()) {
-        // Written out at the next call, in a masked stretch of its own.
+    if queue_pending_start_between(cpu::index(), between) {
         arm_flush_timer(true);
-        return;
+        return true;
     }
     let mut console = CONSOLE.lock_cold();
     if let Some(uart) = console.uart {
@@ -400,6 +412,7 @@ pub fn flush_partial() {
         };
         arm_flush_timer(left);
     }
+    false
 }
 
 /// What the physical receive interrupt produced, for the caller to carry out once the

@@ -32,16 +32,22 @@ pub struct Handled {
     pub reschedule: bool,
 }
 
-/// A poll point between two bounded steps of a long operation at `site` (a VM's reload, a
-/// console line and the switch after it): the interrupts that arrived are served, which ends
-/// the interrupts-masked stretch ([`crate::masked`]); the next step begins a new one. Out of
-/// line, so that an instruction trace finds it (`cargo xtask bench masked`).
+/// A poll point between two bounded steps of a long operation at `site` (a VM's reload; a
+/// console line and the vCPU switch after it, [`hyp_timer`]): the interrupts that arrived are
+/// served, which ends the interrupts-masked stretch ([`crate::masked`]); the next step begins
+/// a new one. Out of line, so that an instruction trace finds it (`cargo xtask bench masked`).
 #[inline(never)]
 pub fn serve_between_steps(site: keel_core::abi::MaskedSite) -> Handled {
     vm::masked().end();
     let handled = handle_pending();
     vm::masked().begin(site);
     handled
+}
+
+/// [`serve_between_steps`] at the current stretch's site, for a caller that cannot take
+/// what it served (a console line's poll point, see [`hyp_timer`]).
+fn serve_here() {
+    let _ = serve_between_steps(vm::masked().site());
 }
 
 /// Handles every pending physical interrupt. Runs with IRQs masked at EL2.
@@ -130,7 +136,15 @@ fn hyp_timer() -> Handled {
         // line is written and then the interrupts that came meanwhile are served, so that the
         // switch after it is a stretch of its own.
         if !(scheduling && console::defer_flush()) {
-            console::flush_partial();
+            // A vCPU start's line is made and queued in two stretches, with a poll point
+            // between them. What it served is not known here: the vCPU's interrupts and the
+            // scheduler are looked at again.
+            if console::flush_partial(serve_here) {
+                handled = Handled {
+                    sync: true,
+                    reschedule: true,
+                };
+            }
             if scheduling {
                 let served = serve_between_steps(vm::masked().site());
                 handled.sync |= served.sync;

@@ -30,6 +30,7 @@ use core::cell::UnsafeCell;
 use core::sync::atomic::Ordering;
 
 use keel_core::sched::{Decision, Scheduler, Stats, MAX_SLOTS};
+use keel_core::table::{at, at_mut};
 
 use crate::arch::boot::MAX_CPUS;
 use crate::arch::context::VcpuContext;
@@ -145,15 +146,15 @@ impl SharedCpu {
 
     /// Whether `slot` has every bit of `flag` ([`Flags`]).
     fn has(&self, slot: usize, flag: u8) -> bool {
-        self.flags[slot] & flag != 0
+        *at(&self.flags, slot) & flag != 0
     }
 
     fn set(&mut self, slot: usize, flag: u8) {
-        self.flags[slot] |= flag;
+        *at_mut(&mut self.flags, slot) |= flag;
     }
 
     fn clear(&mut self, slot: usize, flag: u8) {
-        self.flags[slot] &= !flag;
+        *at_mut(&mut self.flags, slot) &= !flag;
     }
 
     /// `slot` becomes the owner of this pCPU's FP/SIMD registers.
@@ -189,7 +190,7 @@ impl SharedCpu {
 
     /// Places `placed` in `slot` (None: empties it), in `placed` and in `slots`.
     fn place(&mut self, slot: usize, placed: Option<Placed>) {
-        if let Some(old) = self.placed[slot] {
+        if let Some(old) = *at(&self.placed, slot) {
             if let Some(entry) = self.slots.get_mut(old.vm).and_then(|v| v.get_mut(old.vcpu)) {
                 *entry = 0;
             }
@@ -205,7 +206,7 @@ impl SharedCpu {
     /// Whether `slot` holds a real-time task (a vCPU beyond its VM's configured ones) that
     /// must go: deleted, or its VM ended or was reset since it was created.
     fn task_gone(&self, slot: usize) -> bool {
-        let Some(Placed { vm: id, vcpu }) = self.placed[slot] else {
+        let Some(Placed { vm: id, vcpu }) = *at(&self.placed, slot) else {
             return false;
         };
         let vm = vm::vm(id);
@@ -218,7 +219,7 @@ impl SharedCpu {
     /// Frees a task's slot at `now` (it is not loaded): its interrupts and FP state are
     /// dropped, the scheduler forgets it, and the next create may reuse the slot.
     fn remove_task(&mut self, slot: usize, now: u64) {
-        let Some(Placed { vm: id, vcpu }) = self.placed[slot] else {
+        let Some(Placed { vm: id, vcpu }) = *at(&self.placed, slot) else {
             return;
         };
         discard_saved(self, slot);
@@ -315,8 +316,8 @@ fn ticks_per_ns() -> (u64, u64) {
 /// Sets up pCPU `index`'s scheduler with the vCPUs the configuration places on it.
 pub fn init(index: usize) {
     let (numerator, denominator) = ticks_per_ns();
-    let mut shared = SHARED[index].lock_cold();
-    let policy = SYSTEM.policies[index].scaled(numerator, denominator);
+    let mut shared = at(&SHARED, index).lock_cold();
+    let policy = at(SYSTEM.policies, index).scaled(numerator, denominator);
     // The switch cost admission charged, so that a preempting vCPU pays for the preempted
     // one's resumption and every admitted job keeps its budget.
     let switch_cost = keel_core::sched::scale(SYSTEM.switch_cost_ns, numerator, denominator);
@@ -457,7 +458,7 @@ fn load(shared: &mut SharedCpu, slot: usize, switching: bool) -> Result<bool, El
             save_context(shared, running, cpu, redistributor);
         }
     }
-    let Some(placed) = shared.placed[slot] else {
+    let Some(placed) = *at(&shared.placed, slot) else {
         leave_guest(cpu);
         return Err(Elsewhere::RunLoop);
     };
@@ -541,7 +542,7 @@ fn save_context(
     redistributor: Option<&gic::Redistributor>,
 ) {
     let listed = cpu.listed.load(Ordering::Relaxed);
-    shared.contexts[slot].save(redistributor, listed);
+    at_mut(&mut shared.contexts, slot).save(redistributor, listed);
     shared.timer_lr[slot] = (
         cpu.timer_lr.load(Ordering::Relaxed),
         cpu.timer_lr_value.load(Ordering::Relaxed),
@@ -583,14 +584,14 @@ fn give_away_waiting(yielding: bool, message_until: Option<u64>) {
     // A running vCPU is never RECEIVING: its load (or its pick again below) cleared it.
     if let Some(until) = message_until {
         shared.set(slot, Flags::RECEIVING);
-        shared.wake_at[slot] = until;
+        *at_mut(&mut shared.wake_at, slot) = until;
     }
     let requeue = yielding && !shared.scheduler.has_reservation(slot);
     if !requeue {
         shared.waiting |= bit;
         // The timer queue ([`program`]) watches it from now on, before the switch saves it:
         // with the virtual timer it set just now, not the one it had when it last left.
-        shared.contexts[slot].timer.capture();
+        at_mut(&mut shared.contexts, slot).timer.capture();
     }
     if vm::is_stale() {
         // The world changed (a kick): the scheduler hears of it ([`refresh`]) with this vCPU
@@ -684,7 +685,7 @@ pub fn stop_running() -> ! {
     {
         let mut shared = this_shared().lock_cold();
         if let Some(slot) = shared.loaded.take() {
-            shared.contexts[slot].leave_unsaved();
+            at_mut(&mut shared.contexts, slot).leave_unsaved();
             let now = timer::now();
             shared.scheduler.stop(slot, now);
             shared.started &= !(1 << slot);
@@ -708,7 +709,7 @@ pub fn reload(id: usize) -> ! {
         let shared = &mut *guard;
         let cpu = vm::this_cpu();
         if let Some(slot) = shared.loaded.take() {
-            shared.contexts[slot].leave_unsaved();
+            at_mut(&mut shared.contexts, slot).leave_unsaved();
             let vcpu = cpu.vcpu.load(Ordering::Relaxed);
             irq::discard_vcpu_interrupts(id, vcpu, cpu.generation.load(Ordering::Relaxed));
             discard_saved(shared, slot);
@@ -760,9 +761,9 @@ pub fn fp_trap() {
     // The FP/SIMD save and load below run at EL2: the untrap takes effect first.
     cpu::isb();
     if let Some(owner) = shared.fp_owner {
-        shared.contexts[owner].fp_save();
+        at_mut(&mut shared.contexts, owner).fp_save();
     }
-    shared.contexts[slot].fp_restore();
+    at_mut(&mut shared.contexts, slot).fp_restore();
     shared.own_fp(slot);
 }
 
@@ -839,7 +840,7 @@ fn refresh(shared: &mut SharedCpu, now: u64) {
 /// Gives a stopping, switched-out vCPU's listed SPIs back to its vGIC (unless its VM was
 /// reset since: the vGIC is a new one) and forgets its interface and timer.
 fn discard_saved(shared: &mut SharedCpu, slot: usize) {
-    let Some(Placed { vm: id, vcpu }) = shared.placed[slot] else {
+    let Some(Placed { vm: id, vcpu }) = *at(&shared.placed, slot) else {
         return;
     };
     let context = &mut shared.contexts[slot];
@@ -899,7 +900,7 @@ fn has_pending(shared: &SharedCpu, slot: usize, id: usize, vcpu: usize, now: u64
 /// [`has_pending`] but for its vGIC: pending in its saved list registers, its virtual timer's
 /// deadline passed, or the end of its wait for a message come or a message queued.
 fn has_pending_saved(shared: &SharedCpu, slot: usize, id: usize, vcpu: usize, now: u64) -> bool {
-    let context = &shared.contexts[slot];
+    let context = at(&shared.contexts, slot);
     context.interface.any_pending()
         || wait_ends(shared, slot, now)
         || (shared.has(slot, Flags::RECEIVING) && crate::ipc::has_message(id, vcpu))
@@ -941,7 +942,7 @@ fn earliest_wait(shared: &SharedCpu, mut scan: u32, run: Option<usize>) -> Optio
         if shared.scheduler.is_runnable(slot) {
             continue;
         }
-        if let Some(at) = shared.contexts[slot].timer.deadline() {
+        if let Some(at) = at(&shared.contexts, slot).timer.deadline() {
             earliest = earliest.min(at);
         }
         if shared.has(slot, Flags::RECEIVING) {
