@@ -13,7 +13,7 @@
 //! and never held while a VM's device lock is taken; input is collected under the console
 //! lock and delivered to VMs after it is released.
 
-use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use keel_core::console::{ConsoleMux, Input, Sink};
 use keel_core::ratelimit::{DiagnosticKind, RateLimiter, Verdict};
@@ -298,24 +298,6 @@ fn ticks(us: u64) -> u64 {
     timer::frequency() * us / 1_000_000
 }
 
-/// Per pCPU, whether its console deadline was put off once ([`defer_flush`]).
-static DEFERRED: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
-
-/// The console's deadline came with the scheduler's: it is served [`MORE_OUTPUT_DELAY_US`]
-/// later instead, so that its writing and a vCPU switch are not one masked stretch. Once in a
-/// row only: returns false (the caller writes now) if it was put off last time too, so that
-/// scheduler deadlines that keep falling with it cannot hold the output back.
-pub fn defer_flush() -> bool {
-    if cpu::this(&DEFERRED).swap(true, Ordering::Relaxed) {
-        return false;
-    }
-    timers::set(
-        Deadline::Console,
-        timer::now() + ticks(MORE_OUTPUT_DELAY_US),
-    );
-    true
-}
-
 /// Brings this pCPU back to the console ([`flush_partial`]): soon if output is `left` (cut by
 /// [`BYTES_PER_DRAIN`] or a full FIFO), when a waiting partial line is due otherwise.
 fn arm_flush_timer(left: bool) {
@@ -392,7 +374,6 @@ pub fn vm_output(vm: usize, byte: u8) {
 /// caller's poll point, see `irq::hyp_timer`): returns whether it was.
 #[inline(never)]
 pub fn flush_partial(between: fn()) -> bool {
-    cpu::this(&DEFERRED).store(false, Ordering::Relaxed);
     if queue_pending_start_between(cpu::index(), between) {
         arm_flush_timer(true);
         return true;

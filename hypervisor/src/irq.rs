@@ -118,7 +118,7 @@ fn handle_from(first: u32, mut handled: Handled) -> Handled {
 
 /// The EL2 timer fired: serves the deadlines that are due (see [`crate::timers`]). Returns
 /// whether the scheduler's own are among them (`reschedule`), and what the interrupts served
-/// after a console line (see below) mean.
+/// at the console's poll points (see below) mean.
 #[inline(never)]
 fn hyp_timer() -> Handled {
     let now = crate::arch::timer::now();
@@ -130,27 +130,15 @@ fn hyp_timer() -> Handled {
         reschedule: scheduling,
     };
     if timers::is_due(due, Deadline::Console) {
-        // Not in the same masked stretch as a vCPU switch: the console comes back a little
-        // later, as an interrupt of its own; or, when it was put off last time already (a
-        // guest that times its switches against the console could put it off forever), the
-        // line is written and then the interrupts that came meanwhile are served, so that the
-        // switch after it is a stretch of its own.
-        if !(scheduling && console::defer_flush()) {
-            // A vCPU start's line is made and queued in two stretches, with a poll point
-            // between them. What it served is not known here: the vCPU's interrupts and the
-            // scheduler are looked at again.
-            if console::flush_partial(serve_here) {
-                handled = Handled {
-                    sync: true,
-                    reschedule: true,
-                };
-            }
-            if scheduling {
-                let served = serve_between_steps(vm::masked().site());
-                handled.sync |= served.sync;
-                handled.reschedule |= served.reschedule;
-            }
-        }
+        // The console's work (a vCPU start's line made, then queued; or the UART written) is
+        // a masked stretch of its own: a poll point follows it (and the making of a start
+        // line), so that it is never in one stretch with a vCPU switch or another deadline's
+        // work. What the poll inside the console served is not known here: after a start
+        // line, the vCPU's interrupts and the scheduler are looked at again.
+        let start_line = console::flush_partial(serve_here);
+        let served = serve_between_steps(vm::masked().site());
+        handled.sync |= served.sync || start_line;
+        handled.reschedule |= served.reschedule || start_line;
     }
     if timers::is_due(due, Deadline::VirtualTimers) {
         vm::mark_stale(vm::Stale::TimerDue);
