@@ -322,7 +322,7 @@ pub fn masked_stretches(config: &Path, until: Option<&str>, path: bool) -> Resul
             .exit_code
             .map_or("stopped here".to_string(), |c| format!("exited with {c}"))
     );
-    if let Some((pcpu, stretch)) = &reader.power_off {
+    if let Some((pcpu, stretch)) = reader.power_off.as_ref().filter(|p| p.1.instructions > 0) {
         println!(
             "  the machine's power-off, on pCPU {pcpu}: {} (from {}; not among the longest: nothing waits for it)",
             stretch.instructions,
