@@ -38,10 +38,11 @@ pub struct Handled {
 /// a new one. Out of line, so that an instruction trace finds it (`cargo xtask bench masked`).
 #[inline(never)]
 pub fn serve_between_steps(site: keel_core::abi::MaskedSite) -> Handled {
+    // The stretch so far ends here; serving what is pending begins the next one (so that a
+    // poll point inside that serving, a console flush's, ends a stretch that began here).
     vm::masked().end();
-    let handled = handle_pending();
     vm::masked().begin(site);
-    handled
+    handle_pending()
 }
 
 /// [`serve_between_steps`] at the current stretch's site, for a caller that cannot take
