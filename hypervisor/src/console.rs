@@ -367,11 +367,11 @@ pub fn vm_output(vm: usize, byte: u8) {
 
 /// The EL2 timer fired: write out what the UART could not take yet, and waiting partial lines
 /// once they are due.
-/// Kept out of line: inlined into the interrupt loop, its constants were hoisted into the
-/// virtual timer's path (10 instructions more per timer interrupt).
 /// A vCPU start's line waiting is queued instead (written out at the next call, in a masked
 /// stretch of its own), with `between` called between its making and its queueing (the
 /// caller's poll point, see `irq::hyp_timer`): returns whether it was.
+/// Kept out of line: inlined into the interrupt loop, its constants were hoisted into the
+/// virtual timer's path (10 instructions more per timer interrupt).
 #[inline(never)]
 pub fn flush_partial(between: fn()) -> bool {
     if queue_pending_start_between(cpu::index(), between) {
