@@ -12,9 +12,9 @@
 //! vector, or the first block after a wait for an interrupt) and ends at the block that
 //! returns to a guest (`eret`), waits (`wfi`), unmasks (`msr daifclr`), or enters
 //! `irq::serve_between_steps`, where a long operation serves what is pending between steps.
-//! The stretch that turns the machine off is kept apart too. A pCPU's first stretch, Keel's start of it up to its first guest or wait (on pCPU 0 the
-//! whole boot, with the loading of every VM, before any pCPU runs a guest), is kept apart:
-//! no guest is there yet whose interrupt could wait.
+//! Two kinds of stretch are kept apart, as no guest's interrupt can wait on them: a pCPU's
+//! first, Keel's start of it up to its first guest or wait (on pCPU 0 the whole boot, with the
+//! loading of every VM, before any pCPU runs a guest), and the one that turns the machine off.
 
 use std::collections::HashMap;
 use std::io::BufRead;
@@ -213,12 +213,10 @@ pub struct Reader {
     /// Blocks executed in Keel's code whose listing was not seen (each counted as one
     /// instruction): 0 in a faithful reading.
     pub unlisted: u64,
-    /// Per pCPU: the stretch under way, the longest ended, and whether a stretch has ended
-    /// yet.
+    /// Per pCPU: the stretch under way, and the longest ended after its first.
     current: Vec<Option<Stretch>>,
     pub longest: Vec<Stretch>,
-    started: Vec<bool>,
-    /// Per pCPU, its first stretch: Keel's start of the pCPU (on pCPU 0, the whole boot with
+    /// Per pCPU, its first stretch (empty until it ends): Keel's start of the pCPU (on pCPU 0, the whole boot with
     /// the loading of every VM) up to its first guest or wait, before any guest runs there.
     pub first: Vec<Stretch>,
 }
@@ -244,7 +242,6 @@ impl Reader {
             unlisted: 0,
             current: Vec::new(),
             longest: Vec::new(),
-            started: Vec::new(),
             first: Vec::new(),
         })
     }
@@ -325,7 +322,6 @@ impl Reader {
         if self.current.len() <= cpu {
             self.current.resize(cpu + 1, None);
             self.longest.resize(cpu + 1, Stretch::default());
-            self.started.resize(cpu + 1, false);
             self.first.resize(cpu + 1, Stretch::default());
         }
         if self.entries.contains(&pc) || Some(pc) == self.split {
@@ -365,8 +361,7 @@ impl Reader {
 
     fn close(&mut self, cpu: usize) {
         if let Some(stretch) = self.current[cpu].take() {
-            if !self.started[cpu] {
-                self.started[cpu] = true;
+            if self.first[cpu].blocks.is_empty() {
                 self.first[cpu] = stretch;
             } else if stretch.instructions > self.longest[cpu].instructions {
                 self.longest[cpu] = stretch;

@@ -251,11 +251,12 @@ fn demo_boot() -> Result<()> {
     )
 }
 
-/// `cargo xtask bench masked CONFIG [REGEX]`: boots CONFIG under icount until QEMU ends (or a
-/// console line matches REGEX) and prints the longest stretch each pCPU ran with interrupts
-/// masked at EL2 after Keel's start of it (with `path`, function by function), counted in the pCPU's own instructions from QEMU's
-/// log of Keel's blocks ([`crate::exec_trace`]; with several busy pCPUs the record's counter
-/// times would also hold what the others ran in a stretch's middle).
+/// `cargo xtask bench masked CONFIG [REGEX] [--path]`: boots CONFIG under icount until QEMU
+/// ends (or a console line matches REGEX) and prints the longest stretch each pCPU ran with
+/// interrupts masked at EL2 after Keel's start of it (with `path`, function by function),
+/// counted in the pCPU's own instructions from QEMU's log of Keel's blocks
+/// ([`crate::exec_trace`]; with several busy pCPUs the record's counter times would also hold
+/// what the others ran in a stretch's middle).
 pub fn masked_stretches(config: &Path, until: Option<&str>, path: bool) -> Result<()> {
     let image = build_system(config)?;
     let symbols = Symbols::read(&image.elf)?;
