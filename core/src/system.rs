@@ -68,6 +68,29 @@ pub struct VmDesc {
     /// output goes to that VM's vCPU 0 as messages, and the messages for this VM's vCPU 0 are
     /// the console's input.
     pub virtio_console: Option<u8>,
+    /// The board's devices it is given (`[[vm.passthrough]]`): their registers are mapped in
+    /// its stage 2 as device memory, their interrupts forwarded to it in hardware.
+    pub devices: &'static [AssignedDevice],
+}
+
+/// A board device given to one VM.
+#[derive(Debug)]
+pub struct AssignedDevice {
+    /// Its path in the board's device tree, named in diagnostics.
+    pub path: &'static str,
+    /// Its register regions, at the IPAs the VM sees them (page aligned).
+    pub regions: &'static [MemoryRegion],
+    /// Its interrupts (SPIs), the same INTIDs physical and virtual.
+    pub interrupts: &'static [AssignedInterrupt],
+}
+
+/// One interrupt of an assigned device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AssignedInterrupt {
+    /// Its INTID (32 up to [`crate::devices::vgic::NR_IRQS`]).
+    pub intid: u32,
+    /// Level-sensitive (high); otherwise edge-triggered (rising).
+    pub level: bool,
 }
 
 /// A VM's incoming message queues (its `messages` table): each of its vCPUs and tasks has a
@@ -297,6 +320,7 @@ pub(crate) fn test_vm(id: u16, phys: u64, vcpus: usize) -> VmDesc {
         tasks: None,
         messages: None,
         virtio_console: None,
+        devices: &[],
     }
 }
 
@@ -334,6 +358,7 @@ mod tests {
             tasks: None,
             messages: None,
             virtio_console: None,
+            devices: &[],
         };
         let found = |ipa, len| vm.region_of(GuestPhysAddr(ipa), len).map(|r| r.phys.0);
         assert_eq!(found(0x4000_0000, 4), Some(0x6000_0000));

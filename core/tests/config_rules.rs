@@ -426,7 +426,8 @@ fn scenario_configs_are_valid() {
     }
     assert!(paths.len() >= 8, "scenario configs missing: {paths:?}");
     for path in paths {
-        let system = load(&path, &guest_image)
+        // Those given board devices name QEMU's, which the fixture board has too.
+        let system = keel_core::config::load_with_board(&path, &guest_image, &passthrough_board)
             .unwrap_or_else(|error| panic!("{} rejected: {error}", path.display()));
         assert!((2..=4).contains(&system.pcpus), "{}", path.display());
         // Most scenarios run two VMs or more; tasks-c runs its partition alone.
@@ -487,7 +488,7 @@ fn rule_1_toml_syntax_error_has_line_and_column() {
 fn rule_1_unknown_field() {
     assert_rejected(
         "toml-unknown-field.toml",
-        "14:1: unknown field `memroy`, expected one of `name`, `image`, `initrd`, `memory`, `ipa`, `flash`, `pcpus`, `schedule`, `tasks`, `messages`, `virtio_console`, `devices`, `cmdline`, `wfi`, `pmu`, `monitor_masked_stretch`",
+        "14:1: unknown field `memroy`, expected one of `name`, `image`, `initrd`, `memory`, `ipa`, `flash`, `pcpus`, `schedule`, `tasks`, `messages`, `virtio_console`, `devices`, `passthrough`, `cmdline`, `wfi`, `pmu`, `monitor_masked_stretch`",
     );
 }
 
@@ -2107,5 +2108,347 @@ fn rule_22_message_interrupt_is_not_the_virtio_spi() {
         "virtio-interrupt.toml",
         "vm 'be': messages.interrupt: 48 is the virtio console's interrupt: give another SGI \
          (0..=15) or SPI (32..=127)",
+    );
+}
+
+// ---- Board devices given to VMs ([[vm.passthrough]]) -------------------------------------
+
+/// The board of the passthrough rules: `passthrough/board.dts` compiled with dtc (once per run).
+fn passthrough_board() -> Result<Vec<u8>, String> {
+    static BLOB: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let blob = BLOB.get_or_init(|| {
+        let output = std::process::Command::new("dtc")
+            .args(["-I", "dts", "-O", "dtb"])
+            .arg(Path::new(FIXTURES).join("passthrough/board.dts"))
+            .output()
+            .unwrap_or_else(|error| {
+                panic!("dtc (Debian package device-tree-compiler) cannot start: {error}")
+            });
+        assert!(
+            output.status.success(),
+            "dtc: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        output.stdout
+    });
+    Ok(blob.clone())
+}
+
+/// `passthrough/valid.toml` with each `(old, new)` replaced, compiled against the board.
+fn passthrough_with_all(replacements: &[(&str, &str)]) -> Result<System, String> {
+    let path = Path::new(FIXTURES).join("passthrough/valid.toml");
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    for (old, new) in replacements {
+        assert_eq!(text.matches(old).count(), 1, "{old:?}");
+        text = text.replace(old, new);
+    }
+    keel_core::config::parse_str_with_board(&text, &path, &guest_image, &passthrough_board)
+        .map_err(|error| error.to_string())
+}
+
+/// `passthrough/valid.toml` with `old` replaced by `new`, compiled against the board.
+fn passthrough_with(old: &str, new: &str) -> Result<System, String> {
+    passthrough_with_all(&[(old, new)])
+}
+
+/// Asserts the change is refused with `message` after the file's path.
+fn assert_passthrough_refused(result: Result<System, String>, message: &str) {
+    let path = Path::new(FIXTURES).join("passthrough/valid.toml");
+    assert_eq!(
+        result.map(|_| ()),
+        Err(format!("{}: {message}", path.display()))
+    );
+}
+
+const PL031: &str = "path = \"/pl031@9010000\"";
+
+#[test]
+fn passthrough_resolves_registers_interrupts_and_the_node() {
+    use keel_core::addr::{GuestPhysAddr, MemoryRegion, PhysAddr};
+    use keel_core::config::DeviceInterrupt;
+    let system = passthrough_with_all(&[]).unwrap();
+    let devices = &system.vms[0].passthrough;
+    assert_eq!(devices.len(), 2);
+    let (rtc, gpio) = (&devices[0], &devices[1]);
+    assert_eq!(rtc.path, "/pl031@9010000");
+    assert_eq!(
+        rtc.regions,
+        [MemoryRegion {
+            ipa: GuestPhysAddr(0x0901_0000),
+            phys: PhysAddr(0x0901_0000),
+            size: 0x1000
+        }]
+    );
+    assert_eq!(
+        rtc.interrupts,
+        [DeviceInterrupt {
+            intid: 34,
+            level: true
+        }]
+    );
+    assert_eq!(rtc.node.name, "pl031@9010000");
+    assert_eq!(rtc.node.clock_hz, Some(24_000_000));
+    let names: Vec<&str> = rtc
+        .node
+        .properties
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .collect();
+    // The board's clocks and phandles are not copied (the VM's tree has its own clock).
+    assert_eq!(names, ["clock-names", "interrupts", "reg", "compatible"]);
+    // Moved with `ipa`: the VM sees it there, its node named and its reg written for it.
+    assert_eq!(gpio.regions[0].ipa, GuestPhysAddr(0x1c03_0000));
+    assert_eq!(gpio.regions[0].phys, PhysAddr(0x0903_0000));
+    assert_eq!(gpio.node.name, "pl061@1c030000");
+    let reg = &gpio
+        .node
+        .properties
+        .iter()
+        .find(|(n, _)| n == "reg")
+        .unwrap()
+        .1;
+    assert_eq!(
+        reg.as_slice(),
+        [0, 0, 0, 0, 0x1c, 0x03, 0, 0, 0, 0, 0, 0, 0, 0, 0x10, 0]
+    );
+    assert!(system.vms[1].passthrough.is_empty());
+    // Emitted for the hypervisor.
+    let dtbs: Vec<PathBuf> = system
+        .vms
+        .iter()
+        .map(|vm| PathBuf::from(format!("/out/{}.dtb", vm.name)))
+        .collect();
+    let source = emit_rust(&system, &dtbs);
+    assert!(source.contains(
+        "::keel_core::system::AssignedDevice { path: \"/pl031@9010000\", regions: &[::keel_core::addr::MemoryRegion { ipa: ::keel_core::addr::GuestPhysAddr(0x9010000), phys: ::keel_core::addr::PhysAddr(0x9010000), size: 0x1000 }], interrupts: &[::keel_core::system::AssignedInterrupt { intid: 34, level: true }] }"
+    ));
+    syn::parse_file(&source).expect("emitted Rust parses");
+}
+
+#[test]
+fn passthrough_needs_the_boards_device_tree() {
+    let path = Path::new(FIXTURES).join("passthrough/valid.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(
+        parse_str(&text, &path, &guest_image)
+            .map(|_| ())
+            .map_err(|error| error.to_string()),
+        Err(format!(
+            "{}: vm 'rtc': passthrough: the board's device tree cannot be read: no board device \
+             tree was given to the configuration compiler",
+            path.display()
+        ))
+    );
+}
+
+#[test]
+fn passthrough_path_names_a_node_under_the_root() {
+    assert_passthrough_refused(
+        passthrough_with(PL031, "path = \"pl031@9010000\""),
+        "vm 'rtc': passthrough: 'pl031@9010000' is not a node directly under the root \
+         ('/name@address')",
+    );
+    assert_passthrough_refused(
+        passthrough_with(PL031, "path = \"/intc@8000000/its@8080000\""),
+        "vm 'rtc': passthrough: '/intc@8000000/its@8080000' is not a node directly under the \
+         root ('/name@address')",
+    );
+}
+
+#[test]
+fn passthrough_path_is_in_the_board() {
+    assert_passthrough_refused(
+        passthrough_with(PL031, "path = \"/pl031@9000000\""),
+        "vm 'rtc': passthrough: '/pl031@9000000' is not in the board's device tree",
+    );
+    // The unit address is part of the name.
+    assert_passthrough_refused(
+        passthrough_with(PL031, "path = \"/pl031\""),
+        "vm 'rtc': passthrough: '/pl031' is not in the board's device tree",
+    );
+}
+
+#[test]
+fn passthrough_lists_a_device_once() {
+    assert_passthrough_refused(
+        passthrough_with(
+            "path = \"/pl061@9030000\"\nipa = 0x1c03_0000",
+            "path = \"/pl031@9010000\"",
+        ),
+        "vm 'rtc': passthrough: '/pl031@9010000' is listed twice",
+    );
+}
+
+#[test]
+fn passthrough_refuses_keels_own_devices() {
+    for (path, what) in [
+        ("/intc@8000000", "the interrupt controller"),
+        ("/pl011@9000000", "its console's UART"),
+        ("/timer", "the architected timer"),
+        ("/psci", "PSCI"),
+        ("/memory@40000000", "RAM"),
+    ] {
+        assert_passthrough_refused(
+            passthrough_with(PL031, &format!("path = \"{path}\"")),
+            &format!("vm 'rtc': passthrough: '{path}' is Keel's own ({what})"),
+        );
+    }
+}
+
+#[test]
+fn passthrough_needs_registers() {
+    assert_passthrough_refused(
+        passthrough_with(PL031, "path = \"/apb-pclk\""),
+        "vm 'rtc': passthrough: '/apb-pclk' has no registers (reg) to map",
+    );
+}
+
+#[test]
+fn passthrough_registers_are_whole_pages() {
+    assert_passthrough_refused(
+        passthrough_with(PL031, "path = \"/fw-cfg@9020000\""),
+        "vm 'rtc': passthrough: '/fw-cfg@9020000' region 0x9020000..0x9020018 is not 4 KiB \
+         aligned (stage 2 maps whole pages)",
+    );
+    assert_passthrough_refused(
+        passthrough_with("ipa = 0x1c03_0000", "ipa = 0x1c03_0800"),
+        "vm 'rtc': passthrough: '/pl061@9030000' region 0x1c030800..0x1c031800 is not 4 KiB \
+         aligned (stage 2 maps whole pages)",
+    );
+}
+
+#[test]
+fn passthrough_registers_are_not_ram() {
+    assert_passthrough_refused(
+        passthrough_with(
+            "ram = { base = 0x4000_0000, size = \"1G\" }",
+            "ram = { base = 0x0, size = \"2G\" }",
+        ),
+        "vm 'rtc': passthrough: '/pl031@9010000' region 0x9010000..0x9011000 lies in RAM \
+         0x0..0x80000000",
+    );
+}
+
+#[test]
+fn passthrough_registers_fit_the_guest_physical_space() {
+    assert_passthrough_refused(
+        passthrough_with("ipa = 0x1c03_0000", "ipa = 0x80_0000_0000"),
+        "vm 'rtc': passthrough: '/pl061@9030000' at 0x8000000000..0x8000001000 lies beyond the \
+         39-bit guest-physical space",
+    );
+}
+
+#[test]
+fn passthrough_registers_are_clear_of_what_the_vm_sees() {
+    for (ipa, what) in [
+        ("0x4000_0000", "its memory 0x40000000..0x41000000"),
+        ("0x0900_0000", "the emulated PL011 0x9000000..0x9001000"),
+        (
+            "0x0800_0000",
+            "the emulated GIC distributor 0x8000000..0x8010000",
+        ),
+        (
+            "0x080a_0000",
+            "the emulated GIC redistributors 0x80a0000..0x80c0000",
+        ),
+        (
+            "0x0901_0000",
+            "the registers of '/pl031@9010000' at 0x9010000..0x9011000",
+        ),
+    ] {
+        let pl061 = format!("pl061@9030000' at {}", {
+            let value = u64::from_str_radix(&ipa[2..].replace('_', ""), 16).unwrap();
+            format!("{value:#x}..{:#x}", value + 0x1000)
+        });
+        assert_passthrough_refused(
+            passthrough_with("ipa = 0x1c03_0000", &format!("ipa = {ipa}")),
+            &format!("vm 'rtc': passthrough: '/{pl061} overlaps {what}"),
+        );
+    }
+}
+
+#[test]
+fn passthrough_gives_a_device_to_one_vm() {
+    assert_passthrough_refused(
+        passthrough_with(
+            "devices = [\"console\"]\n\n[[channel]]",
+            "devices = [\"console\"]\npassthrough = [{ path = \"/pl031@9010000\" }]\n\n[[channel]]",
+        ),
+        "vm 'other': passthrough: '/pl031@9010000' is already given to vm 'rtc'",
+    );
+}
+
+#[test]
+fn passthrough_interrupts_are_spis_keel_can_forward() {
+    for (path, why) in [
+        (
+            "/ppi-device@9100000",
+            "PPI 5 (a private interrupt of each CPU; only SPIs are forwarded)",
+        ),
+        (
+            "/high-spi@9110000",
+            "INTID 144 is beyond the 128 interrupts of Keel's virtual GIC",
+        ),
+        (
+            "/falling-edge@9120000",
+            "INTID 64 has trigger type 2 (the GIC takes level-high (4) or edge-rising (1))",
+        ),
+    ] {
+        assert_passthrough_refused(
+            passthrough_with(PL031, &format!("path = \"{path}\"")),
+            &format!("vm 'rtc': passthrough: '{path}' has an interrupt Keel cannot forward: {why}"),
+        );
+    }
+}
+
+#[test]
+fn passthrough_interrupts_are_the_vms_alone() {
+    assert_passthrough_refused(
+        passthrough_with(
+            "devices = [\"console\"]\n\n[[vm.passthrough]]",
+            "devices = [\"console\"]\nmessages = { depth = 4, size = 64, interrupt = 34, from = [\"other\"] }\n\n[[vm.passthrough]]",
+        ),
+        "vm 'rtc': passthrough: '/pl031@9010000' interrupt 34 is already its message interrupt",
+    );
+}
+
+#[test]
+fn passthrough_node_keeps_only_a_fixed_clock() {
+    assert_passthrough_refused(
+        passthrough_with(PL031, "path = \"/pll-clocked@9130000\""),
+        "vm 'rtc': passthrough: '/pll-clocked@9130000': 'clocks' names phandle 32772, not a \
+         fixed clock the VM's tree can copy",
+    );
+}
+
+#[test]
+fn passthrough_refuses_dma_masters_without_an_smmu() {
+    assert_passthrough_refused(
+        passthrough_with(PL031, "path = \"/pcie@10000000\""),
+        "vm 'rtc': passthrough: '/pcie@10000000' can master DMA (a PCI host bridge) and no SMMU \
+         guards it",
+    );
+    assert_passthrough_refused(
+        passthrough_with(PL031, "path = \"/behind-iommu@9140000\""),
+        "vm 'rtc': passthrough: '/behind-iommu@9140000' can master DMA (the board puts it \
+         behind an IOMMU) and no SMMU guards it",
+    );
+}
+
+#[test]
+fn channel_interrupt_is_not_a_members_device_interrupt() {
+    assert_passthrough_refused(
+        passthrough_with("interrupt = 40", "interrupt = 34"),
+        "channel 'shared': interrupt: 34 is the interrupt of '/pl031@9010000', given to member \
+         vm 'rtc': give another SGI (0..=15) or SPI (32..=127)",
+    );
+}
+
+#[test]
+fn channel_window_is_clear_of_a_members_device() {
+    assert_passthrough_refused(
+        passthrough_with("ipa = 0x1c03_0000", "ipa = 0x6000_0000"),
+        "channel 'shared' vm 'rtc': ipa: window 0x60000000..0x60010000 overlaps the registers \
+         of '/pl061@9030000' at 0x60000000..0x60001000",
     );
 }

@@ -15,6 +15,9 @@ use vm_fdt::FdtWriter;
 const GIC_PHANDLE: u32 = 1;
 /// Phandle of the PL011's fixed clock.
 const APB_CLOCK_PHANDLE: u32 = 2;
+/// Phandle of the first fixed clock of another frequency than `apb-pclk`'s (an assigned
+/// device's).
+const FIRST_DEVICE_CLOCK_PHANDLE: u32 = 3;
 /// Frequency of the PL011's clock (QEMU `virt`'s `apb-pclk`).
 const APB_CLOCK_HZ: u32 = 24_000_000;
 
@@ -137,15 +140,8 @@ fn write_tree(vm: &Vm, channels: &[Channel]) -> Result<Vec<u8>, vm_fdt::Error> {
     fdt.property_null("always-on")?;
     fdt.end_node(timer)?;
 
+    let device_clocks = write_clocks(&mut fdt, vm)?;
     if vm.console {
-        let clock = fdt.begin_node("apb-pclk")?;
-        fdt.property_string("compatible", "fixed-clock")?;
-        fdt.property_u32("#clock-cells", 0)?;
-        fdt.property_u32("clock-frequency", APB_CLOCK_HZ)?;
-        fdt.property_string("clock-output-names", "clk24mhz")?;
-        fdt.property_phandle(APB_CLOCK_PHANDLE)?;
-        fdt.end_node(clock)?;
-
         let uart = fdt.begin_node(&uart_path[1..])?;
         fdt.property_string_list(
             "compatible",
@@ -188,6 +184,7 @@ fn write_tree(vm: &Vm, channels: &[Channel]) -> Result<Vec<u8>, vm_fdt::Error> {
     }
 
     write_channels(&mut fdt, vm, channels)?;
+    write_assigned_devices(&mut fdt, vm, &device_clocks)?;
 
     let chosen = fdt.begin_node("chosen")?;
     fdt.property_string("bootargs", &vm.cmdline)?;
@@ -207,6 +204,73 @@ fn write_tree(vm: &Vm, channels: &[Channel]) -> Result<Vec<u8>, vm_fdt::Error> {
 
     fdt.end_node(root)?;
     fdt.finish()
+}
+
+/// The VM's fixed clocks: `apb-pclk` (QEMU `virt`'s, 24 MHz) if the PL011 or an assigned
+/// device takes it, and one `clock-<hz>` per other frequency an assigned device's clock has.
+/// Returns each frequency with its phandle.
+fn write_clocks(fdt: &mut FdtWriter, vm: &Vm) -> Result<Vec<(u32, u32)>, vm_fdt::Error> {
+    let mut clocks: Vec<(u32, u32)> = Vec::new();
+    if vm.console {
+        clocks.push((APB_CLOCK_HZ, APB_CLOCK_PHANDLE));
+    }
+    for hz in vm
+        .passthrough
+        .iter()
+        .filter_map(|device| device.node.clock_hz)
+    {
+        if clocks.iter().any(|&(known, _)| known == hz) {
+            continue;
+        }
+        let phandle = if hz == APB_CLOCK_HZ {
+            APB_CLOCK_PHANDLE
+        } else {
+            FIRST_DEVICE_CLOCK_PHANDLE + clocks.len() as u32
+        };
+        clocks.push((hz, phandle));
+    }
+    clocks.sort_unstable_by_key(|&(_, phandle)| phandle);
+    for &(hz, phandle) in &clocks {
+        let name = if phandle == APB_CLOCK_PHANDLE {
+            "apb-pclk".to_string()
+        } else {
+            format!("clock-{hz}")
+        };
+        let clock = fdt.begin_node(&name)?;
+        fdt.property_string("compatible", "fixed-clock")?;
+        fdt.property_u32("#clock-cells", 0)?;
+        fdt.property_u32("clock-frequency", hz)?;
+        if phandle == APB_CLOCK_PHANDLE {
+            fdt.property_string("clock-output-names", "clk24mhz")?;
+        }
+        fdt.property_phandle(phandle)?;
+        fdt.end_node(clock)?;
+    }
+    Ok(clocks)
+}
+
+/// The board devices given to the VM: each the board's node as the compiler copied it
+/// ([`keel_core::config::DeviceNode`]), its `clocks` pointing at the VM's clock of the same
+/// frequency (`clocks`, from [`write_clocks`]). Interrupts keep the board's specifiers: the
+/// VM's GIC numbers them as the board's does.
+fn write_assigned_devices(
+    fdt: &mut FdtWriter,
+    vm: &Vm,
+    clocks: &[(u32, u32)],
+) -> Result<(), vm_fdt::Error> {
+    for device in &vm.passthrough {
+        let node = fdt.begin_node(&device.node.name)?;
+        for (name, value) in &device.node.properties {
+            fdt.property(name, value)?;
+        }
+        if let Some(hz) = device.node.clock_hz {
+            if let Some(&(_, phandle)) = clocks.iter().find(|&&(known, _)| known == hz) {
+                fdt.property_u32("clocks", phandle)?;
+            }
+        }
+        fdt.end_node(node)?;
+    }
+    Ok(())
 }
 
 /// Third cell of an SPI's specifier: edge-triggered, rising (a doorbell is an event).
@@ -294,6 +358,7 @@ mod tests {
             messages: None,
             virtio_console: None,
             cmdline: "keel.mode=ticks keel.off=6".into(),
+            passthrough: Vec::new(),
         }
     }
 
@@ -522,5 +587,67 @@ mod tests {
         assert!(!source.contains("pl011"));
         assert!(!source.contains("stdout-path"));
         assert!(source.contains("bootargs = \"keel.mode=ticks keel.off=6\";"));
+    }
+
+    /// The board's PL031 given to a VM without a console: the compiler reads QEMU's own tree
+    /// (dumped as Keel runs it), and the VM's tree gets the node with its registers where the
+    /// VM sees them and its clock pointing at the VM's copy of `apb-pclk`.
+    #[test]
+    fn an_assigned_device_is_the_boards_node_with_the_vms_clock() {
+        let image = format!(
+            "{}/../core/tests/fixtures/images/test-guest.bin",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = format!(
+            r#"
+[system]
+name = "rtc"
+ram = {{ base = 0x4000_0000, size = "1G" }}
+hypervisor = {{ base = 0x4000_0000, size = "32M" }}
+pcpus = 2
+
+[[vm]]
+name = "rtc"
+image = {{ file = "{image}" }}
+memory = {{ base = 0x5000_0000, size = "16M" }}
+pcpus = [1]
+
+[[vm.passthrough]]
+path = "/pl031@9010000"
+ipa = 0x1c01_0000
+"#
+        );
+        let system = keel_core::config::parse_str_with_board(
+            &text,
+            std::path::Path::new("rtc.toml"),
+            &|_| None,
+            &crate::image::board_tree,
+        )
+        .unwrap();
+        let source = decompile(&guest_dtb(&system.vms[0], &[]).unwrap(), "assigned");
+        let lines: Vec<&str> = source.lines().map(str::trim).collect();
+        let node = |name: &str| -> Vec<&str> {
+            let start = lines
+                .iter()
+                .position(|line| *line == format!("{name} {{"))
+                .unwrap_or_else(|| panic!("no node {name} in:\n{source}"));
+            let end = start + lines[start..].iter().position(|l| *l == "};").unwrap();
+            lines[start + 1..end].to_vec()
+        };
+        let expected_rtc = [
+            "clock-names = \"apb_pclk\";",
+            "interrupts = <0x00 0x02 0x04>;",
+            "reg = <0x00 0x1c010000 0x00 0x1000>;",
+            "compatible = \"arm,pl031\\0arm,primecell\";",
+            "clocks = <0x02>;",
+        ];
+        assert_eq!(node("pl031@1c010000"), expected_rtc.map(normalize_hex));
+        let clock = node("apb-pclk");
+        assert!(
+            clock.contains(&normalize_hex("phandle = <0x02>;").as_str()),
+            "{source}"
+        );
+        assert!(clock.contains(&"compatible = \"fixed-clock\";"), "{source}");
+        assert!(!source.contains("pl011"));
     }
 }

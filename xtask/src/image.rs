@@ -181,10 +181,24 @@ pub struct SystemImage {
     pub elf: PathBuf,
 }
 
+/// The board's device tree that `[[vm.passthrough]]` paths name: QEMU `virt`'s as Keel runs
+/// it ([`Machine::keel`](crate::qemu::Machine::keel); its device nodes do not depend on the
+/// pCPU count), dumped once into the output directory.
+pub fn board_tree() -> std::result::Result<Vec<u8>, String> {
+    let path = output_dir().join("board-virt.dtb");
+    if !path.exists() {
+        std::fs::create_dir_all(output_dir()).map_err(|e| e.to_string())?;
+        crate::qemu::Machine::keel(&crate::workspace().join("README.md"), 1)
+            .dump_device_tree(&path)?;
+    }
+    std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
 /// Compiles the configuration at `config_path` and builds Keel's image for it.
 /// Guests must be built first ([`build_guests`]).
 pub fn build_system(config_path: &Path) -> Result<SystemImage> {
-    let system = config::load(config_path, &guest_image).map_err(|e| e.to_string())?;
+    let system = config::load_with_board(config_path, &guest_image, &board_tree)
+        .map_err(|e| e.to_string())?;
     let dir = output_dir().join(&system.name);
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let mut dtbs = Vec::new();

@@ -160,6 +160,20 @@ fn check_channel(
                 },
             ));
         }
+        if let Some(device) = vm
+            .passthrough
+            .iter()
+            .find(|device| device.interrupts.iter().any(|i| i.intid == intid))
+        {
+            return Err(at(
+                "interrupt",
+                Problem::ChannelInterruptIsDevice {
+                    intid,
+                    vm: vm.name.clone(),
+                    path: device.path.clone(),
+                },
+            ));
+        }
     }
 
     Ok(Channel {
@@ -245,6 +259,21 @@ fn check_member(
                 what,
                 other_range,
             }));
+        }
+    }
+    for device in &vm.passthrough {
+        for region in &device.regions {
+            let other_range = AddressRange {
+                start: region.ipa.0,
+                end: region.ipa.0 + region.size,
+            };
+            if range.overlaps(&other_range) {
+                return Err(ipa(Problem::WindowOverlapsDevice {
+                    range,
+                    path: device.path.clone(),
+                    other_range,
+                }));
+            }
         }
     }
     let id = u8::try_from(vm.id).expect("MAX_VMS fits a u8");

@@ -2,7 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::model::{ChannelMember, Messages, System, Tasks};
+use super::model::{ChannelMember, DeviceInterrupt, Messages, Passthrough, System, Tasks};
+use crate::addr::MemoryRegion;
 use crate::sched::{Params, Policy};
 use crate::system::WfiPolicy;
 
@@ -136,6 +137,10 @@ pub fn emit_rust(system: &System, dtb_paths: &[PathBuf]) -> String {
         line(format!(
             "            wfi: ::keel_core::system::WfiPolicy::{wfi},"
         ));
+        line(format!(
+            "            devices: &[{}],",
+            devices(&vm.passthrough)
+        ));
         line("        },".into());
     }
     line("    ],".into());
@@ -236,6 +241,35 @@ fn params(params: Params) -> String {
     )
 }
 
+/// A VM's assigned devices as [`AssignedDevice`](crate::system::AssignedDevice) literals.
+fn devices(devices: &[Passthrough]) -> String {
+    let region = |region: &MemoryRegion| {
+        format!(
+            "::keel_core::addr::MemoryRegion {{ ipa: ::keel_core::addr::GuestPhysAddr({:#x}), \
+             phys: ::keel_core::addr::PhysAddr({:#x}), size: {:#x} }}",
+            region.ipa.0, region.phys.0, region.size
+        )
+    };
+    let interrupt = |interrupt: &DeviceInterrupt| {
+        format!(
+            "::keel_core::system::AssignedInterrupt {{ intid: {}, level: {} }}",
+            interrupt.intid, interrupt.level
+        )
+    };
+    let device = |device: &Passthrough| {
+        let regions: Vec<String> = device.regions.iter().map(region).collect();
+        let interrupts: Vec<String> = device.interrupts.iter().map(interrupt).collect();
+        format!(
+            "::keel_core::system::AssignedDevice {{ path: {:?}, regions: &[{}], interrupts: &[{}] }}",
+            device.path,
+            regions.join(", "),
+            interrupts.join(", ")
+        )
+    };
+    let devices: Vec<String> = devices.iter().map(device).collect();
+    devices.join(", ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,6 +301,7 @@ mod tests {
             wfi,
             pmu: id == 0,
             monitor_masked_stretch: id == 1,
+            passthrough: Vec::new(),
             cmdline: "keel.mode=ticks".to_string(),
         };
         System {

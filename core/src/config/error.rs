@@ -4,6 +4,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use super::duration::{format_duration, DurationError};
+use super::passthrough::PassthroughProblem;
 use super::percent::PercentError;
 use super::unschedulable::Unschedulable;
 
@@ -714,6 +715,16 @@ pub enum Problem {
         /// The VM's window of it.
         other_range: AddressRange,
     },
+    /// `window <range> overlaps the registers of '<path>' at <other_range>`: a device given to
+    /// the member.
+    WindowOverlapsDevice {
+        /// The window, guest-physical.
+        range: AddressRange,
+        /// The device's path.
+        path: String,
+        /// Its registers, guest-physical.
+        other_range: AddressRange,
+    },
     /// `<intid> is the console's interrupt (the PL011's SPI) in member vm '<vm>': give another
     /// SGI (0..=15) or SPI (32..=127)`.
     ChannelInterruptIsConsole {
@@ -730,6 +741,19 @@ pub enum Problem {
         /// The member whose `messages.interrupt` it is.
         vm: String,
     },
+    /// `<intid> is the interrupt of '<path>', given to member vm '<vm>': give another SGI
+    /// (0..=15) or SPI (32..=127)`.
+    ChannelInterruptIsDevice {
+        /// The INTID given.
+        intid: u32,
+        /// The member given the device.
+        vm: String,
+        /// The device's path.
+        path: String,
+    },
+    /// A `[[vm.passthrough]]` rule (see [`PassthroughProblem`]; boxed, so that every rule's
+    /// error stays small).
+    Passthrough(Box<PassthroughProblem>),
 }
 
 /// How a pinned pCPU's refusal tells the reader to share it.
@@ -1054,6 +1078,14 @@ impl fmt::Display for Problem {
                 f,
                 "window {range} overlaps its window {other_range} of channel '{other}'"
             ),
+            Self::WindowOverlapsDevice {
+                range,
+                path,
+                other_range,
+            } => write!(
+                f,
+                "window {range} overlaps the registers of '{path}' at {other_range}"
+            ),
             Self::ChannelInterruptIsConsole { intid, vm } => write!(
                 f,
                 "{intid} is the console's interrupt (the PL011's SPI) in member vm '{vm}': give \
@@ -1064,6 +1096,12 @@ impl fmt::Display for Problem {
                 "{intid} is the message interrupt of member vm '{vm}': give another SGI \
                  (0..=15) or SPI (32..=127)"
             ),
+            Self::ChannelInterruptIsDevice { intid, vm, path } => write!(
+                f,
+                "{intid} is the interrupt of '{path}', given to member vm '{vm}': give another \
+                 SGI (0..=15) or SPI (32..=127)"
+            ),
+            Self::Passthrough(problem) => write!(f, "{problem}"),
         }
     }
 }

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use super::error::{ConfigError, ConfigErrorKind};
 use super::model::System;
+use super::passthrough::{no_board_tree, BoardTree};
 use super::schema::ConfigFile;
 use super::validate::validate;
 
@@ -11,13 +12,24 @@ use super::validate::validate;
 ///
 /// `guest_image` maps the name of a guest of this workspace to its built image
 /// (`None`: no such guest). Image files named by `file` are relative to `path`'s directory.
+/// No board device tree is given: a `[[vm.passthrough]]` is refused ([`load_with_board`]).
 pub fn load(
     path: &Path,
     guest_image: &dyn Fn(&str) -> Option<PathBuf>,
 ) -> Result<System, ConfigError> {
+    load_with_board(path, guest_image, &no_board_tree)
+}
+
+/// [`load`], with the board's device tree that `[[vm.passthrough]]` paths name (read only if
+/// a VM is given a device).
+pub fn load_with_board(
+    path: &Path,
+    guest_image: &dyn Fn(&str) -> Option<PathBuf>,
+    board: BoardTree,
+) -> Result<System, ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|error| ConfigError::new(path, ConfigErrorKind::Read(error.to_string())))?;
-    parse_str(&text, path, guest_image)
+    parse_str_with_board(&text, path, guest_image, board)
 }
 
 /// Same as [`load`], from the file's text; `path` names it in errors and anchors relative images.
@@ -26,10 +38,20 @@ pub fn parse_str(
     path: &Path,
     guest_image: &dyn Fn(&str) -> Option<PathBuf>,
 ) -> Result<System, ConfigError> {
+    parse_str_with_board(text, path, guest_image, &no_board_tree)
+}
+
+/// Same as [`load_with_board`], from the file's text.
+pub fn parse_str_with_board(
+    text: &str,
+    path: &Path,
+    guest_image: &dyn Fn(&str) -> Option<PathBuf>,
+    board: BoardTree,
+) -> Result<System, ConfigError> {
     let file: ConfigFile =
         toml::from_str(text).map_err(|error| ConfigError::new(path, toml_error(text, &error)))?;
     let config_dir = path.parent().unwrap_or(Path::new(""));
-    validate(&file, config_dir, guest_image).map_err(|kind| ConfigError::new(path, kind))
+    validate(&file, config_dir, guest_image, board).map_err(|kind| ConfigError::new(path, kind))
 }
 
 /// Turns a TOML parser error into its message and 1-based line and column.

@@ -3,7 +3,8 @@
 //! [`load`] parses a file (`schema`; durations in `duration`, percentages in `percent`) and
 //! checks every rejection rule in file order (`validate`, with the scheduling rules and
 //! build-time admission in `schedule`, the `tasks` table's rules in `tasks`, the `messages`
-//! table's in `messages` and the `[[channel]]` tables' in `channels`; each rule's exact
+//! table's in `messages` and the `[[channel]]` tables' in `channels`, the `[[vm.passthrough]]` tables' against the
+//! board's device tree in `passthrough`; each rule's exact
 //! message is a [`Problem`] or [`Unschedulable`]
 //! variant); [`emit_rust`] turns the result into the
 //! [`SystemDesc`](crate::system::SystemDesc) and message pool size the hypervisor links in. EL2
@@ -18,6 +19,7 @@ mod image;
 mod load;
 mod messages;
 mod model;
+mod passthrough;
 mod percent;
 mod schedule;
 mod schema;
@@ -30,13 +32,14 @@ pub use codegen::emit_rust;
 pub use duration::{format_duration, parse_duration, DurationError};
 pub use error::{AddressRange, Backing, ConfigError, ConfigErrorKind, Problem, Subject, VcpuName};
 pub use image::{inspect as inspect_image, ImageLayout};
-pub use load::{load, parse_str};
+pub use load::{load, load_with_board, parse_str, parse_str_with_board};
 pub use model::{
-    Channel, ChannelMember, Flash, ImageSource, Initrd, Messages, System, Tasks, Vm, DEFAULT_IPA,
-    DEVICE_WINDOW_END, DEVICE_WINDOW_START, DTB_REGION_SIZE, FLASH_WINDOW_SIZE,
-    HYPERVISOR_IMAGE_OFFSET, IPA_BITS, KNOWN_DEVICES, LINUX_IMAGE_BASE_ALIGN, MAX_PCPUS, MAX_VCPUS,
-    MAX_VMS, MIN_VM_MEMORY, PAGE_SIZE,
+    Channel, ChannelMember, DeviceInterrupt, DeviceNode, Flash, ImageSource, Initrd, Messages,
+    Passthrough, System, Tasks, Vm, DEFAULT_IPA, DEVICE_WINDOW_END, DEVICE_WINDOW_START,
+    DTB_REGION_SIZE, FLASH_WINDOW_SIZE, HYPERVISOR_IMAGE_OFFSET, IPA_BITS, KNOWN_DEVICES,
+    LINUX_IMAGE_BASE_ALIGN, MAX_PCPUS, MAX_VCPUS, MAX_VMS, MIN_VM_MEMORY, PAGE_SIZE,
 };
+pub use passthrough::{no_board_tree, BoardTree, PassthroughProblem};
 pub use percent::{parse_percent, PercentError};
 pub use schedule::{DEFAULT_QUANTUM_NS, DEFAULT_SWITCH_COST_NS};
 pub use size::{parse_size, ByteSize};

@@ -161,6 +161,48 @@ pub struct Vm {
     pub monitor_masked_stretch: bool,
     /// Kernel command line, for `/chosen/bootargs`.
     pub cmdline: String,
+    /// The board's devices it is given, in the order written.
+    pub passthrough: Vec<Passthrough>,
+}
+
+/// A board device given to a VM (a `[[vm.passthrough]]` table), resolved against the board's
+/// device tree: its registers mapped in the VM's stage 2 as device memory, its interrupts
+/// forwarded in hardware, its node copied into the VM's device tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Passthrough {
+    /// Its path in the board's device tree (a node directly under the root).
+    pub path: String,
+    /// Its register regions: page aligned, clear of RAM, at the IPAs the VM sees them.
+    pub regions: Vec<MemoryRegion>,
+    /// Its interrupts: SPIs the VM alone receives, as the board numbers them (the VM sees the
+    /// same INTIDs).
+    pub interrupts: Vec<DeviceInterrupt>,
+    /// The node for the VM's device tree.
+    pub node: DeviceNode,
+}
+
+/// One interrupt of an assigned device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceInterrupt {
+    /// Its INTID (an SPI: 32 and up).
+    pub intid: u32,
+    /// Level-sensitive (high); otherwise edge-triggered (rising).
+    pub level: bool,
+}
+
+/// An assigned device's node as the VM's device tree describes it: the board's node, its
+/// properties copied except those that refer to the board (phandles, `interrupt-parent`,
+/// IOMMU and MSI maps), `reg` moved to the VM's IPAs, and its clock, if it names a fixed
+/// clock, replaced by the VM's copy of that clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceNode {
+    /// The node's name, `name@unit-address` (at the VM's IPA).
+    pub name: String,
+    /// The properties to copy, name and raw value, in board order.
+    pub properties: Vec<(String, Vec<u8>)>,
+    /// The frequency of the fixed clock its `clocks` named, if any: the VM's tree gets a
+    /// `fixed-clock` of that frequency and the node's `clocks` points at it.
+    pub clock_hz: Option<u32>,
 }
 
 /// A VM's validated `tasks` table, emitted as a [`TaskGrant`](crate::system::TaskGrant).

@@ -171,6 +171,10 @@ pub struct VmTable {
     /// Emulated devices by name.
     #[serde(default)]
     pub devices: Vec<String>,
+    /// The board's devices it is given (`[[vm.passthrough]]`), each by its path in the board's
+    /// device tree.
+    #[serde(default)]
+    pub passthrough: Vec<PassthroughTable>,
     /// Kernel command line (`/chosen/bootargs`).
     #[serde(default)]
     pub cmdline: String,
@@ -184,6 +188,17 @@ pub struct VmTable {
     /// the pCPUs it alone uses).
     #[serde(default)]
     pub monitor_masked_stretch: bool,
+}
+
+/// One `[[vm.passthrough]]` table: `{ path = "/pl031@9010000" }`, optionally with `ipa`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PassthroughTable {
+    /// The device's node in the board's device tree, as Xen's `xen,path`.
+    pub path: String,
+    /// Where the VM sees its first register region (the others keep their offsets from it);
+    /// default: where the board has it.
+    pub ipa: Option<u64>,
 }
 
 /// `image = { guest = "..." }` or `image = { file = "..." }`.

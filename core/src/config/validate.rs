@@ -16,6 +16,7 @@ use super::model::{
     DTB_REGION_SIZE, FLASH_WINDOW_SIZE, HYPERVISOR_IMAGE_OFFSET, IPA_BITS, KNOWN_DEVICES,
     LINUX_IMAGE_BASE_ALIGN, MAX_PCPUS, MAX_VCPUS, MAX_VMS, MIN_VM_MEMORY, PAGE_SIZE,
 };
+use super::passthrough::{self, BoardTree};
 use super::schedule;
 use super::schema::{ConfigFile, RegionTable, SystemTable, VmTable};
 use super::tasks;
@@ -107,6 +108,7 @@ struct Context<'a> {
     hypervisor: AddressRange,
     earlier: &'a [Vm],
     names: &'a [&'a str],
+    board: BoardTree<'a>,
 }
 
 /// Name rules: non-empty, unique. Returns the subject to report the VM's other errors under.
@@ -377,7 +379,12 @@ fn ram_layout(
 }
 
 /// All rules of one `[[vm]]`, in the order its fields are documented.
-fn check_vm(table: &VmTable, index: usize, context: &Context) -> Result<Vm, ConfigErrorKind> {
+fn check_vm(
+    table: &VmTable,
+    index: usize,
+    context: &Context,
+    board_tree: &mut Option<Vec<u8>>,
+) -> Result<Vm, ConfigErrorKind> {
     let subject = check_name(table, index, context.earlier)?;
     let at = |field: &'static str, problem: Problem| invalid(&subject, field, problem);
 
@@ -439,7 +446,7 @@ fn check_vm(table: &VmTable, index: usize, context: &Context) -> Result<Vm, Conf
             .map_err(|(field, problem)| at(field, problem))?,
     };
 
-    let vm = Vm {
+    let mut vm = Vm {
         id: u16::try_from(index).expect("MAX_VMS fits a u16"),
         name: table.name.clone(),
         phys: memory.start,
@@ -461,16 +468,28 @@ fn check_vm(table: &VmTable, index: usize, context: &Context) -> Result<Vm, Conf
         pmu: table.pmu,
         monitor_masked_stretch: table.monitor_masked_stretch,
         cmdline: table.cmdline.clone(),
+        passthrough: Vec::new(),
     };
     messages::check_pool(&vm, &subject)?;
+    vm.passthrough = passthrough::check_passthrough(
+        table,
+        &vm,
+        context.earlier,
+        context.ram,
+        board_tree,
+        context.board,
+    )
+    .map_err(|problem| at("passthrough", Problem::Passthrough(Box::new(problem))))?;
     Ok(vm)
 }
 
-/// Checks every rule; `config_dir` is the directory image files are relative to.
+/// Checks every rule; `config_dir` is the directory image files are relative to, `board` the
+/// board's device tree (read once, if some VM is given a device).
 pub fn validate(
     file: &ConfigFile,
     config_dir: &Path,
     guest_image: &dyn Fn(&str) -> Option<PathBuf>,
+    board: BoardTree,
 ) -> Result<System, ConfigErrorKind> {
     let (ram, hypervisor) = check_system(&file.system)?;
     let switch_cost_ns = schedule::switch_cost(&file.system)?;
@@ -486,6 +505,7 @@ pub fn validate(
     }
     let names: Vec<&str> = file.vm.iter().map(|table| table.name.as_str()).collect();
     let mut vms: Vec<Vm> = Vec::with_capacity(file.vm.len());
+    let mut board_tree = None;
     for (index, table) in file.vm.iter().enumerate() {
         let context = Context {
             config_dir,
@@ -496,8 +516,9 @@ pub fn validate(
             hypervisor,
             earlier: &vms,
             names: &names,
+            board,
         };
-        let vm = check_vm(table, index, &context)?;
+        let vm = check_vm(table, index, &context, &mut board_tree)?;
         vms.push(vm);
     }
     messages::check_virtio_peers(&vms)?;
