@@ -17,7 +17,7 @@ use keel_core::devices::vgic::Vgic;
 use keel_core::devices::DeviceError;
 use keel_core::system::VmDesc;
 
-use crate::{console, vm};
+use crate::{console, irq, vm};
 
 /// A guest's access to a device register: where in the device's window, how wide, and the
 /// value of a store (already cut to `size` bytes).
@@ -124,7 +124,11 @@ impl Device for Distributor {
                 return Ok(value);
             }
         }
-        gic_access(id, access, Vgic::distributor_read, Vgic::distributor_write)
+        let value = gic_access(id, access, Vgic::distributor_read, Vgic::distributor_write)?;
+        if access.write.is_some() && !vm::desc(id).devices.is_empty() {
+            irq::mirror_device_interrupts(id);
+        }
+        Ok(value)
     }
 }
 

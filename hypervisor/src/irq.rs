@@ -3,17 +3,20 @@
 //! Keel's interrupts: SGI 0 (kick: re-evaluate this pCPU's vCPUs), PPI 25 (GIC maintenance),
 //! PPI 26 (EL2 physical timer: the pCPU's timer queue, see [`crate::timers`]), PPI 27 (the
 //! running guest's virtual timer, forwarded with a hardware-linked list register) and the
-//! UART's SPI.
+//! UART's SPI. The SPIs of the board devices given to VMs are forwarded the timer's way: a
+//! hardware-linked list register, the guest's EOI deactivating the physical interrupt
+//! ([`forward`]).
 //!
 //! What the interrupts mean for a shared pCPU's scheduler is marked in [`crate::vm`]
 //! ([`vm::mark_stale`]) and returned ([`Handled`]) for the caller to act on; the one call that
 //! reaches the scheduler, waking a vCPU that shares this pCPU when an interrupt is raised for
 //! it, goes through the function it installs at boot ([`set_wake_here`]).
 
-use core::sync::atomic::{AtomicPtr, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
 
 use keel_core::abi::layout;
 use keel_core::console::Input;
+use keel_core::devices::vgic::NR_IRQS;
 use keel_core::ratelimit::DiagnosticKind;
 
 use crate::arch::gic;
@@ -109,7 +112,14 @@ fn handle_from(first: u32, mut handled: Handled) -> Handled {
                 handled.reschedule = true;
             }
             _ if intid == crate::platform::uart_intid() => console_input(),
-            _ => {}
+            _ => {
+                if let Some(id) = forwarded_to(intid) {
+                    // Left active: the guest's EOI deactivates it.
+                    handled.reschedule |= forward(id, intid) == Raised::WokeHere;
+                    intid = gic::acknowledge();
+                    continue;
+                }
+            }
         }
         gic::deactivate(intid);
         intid = gic::acknowledge();
@@ -243,12 +253,14 @@ pub fn list_expired_timer() {
     }
 }
 
-/// Writes virtual interrupt `intid` as pending into list register `lr`. The virtual timer is
-/// linked to its physical interrupt (the guest's EOI deactivates it); level-sensitive SPIs ask
-/// for a maintenance interrupt on EOI so their line is re-sampled.
+/// Writes virtual interrupt `intid` as pending into list register `lr`. The virtual timer and
+/// the SPIs of assigned devices are linked to their physical interrupt (the guest's EOI
+/// deactivates it); emulated SPIs ask for a maintenance interrupt on EOI so their line is
+/// re-sampled.
 fn list(lr: usize, intid: u32, priority: u8, group1: bool) -> u64 {
-    let physical = (intid == layout::VTIMER_INTID).then_some(layout::VTIMER_INTID);
-    let eoi_maintenance = intid >= 32;
+    let physical =
+        (intid == layout::VTIMER_INTID || forwarded_to(intid).is_some()).then_some(intid);
+    let eoi_maintenance = intid >= 32 && physical.is_none();
     let value = gic::list_register_value(intid, priority, group1, physical, eoi_maintenance);
     gic::write_lr(lr, value);
     value
@@ -271,6 +283,94 @@ fn reclaim_finished(vgic: &mut keel_core::devices::vgic::Vgic, vcpu: usize, list
         }
     }
     remaining
+}
+
+/// The VM (id + 1; 0: none) each physical SPI of an assigned device is forwarded to. Written
+/// by pCPU 0 at boot ([`claim_device_interrupts`]) before any other pCPU starts, then only
+/// read; all zeros (in .bss) before.
+static FORWARDED: [AtomicU8; NR_IRQS] = [const { AtomicU8::new(0) }; NR_IRQS];
+
+/// The VM physical interrupt `intid` is forwarded to, if it is an assigned device's.
+#[inline(always)]
+fn forwarded_to(intid: u32) -> Option<usize> {
+    let owner = FORWARDED.get(intid as usize)?.load(Ordering::Relaxed);
+    usize::from(owner).checked_sub(1)
+}
+
+/// Takes the interrupts of VM `id`'s assigned devices for forwarding to it (at boot, by pCPU 0,
+/// when the VM is built).
+pub fn claim_device_interrupts(id: usize) {
+    for device in vm::desc(id).devices {
+        for interrupt in device.interrupts {
+            if let Some(owner) = FORWARDED.get(interrupt.intid as usize) {
+                owner.store(id as u8 + 1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Puts the physical interrupts of VM `id`'s assigned devices in their reset state: disabled
+/// until its guest enables them, neither pending nor active, routed to its vCPU 0's pCPU. At
+/// its build, its reset and when it ends (a guest gone with one active would leave the line
+/// dead). No lock is held.
+pub fn reset_device_interrupts(id: usize) {
+    let desc = vm::desc(id);
+    let Some(distributor) = gic::distributor() else {
+        return;
+    };
+    let mpidr = pcpu_affinity(desc.pcpus.first().copied().unwrap_or(0));
+    for device in desc.devices {
+        for interrupt in device.interrupts {
+            distributor.reset_spi(interrupt.intid, interrupt.level, mpidr);
+        }
+    }
+}
+
+/// After a guest write to VM `id`'s distributor: the physical interrupts of its assigned
+/// devices are enabled as its vGIC enables them, and routed to the pCPU of the vCPU its
+/// GICD_IROUTER names. The vGIC is read under its lock, the GIC written after.
+pub fn mirror_device_interrupts(id: usize) {
+    let desc = vm::desc(id);
+    let Some(distributor) = gic::distributor() else {
+        return;
+    };
+    for device in desc.devices {
+        for interrupt in device.interrupts {
+            let intid = interrupt.intid;
+            let (enabled, vcpu) = {
+                let vgic = vm::vm(id).vgic.lock_cold();
+                (vgic.is_enabled(0, intid), vgic.spi_target(intid))
+            };
+            let pcpu = desc.pcpus.get(vcpu).copied().unwrap_or(0);
+            distributor.route_spi(intid, pcpu_affinity(pcpu));
+            distributor.set_spi_enabled(intid, enabled);
+        }
+    }
+}
+
+/// The affinity (MPIDR) of pCPU `pcpu`, as the board's device tree gave it.
+fn pcpu_affinity(pcpu: u32) -> u64 {
+    let cpus = &crate::platform::get().cpus;
+    cpus.get(pcpu as usize).copied().unwrap_or(cpus[0])
+}
+
+/// Physical SPI `intid` of a device assigned to VM `id` arrived: acknowledged, its priority
+/// dropped, and left active, it is raised in the VM's vGIC for the vCPU the guest routes it
+/// to, whose pCPU is told (the physical route follows that vCPU, so it is mostly this one).
+/// Listed hardware-linked ([`list`]), the guest's EOI deactivates it, and only then can the
+/// device interrupt again: a device raising its line flat out gets one interrupt per guest
+/// EOI. For a VM that no longer runs, the interrupt is disabled and deactivated; its next
+/// start or reset sets it up again.
+fn forward(id: usize, intid: u32) -> Raised {
+    if vm::vm(id).state() != VmState::Running {
+        if let Some(distributor) = gic::distributor() {
+            distributor.set_spi_enabled(intid, false);
+            distributor.deactivate_spi(intid);
+        }
+        return Raised::Elsewhere;
+    }
+    let (current, vcpu) = vm::current().unwrap_or((usize::MAX, 0));
+    raise_and_kick(id, 0, intid, current, vcpu)
 }
 
 #[cold]
@@ -355,6 +455,14 @@ pub fn discard_vcpu_interrupts(id: usize, vcpu: usize, generation: u32) {
                 let intid = value as u32;
                 if intid >= 32 {
                     vgic.unlisted(vcpu, intid, gic::list_register_is_pending(value), false);
+                    // A forwarded interrupt its guest took and will never end: the physical
+                    // one is deactivated here (one still pending is listed again later, and
+                    // its EOI then deactivates it).
+                    if forwarded_to(intid).is_some() && gic::list_register_is_active(value) {
+                        if let Some(distributor) = gic::distributor() {
+                            distributor.deactivate_spi(intid);
+                        }
+                    }
                 }
             }
         }

@@ -80,6 +80,15 @@ pub fn build(id: usize) -> Result<(), LoadError> {
             .map(window.ipa.0, window.phys.0, window.size, kind)
             .map_err(LoadError::Map)?;
     }
+    // The registers of the board's devices given to it, as device memory.
+    for device in desc.devices {
+        for region in device.regions {
+            tables
+                .map(region.ipa.0, region.phys.0, region.size, MemoryKind::Device)
+                .map_err(LoadError::Map)?;
+        }
+    }
+    irq::claim_device_interrupts(id);
     let vm = vm::vm(id);
     vm.set_stage2_root(tables.root_phys());
     for (property, slot) in seed::SEED_PROPERTIES
@@ -109,27 +118,37 @@ fn reset_devices(id: usize) {
     let virtio = desc.virtio_console.map(|_| layout::VIRTIO_INTID);
     let messages = desc.messages.map(|grant| grant.intid);
     let doorbells = SYSTEM.channels_of(id).map(|(channel, _)| channel.intid);
-    let mut owned = [0; 3 + keel_core::system::MAX_CHANNELS];
+    let assigned = desc
+        .devices
+        .iter()
+        .flat_map(|device| device.interrupts.iter().map(|interrupt| interrupt.intid));
+    // Each SPI at most once (the compiler refuses a second use), so all fit.
+    let mut owned = [0; keel_core::devices::vgic::NR_IRQS];
     let mut count = 0;
     for intid in console
         .into_iter()
         .chain(virtio)
         .chain(messages)
         .chain(doorbells)
+        .chain(assigned)
         .filter(|&intid| intid >= 32)
+        .take(owned.len())
     {
         *at_mut(&mut owned, count) = intid;
         count += 1;
     }
-    // Lock order: the device models', then the vGIC's.
-    let vm = vm::vm(id);
-    let mut virtio = virtio::console(id).lock_cold();
-    let mut uart = vm.uart.lock_cold();
-    let mut vgic = vm.vgic.lock_cold();
-    virtio.reset();
-    *uart = Pl011::new();
-    vgic.reset(desc.pcpus.len(), at(&owned, ..count));
-    vm.gic_writes.fetch_add(1, Ordering::Relaxed);
+    {
+        // Lock order: the device models', then the vGIC's.
+        let vm = vm::vm(id);
+        let mut virtio = virtio::console(id).lock_cold();
+        let mut uart = vm.uart.lock_cold();
+        let mut vgic = vm.vgic.lock_cold();
+        virtio.reset();
+        *uart = Pl011::new();
+        vgic.reset(desc.pcpus.len(), at(&owned, ..count));
+        vm.gic_writes.fetch_add(1, Ordering::Relaxed);
+    }
+    irq::reset_device_interrupts(id);
 }
 
 /// Copies `bytes` into the VM's memory at `ipa` and cleans them to the point of coherency.
@@ -425,6 +444,8 @@ fn wait_until_stopped(id: usize) {
 
 fn after_vm_ended(id: usize) {
     vm::forget_tasks(id);
+    // Its devices' interrupts off (and none left active) until it runs again.
+    irq::reset_device_interrupts(id);
     vm::kick_vm(id);
     let all_ended = (0..SYSTEM.vms.len()).all(|other| vm::vm(other).state() != VmState::Running);
     if all_ended {

@@ -157,8 +157,7 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
     );
 
     // SAFETY: the distributor address comes from the device tree.
-    let distributor = unsafe { gic::Distributor::new(platform.gicd) };
-    distributor.init();
+    let distributor = gic::install(unsafe { gic::Distributor::new(platform.gicd) });
     distributor.enable_spi(platform.uart_intid, platform.cpus[0]);
 
     vm::assign_pcpus();

@@ -27,6 +27,8 @@ pub mod task;
 pub mod timer;
 
 pub use keel_core::abi;
+/// The device tree reader the SDK reads its blob with, for guests that look up their devices.
+pub use keel_core::fdt;
 
 pub use keel::{crash, keel_version, vm_id, yield_now};
 pub use psci::{psci_version, system_off, system_reset};

@@ -13,6 +13,7 @@ mod hostile;
 mod interrupts;
 mod messages;
 mod options;
+mod rtc;
 mod shares;
 mod ticks;
 
@@ -30,8 +31,8 @@ fn main(device_tree_address: usize) -> ! {
     // SAFETY: the address is x0 at entry, where the loader (QEMU or Keel) put the blob, which
     // nothing ever writes.
     let device_tree = unsafe { device_tree_at(device_tree_address) };
-    let info = match device_tree.and_then(|tree| boot_info(&tree)) {
-        Ok(info) => info,
+    let (tree, info) = match device_tree.and_then(|tree| Ok((tree, boot_info(&tree)?))) {
+        Ok(found) => found,
         Err(error) => {
             println!("test-guest: unreadable device tree at {device_tree_address:#x}: {error}");
             system_off();
@@ -82,6 +83,7 @@ fn main(device_tree_address: usize) -> ! {
         Mode::Work => shares::work(options.iterations, options.start_ms, options.print_ms),
         Mode::Messages => messages::run(BootArgs::new(info.bootargs)),
         Mode::Channel => channels::run(BootArgs::new(info.bootargs), &redistributor),
+        Mode::Rtc => rtc::run(&tree, BootArgs::new(info.bootargs), &redistributor),
         Mode::Pingpong => shares::pingpong(
             info.bootargs.contains("keel.pingpong=measure"),
             info.bootargs.split_whitespace().any(|t| t == "keel.fp"),

@@ -3,7 +3,8 @@
 //! | token | meaning |
 //! | --- | --- |
 //! | `keel.native` | running on bare QEMU: no Keel hypercalls |
-//! | `keel.mode=ticks\|bench\|spin\|job\|share\|pingpong\|work\|messages\|channel` | what to run (default `ticks`) |
+//! | `keel.mode=ticks\|bench\|spin\|job\|share\|pingpong\|work\|messages\|channel\|rtc` | what to run (default `ticks`) |
+//! | `keel.alarm=<seconds>` | rtc mode: how far ahead each alarm is set (default 2; see [`crate::rtc`]) |
 //! | `keel.msg=<role>` and its numbers | messages mode (see [`crate::messages`]) |
 //! | `keel.chan=<role>` and its numbers | channel mode (see [`crate::channels`]) |
 //! | `keel.work=<us>\|forever` | job mode: work per job before yielding (default 100) |
@@ -49,6 +50,8 @@ pub enum Mode {
     /// Shared-memory channels and their doorbells (`keel.chan=<role>`, see
     /// [`crate::channels`]).
     Channel,
+    /// The board's PL031 RTC given to the VM: its count and alarms (see [`crate::rtc`]).
+    Rtc,
 }
 
 impl fmt::Display for Mode {
@@ -63,6 +66,7 @@ impl fmt::Display for Mode {
             Mode::Work => "work",
             Mode::Messages => "messages",
             Mode::Channel => "channel",
+            Mode::Rtc => "rtc",
         })
     }
 }
@@ -128,24 +132,25 @@ impl fmt::Display for OptionError<'_> {
 impl<'a> Options<'a> {
     /// Parses the `keel.*` tokens of `args`; other tokens are ignored.
     pub fn parse(args: BootArgs<'a>) -> Result<Self, OptionError<'a>> {
-        let mode = match args.value("keel.mode") {
-            None | Some("ticks") => Mode::Ticks,
-            Some("bench") => Mode::Bench,
-            Some("spin") => Mode::Spin,
-            Some("job") => Mode::Job,
-            Some("share") => Mode::Share,
-            Some("pingpong") => Mode::Pingpong,
-            Some("work") => Mode::Work,
-            Some("messages") => Mode::Messages,
-            Some("channel") => Mode::Channel,
-            Some(value) => {
-                return Err(OptionError {
+        let mode =
+            match args.value("keel.mode") {
+                None | Some("ticks") => Mode::Ticks,
+                Some("bench") => Mode::Bench,
+                Some("spin") => Mode::Spin,
+                Some("job") => Mode::Job,
+                Some("share") => Mode::Share,
+                Some("pingpong") => Mode::Pingpong,
+                Some("work") => Mode::Work,
+                Some("messages") => Mode::Messages,
+                Some("channel") => Mode::Channel,
+                Some("rtc") => Mode::Rtc,
+                Some(value) => return Err(OptionError {
                     key: "keel.mode",
                     value,
-                    expected: "ticks, bench, spin, job, share, pingpong, work, messages or channel",
-                })
-            }
-        };
+                    expected:
+                        "ticks, bench, spin, job, share, pingpong, work, messages, channel or rtc",
+                }),
+            };
         let number =
             |key: &'static str, expected: &'static str| -> Result<Option<u64>, OptionError<'a>> {
                 args.value(key)

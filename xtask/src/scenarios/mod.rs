@@ -5,6 +5,7 @@
 
 mod budget;
 mod channels;
+mod devices;
 mod messages;
 mod sched;
 mod tasks;
@@ -1347,6 +1348,7 @@ pub fn all() -> Vec<Scenario> {
     scenarios.extend(messages::all());
     scenarios.extend(channels::all());
     scenarios.extend(budget::all());
+    scenarios.extend(devices::all());
     scenarios.push(Scenario {
         name: format!(
             "benchmark figures (bench micro, the image, two switches, a 100-byte delivery on one and two pCPUs) within {} % of xtask/baseline.toml",

@@ -15,7 +15,11 @@ const GICD_ISENABLER: usize = 0x0100;
 const GICD_ICACTIVER: usize = 0x0380;
 /// Set-active registers (GICD_ISACTIVER<n>; GICR_ISACTIVER0 in the SGI frame).
 const GICD_ISACTIVER: usize = 0x0300;
+const GICD_ICENABLER: usize = 0x0180;
+const GICD_ICPENDR: usize = 0x0280;
 const GICD_IPRIORITYR: usize = 0x0400;
+/// Interrupt configuration: two bits per interrupt, the upper one set for edge-triggered.
+const GICD_ICFGR: usize = 0x0c00;
 const GICD_IROUTER: usize = 0x6000;
 const CTLR_ENABLE_GRP1: u32 = 1 << 1;
 const CTLR_ARE: u32 = 1 << 4;
@@ -56,7 +60,7 @@ impl Distributor {
     }
 
     /// Enables affinity routing and group 1.
-    pub fn init(&self) {
+    fn init(&self) {
         self.regs.write32(GICD_CTLR, 0);
         self.wait_rwp();
         self.regs.write32(GICD_CTLR, CTLR_ARE | CTLR_ENABLE_GRP1);
@@ -65,7 +69,14 @@ impl Distributor {
 
     /// Routes SPI `intid` to the pCPU with affinity `mpidr`, group 1, and enables it.
     pub fn enable_spi(&self, intid: u32, mpidr: u64) {
-        let (word, bit) = ((intid / 32) as usize * 4, 1 << (intid % 32));
+        self.prepare_spi(intid);
+        self.route_spi(intid, mpidr);
+        self.set_spi_enabled(intid, true);
+    }
+
+    /// Puts SPI `intid` in group 1 at Keel's priority.
+    fn prepare_spi(&self, intid: u32) {
+        let (word, bit) = spi_bit(intid);
         self.regs.write32(
             GICD_IGROUPR + word,
             self.regs.read32(GICD_IGROUPR + word) | bit,
@@ -75,9 +86,67 @@ impl Distributor {
         let priorities = self.regs.read32(priority_word) & !(0xff << shift);
         self.regs
             .write32(priority_word, priorities | (u32::from(PRIORITY) << shift));
-        self.regs.write64(GICD_IROUTER + 8 * intid as usize, mpidr);
-        self.regs.write32(GICD_ISENABLER + word, bit);
     }
+
+    /// Puts SPI `intid`, forwarded to a guest, in its reset state: disabled, neither pending
+    /// nor active (a guest stopped or reset with it active would otherwise leave the line
+    /// dead), group 1 at Keel's priority, level-sensitive or edge-triggered as its device is
+    /// (12.9.9 GICD_ICFGR<n>), routed to `mpidr`.
+    pub fn reset_spi(&self, intid: u32, level: bool, mpidr: u64) {
+        self.set_spi_enabled(intid, false);
+        let (word, bit) = spi_bit(intid);
+        self.regs.write32(GICD_ICPENDR + word, bit);
+        self.regs.write32(GICD_ICACTIVER + word, bit);
+        self.prepare_spi(intid);
+        let config_word = GICD_ICFGR + (intid as usize / 16) * 4;
+        let edge = 2 << (2 * (intid % 16));
+        let config = self.regs.read32(config_word) & !edge;
+        self.regs
+            .write32(config_word, if level { config } else { config | edge });
+        self.route_spi(intid, mpidr);
+    }
+
+    /// Routes SPI `intid` to the pCPU with affinity `mpidr` (12.9.22 GICD_IROUTER<n>).
+    pub fn route_spi(&self, intid: u32, mpidr: u64) {
+        self.regs.write64(GICD_IROUTER + 8 * intid as usize, mpidr);
+    }
+
+    /// Enables or disables SPI `intid`; a disable is complete on return (GICD_CTLR.RWP).
+    pub fn set_spi_enabled(&self, intid: u32, enabled: bool) {
+        let (word, bit) = spi_bit(intid);
+        if enabled {
+            self.regs.write32(GICD_ISENABLER + word, bit);
+        } else {
+            self.regs.write32(GICD_ICENABLER + word, bit);
+            self.wait_rwp();
+        }
+    }
+
+    /// Deactivates SPI `intid` (one Keel acknowledged and forwarded, whose guest is gone).
+    pub fn deactivate_spi(&self, intid: u32) {
+        let (word, bit) = spi_bit(intid);
+        self.regs.write32(GICD_ICACTIVER + word, bit);
+    }
+}
+
+/// The byte offset of the 32-bit word holding `intid`'s bit in a one-bit-per-interrupt
+/// register array, and the bit.
+fn spi_bit(intid: u32) -> (usize, u32) {
+    ((intid / 32) as usize * 4, 1 << (intid % 32))
+}
+
+/// The distributor, once boot has [`install`]ed it.
+static DISTRIBUTOR: super::cpu::Once<Distributor> = super::cpu::Once::new();
+
+/// Initialises the distributor (affinity routing, group 1) and keeps it for [`distributor`].
+pub fn install(distributor: Distributor) -> &'static Distributor {
+    distributor.init();
+    DISTRIBUTOR.call_once(|| distributor)
+}
+
+/// The distributor, if boot has installed it.
+pub fn distributor() -> Option<&'static Distributor> {
+    DISTRIBUTOR.get()
 }
 
 /// This pCPU's redistributor.
@@ -510,6 +579,11 @@ pub fn list_register_is_invalid(value: u64) -> bool {
 /// Whether a list register value holds its interrupt pending (State bit 62, 12.4.6).
 pub fn list_register_is_pending(value: u64) -> bool {
     value & (1 << 62) != 0
+}
+
+/// Whether a list register value holds its interrupt active (State bit 63, 12.4.6).
+pub fn list_register_is_active(value: u64) -> bool {
+    value & (1 << 63) != 0
 }
 
 /// Builds a list register value (ICH_LR<n>_EL2, 12.4.6): pending, group 1 or 0, with the
