@@ -22,6 +22,7 @@ pub mod system;
 pub mod table;
 pub mod tasks;
 pub mod text;
+mod translation;
 
 #[cfg(feature = "std")]
 pub mod config;
