@@ -17,6 +17,7 @@ pub mod ratelimit;
 pub mod rng;
 pub mod sched;
 pub mod seed;
+pub mod smmu;
 pub mod stage2;
 pub mod system;
 pub mod table;

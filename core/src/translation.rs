@@ -1,7 +1,7 @@
 //! VMSAv8-64 translation tables as plain data: the walk stage 2 and the SMMU's stage 1 share.
 //!
 //! Arm ARM D8, 4 KiB granule, a 39-bit input space translated from a single level-1 table,
-//! as `stage2` and `smmu` both use it. Stage-1 and stage-2 tables differ
+//! as [`crate::stage2`] and [`crate::smmu`] both use it. Stage-1 and stage-2 tables differ
 //! only in a leaf's attribute bits: the valid, table/page and address bits of every
 //! descriptor, and the whole of a table descriptor, are the same (D8.3). Each builder gives
 //! [`Tables::map`] the attribute bits of its leaves; the walk, the choice of 1 GiB / 2 MiB
