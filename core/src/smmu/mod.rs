@@ -10,16 +10,22 @@
 //!   [`check`] (why an SMMU cannot serve Keel), global errors.
 //! - [`queue`]: the PROD/CONS index arithmetic of the command and event queues.
 //! - [`command`]: command encoders and the command queue's error codes.
+//! - [`ste`]: stream table entries and a linear stream table filled from stream assignments.
+//! - [`cd`]: the stage-1 context descriptor and the stage-1 table builder ([`Stage1`]).
 //!
 //! No `core::fmt`: messages are [`crate::text::Show`], as everywhere in the hypervisor.
 
+pub mod cd;
 pub mod command;
 pub mod queue;
 pub mod regs;
+pub mod ste;
 
+pub use cd::{ContextDescriptor, Stage1, Stage1Error};
 pub use command::{Command, CommandError, SyncSignal};
 pub use queue::Queue;
 pub use regs::{check, AddressSize, Features, GlobalError, Unsupported};
+pub use ste::{fill_stream_table, Ste, StreamAssignment, StreamConfig, StreamTableError};
 
 /// A field of a register or structure word: `width` bits from bit `shift`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
