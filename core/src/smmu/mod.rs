@@ -12,17 +12,20 @@
 //! - [`command`]: command encoders and the command queue's error codes.
 //! - [`ste`]: stream table entries and a linear stream table filled from stream assignments.
 //! - [`cd`]: the stage-1 context descriptor and the stage-1 table builder ([`Stage1`]).
+//! - [`event`]: event records decoded for Keel's diagnostic line.
 //!
 //! No `core::fmt`: messages are [`crate::text::Show`], as everywhere in the hypervisor.
 
 pub mod cd;
 pub mod command;
+pub mod event;
 pub mod queue;
 pub mod regs;
 pub mod ste;
 
 pub use cd::{ContextDescriptor, Stage1, Stage1Error};
 pub use command::{Command, CommandError, SyncSignal};
+pub use event::{Event, EventKind};
 pub use queue::Queue;
 pub use regs::{check, AddressSize, Features, GlobalError, Unsupported};
 pub use ste::{fill_stream_table, Ste, StreamAssignment, StreamConfig, StreamTableError};
