@@ -1,4 +1,4 @@
-//! The stage-1 context descriptor (IHI 0070 5.4, CD) and the stage-1 tables (Arm ARM D8, VMSAv8-64) Keel gives a VM's devices.
+//! The stage-1 context descriptor (IHI 0070 5.4) and the stage-1 tables of a VM's devices.
 //!
 //! QEMU 7.2's SMMUv3 has no stage 2, so a VM's devices translate through a stage-1 table that
 //! maps the VM's IPA space to PA exactly as the VM's stage 2 does: the same 39-bit input
@@ -18,19 +18,19 @@ use crate::translation::{Table, Tables, WalkError};
 /// A CD: eight doublewords.
 pub type Cd = [u64; 8];
 
-/// Doubleword 0: T0SZ[5:0], the TTB0 region's size as `64 - bits`.
+/// Doubleword 0: `T0SZ[5:0]`, the TTB0 region's size as `64 - bits`.
 pub const T0SZ: Field = Field::new(0, 6);
-/// Doubleword 0: TG0[7:6], the TTB0 granule: 0b00 = 4 KiB.
+/// Doubleword 0: `TG0[7:6]`, the TTB0 granule: 0b00 = 4 KiB.
 pub const TG0: Field = Field::new(6, 2);
 /// TG0: 4 KiB.
 pub const TG0_4K: u64 = 0b00;
-/// Doubleword 0: IR0[9:8], inner cacheability of TTB0 table walks.
+/// Doubleword 0: `IR0[9:8]`, inner cacheability of TTB0 table walks.
 pub const IR0: Field = Field::new(8, 2);
-/// Doubleword 0: OR0[11:10], outer cacheability of TTB0 table walks.
+/// Doubleword 0: `OR0[11:10]`, outer cacheability of TTB0 table walks.
 pub const OR0: Field = Field::new(10, 2);
 /// IR0/OR0: write-back, read- and write-allocate.
 pub const CACHE_WB: u64 = 0b01;
-/// Doubleword 0: SH0[13:12], shareability of TTB0 table walks.
+/// Doubleword 0: `SH0[13:12]`, shareability of TTB0 table walks.
 pub const SH0: Field = Field::new(12, 2);
 /// SH0: inner shareable.
 pub const SHARE_INNER: u64 = 0b11;
@@ -42,7 +42,7 @@ pub const ENDI: u64 = 1 << 15;
 pub const EPD1: u64 = 1 << 30;
 /// Doubleword 0: V (bit 31), the CD is valid.
 pub const V: u64 = 1 << 31;
-/// Doubleword 0: IPS[34:32], the output address size ([`AddressSize`]).
+/// Doubleword 0: `IPS[34:32]`, the output address size ([`AddressSize`]).
 pub const IPS: Field = Field::new(32, 3);
 /// Doubleword 0: AA64 (bit 41), VMSAv8-64 tables.
 pub const AA64: u64 = 1 << 41;
@@ -57,9 +57,9 @@ pub const A: u64 = 1 << 46;
 /// Doubleword 0: ASET (bit 47), the ASID is the SMMU's own, not shared with a PE (broadcast
 /// TLB invalidations leave it alone).
 pub const ASET: u64 = 1 << 47;
-/// Doubleword 0: ASID[63:48].
+/// Doubleword 0: `ASID[63:48]`.
 pub const ASID: Field = Field::new(48, 16);
-/// Doubleword 1: TTB0[55:4], the level-1 table's physical address.
+/// Doubleword 1: `TTB0[55:4]`, the level-1 table's physical address.
 pub const TTB0: Field = Field::new(4, 52);
 /// Doubleword 3: MAIR0, the memory attributes AttrIndx selects.
 pub const MAIR_DOUBLEWORD: usize = 3;
@@ -73,22 +73,22 @@ pub const MAIR_DEVICE_NGNRE: u64 = 0x04;
 /// The CD's MAIR: attribute 0 Normal write-back, attribute 1 Device-nGnRE.
 pub const MAIR: u64 = MAIR_NORMAL_WB | MAIR_DEVICE_NGNRE << 8;
 
-/// A stage-1 leaf: AttrIndx[4:2], the MAIR attribute.
+/// A stage-1 leaf: `AttrIndx[4:2]`, the MAIR attribute.
 pub const ATTR_INDX: Field = Field::new(2, 3);
 /// AttrIndx of normal memory.
 pub const ATTR_NORMAL: u64 = 0;
 /// AttrIndx of device memory.
 pub const ATTR_DEVICE: u64 = 1;
-/// A stage-1 leaf: AP[2:1] at bits [7:6].
+/// A stage-1 leaf: `AP[2:1]` at bits `[7:6]`.
 pub const AP: Field = Field::new(6, 2);
-/// AP = 0b01: read/write at any privilege. AP[1] (EL0 access) is set because a device's
+/// AP = 0b01: read/write at any privilege. `AP[1]` (EL0 access) is set because a device's
 /// transaction is usually unprivileged (PCIe without a PASID privilege bit), and an EL1-only
 /// page (0b00) would deny it; only SMMUs with `SMMU_IDR1.ATTR_PERMS_OVR` can force
-/// transactions privileged (STE.PRIVCFG). QEMU 7.2 checks AP[2] only.
+/// transactions privileged (STE.PRIVCFG). QEMU 7.2 checks `AP[2]` only.
 pub const AP_READ_WRITE: u64 = 0b01;
 /// AP = 0b11: read-only at any privilege (a write is a permission fault).
 pub const AP_READ_ONLY: u64 = 0b11;
-/// A stage-1 leaf: SH[9:8], shareability.
+/// A stage-1 leaf: `SH[9:8]`, shareability.
 pub const SH: Field = Field::new(8, 2);
 /// SH: inner shareable.
 pub const SH_INNER: u64 = 0b11;

@@ -1,6 +1,6 @@
 //! Commands Keel sends the SMMU (IHI 0070 chapter 4) and the command queue's errors (7.1).
 //!
-//! A command is 16 bytes, two little-endian doublewords; bits [7:0] of the first are the
+//! A command is 16 bytes, two little-endian doublewords; bits `[7:0]` of the first are the
 //! opcode. QEMU 7.2 caches decoded STEs and CDs and keeps an IOTLB: after changing an STE, a
 //! CD or a stage-1 table, Keel invalidates (CFGI_STE, CFGI_ALL, TLBI) and then waits for a
 //! CMD_SYNC. (QEMU caches a stream's STE and CD as one, so CFGI_STE drops both; hardware
@@ -13,7 +13,7 @@ use crate::text::{Decimal, Out, Show};
 /// A command: two doublewords, as written to the command queue.
 pub type Command = [u64; 2];
 
-/// Opcodes (bits [7:0] of doubleword 0).
+/// Opcodes (bits `[7:0]` of doubleword 0).
 pub mod opcode {
     /// CMD_CFGI_STE: invalidate one stream's cached STE.
     pub const CFGI_STE: u8 = 0x03;
@@ -31,15 +31,15 @@ pub mod opcode {
 
 /// Doubleword 0: the opcode.
 pub const OPCODE: Field = Field::new(0, 8);
-/// CFGI doubleword 0: StreamID[63:32].
+/// CFGI doubleword 0: `StreamID[63:32]`.
 pub const CFGI_SID: Field = Field::new(32, 32);
 /// CMD_CFGI_STE doubleword 1: Leaf (1 = only the STE, not a two-level table's L1 descriptor).
 pub const CFGI_LEAF: u64 = 1 << 0;
-/// CMD_CFGI_STE_RANGE doubleword 1: Range[4:0], the range being 2^(Range + 1) streams.
+/// CMD_CFGI_STE_RANGE doubleword 1: `Range[4:0]`, the range being 2^(Range + 1) streams.
 pub const CFGI_RANGE: Field = Field::new(0, 5);
 /// The Range of CMD_CFGI_ALL: every stream.
 pub const CFGI_RANGE_ALL: u64 = 31;
-/// CMD_SYNC doubleword 0: CS[13:12], how completion is signalled ([`SyncSignal`]).
+/// CMD_SYNC doubleword 0: `CS[13:12]`, how completion is signalled ([`SyncSignal`]).
 pub const SYNC_CS: Field = Field::new(12, 2);
 
 /// The opcode of `command`.

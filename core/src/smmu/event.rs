@@ -1,13 +1,13 @@
-//! Event records (IHI 0070 7.3) decoded for Keel's diagnostic line: any 32 bytes, never a panic.
+//! Event records (IHI 0070 7.3) decoded for Keel's diagnostic line: any 32 bytes, no panic.
 //!
 //! A record is four little-endian doublewords. Every record has the event number in bits
-//! [7:0], SSV in bit 11, the SubstreamID in [31:12] and the StreamID in [63:32] of doubleword
+//! `[7:0]`, SSV in bit 11, the SubstreamID in `[31:12]` and the StreamID in `[63:32]` of doubleword
 //! 0. Records about a transaction (F_UUT, F_TRANSL_FORBIDDEN, F_WALK_EABT, the translation
 //! faults, F_TLB_CONFLICT) have PnU, InD and RnW (1 = read) in bits 33, 34 and 35 of
 //! doubleword 1, and with F_BAD_ATS_TREQ and E_PAGE_REQUEST the input address in doubleword 2;
-//! S2 (bit 39) and CLASS ([41:40]) of doubleword 1 say which stage and access faulted, and a
-//! stage-2 fault's IPA is in doubleword 3 [55:12]. The fetch faults (F_STE_FETCH, F_CD_FETCH,
-//! F_WALK_EABT, F_VMS_FETCH) give the address fetched in doubleword 3 [55:3].
+//! S2 (bit 39) and CLASS (`[41:40]`) of doubleword 1 say which stage and access faulted, and a
+//! stage-2 fault's IPA is in doubleword 3 `[55:12]`. The fetch faults (F_STE_FETCH, F_CD_FETCH,
+//! F_WALK_EABT, F_VMS_FETCH) give the address fetched in doubleword 3 `[55:3]`.
 
 use super::Field;
 use crate::text::{Fill, Hex, Out, Show};
@@ -19,9 +19,9 @@ pub type Record = [u64; 4];
 pub const NUMBER: Field = Field::new(0, 8);
 /// Doubleword 0: SSV, the SubstreamID is valid.
 pub const SSV: u64 = 1 << 11;
-/// Doubleword 0: SubstreamID[31:12].
+/// Doubleword 0: `SubstreamID[31:12]`.
 pub const SUBSTREAM_ID: Field = Field::new(12, 20);
-/// Doubleword 0: StreamID[63:32].
+/// Doubleword 0: `StreamID[63:32]`.
 pub const STREAM_ID: Field = Field::new(32, 32);
 /// Doubleword 1: PnU (bit 33), a privileged transaction.
 pub const PNU: u64 = 1 << 33;
@@ -31,14 +31,14 @@ pub const IND: u64 = 1 << 34;
 pub const RNW: u64 = 1 << 35;
 /// Doubleword 1: S2 (bit 39), the fault is stage 2's.
 pub const S2: u64 = 1 << 39;
-/// Doubleword 1: CLASS[41:40], what was being accessed: 0b00 CD, 0b01 stage-1 table, 0b10 the
+/// Doubleword 1: `CLASS[41:40]`, what was being accessed: 0b00 CD, 0b01 stage-1 table, 0b10 the
 /// input address.
 pub const CLASS: Field = Field::new(40, 2);
-/// Doubleword 3: IPA[55:12] of a stage-2 fault.
+/// Doubleword 3: `IPA[55:12]` of a stage-2 fault.
 pub const IPA: Field = Field::new(12, 44);
-/// Doubleword 3: FetchAddr[55:3] of a fetch fault.
+/// Doubleword 3: `FetchAddr[55:3]` of a fetch fault.
 pub const FETCH_ADDRESS: Field = Field::new(3, 53);
-/// E_PAGE_REQUEST's doubleword 2: InputAddr[63:12].
+/// E_PAGE_REQUEST's doubleword 2: `InputAddr[63:12]`.
 pub const PAGE_ADDRESS: Field = Field::new(12, 52);
 
 /// The event types (IHI 0070 7.3.2 to 7.3.20).

@@ -1,4 +1,4 @@
-//! SMMUv3 as plain data (Arm IHI 0070): registers, queues, commands, STEs, CDs, stage-1 tables, events.
+//! SMMUv3 (Arm IHI 0070) as plain data: registers, queues, commands, STEs, CDs, events.
 //!
 //! Everything Keel's SMMUv3 driver needs that does not touch hardware, tested on the host; the
 //! driver (in the hypervisor) is a thin MMIO layer on top. QEMU 7.2's SMMUv3 implements stage 1

@@ -1,4 +1,4 @@
-//! Index arithmetic of the SMMU's circular queues (IHI 0070 3.5, Command and Event queues): PROD and CONS with a wrap bit.
+//! PROD/CONS index arithmetic of the SMMU's queues (IHI 0070 3.5), with the wrap bit.
 //!
 //! A queue of `2^n` entries is indexed by bits `[n-1:0]` of its PROD and CONS registers; bit
 //! `n` is the wrap bit, toggled each time the index passes the end. The queue is empty when

@@ -1,4 +1,4 @@
-//! SMMUv3 registers Keel programs (IHI 0070 chapter 6, register descriptions), the ID registers decoded, global errors.
+//! SMMUv3 registers Keel programs (IHI 0070 chapter 6), the ID registers decoded, errors.
 //!
 //! Offsets are from the SMMU's base: page 0 holds everything Keel uses but the event queue's
 //! PROD and CONS, which live in page 1 (base + 0x1_0000). QEMU 7.2 aliases page 1 onto page 0
@@ -63,7 +63,7 @@ pub mod idr0 {
     pub const S2P: u32 = 1 << 0;
     /// S1P: stage-1 translation implemented.
     pub const S1P: u32 = 1 << 1;
-    /// TTF[1:0]: translation table formats; bit 1 = AArch64 (VMSAv8-64), bit 0 = AArch32 LPAE.
+    /// `TTF[1:0]`: translation table formats; bit 1 = AArch64 (VMSAv8-64), bit 0 = AArch32 LPAE.
     pub const TTF: Field = Field::new(2, 2);
     /// TTF's AArch64 bit.
     pub const TTF_AARCH64: u64 = 0b10;
@@ -77,35 +77,35 @@ pub mod idr0 {
     pub const MSI: u32 = 1 << 13;
     /// VMID16: 16-bit VMIDs.
     pub const VMID16: u32 = 1 << 18;
-    /// TTENDIAN[1:0]: 0b00 mixed, 0b10 little-endian only, 0b11 big-endian only.
+    /// `TTENDIAN[1:0]`: 0b00 mixed, 0b10 little-endian only, 0b11 big-endian only.
     pub const TTENDIAN: Field = Field::new(21, 2);
     /// TTENDIAN's big-endian-only value.
     pub const TTENDIAN_BIG_ONLY: u64 = 0b11;
-    /// STALL_MODEL[1:0]: 0b00 stall and terminate, 0b01 terminate only, 0b10 stall only.
+    /// `STALL_MODEL[1:0]`: 0b00 stall and terminate, 0b01 terminate only, 0b10 stall only.
     pub const STALL_MODEL: Field = Field::new(24, 2);
     /// TERM_MODEL: 1 = a terminated transaction always aborts (CD.A must be 1).
     pub const TERM_MODEL: u32 = 1 << 26;
-    /// ST_LEVEL[1:0]: 0b00 linear stream table only, 0b01 two-level as well.
+    /// `ST_LEVEL[1:0]`: 0b00 linear stream table only, 0b01 two-level as well.
     pub const ST_LEVEL: Field = Field::new(27, 2);
 }
 
 /// SMMU_IDR1 fields.
 pub mod idr1 {
     use super::Field;
-    /// SIDSIZE[5:0]: stream ID bits.
+    /// `SIDSIZE[5:0]`: stream ID bits.
     pub const SIDSIZE: Field = Field::new(0, 6);
-    /// SSIDSIZE[10:6]: substream ID bits.
+    /// `SSIDSIZE[10:6]`: substream ID bits.
     pub const SSIDSIZE: Field = Field::new(6, 5);
-    /// EVENTQS[20:16]: log2 of the event queue's most entries.
+    /// `EVENTQS[20:16]`: log2 of the event queue's most entries.
     pub const EVENTQS: Field = Field::new(16, 5);
-    /// CMDQS[25:21]: log2 of the command queue's most entries.
+    /// `CMDQS[25:21]`: log2 of the command queue's most entries.
     pub const CMDQS: Field = Field::new(21, 5);
 }
 
 /// SMMU_IDR5 fields.
 pub mod idr5 {
     use super::Field;
-    /// OAS[2:0]: output (physical) address size, encoded as [`super::AddressSize`].
+    /// `OAS[2:0]`: output (physical) address size, encoded as [`super::AddressSize`].
     pub const OAS: Field = Field::new(0, 3);
     /// GRAN4K: 4 KiB translation granule.
     pub const GRAN4K: u32 = 1 << 4;
@@ -131,17 +131,17 @@ pub mod cr0 {
 /// queues.
 pub mod cr1 {
     use super::Field;
-    /// QUEUE_IC[1:0]: queue inner cacheability ([`CACHE_WB`] ...).
+    /// `QUEUE_IC[1:0]`: queue inner cacheability ([`CACHE_WB`] ...).
     pub const QUEUE_IC: Field = Field::new(0, 2);
-    /// QUEUE_OC[3:2]: queue outer cacheability.
+    /// `QUEUE_OC[3:2]`: queue outer cacheability.
     pub const QUEUE_OC: Field = Field::new(2, 2);
-    /// QUEUE_SH[5:4]: queue shareability ([`SHARE_INNER`] ...).
+    /// `QUEUE_SH[5:4]`: queue shareability ([`SHARE_INNER`] ...).
     pub const QUEUE_SH: Field = Field::new(4, 2);
-    /// TABLE_IC[7:6]: table inner cacheability.
+    /// `TABLE_IC[7:6]`: table inner cacheability.
     pub const TABLE_IC: Field = Field::new(6, 2);
-    /// TABLE_OC[9:8]: table outer cacheability.
+    /// `TABLE_OC[9:8]`: table outer cacheability.
     pub const TABLE_OC: Field = Field::new(8, 2);
-    /// TABLE_SH[11:10]: table shareability.
+    /// `TABLE_SH[11:10]`: table shareability.
     pub const TABLE_SH: Field = Field::new(10, 2);
     /// Cacheability: non-cacheable.
     pub const CACHE_NONE: u64 = 0b00;
@@ -196,15 +196,15 @@ pub mod irq_ctrl {
 /// SMMU_STRTAB_BASE and SMMU_STRTAB_BASE_CFG fields.
 pub mod strtab {
     use super::Field;
-    /// STRTAB_BASE.ADDR[55:6]: the table's physical address (aligned to its size).
+    /// `STRTAB_BASE.ADDR[55:6]`: the table's physical address (aligned to its size).
     pub const ADDR: Field = Field::new(6, 50);
     /// STRTAB_BASE.RA: read-allocate hint.
     pub const RA: u64 = 1 << 62;
-    /// STRTAB_BASE_CFG.LOG2SIZE[5:0]: log2 of the number of stream IDs the table covers.
+    /// `STRTAB_BASE_CFG.LOG2SIZE[5:0]`: log2 of the number of stream IDs the table covers.
     pub const LOG2SIZE: Field = Field::new(0, 6);
-    /// STRTAB_BASE_CFG.SPLIT[10:6]: stream ID bits resolved by level 2 (two-level tables).
+    /// `STRTAB_BASE_CFG.SPLIT[10:6]`: stream ID bits resolved by level 2 (two-level tables).
     pub const SPLIT: Field = Field::new(6, 5);
-    /// STRTAB_BASE_CFG.FMT[17:16]: 0b00 linear, 0b01 two-level.
+    /// `STRTAB_BASE_CFG.FMT[17:16]`: 0b00 linear, 0b01 two-level.
     pub const FMT: Field = Field::new(16, 2);
     /// FMT: linear.
     pub const FMT_LINEAR: u64 = 0b00;
@@ -215,13 +215,13 @@ pub mod strtab {
 /// SMMU_CMDQ_BASE / SMMU_EVENTQ_BASE fields and the PROD/CONS registers' flag fields.
 pub mod queue {
     use super::Field;
-    /// LOG2SIZE[4:0]: log2 of the number of entries.
+    /// `LOG2SIZE[4:0]`: log2 of the number of entries.
     pub const LOG2SIZE: Field = Field::new(0, 5);
-    /// ADDR[55:5]: the queue's physical address (aligned to its size, at least 32 bytes).
+    /// `ADDR[55:5]`: the queue's physical address (aligned to its size, at least 32 bytes).
     pub const ADDR: Field = Field::new(5, 51);
     /// Bit 62: read-allocate (CMDQ_BASE.RA) or write-allocate (EVENTQ_BASE.WA) hint.
     pub const ALLOCATE: u64 = 1 << 62;
-    /// CMDQ_CONS.ERR[30:24]: why command processing stopped ([`crate::smmu::CommandError`]).
+    /// `CMDQ_CONS.ERR[30:24]`: why command processing stopped ([`crate::smmu::CommandError`]).
     pub const CONS_ERR: Field = Field::new(24, 7);
     /// EVENTQ_PROD.OVFLG: toggled by the SMMU when it loses events to a full queue.
     pub const PROD_OVFLG: u32 = 1 << 31;
@@ -308,7 +308,7 @@ pub struct Features {
     pub stage1: bool,
     /// Stage-2 translation (IDR0.S2P; 0 in QEMU 7.2).
     pub stage2: bool,
-    /// AArch64 (VMSAv8-64) translation tables (IDR0.TTF[1]).
+    /// AArch64 (VMSAv8-64) translation tables (`IDR0.TTF[1]`).
     pub aarch64_tables: bool,
     /// Translation tables only big-endian (IDR0.TTENDIAN = 0b11).
     pub big_endian_only: bool,

@@ -1,4 +1,4 @@
-//! Stream table entries (IHI 0070 5.2, STE) and a linear stream table (3.3) filled from Keel's stream assignments.
+//! Stream table entries (IHI 0070 5.2) and a linear stream table (3.3) from assignments.
 //!
 //! An STE is 64 bytes, eight little-endian doublewords; a linear stream table is an array of
 //! `2^STRTAB_BASE_CFG.LOG2SIZE` of them indexed by stream ID, aligned to its size. Keel writes
@@ -16,7 +16,7 @@ pub type Ste = [u64; 8];
 
 /// Doubleword 0: V, the entry is valid (V = 0 gives C_BAD_STE).
 pub const V: u64 = 1 << 0;
-/// Doubleword 0: Config[3:1].
+/// Doubleword 0: `Config[3:1]`.
 pub const CONFIG: Field = Field::new(1, 3);
 /// Config: abort, no event.
 pub const CONFIG_ABORT: u64 = 0b000;
@@ -24,21 +24,21 @@ pub const CONFIG_ABORT: u64 = 0b000;
 pub const CONFIG_BYPASS: u64 = 0b100;
 /// Config: stage-1 translation, stage 2 bypassed.
 pub const CONFIG_STAGE1: u64 = 0b101;
-/// Doubleword 0: S1Fmt[5:4], the CD table's format (ignored with S1CDMax = 0).
+/// Doubleword 0: `S1Fmt[5:4]`, the CD table's format (ignored with S1CDMax = 0).
 pub const S1FMT: Field = Field::new(4, 2);
 /// S1Fmt: linear CD table.
 pub const S1FMT_LINEAR: u64 = 0b00;
-/// Doubleword 0: S1ContextPtr[55:6], the CD's physical address.
+/// Doubleword 0: `S1ContextPtr[55:6]`, the CD's physical address.
 pub const S1_CONTEXT_PTR: Field = Field::new(6, 50);
-/// Doubleword 0: S1CDMax[63:59], log2 of the number of CDs (0: one CD, no substreams).
+/// Doubleword 0: `S1CDMax[63:59]`, log2 of the number of CDs (0: one CD, no substreams).
 pub const S1CDMAX: Field = Field::new(59, 5);
-/// Doubleword 1: S1DSS[1:0] (bits 65:64), the default substream (ignored with S1CDMax = 0).
+/// Doubleword 1: `S1DSS[1:0]` (bits 65:64), the default substream (ignored with S1CDMax = 0).
 pub const S1DSS: Field = Field::new(0, 2);
-/// Doubleword 1: S1CIR[3:2] (bits 67:66), inner cacheability of CD and stage-1 table reads.
+/// Doubleword 1: `S1CIR[3:2]` (bits 67:66), inner cacheability of CD and stage-1 table reads.
 pub const S1CIR: Field = Field::new(2, 2);
-/// Doubleword 1: S1COR[5:4] (bits 69:68), their outer cacheability.
+/// Doubleword 1: `S1COR[5:4]` (bits 69:68), their outer cacheability.
 pub const S1COR: Field = Field::new(4, 2);
-/// Doubleword 1: S1CSH[7:6] (bits 71:70), their shareability.
+/// Doubleword 1: `S1CSH[7:6]` (bits 71:70), their shareability.
 pub const S1CSH: Field = Field::new(6, 2);
 /// S1CIR/S1COR: write-back, read- and write-allocate.
 pub const CACHE_WB: u64 = 0b01;
@@ -46,13 +46,13 @@ pub const CACHE_WB: u64 = 0b01;
 pub const SHARE_INNER: u64 = 0b11;
 /// Doubleword 1: S1STALLD (bit 91), stalls disallowed (QEMU 7.2 wants 0 with no stall model).
 pub const S1STALLD: u64 = 1 << 27;
-/// Doubleword 1: STRW[31:30] (bits 95:94), StreamWorld: 0b00 NS-EL1.
+/// Doubleword 1: `STRW[31:30]` (bits 95:94), StreamWorld: 0b00 NS-EL1.
 pub const STRW: Field = Field::new(30, 2);
-/// Doubleword 1: SHCFG[45:44] (bits 109:108), shareability override (bypass).
+/// Doubleword 1: `SHCFG[45:44]` (bits 109:108), shareability override (bypass).
 pub const SHCFG: Field = Field::new(44, 2);
 /// SHCFG: use the incoming shareability.
 pub const SHCFG_INCOMING: u64 = 0b01;
-/// Doubleword 1: PRIVCFG[49:48] (bits 113:112): 0b00 uses the incoming privilege.
+/// Doubleword 1: `PRIVCFG[49:48]` (bits 113:112): 0b00 uses the incoming privilege.
 pub const PRIVCFG: Field = Field::new(48, 2);
 
 /// What an STE does with its stream's transactions.
