@@ -15,6 +15,8 @@ use crate::esr::{Esr, ExceptionClass};
 use crate::fdt::Fdt;
 use crate::hypercall::{self, Call};
 pub use crate::rng::Rng;
+use crate::smmu::{Event, EventKind};
+use crate::text::{Out, Show};
 
 /// A fuzz target: a name and the function that takes one input.
 pub struct Target {
@@ -57,6 +59,10 @@ pub const TARGETS: &[Target] = &[
     Target {
         name: "config",
         run: config,
+    },
+    Target {
+        name: "smmu-event",
+        run: smmu_event,
     },
 ];
 
@@ -500,6 +506,38 @@ pub fn config(data: &[u8]) {
     }
 }
 
+/// A line made of [`Show`] parts, for the targets that check one.
+struct Line(Vec<u8>);
+
+impl Out for Line {
+    fn put_bytes(&mut self, text: &[u8]) {
+        self.0.extend_from_slice(text);
+    }
+}
+
+/// The SMMU's event record decoder on any records (32 bytes each, the last zero-padded): the
+/// type, the stream and every field a type's layout carries, and Keel's diagnostic line.
+pub fn smmu_event(data: &[u8]) {
+    for chunk in data.chunks(32) {
+        let mut bytes = [0u8; 32];
+        bytes[..chunk.len()].copy_from_slice(chunk);
+        let event = Event::from_bytes(&bytes);
+        assert_eq!(event.kind, EventKind::from_number(bytes[0]));
+        assert_eq!(event.kind.number(), bytes[0]);
+        let stream = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
+        assert_eq!(event.stream_id, stream);
+        assert!(
+            event.ipa.is_none() || event.stage2,
+            "an IPA only for stage 2"
+        );
+        assert!(event.class < 4);
+        let mut line = Line(Vec::new());
+        event.show(&mut line);
+        assert!(line.0.starts_with(event.kind.name().as_bytes()));
+        assert!(line.0.iter().all(|&byte| (0x20..0x7f).contains(&byte)));
+    }
+}
+
 /// A value below `bound`, as an index.
 fn pick(rng: &mut Rng, bound: usize) -> usize {
     rng.below(bound as u64) as usize
@@ -618,6 +656,25 @@ pub fn seeds(target: &str, device_tree: &[u8], config_files: &[Vec<u8>]) -> Vec<
         "console" => vec![b"\x00h\x00i\x00\n\x01x\x02\r\x03\x01\x03r\x00\x1b\x05\x40".to_vec()],
         "device-tree" => vec![device_tree.to_vec()],
         "config" => config_files.to_vec(),
+        // QEMU 7.2's translation fault (edu, stream 8, reading 0x4010_0000), a C_BAD_STE, a
+        // stage-2 permission fault with a substream, an F_STE_FETCH.
+        "smmu-event" => vec![
+            words(&[0x8_0000_0010, 0x8_0000_0000, 0x4010_0000, 0]),
+            words(&[
+                0x10_0000_0004,
+                0,
+                0,
+                0,
+                0x18_0000_5813,
+                0x282_0000_0000,
+                0x1234_5000,
+                0xab_cdef_1000,
+                0x3,
+                0,
+                0,
+                0x4100_0200,
+            ]),
+        ],
         _ => Vec::new(),
     }
 }

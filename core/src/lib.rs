@@ -17,11 +17,13 @@ pub mod ratelimit;
 pub mod rng;
 pub mod sched;
 pub mod seed;
+pub mod smmu;
 pub mod stage2;
 pub mod system;
 pub mod table;
 pub mod tasks;
 pub mod text;
+mod translation;
 
 #[cfg(feature = "std")]
 pub mod config;

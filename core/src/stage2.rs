@@ -5,20 +5,14 @@
 //! where address and size are aligned, 4 KiB pages (level 3) elsewhere. The builder only
 //! fills arrays; the arch layer installs the root in `VTTBR_EL2`.
 
-use crate::table::{at, at_mut};
+#[cfg(test)]
+use crate::translation::table_index;
+pub use crate::translation::{Table, ENTRIES};
+use crate::translation::{Tables, WalkError};
 
-/// Entries per table (4 KiB granule).
-pub const ENTRIES: usize = 512;
-/// A translation table.
-pub type Table = [u64; ENTRIES];
 /// Size of the IPA space covered (39 bits).
-pub const IPA_LIMIT: u64 = 1 << crate::system::IPA_BITS;
+pub const IPA_LIMIT: u64 = crate::translation::INPUT_LIMIT;
 
-const PAGE: u64 = 1 << 12;
-const VALID: u64 = 1 << 0;
-/// Bit 1: table (levels 1-2) or page (level 3) descriptor; clear for a block.
-const TABLE_OR_PAGE: u64 = 1 << 1;
-const ADDRESS_MASK: u64 = 0x0000_ffff_ffff_f000;
 /// Stage-2 MemAttr[3:0] (D8.6.5): Normal, outer and inner write-back cacheable.
 const MEMATTR_NORMAL_WB: u64 = 0b1111 << 2;
 /// Stage-2 MemAttr[3:0]: Device-nGnRE.
@@ -89,34 +83,35 @@ impl core::fmt::Display for Stage2Error {
     }
 }
 
-/// A VM's stage-2 tables, allocated from a pool of tables that lives at `pool_phys`.
-pub struct Stage2<'a> {
-    tables: &'a mut [Table],
-    pool_phys: u64,
-    used: usize,
+impl From<WalkError> for Stage2Error {
+    fn from(error: WalkError) -> Self {
+        match error {
+            WalkError::Unaligned => Stage2Error::Unaligned,
+            WalkError::OutOfRange => Stage2Error::OutOfRange,
+            WalkError::OutOfTables => Stage2Error::OutOfTables,
+            WalkError::AlreadyMapped => Stage2Error::AlreadyMapped,
+        }
+    }
 }
+
+/// A VM's stage-2 tables, allocated from a pool of tables that lives at `pool_phys`.
+pub struct Stage2<'a>(Tables<'a>);
 
 impl<'a> Stage2<'a> {
     /// Starts an empty translation (everything faults) in `tables`, whose first table is at
     /// physical address `pool_phys` and the rest follow contiguously.
     pub fn new(tables: &'a mut [Table], pool_phys: u64) -> Result<Self, Stage2Error> {
-        let root = tables.first_mut().ok_or(Stage2Error::OutOfTables)?;
-        *root = [0; ENTRIES];
-        Ok(Self {
-            tables,
-            pool_phys,
-            used: 1,
-        })
+        Ok(Self(Tables::new(tables, pool_phys)?))
     }
 
     /// Physical address of the level-1 root table, for `VTTBR_EL2.BADDR`.
     pub fn root_phys(&self) -> u64 {
-        self.pool_phys
+        self.0.root_phys()
     }
 
     /// Number of tables used so far.
     pub fn tables_used(&self) -> usize {
-        self.used
+        self.0.tables_used()
     }
 
     /// Maps `[ipa, ipa + size)` to `[phys, phys + size)`.
@@ -127,112 +122,13 @@ impl<'a> Stage2<'a> {
         size: u64,
         kind: MemoryKind,
     ) -> Result<(), Stage2Error> {
-        if !ipa.is_multiple_of(PAGE) || !phys.is_multiple_of(PAGE) || !size.is_multiple_of(PAGE) {
-            return Err(Stage2Error::Unaligned);
-        }
-        let end = ipa.checked_add(size).ok_or(Stage2Error::OutOfRange)?;
-        if end > IPA_LIMIT
-            || phys
-                .checked_add(size)
-                .is_none_or(|e| e > ADDRESS_MASK + PAGE)
-        {
-            return Err(Stage2Error::OutOfRange);
-        }
-        let (mut ipa, mut phys, mut left) = (ipa, phys, size);
-        while left > 0 {
-            let level = [1usize, 2, 3]
-                .into_iter()
-                .find(|&level| {
-                    let block = level_size(level);
-                    ipa % block == 0 && phys % block == 0 && left >= block
-                })
-                .unwrap_or(3);
-            self.map_one(ipa, phys, level, kind)?;
-            let step = level_size(level);
-            ipa += step;
-            phys += step;
-            left -= step;
-        }
-        Ok(())
-    }
-
-    fn map_one(
-        &mut self,
-        ipa: u64,
-        phys: u64,
-        level: usize,
-        kind: MemoryKind,
-    ) -> Result<(), Stage2Error> {
-        let mut table = 0;
-        for walk_level in 1..level {
-            let index = table_index(ipa, walk_level);
-            let entry = at(self.tables, table)[index];
-            table = if entry & VALID == 0 {
-                let next = self.allocate()?;
-                at_mut(self.tables, table)[index] = self.table_phys(next) | TABLE_OR_PAGE | VALID;
-                next
-            } else if entry & TABLE_OR_PAGE != 0 {
-                self.table_of(entry)?
-            } else {
-                return Err(Stage2Error::AlreadyMapped);
-            };
-        }
-        let index = table_index(ipa, level);
-        if at(self.tables, table)[index] & VALID != 0 {
-            return Err(Stage2Error::AlreadyMapped);
-        }
-        let kind_bit = if level == 3 { TABLE_OR_PAGE } else { 0 };
-        at_mut(self.tables, table)[index] =
-            (phys & ADDRESS_MASK) | kind.attributes() | kind_bit | VALID;
-        Ok(())
+        Ok(self.0.map(ipa, phys, size, kind.attributes())?)
     }
 
     /// Walks the tables like the MMU would: the physical address `ipa` maps to, if any.
     pub fn translate(&self, ipa: u64) -> Option<u64> {
-        let mut table = 0;
-        for level in 1..=3 {
-            let entry = at(self.tables, table)[table_index(ipa, level)];
-            if entry & VALID == 0 {
-                return None;
-            }
-            if level == 3 || entry & TABLE_OR_PAGE == 0 {
-                let offset = ipa & (level_size(level) - 1);
-                return Some((entry & ADDRESS_MASK & !(level_size(level) - 1)) + offset);
-            }
-            table = self.table_of(entry).ok()?;
-        }
-        None
+        self.0.translate(ipa)
     }
-
-    fn allocate(&mut self) -> Result<usize, Stage2Error> {
-        let index = self.used;
-        let table = self.tables.get_mut(index).ok_or(Stage2Error::OutOfTables)?;
-        *table = [0; ENTRIES];
-        self.used += 1;
-        Ok(index)
-    }
-
-    fn table_phys(&self, index: usize) -> u64 {
-        self.pool_phys + index as u64 * PAGE
-    }
-
-    fn table_of(&self, entry: u64) -> Result<usize, Stage2Error> {
-        let index = ((entry & ADDRESS_MASK) - self.pool_phys) / PAGE;
-        if (index as usize) < self.used {
-            Ok(index as usize)
-        } else {
-            Err(Stage2Error::OutOfRange)
-        }
-    }
-}
-
-/// Bytes covered by one entry at `level` (1: 1 GiB, 2: 2 MiB, 3: 4 KiB).
-const fn level_size(level: usize) -> u64 {
-    1 << (12 + 9 * (3 - level))
-}
-
-fn table_index(ipa: u64, level: usize) -> usize {
-    ((ipa >> (12 + 9 * (3 - level))) & 0x1ff) as usize
 }
 
 #[cfg(test)]
