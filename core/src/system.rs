@@ -82,6 +82,25 @@ pub struct AssignedDevice {
     pub regions: &'static [MemoryRegion],
     /// Its interrupts (SPIs), the same INTIDs physical and virtual.
     pub interrupts: &'static [AssignedInterrupt],
+    /// The SMMU streams of its DMA, each `(first, last)`, translated with the VM's memory map.
+    pub streams: &'static [(u32, u32)],
+}
+
+/// Stream IDs Keel's SMMU stream table covers (a linear table: PCI requester IDs of bus 0, or
+/// platform devices' stream IDs below it); a transaction with a higher one aborts.
+pub const MAX_STREAMS: u32 = 256;
+
+/// The board's SMMUv3, which Keel owns.
+#[derive(Debug)]
+pub struct IommuDesc {
+    /// Its registers.
+    pub base: PhysAddr,
+    /// Their size.
+    pub size: u64,
+    /// Its event queue interrupt.
+    pub event_intid: u32,
+    /// Its global error interrupt.
+    pub gerror_intid: u32,
 }
 
 /// One interrupt of an assigned device.
@@ -205,6 +224,8 @@ pub struct SystemDesc {
     pub vms: &'static [VmDesc],
     /// The shared-memory channels; a channel's id is its index here.
     pub channels: &'static [ChannelDesc],
+    /// The SMMU Keel drives, if the configuration names one.
+    pub iommu: Option<IommuDesc>,
 }
 
 impl SystemDesc {
@@ -404,6 +425,7 @@ mod tests {
             pcpus: 5,
             policies: &[],
             switch_cost_ns: 0,
+            iommu: None,
             vms: Vec::leak(
                 vms.iter()
                     .enumerate()
@@ -501,6 +523,7 @@ mod tests {
             pcpus: 3,
             policies: &[],
             switch_cost_ns: 0,
+            iommu: None,
             vms: Vec::leak(vec![
                 test_vm(0, 0x5000_0000, 1),
                 test_vm(1, 0x5100_0000, 1),

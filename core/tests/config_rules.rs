@@ -2113,13 +2113,16 @@ fn rule_22_message_interrupt_is_not_the_virtio_spi() {
 
 // ---- Board devices given to VMs ([[vm.passthrough]]) -------------------------------------
 
-/// The board of the passthrough rules: `passthrough/board.dts` compiled with dtc (once per run).
-fn passthrough_board() -> Result<Vec<u8>, String> {
-    static BLOB: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-    let blob = BLOB.get_or_init(|| {
+/// The board of the passthrough rules: `passthrough/board.dts`, or `board-smmu.dts` for a
+/// machine with an SMMU, compiled with dtc (once per run each).
+fn passthrough_board(smmu: bool) -> Result<Vec<u8>, String> {
+    static BLOBS: [std::sync::OnceLock<Vec<u8>>; 2] =
+        [std::sync::OnceLock::new(), std::sync::OnceLock::new()];
+    let name = if smmu { "board-smmu.dts" } else { "board.dts" };
+    let blob = BLOBS[usize::from(smmu)].get_or_init(|| {
         let output = std::process::Command::new("dtc")
             .args(["-I", "dts", "-O", "dtb"])
-            .arg(Path::new(FIXTURES).join("passthrough/board.dts"))
+            .arg(Path::new(FIXTURES).join("passthrough").join(name))
             .output()
             .unwrap_or_else(|error| {
                 panic!("dtc (Debian package device-tree-compiler) cannot start: {error}")
@@ -2197,9 +2200,9 @@ fn passthrough_resolves_registers_interrupts_and_the_node() {
     // The board's clocks and phandles are not copied (the VM's tree has its own clock).
     assert_eq!(names, ["clock-names", "interrupts", "reg", "compatible"]);
     // Moved with `ipa`: the VM sees it there, its node named and its reg written for it.
-    assert_eq!(gpio.regions[0].ipa, GuestPhysAddr(0x1c03_0000));
+    assert_eq!(gpio.regions[0].ipa, GuestPhysAddr(0x0c03_0000));
     assert_eq!(gpio.regions[0].phys, PhysAddr(0x0903_0000));
-    assert_eq!(gpio.node.name, "pl061@1c030000");
+    assert_eq!(gpio.node.name, "pl061@c030000");
     let reg = &gpio
         .node
         .properties
@@ -2209,7 +2212,7 @@ fn passthrough_resolves_registers_interrupts_and_the_node() {
         .1;
     assert_eq!(
         reg.as_slice(),
-        [0, 0, 0, 0, 0x1c, 0x03, 0, 0, 0, 0, 0, 0, 0, 0, 0x10, 0]
+        [0, 0, 0, 0, 0x0c, 0x03, 0, 0, 0, 0, 0, 0, 0, 0, 0x10, 0]
     );
     assert!(system.vms[1].passthrough.is_empty());
     // Emitted for the hypervisor.
@@ -2220,7 +2223,7 @@ fn passthrough_resolves_registers_interrupts_and_the_node() {
         .collect();
     let source = emit_rust(&system, &dtbs);
     assert!(source.contains(
-        "::keel_core::system::AssignedDevice { path: \"/pl031@9010000\", regions: &[::keel_core::addr::MemoryRegion { ipa: ::keel_core::addr::GuestPhysAddr(0x9010000), phys: ::keel_core::addr::PhysAddr(0x9010000), size: 0x1000 }], interrupts: &[::keel_core::system::AssignedInterrupt { intid: 34, level: true }] }"
+        "::keel_core::system::AssignedDevice { path: \"/pl031@9010000\", regions: &[::keel_core::addr::MemoryRegion { ipa: ::keel_core::addr::GuestPhysAddr(0x9010000), phys: ::keel_core::addr::PhysAddr(0x9010000), size: 0x1000 }], interrupts: &[::keel_core::system::AssignedInterrupt { intid: 34, level: true }], streams: &[] }"
     ));
     syn::parse_file(&source).expect("emitted Rust parses");
 }
@@ -2272,7 +2275,7 @@ fn passthrough_path_is_in_the_board() {
 fn passthrough_lists_a_device_once() {
     assert_passthrough_refused(
         passthrough_with(
-            "path = \"/pl061@9030000\"\nipa = 0x1c03_0000",
+            "path = \"/pl061@9030000\"\nipa = 0x0c03_0000",
             "path = \"/pl031@9010000\"",
         ),
         "vm 'rtc': passthrough: '/pl031@9010000' is listed twice",
@@ -2311,8 +2314,8 @@ fn passthrough_registers_are_whole_pages() {
          aligned (stage 2 maps whole pages)",
     );
     assert_passthrough_refused(
-        passthrough_with("ipa = 0x1c03_0000", "ipa = 0x1c03_0800"),
-        "vm 'rtc': passthrough: '/pl061@9030000' region 0x1c030800..0x1c031800 is not 4 KiB \
+        passthrough_with("ipa = 0x0c03_0000", "ipa = 0x0c03_0800"),
+        "vm 'rtc': passthrough: '/pl061@9030000' region 0xc030800..0xc031800 is not 4 KiB \
          aligned (stage 2 maps whole pages)",
     );
 }
@@ -2332,7 +2335,7 @@ fn passthrough_registers_are_not_ram() {
 #[test]
 fn passthrough_registers_fit_the_guest_physical_space() {
     assert_passthrough_refused(
-        passthrough_with("ipa = 0x1c03_0000", "ipa = 0x80_0000_0000"),
+        passthrough_with("ipa = 0x0c03_0000", "ipa = 0x80_0000_0000"),
         "vm 'rtc': passthrough: '/pl061@9030000' at 0x8000000000..0x8000001000 lies beyond the \
          39-bit guest-physical space",
     );
@@ -2361,7 +2364,7 @@ fn passthrough_registers_are_clear_of_what_the_vm_sees() {
             format!("{value:#x}..{:#x}", value + 0x1000)
         });
         assert_passthrough_refused(
-            passthrough_with("ipa = 0x1c03_0000", &format!("ipa = {ipa}")),
+            passthrough_with("ipa = 0x0c03_0000", &format!("ipa = {ipa}")),
             &format!("vm 'rtc': passthrough: '/{pl061} overlaps {what}"),
         );
     }
@@ -2447,8 +2450,128 @@ fn channel_interrupt_is_not_a_members_device_interrupt() {
 #[test]
 fn channel_window_is_clear_of_a_members_device() {
     assert_passthrough_refused(
-        passthrough_with("ipa = 0x1c03_0000", "ipa = 0x6000_0000"),
+        passthrough_with("ipa = 0x0c03_0000", "ipa = 0x6000_0000"),
         "channel 'shared' vm 'rtc': ipa: window 0x60000000..0x60010000 overlaps the registers \
          of '/pl061@9030000' at 0x60000000..0x60001000",
+    );
+}
+
+/// `passthrough/valid.toml` with `[system] iommu = "smmuv3"` and `old` replaced by `new`.
+fn smmu_with(old: &str, new: &str) -> Result<System, String> {
+    passthrough_with_all(&[
+        ("pcpus = 3\n", "pcpus = 3\niommu = \"smmuv3\"\n"),
+        (old, new),
+    ])
+}
+
+#[test]
+fn iommu_names_the_boards_smmu() {
+    let system = smmu_with(PL031, "path = \"/pcie@10000000\"").unwrap();
+    let iommu = system.iommu.as_ref().unwrap();
+    assert_eq!(
+        (iommu.path.as_str(), iommu.phys, iommu.size),
+        ("/smmuv3@9050000", 0x0905_0000, 0x2_0000)
+    );
+    assert_eq!((iommu.event_intid, iommu.gerror_intid), (106, 109));
+    let bridge = &system.vms[0].passthrough[0];
+    // ECAM, then the I/O and 32-bit windows (the 64-bit one lies beyond the IPA space).
+    let regions: Vec<(u64, u64)> = bridge
+        .regions
+        .iter()
+        .map(|region| (region.ipa.0, region.size))
+        .collect();
+    assert_eq!(
+        regions,
+        [
+            (0x40_1000_0000, 0x1000_0000),
+            (0x3eff_0000, 0x1_0000),
+            (0x1000_0000, 0x2eff_0000)
+        ]
+    );
+    let intids: Vec<(u32, bool)> = bridge
+        .interrupts
+        .iter()
+        .map(|interrupt| (interrupt.intid, interrupt.level))
+        .collect();
+    assert_eq!(intids, [(35, true), (36, true), (37, true), (38, true)]);
+    // Requester ID = stream ID; Keel's stream table covers bus 0.
+    assert_eq!(bridge.streams, [(0, 255)]);
+    let property = |name: &str| {
+        &bridge
+            .node
+            .properties
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no {name}"))
+            .1
+    };
+    // Two windows kept of three, 7 cells each; 16 map entries of 10 cells, the parent the
+    // VM's GIC.
+    assert_eq!(property("ranges").len(), 2 * 7 * 4);
+    let map = property("interrupt-map");
+    assert_eq!(map.len(), 16 * 10 * 4);
+    assert!(map
+        .chunks_exact(40)
+        .all(|entry| entry[16..20] == 1u32.to_be_bytes()));
+    for dropped in ["iommu-map", "msi-map", "phandle"] {
+        assert!(bridge.node.properties.iter().all(|(n, _)| n != dropped));
+    }
+}
+
+#[test]
+fn iommu_is_smmuv3() {
+    assert_passthrough_refused(
+        passthrough_with("pcpus = 3\n", "pcpus = 3\niommu = \"smmuv2\"\n"),
+        "system: iommu: unknown IOMMU 'smmuv2' (expected 'smmuv3')",
+    );
+}
+
+#[test]
+fn iommu_needs_an_smmu_on_the_board() {
+    let path = Path::new(FIXTURES).join("passthrough/valid.toml");
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("pcpus = 3\n", "pcpus = 3\niommu = \"smmuv3\"\n");
+    let without_smmu = |_smmu: bool| passthrough_board(false);
+    assert_passthrough_refused(
+        keel_core::config::parse_str_with_board(&text, &path, &guest_image, &without_smmu)
+            .map_err(|error| error.to_string()),
+        "system: iommu: the board's device tree has no arm,smmu-v3 node",
+    );
+}
+
+#[test]
+fn passthrough_streams_are_one_vms() {
+    assert_passthrough_refused(
+        passthrough_with_all(&[
+            ("pcpus = 3\n", "pcpus = 3\niommu = \"smmuv3\"\n"),
+            (PL031, "path = \"/pcie@10000000\""),
+            (
+                "devices = [\"console\"]\n\n[[channel]]",
+                "devices = [\"console\"]\npassthrough = [{ path = \"/behind-iommu@9140000\" }]\n\n[[channel]]",
+            ),
+        ]),
+        "vm 'other': passthrough: '/behind-iommu@9140000' streams 8..=8 are already vm 'rtc''s",
+    );
+}
+
+#[test]
+fn passthrough_streams_are_in_keels_stream_table() {
+    assert_passthrough_refused(
+        smmu_with(PL031, "path = \"/high-stream@9150000\""),
+        "vm 'rtc': passthrough: '/high-stream@9150000' masters DMA only with streams from 300, \
+         beyond the 256 Keel's stream table covers",
+    );
+}
+
+#[test]
+fn passthrough_bridge_stays_where_the_board_has_it() {
+    assert_passthrough_refused(
+        passthrough_with_all(&[
+            ("pcpus = 3\n", "pcpus = 3\niommu = \"smmuv3\"\n"),
+            (PL031, "path = \"/pcie@10000000\"\nipa = 0x1000_0000"),
+        ]),
+        "vm 'rtc': passthrough: '/pcie@10000000': 'ipa' cannot move a node with 'ranges' (its \
+         windows stay where the board has them)",
     );
 }

@@ -12,7 +12,7 @@ use keel_core::seed::{GUEST_SEED_LEN, SEED_PROPERTIES};
 use vm_fdt::FdtWriter;
 
 /// Phandle of the GIC, the interrupt parent of every device.
-const GIC_PHANDLE: u32 = 1;
+const GIC_PHANDLE: u32 = keel_core::config::VM_GIC_PHANDLE;
 /// Phandle of the PL011's fixed clock.
 const APB_CLOCK_PHANDLE: u32 = 2;
 /// Phandle of the first fixed clock of another frequency than `apb-pclk`'s (an assigned

@@ -159,6 +159,14 @@ pub fn emit_rust(system: &System, dtb_paths: &[PathBuf]) -> String {
         line("        },".into());
     }
     line("    ],".into());
+    match &system.iommu {
+        Some(iommu) => line(format!(
+            "    iommu: Some(::keel_core::system::IommuDesc {{ base: ::keel_core::addr::PhysAddr({:#x}), \
+             size: {:#x}, event_intid: {}, gerror_intid: {} }}),",
+            iommu.phys, iommu.size, iommu.event_intid, iommu.gerror_intid
+        )),
+        None => line("    iommu: None,".into()),
+    }
     line("};".into());
     line(format!(
         "pub const MESSAGE_POOL: usize = {};",
@@ -259,11 +267,18 @@ fn devices(devices: &[Passthrough]) -> String {
     let device = |device: &Passthrough| {
         let regions: Vec<String> = device.regions.iter().map(region).collect();
         let interrupts: Vec<String> = device.interrupts.iter().map(interrupt).collect();
+        let streams: Vec<String> = device
+            .streams
+            .iter()
+            .map(|(first, last)| format!("({first}, {last})"))
+            .collect();
         format!(
-            "::keel_core::system::AssignedDevice {{ path: {:?}, regions: &[{}], interrupts: &[{}] }}",
+            "::keel_core::system::AssignedDevice {{ path: {:?}, regions: &[{}], interrupts: &[{}], \
+             streams: &[{}] }}",
             device.path,
             regions.join(", "),
-            interrupts.join(", ")
+            interrupts.join(", "),
+            streams.join(", ")
         )
     };
     let devices: Vec<String> = devices.iter().map(device).collect();
@@ -371,6 +386,7 @@ mod tests {
                     },
                 ],
             }],
+            iommu: None,
         }
     }
 
@@ -442,7 +458,7 @@ mod tests {
              members: &[::keel_core::system::ChannelMember { vm: 1, \
              ipa: ::keel_core::addr::GuestPhysAddr(0x70000000), writable: true }, \
              ::keel_core::system::ChannelMember { vm: 0, \
-             ipa: ::keel_core::addr::GuestPhysAddr(0x60000000), writable: false }],\n        },\n    ],\n};",
+             ipa: ::keel_core::addr::GuestPhysAddr(0x60000000), writable: false }],\n        },\n    ],\n    iommu: None,\n};",
         ] {
             assert!(source.contains(expected), "missing {expected:?} in:\n{source}");
         }
@@ -462,7 +478,7 @@ mod tests {
         system.channels.clear();
         let source = emit_rust(&system, &[PathBuf::from("/a.dtb"), PathBuf::from("/b.dtb")]);
         assert!(
-            source.contains("    ],\n    channels: &[\n    ],\n};\n"),
+            source.contains("    ],\n    channels: &[\n    ],\n    iommu: None,\n};\n"),
             "{source}"
         );
         syn::parse_file(&source).expect("emitted Rust parses");

@@ -4,7 +4,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use super::duration::{format_duration, DurationError};
-use super::passthrough::PassthroughProblem;
+use super::passthrough_problem::PassthroughProblem;
 use super::percent::PercentError;
 use super::unschedulable::Unschedulable;
 

@@ -2,9 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
+use super::board::{no_board_tree, BoardTree};
 use super::error::{ConfigError, ConfigErrorKind};
 use super::model::System;
-use super::passthrough::{no_board_tree, BoardTree};
 use super::schema::ConfigFile;
 use super::validate::validate;
 

@@ -10,6 +10,7 @@
 //! [`SystemDesc`](crate::system::SystemDesc) and message pool size the hypervisor links in. EL2
 //! never parses TOML.
 
+mod board;
 mod channels;
 mod codegen;
 mod decimal;
@@ -20,6 +21,7 @@ mod load;
 mod messages;
 mod model;
 mod passthrough;
+mod passthrough_problem;
 mod percent;
 mod schedule;
 mod schema;
@@ -28,6 +30,7 @@ mod tasks;
 mod unschedulable;
 mod validate;
 
+pub use board::{no_board_tree, BoardTree};
 pub use codegen::emit_rust;
 pub use duration::{format_duration, parse_duration, DurationError};
 pub use error::{AddressRange, Backing, ConfigError, ConfigErrorKind, Problem, Subject, VcpuName};
@@ -38,8 +41,9 @@ pub use model::{
     Passthrough, System, Tasks, Vm, DEFAULT_IPA, DEVICE_WINDOW_END, DEVICE_WINDOW_START,
     DTB_REGION_SIZE, FLASH_WINDOW_SIZE, HYPERVISOR_IMAGE_OFFSET, IPA_BITS, KNOWN_DEVICES,
     LINUX_IMAGE_BASE_ALIGN, MAX_PCPUS, MAX_VCPUS, MAX_VMS, MIN_VM_MEMORY, PAGE_SIZE,
+    VM_GIC_PHANDLE,
 };
-pub use passthrough::{no_board_tree, BoardTree, PassthroughProblem};
+pub use passthrough_problem::PassthroughProblem;
 pub use percent::{parse_percent, PercentError};
 pub use schedule::{DEFAULT_QUANTUM_NS, DEFAULT_SWITCH_COST_NS};
 pub use size::{parse_size, ByteSize};

@@ -35,6 +35,8 @@ pub const MAX_PCPUS: u32 = 256;
 pub const MAX_VCPUS: usize = crate::system::MAX_VCPUS;
 /// Size of QEMU `virt`'s flash window at IPA 0 (two 64 MiB banks): the most a VM's flash covers.
 pub const FLASH_WINDOW_SIZE: u64 = 0x0800_0000;
+/// Phandle of the GIC in every VM's generated device tree (the interrupt parent of its devices).
+pub const VM_GIC_PHANDLE: u32 = 1;
 /// Device names a `[[vm]]` may list.
 pub const KNOWN_DEVICES: &[&str] = &["console"];
 
@@ -65,6 +67,24 @@ pub struct System {
     pub vms: Vec<Vm>,
     /// The shared-memory channels, in file order (a channel's id is its index).
     pub channels: Vec<Channel>,
+    /// The SMMU Keel drives (`[system] iommu`), found in the board's device tree.
+    pub iommu: Option<Iommu>,
+}
+
+/// The board's SMMUv3 that Keel owns (mapped in no VM): every stream of a device given to a VM
+/// translates with that VM's memory map, every other stream aborts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Iommu {
+    /// Its node in the board's device tree.
+    pub path: String,
+    /// Its registers (two 64 KiB pages).
+    pub phys: u64,
+    /// Their size.
+    pub size: u64,
+    /// Its event queue interrupt (an SPI).
+    pub event_intid: u32,
+    /// Its global error interrupt (an SPI).
+    pub gerror_intid: u32,
 }
 
 /// A validated `[[channel]]` table, emitted as a [`ChannelDesc`](crate::system::ChannelDesc).
@@ -179,6 +199,10 @@ pub struct Passthrough {
     pub interrupts: Vec<DeviceInterrupt>,
     /// The node for the VM's device tree.
     pub node: DeviceNode,
+    /// The SMMU streams of its DMA (first and last stream ID of each range, within the
+    /// [`MAX_STREAMS`](crate::system::MAX_STREAMS) Keel's stream table covers): empty for a
+    /// device that masters no DMA.
+    pub streams: Vec<(u32, u32)>,
 }
 
 /// One interrupt of an assigned device.

@@ -3,246 +3,41 @@
 //! VM and the device) when it is Keel's, another VM's, in RAM, in the way of what the VM
 //! already sees, or able to master DMA with no SMMU in front of it.
 //!
-//! The board's device tree is the one the board hands Keel (QEMU `virt`'s, dumped by xtask
-//! with the machine options Keel runs under): the compiler reads it only when a VM is given
-//! a device, and the hypervisor never parses it for this.
+//! What each device is, as the board's device tree says, is read in `board`.
 
-use std::fmt;
-
+use super::board::{
+    bridge_windows, copy_node, dma_master, interrupt_map, interrupts, keels_own, smmu_phandle,
+    smmu_streams, Board, InterruptMap, Windows,
+};
 use super::error::AddressRange;
-use super::model::{DeviceInterrupt, DeviceNode, Passthrough, Vm, IPA_BITS, PAGE_SIZE};
+use super::model::{Iommu, Passthrough, Vm, IPA_BITS, PAGE_SIZE};
+use super::passthrough_problem::PassthroughProblem;
 use super::schema::{PassthroughTable, VmTable};
 use crate::abi::layout;
 use crate::addr::{GuestPhysAddr, MemoryRegion, PhysAddr};
-use crate::devices::vgic::{NR_IRQS, REDISTRIBUTOR_SIZE};
-use crate::fdt::{Fdt, Node};
+use crate::devices::vgic::REDISTRIBUTOR_SIZE;
+use crate::fdt::Fdt;
+use crate::system::MAX_STREAMS;
 
-/// The board's device tree as the compiler is given it: read only when some VM is given a
-/// device (`Err`: why there is none).
-pub type BoardTree<'a> = &'a dyn Fn() -> Result<Vec<u8>, String>;
-
-/// A board without a device tree: any `[[vm.passthrough]]` is refused.
-pub fn no_board_tree() -> Result<Vec<u8>, String> {
-    Err("no board device tree was given to the configuration compiler".to_string())
-}
-
-/// What a `[[vm.passthrough]]` table breaks; shown after `vm '<name>': passthrough: `.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PassthroughProblem {
-    /// `the board's device tree cannot be read: <error>`.
-    BoardTree {
-        /// Why.
-        error: String,
-    },
-    /// `'<path>' is not a node directly under the root ('/name@address')`.
-    NotTopLevel {
-        /// The path given.
-        path: String,
-    },
-    /// `'<path>' is not in the board's device tree`.
-    NotFound {
-        /// The path given.
-        path: String,
-    },
-    /// `'<path>' is listed twice`.
-    ListedTwice {
-        /// The path given.
-        path: String,
-    },
-    /// `'<path>' is Keel's own (<what>)`.
-    Keels {
-        /// The path given.
-        path: String,
-        /// What Keel uses it as.
-        what: &'static str,
-    },
-    /// `'<path>' has no registers (reg) to map`.
-    NoRegisters {
-        /// The path given.
-        path: String,
-    },
-    /// `'<path>' region <range> is not 4 KiB aligned (stage 2 maps whole pages)`: on the board,
-    /// or where `ipa` puts it.
-    Unaligned {
-        /// The path given.
-        path: String,
-        /// The region, physical.
-        range: AddressRange,
-    },
-    /// `'<path>' region <range> lies in RAM <ram>`.
-    InRam {
-        /// The path given.
-        path: String,
-        /// The region, physical.
-        range: AddressRange,
-        /// The board's RAM.
-        ram: AddressRange,
-    },
-    /// `'<path>' at <range> lies beyond the <bits>-bit guest-physical space`.
-    BeyondIpaSpace {
-        /// The path given.
-        path: String,
-        /// The region, guest-physical.
-        range: AddressRange,
-        /// Width of the IPA space.
-        bits: u32,
-    },
-    /// `'<path>' at <range> overlaps <what> <other>`.
-    IpaOverlaps {
-        /// The path given.
-        path: String,
-        /// The region, guest-physical.
-        range: AddressRange,
-        /// What the VM already sees there (`its memory`, `the emulated PL011`, ...).
-        what: String,
-        /// That range, guest-physical.
-        other: AddressRange,
-    },
-    /// `'<path>' is already given to vm '<other>'`.
-    AssignedTwice {
-        /// The path given.
-        path: String,
-        /// The VM it was given to first.
-        other: String,
-    },
-    /// `'<path>' has an interrupt Keel cannot forward: <why>`.
-    Interrupt {
-        /// The path given.
-        path: String,
-        /// Why (a PPI, beyond the virtual GIC, a trigger the GIC lacks, another controller).
-        why: String,
-    },
-    /// `'<path>' interrupt <intid> is already <other>`.
-    InterruptTaken {
-        /// The path given.
-        path: String,
-        /// The INTID.
-        intid: u32,
-        /// Who else has it.
-        other: String,
-    },
-    /// `'<path>' can master DMA (<what>) and no SMMU guards it`.
-    DmaUnguarded {
-        /// The path given.
-        path: String,
-        /// Why it is taken for a DMA master.
-        what: &'static str,
-    },
-    /// `'<path>': <why>` (a property the VM's copy of the node cannot keep).
-    Node {
-        /// The path given.
-        path: String,
-        /// Why.
-        why: String,
-    },
-}
-
-impl fmt::Display for PassthroughProblem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::BoardTree { error } => {
-                write!(f, "the board's device tree cannot be read: {error}")
-            }
-            Self::NotTopLevel { path } => write!(
-                f,
-                "'{path}' is not a node directly under the root ('/name@address')"
-            ),
-            Self::NotFound { path } => write!(f, "'{path}' is not in the board's device tree"),
-            Self::ListedTwice { path } => write!(f, "'{path}' is listed twice"),
-            Self::Keels { path, what } => write!(f, "'{path}' is Keel's own ({what})"),
-            Self::NoRegisters { path } => write!(f, "'{path}' has no registers (reg) to map"),
-            Self::Unaligned { path, range } => write!(
-                f,
-                "'{path}' region {range} is not 4 KiB aligned (stage 2 maps whole pages)"
-            ),
-            Self::InRam { path, range, ram } => {
-                write!(f, "'{path}' region {range} lies in RAM {ram}")
-            }
-            Self::BeyondIpaSpace { path, range, bits } => write!(
-                f,
-                "'{path}' at {range} lies beyond the {bits}-bit guest-physical space"
-            ),
-            Self::IpaOverlaps {
-                path,
-                range,
-                what,
-                other,
-            } => write!(f, "'{path}' at {range} overlaps {what} {other}"),
-            Self::AssignedTwice { path, other } => {
-                write!(f, "'{path}' is already given to vm '{other}'")
-            }
-            Self::Interrupt { path, why } => {
-                write!(f, "'{path}' has an interrupt Keel cannot forward: {why}")
-            }
-            Self::InterruptTaken { path, intid, other } => {
-                write!(f, "'{path}' interrupt {intid} is already {other}")
-            }
-            Self::DmaUnguarded { path, what } => {
-                write!(f, "'{path}' can master DMA ({what}) and no SMMU guards it")
-            }
-            Self::Node { path, why } => write!(f, "'{path}': {why}"),
-        }
-    }
-}
-
-/// GIC interrupt specifier (`arm,gic-v3` binding): first cell 0 for an SPI, 1 for a PPI.
-const GIC_SPI: u32 = 0;
-/// Third cell: edge-triggered, rising.
-const IRQ_TYPE_EDGE_RISING: u32 = 1;
-/// Third cell: level-sensitive, high.
-const IRQ_TYPE_LEVEL_HIGH: u32 = 4;
-/// The trigger bits of the third cell (the rest is GICv2's CPU mask).
-const IRQ_TYPE_MASK: u32 = 0xf;
-/// Cells of one GICv3 interrupt specifier.
-const GIC_INTERRUPT_CELLS: usize = 3;
-
-/// Properties of the board's node the VM's copy leaves out: they refer to the board (its
-/// phandles, its interrupt controller, its IOMMU and MSI controller), which the VM's tree
-/// describes its own way or not at all.
-const DROPPED_PROPERTIES: &[&str] = &[
-    "phandle",
-    "linux,phandle",
-    "interrupt-parent",
-    "iommus",
-    "iommu-map",
-    "iommu-map-mask",
-    "msi-map",
-    "msi-parent",
-    "clocks",
-];
-
-/// The board's nodes Keel keeps for itself, by `compatible`, with what Keel uses them as.
-const KEELS_OWN: &[(&str, &str)] = &[
-    ("arm,gic-v3", "the interrupt controller"),
-    ("arm,gic-v3-its", "the interrupt controller's ITS"),
-    ("arm,smmu-v3", "the SMMU"),
-    ("arm,armv8-timer", "the architected timer"),
-    ("arm,psci-1.0", "PSCI"),
-    ("arm,psci-0.2", "PSCI"),
-];
-
-/// A VM's `[[vm.passthrough]]` tables resolved against the board's tree (`board`, read once
-/// and kept in `tree` for the next VMs): `vm` is the VM checked so far (its memory, flash and
-/// emulated devices), `earlier` the VMs before it, `ram` the board's RAM.
+/// A VM's `[[vm.passthrough]]` tables resolved against the board's tree: `vm` is the VM checked
+/// so far (its memory, flash and emulated devices), `earlier` the VMs before it, `ram` the
+/// board's RAM, `iommu` the SMMU Keel drives (a DMA master needs one in front of it).
 pub(super) fn check_passthrough(
     table: &VmTable,
     vm: &Vm,
     earlier: &[Vm],
     ram: AddressRange,
-    tree: &mut Option<Vec<u8>>,
-    board: BoardTree,
+    board: &mut Board,
+    iommu: Option<&Iommu>,
 ) -> Result<Vec<Passthrough>, PassthroughProblem> {
     if table.passthrough.is_empty() {
         return Ok(Vec::new());
     }
-    if tree.is_none() {
-        let blob = board().map_err(|error| PassthroughProblem::BoardTree { error })?;
-        *tree = Some(blob);
-    }
-    let blob = tree.as_deref().unwrap_or_default();
-    let fdt = Fdt::new(blob).map_err(|error| PassthroughProblem::BoardTree {
-        error: error.to_string(),
-    })?;
+    let fdt = board.tree()?;
+    let smmu = match iommu {
+        Some(iommu) => smmu_phandle(&fdt, iommu),
+        None => None,
+    };
     let mut devices: Vec<Passthrough> = Vec::with_capacity(table.passthrough.len());
     for (position, entry) in table.passthrough.iter().enumerate() {
         let path = entry.path.clone();
@@ -261,9 +56,10 @@ pub(super) fn check_passthrough(
                 other: other.name.clone(),
             });
         }
-        let device = resolve(&fdt, entry, ram)?;
+        let device = resolve(&fdt, entry, ram, smmu)?;
         check_guest_view(&device, vm, &devices)?;
         check_interrupts(&device, vm, earlier, &devices)?;
+        check_streams(&device, earlier, &devices)?;
         devices.push(device);
     }
     Ok(devices)
@@ -274,6 +70,7 @@ fn resolve(
     fdt: &Fdt,
     entry: &PassthroughTable,
     ram: AddressRange,
+    smmu: Option<u32>,
 ) -> Result<Passthrough, PassthroughProblem> {
     let path = entry.path.as_str();
     let not_found = || PassthroughProblem::NotFound {
@@ -303,12 +100,33 @@ fn resolve(
             what,
         });
     }
-    if let Some(what) = dma_master(&node).map_err(bad_tree)? {
-        return Err(PassthroughProblem::DmaUnguarded {
-            path: path.to_string(),
-            what,
-        });
-    }
+    let streams = match dma_master(&node).map_err(bad_tree)? {
+        None => Vec::new(),
+        Some(what) => {
+            let unguarded = || PassthroughProblem::DmaUnguarded {
+                path: path.to_string(),
+                what,
+            };
+            let streams = smmu_streams(&node, smmu.ok_or_else(unguarded)?).map_err(bad_tree)?;
+            let first = streams.iter().map(|&(first, _)| first).min();
+            let covered: Vec<(u32, u32)> = streams
+                .iter()
+                .filter(|&&(first, _)| first < MAX_STREAMS)
+                .map(|&(first, last)| (first, last.min(MAX_STREAMS - 1)))
+                .collect();
+            match (first, covered.is_empty()) {
+                (None, _) => return Err(unguarded()),
+                (Some(first), true) => {
+                    return Err(PassthroughProblem::StreamsBeyond {
+                        path: path.to_string(),
+                        first,
+                        max: MAX_STREAMS,
+                    })
+                }
+                (Some(_), false) => covered,
+            }
+        }
+    };
     let mut regions = Vec::new();
     let reg = node
         .reg()
@@ -360,193 +178,74 @@ fn resolve(
             path: path.to_string(),
         });
     }
-    let interrupts = interrupts(&node, fdt, path)?;
-    let node = copy_node(&node, fdt, path, &regions)?;
+    let mut rewritten = vec![reg_property(&regions)];
+    // A host bridge's windows (`ranges`) are its registers too: mapped where the board has
+    // them; one beyond the guest-physical space (QEMU's 64-bit window) is left out of the
+    // VM's tree as well.
+    if let Some(Windows { windows, ranges }) = bridge_windows(&node).map_err(bad_tree)? {
+        if entry.ipa.is_some() {
+            return Err(PassthroughProblem::Node {
+                path: path.to_string(),
+                why: "'ipa' cannot move a node with 'ranges' (its windows stay where the board \
+                      has them)"
+                    .into(),
+            });
+        }
+        for (address, size) in windows {
+            let range = AddressRange::new(address, size)
+                .filter(|_| address.is_multiple_of(PAGE_SIZE) && size.is_multiple_of(PAGE_SIZE))
+                .ok_or(PassthroughProblem::Unaligned {
+                    path: path.to_string(),
+                    range: AddressRange {
+                        start: address,
+                        end: address.saturating_add(size),
+                    },
+                })?;
+            if range.overlaps(&ram) {
+                return Err(PassthroughProblem::InRam {
+                    path: path.to_string(),
+                    range,
+                    ram,
+                });
+            }
+            regions.push(MemoryRegion {
+                ipa: GuestPhysAddr(address),
+                phys: PhysAddr(address),
+                size,
+            });
+        }
+        rewritten.push(("ranges".to_string(), ranges));
+    }
+    let (interrupts, map) = match interrupt_map(&node, fdt, path)? {
+        Some(InterruptMap { interrupts, map }) => (interrupts, Some(map)),
+        None => (self::interrupts(&node, fdt, path)?, None),
+    };
+    rewritten.extend(map.map(|map| ("interrupt-map".to_string(), map)));
+    let node = copy_node(&node, fdt, path, regions.first(), &rewritten)?;
     Ok(Passthrough {
         path: path.to_string(),
         regions,
         interrupts,
         node,
+        streams,
     })
 }
 
-/// What Keel uses `node` as, if it is Keel's: the interrupt controller, the SMMU, the timer,
-/// PSCI, the UART of its console (the PL011 at [`layout::UART_BASE`]), memory or CPUs.
-fn keels_own(node: &Node) -> Result<Option<&'static str>, crate::fdt::FdtError> {
-    for &(compatible, what) in KEELS_OWN {
-        if node.is_compatible(compatible)? {
-            return Ok(Some(what));
-        }
-    }
-    if node.is_compatible("arm,pl011")?
-        && node
-            .reg()?
-            .and_then(|mut reg| reg.next())
-            .is_some_and(|(address, _)| address == layout::UART_BASE)
-    {
-        return Ok(Some("its console's UART"));
-    }
-    match node.property_str("device_type")? {
-        Some("memory") => Ok(Some("RAM")),
-        Some("cpu") => Ok(Some("a CPU")),
-        _ => Ok(None),
-    }
-}
-
-/// Why `node` is taken for a DMA master, if it is one: a PCI host bridge (its functions
-/// master DMA), or a node the board puts behind an IOMMU (`iommus`, `iommu-map`).
-fn dma_master(node: &Node) -> Result<Option<&'static str>, crate::fdt::FdtError> {
-    if node.property_str("device_type")? == Some("pci") {
-        return Ok(Some("a PCI host bridge"));
-    }
-    if node.property("iommus")?.is_some() || node.property("iommu-map")?.is_some() {
-        return Ok(Some("the board puts it behind an IOMMU"));
-    }
-    Ok(None)
-}
-
-/// The phandle of the board's interrupt controller that `node`'s interrupts go to: its own
-/// `interrupt-parent`, else the nearest ancestor's (here: the root's).
-fn interrupt_parent(node: &Node, fdt: &Fdt) -> Result<Option<u32>, crate::fdt::FdtError> {
-    match node.property_u32("interrupt-parent")? {
-        Some(phandle) => Ok(Some(phandle)),
-        None => fdt.root().property_u32("interrupt-parent"),
-    }
-}
-
-/// The phandle of the board's GIC.
-fn gic_phandle(fdt: &Fdt) -> Result<Option<u32>, crate::fdt::FdtError> {
-    match fdt.find_compatible("arm,gic-v3")? {
-        Some(gic) => gic.property_u32("phandle"),
-        None => Ok(None),
-    }
-}
-
-/// `node`'s interrupts: SPIs of the GIC, level-high or edge-rising, each below the virtual
-/// GIC's [`NR_IRQS`] (the VM sees the board's INTID).
-fn interrupts(
-    node: &Node,
-    fdt: &Fdt,
-    path: &str,
-) -> Result<Vec<DeviceInterrupt>, PassthroughProblem> {
-    let refuse = |why: String| PassthroughProblem::Interrupt {
-        path: path.to_string(),
-        why,
-    };
-    let bad_tree = |error: crate::fdt::FdtError| refuse(error.to_string());
-    let Some(cells) = node.interrupts().map_err(bad_tree)? else {
-        return Ok(Vec::new());
-    };
-    let parent = interrupt_parent(node, fdt).map_err(bad_tree)?;
-    if parent.is_none() || parent != gic_phandle(fdt).map_err(bad_tree)? {
-        return Err(refuse("its interrupt parent is not the GIC".to_string()));
-    }
-    let cells: Vec<u32> = cells.collect();
-    if !cells.len().is_multiple_of(GIC_INTERRUPT_CELLS) {
-        return Err(refuse(format!(
-            "'interrupts' has {} cells, not a multiple of 3",
-            cells.len()
-        )));
-    }
-    let mut found = Vec::new();
-    for specifier in cells.chunks_exact(GIC_INTERRUPT_CELLS) {
-        let &[kind, number, flags] = specifier else {
-            continue;
-        };
-        if kind != GIC_SPI {
-            return Err(refuse(format!(
-                "PPI {number} (a private interrupt of each CPU; only SPIs are forwarded)"
-            )));
-        }
-        let intid = number.saturating_add(32);
-        if intid as usize >= NR_IRQS {
-            return Err(refuse(format!(
-                "INTID {intid} is beyond the {NR_IRQS} interrupts of Keel's virtual GIC"
-            )));
-        }
-        let level = match flags & IRQ_TYPE_MASK {
-            IRQ_TYPE_LEVEL_HIGH => true,
-            IRQ_TYPE_EDGE_RISING => false,
-            other => {
-                return Err(refuse(format!(
-                    "INTID {intid} has trigger type {other} (the GIC takes level-high (4) or \
-                     edge-rising (1))"
-                )))
-            }
-        };
-        found.push(DeviceInterrupt { intid, level });
-    }
-    Ok(found)
-}
-
-/// The VM's copy of `node`: the board's properties but those in [`DROPPED_PROPERTIES`], `reg`
-/// at the VM's IPAs (`regions`), and its fixed clock's frequency if it names one.
-fn copy_node(
-    node: &Node,
-    fdt: &Fdt,
-    path: &str,
-    regions: &[MemoryRegion],
-) -> Result<DeviceNode, PassthroughProblem> {
-    let refuse = |why: String| PassthroughProblem::Node {
-        path: path.to_string(),
-        why,
-    };
-    let mut properties = Vec::new();
-    for property in node.properties() {
-        let property = property.map_err(|error| refuse(error.to_string()))?;
-        if DROPPED_PROPERTIES.contains(&property.name) {
-            continue;
-        }
-        let value = if property.name == "reg" {
-            // The root's #address-cells and #size-cells are 2, as the VM's tree has them.
-            regions
-                .iter()
-                .flat_map(|region| {
-                    region
-                        .ipa
-                        .0
-                        .to_be_bytes()
-                        .into_iter()
-                        .chain(region.size.to_be_bytes())
-                })
-                .collect()
-        } else {
-            property.value.to_vec()
-        };
-        properties.push((property.name.to_string(), value));
-    }
-    let clock_hz = match node
-        .property_cells("clocks")
-        .map_err(|error| refuse(error.to_string()))?
-    {
-        None => None,
-        Some(mut clocks) => {
-            let (Some(phandle), None) = (clocks.next(), clocks.next()) else {
-                return Err(refuse(
-                    "'clocks' names more than one clock (the VM gets one fixed clock)".into(),
-                ));
-            };
-            Some(fixed_clock_hz(fdt, phandle).ok_or_else(|| {
-                refuse(format!(
-                    "'clocks' names phandle {phandle}, not a fixed clock the VM's tree can copy"
-                ))
-            })?)
-        }
-    };
-    let unit = regions.first().map_or(0, |region| region.ipa.0);
-    Ok(DeviceNode {
-        name: format!("{}@{unit:x}", node.base_name()),
-        properties,
-        clock_hz,
-    })
-}
-
-/// The frequency of the board's `fixed-clock` node with `phandle`, if it is one.
-fn fixed_clock_hz(fdt: &Fdt, phandle: u32) -> Option<u32> {
-    fdt.compatible_nodes("fixed-clock")
-        .filter_map(Result::ok)
-        .find(|clock| clock.property_u32("phandle").ok().flatten() == Some(phandle))
-        .and_then(|clock| clock.property_u32("clock-frequency").ok().flatten())
+/// `reg` for the VM's tree: the device's register regions at the VM's IPAs (the root's
+/// `#address-cells` and `#size-cells` are 2, in the VM's tree as in the board's).
+fn reg_property(regions: &[MemoryRegion]) -> (String, Vec<u8>) {
+    let value = regions
+        .iter()
+        .flat_map(|region| {
+            region
+                .ipa
+                .0
+                .to_be_bytes()
+                .into_iter()
+                .chain(region.size.to_be_bytes())
+        })
+        .collect();
+    ("reg".to_string(), value)
 }
 
 /// What VM `vm` already sees in its guest-physical space, each with its name in messages:
@@ -663,6 +362,40 @@ fn check_interrupts(
                 intid,
                 other,
             });
+        }
+    }
+    Ok(())
+}
+
+/// `device`'s streams: none that an earlier device of this VM or of another VM has (a stream
+/// translates with one VM's memory map).
+fn check_streams(
+    device: &Passthrough,
+    earlier: &[Vm],
+    devices: &[Passthrough],
+) -> Result<(), PassthroughProblem> {
+    for &(first, last) in &device.streams {
+        let owners = devices
+            .iter()
+            .map(|other| (other, None))
+            .chain(earlier.iter().flat_map(|vm| {
+                vm.passthrough
+                    .iter()
+                    .map(move |other| (other, Some(vm.name.as_str())))
+            }));
+        for (other, vm) in owners {
+            if let Some(&(other_first, other_last)) = other
+                .streams
+                .iter()
+                .find(|&&(other_first, other_last)| other_first <= last && first <= other_last)
+            {
+                return Err(PassthroughProblem::StreamsTaken {
+                    path: device.path.clone(),
+                    first: first.max(other_first),
+                    last: last.min(other_last),
+                    other: vm.unwrap_or("this").to_string(),
+                });
+            }
         }
     }
     Ok(())

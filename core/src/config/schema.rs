@@ -64,6 +64,9 @@ pub struct SystemTable {
     pub pcpus: u32,
     /// Keel's cost of one vCPU switch, charged twice per job by admission (default 2 µs).
     pub switch_cost: Option<DurationText>,
+    /// The IOMMU Keel drives in front of the board's DMA masters: `"smmuv3"` (default: none,
+    /// and no DMA-capable device may be given to a VM).
+    pub iommu: Option<String>,
 }
 
 /// One `[[pcpu]]` table: how a pCPU is shared.

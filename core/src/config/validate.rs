@@ -7,16 +7,17 @@
 
 use std::path::{Path, PathBuf};
 
+use super::board::{self, Board, BoardTree};
 use super::channels;
 use super::error::{AddressRange, Backing, ConfigErrorKind, Problem, Subject};
 use super::image;
 use super::messages;
 use super::model::{
-    Flash, Initrd, System, Vm, DEFAULT_IPA, DEVICE_WINDOW_END, DEVICE_WINDOW_START,
+    Flash, Initrd, Iommu, System, Vm, DEFAULT_IPA, DEVICE_WINDOW_END, DEVICE_WINDOW_START,
     DTB_REGION_SIZE, FLASH_WINDOW_SIZE, HYPERVISOR_IMAGE_OFFSET, IPA_BITS, KNOWN_DEVICES,
     LINUX_IMAGE_BASE_ALIGN, MAX_PCPUS, MAX_VCPUS, MAX_VMS, MIN_VM_MEMORY, PAGE_SIZE,
 };
-use super::passthrough::{self, BoardTree};
+use super::passthrough;
 use super::schedule;
 use super::schema::{ConfigFile, RegionTable, SystemTable, VmTable};
 use super::tasks;
@@ -108,7 +109,7 @@ struct Context<'a> {
     hypervisor: AddressRange,
     earlier: &'a [Vm],
     names: &'a [&'a str],
-    board: BoardTree<'a>,
+    iommu: Option<&'a Iommu>,
 }
 
 /// Name rules: non-empty, unique. Returns the subject to report the VM's other errors under.
@@ -383,7 +384,7 @@ fn check_vm(
     table: &VmTable,
     index: usize,
     context: &Context,
-    board_tree: &mut Option<Vec<u8>>,
+    board: &mut Board,
 ) -> Result<Vm, ConfigErrorKind> {
     let subject = check_name(table, index, context.earlier)?;
     let at = |field: &'static str, problem: Problem| invalid(&subject, field, problem);
@@ -476,8 +477,8 @@ fn check_vm(
         &vm,
         context.earlier,
         context.ram,
-        board_tree,
-        context.board,
+        board,
+        context.iommu,
     )
     .map_err(|problem| at("passthrough", Problem::Passthrough(Box::new(problem))))?;
     Ok(vm)
@@ -504,8 +505,16 @@ pub fn validate(
         });
     }
     let names: Vec<&str> = file.vm.iter().map(|table| table.name.as_str()).collect();
+    let mut board = Board::new(board, file.system.iommu.is_some());
+    let iommu =
+        board::check_iommu(file.system.iommu.as_deref(), &mut board).map_err(|problem| {
+            invalid(
+                &Subject::System,
+                "iommu",
+                Problem::Passthrough(Box::new(problem)),
+            )
+        })?;
     let mut vms: Vec<Vm> = Vec::with_capacity(file.vm.len());
-    let mut board_tree = None;
     for (index, table) in file.vm.iter().enumerate() {
         let context = Context {
             config_dir,
@@ -516,9 +525,9 @@ pub fn validate(
             hypervisor,
             earlier: &vms,
             names: &names,
-            board,
+            iommu: iommu.as_ref(),
         };
-        let vm = check_vm(table, index, &context, &mut board_tree)?;
+        let vm = check_vm(table, index, &context, &mut board)?;
         vms.push(vm);
     }
     messages::check_virtio_peers(&vms)?;
@@ -535,5 +544,6 @@ pub fn validate(
         switch_cost_ns,
         vms,
         channels,
+        iommu,
     })
 }
