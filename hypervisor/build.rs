@@ -36,6 +36,7 @@ pub static SYSTEM: keel_core::system::SystemDesc = keel_core::system::SystemDesc
     switch_cost_ns: 0,
     vms: &[],
     channels: &[],
+    iommu: None,
 };
 pub const MESSAGE_POOL: usize = 0;
 "#;

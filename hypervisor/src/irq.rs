@@ -112,6 +112,11 @@ fn handle_from(first: u32, mut handled: Handled) -> Handled {
                 handled.reschedule = true;
             }
             _ if intid == crate::platform::uart_intid() => console_input(),
+            _ if is_smmu_interrupt(intid) => {
+                if let Some(serve) = hook(&DEVICE_FAULTS) {
+                    serve();
+                }
+            }
             _ => {
                 if let Some(id) = forwarded_to(intid) {
                     // Left active: the guest's EOI deactivates it.
@@ -512,6 +517,32 @@ static WAKE_HERE: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
 /// Installs the scheduler's [`WAKE_HERE`] function (at boot, before any guest runs).
 pub fn set_wake_here(wake: fn(usize, usize) -> bool) {
     WAKE_HERE.store(wake as *mut (), Ordering::Release);
+}
+
+/// The life cycle's "device faults" (`lifecycle::serve_device_faults`, installed once at boot
+/// by [`set_device_faults`] before any guest runs): the SMMU's interrupt came, its faults stop
+/// the VMs they name. The second place this layer reaches up. Null until installed.
+static DEVICE_FAULTS: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Installs the life cycle's [`DEVICE_FAULTS`] function (at boot, before any guest runs).
+pub fn set_device_faults(serve: fn()) {
+    DEVICE_FAULTS.store(serve as *mut (), Ordering::Release);
+}
+
+/// The function installed in `slot` ([`DEVICE_FAULTS`]), if any.
+fn hook(slot: &AtomicPtr<()>) -> Option<fn()> {
+    let hook = slot.load(Ordering::Acquire);
+    // SAFETY: a non-null hook was stored by `set_device_faults` from a `fn()`, which has the
+    // size of a pointer.
+    (!hook.is_null()).then(|| unsafe { core::mem::transmute::<*mut (), fn()>(hook) })
+}
+
+/// Whether `intid` is one of the SMMU's interrupts (its event queue's or its global errors').
+fn is_smmu_interrupt(intid: u32) -> bool {
+    crate::config::SYSTEM
+        .iommu
+        .as_ref()
+        .is_some_and(|iommu| intid == iommu.event_intid || intid == iommu.gerror_intid)
 }
 
 /// The installed [`WAKE_HERE`] function, if any.

@@ -29,7 +29,7 @@ use crate::config::SYSTEM;
 use crate::console::VmLabel;
 use crate::devices::virtio;
 use crate::vm::{self, VcpuPower, VmState, MAX_VMS};
-use crate::{console, ipc, irq, keel_println, keel_println_limited};
+use crate::{console, iommu, ipc, irq, keel_println, keel_println_limited};
 
 /// How far each VM's reload has come (the resetting pCPU's alone, while the VM resets).
 static RELOADS: [Mutex<Reload>; MAX_VMS] = [const { Mutex::new(Reload::START) }; MAX_VMS];
@@ -149,6 +149,10 @@ fn reset_devices(id: usize) {
         vm.gic_writes.fetch_add(1, Ordering::Relaxed);
     }
     irq::reset_device_interrupts(id);
+    // Its devices' DMA translates again (after a stop, they were cut off).
+    if let Err(error) = iommu::set_vm_streams(id, true) {
+        keel_println!(VmLabel(desc.name, id), ": SMMU: ", error);
+    }
 }
 
 /// Copies `bytes` into the VM's memory at `ipa` and cleans them to the point of coherency.
@@ -444,13 +448,55 @@ fn wait_until_stopped(id: usize) {
 
 fn after_vm_ended(id: usize) {
     vm::forget_tasks(id);
-    // Its devices' interrupts off (and none left active) until it runs again.
+    // Its devices' interrupts off (and none left active), and their DMA cut off, until it
+    // runs again.
     irq::reset_device_interrupts(id);
+    if let Err(error) = iommu::set_vm_streams(id, false) {
+        keel_println!(VmLabel(vm::desc(id).name, id), ": SMMU: ", error);
+    }
     vm::kick_vm(id);
     let all_ended = (0..SYSTEM.vms.len()).all(|other| vm::vm(other).state() != VmState::Running);
     if all_ended {
         keel_println!("all VMs have ended: powering off");
         console::flush_before_power_off();
         psci::system_off();
+    }
+}
+
+/// Faults the SMMU reported at most: a queue's worth per interrupt (more stay queued for the
+/// next).
+const FAULTS_PER_SERVE: usize = 32;
+
+/// The SMMU's interrupt (installed in `irq` by `main`): each fault it recorded names a stream,
+/// whose VM is stopped with the fault in Keel's line (`DMA refused by the SMMU: translation
+/// fault: stream 8, read at 0x40100000`); its streams then abort without recording, so one
+/// line per VM. A fault of no VM's stream, or a global error, is reported as such.
+pub fn serve_device_faults() {
+    let mut faults = [None; FAULTS_PER_SERVE];
+    let mut count = 0;
+    let global = iommu::take_faults(&mut |event| {
+        if let Some(slot) = faults.get_mut(count) {
+            *slot = Some(*event);
+            count += 1;
+        }
+    });
+    // Acted on with the SMMU's lock released: stopping a VM takes it to cut its streams off.
+    for event in faults.iter().flatten() {
+        match iommu::stream_owner(event.stream_id) {
+            Some(id) => stop(id, &DmaFault(event)),
+            None => keel_println!("SMMU: ", event, " (no VM's stream)"),
+        }
+    }
+    if let Some(error) = global {
+        keel_println!("SMMU global error: ", error);
+    }
+}
+
+/// A VM's stop reason: its device's DMA that the SMMU refused.
+struct DmaFault<'a>(&'a keel_core::smmu::Event);
+
+impl Show for DmaFault<'_> {
+    fn show(&self, out: &mut dyn Out) {
+        keel_core::text!(out, "DMA refused by the SMMU: ", *self.0);
     }
 }

@@ -13,7 +13,8 @@
 //! inlined: the end of the masked stretch, no cost), and interrupt delivery wakes a vCPU
 //! sharing this pCPU through the scheduler's function that `main` installs at boot
 //! ([`irq::set_wake_here`] with `sched::wake_here`: an indirect call, 7 instructions more
-//! per wake).
+//! per wake), and the SMMU's interrupt reaches the life cycle's [`lifecycle::serve_device_faults`]
+//! the same way ([`irq::set_device_faults`]).
 //!
 //! - layer 0, `arch`: the hardware at EL2, all of Keel's `asm!`: boot, MMU, exception
 //!   vectors, GICv3 and the list registers, timers, stage 2, PSCI, vCPU contexts, the PMU.
@@ -37,6 +38,8 @@
 //!   (raising the receiver's interrupt), a copy out of it.
 //! - layer 6, `devices`: the emulated devices behind one interface: the GICv3 distributor and
 //!   redistributors, the PL011, the virtio console (its port backed by message queues).
+//! - layer 6, `iommu`: DMA isolation: the SMMU's stream table from the VMs' assigned devices,
+//!   their streams cut off and given back, its faults read.
 //! - layer 7, `messages`: KEEL_MSG_SEND and KEEL_MSG_RECV (a message for a VM whose virtio
 //!   console feeds on it goes to the console).
 //! - layer 7, `channel`: channel doorbells.
@@ -54,6 +57,7 @@ mod arch;
 mod channel;
 mod console;
 mod devices;
+mod iommu;
 mod ipc;
 mod irq;
 mod lifecycle;
@@ -195,6 +199,16 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
                 Hex(flash.phys.0, 0),
                 Hex(desc.dtb_ipa.0, 0),
             );
+        }
+    }
+    if let Err(error) = iommu::init() {
+        boot_failure(uart, &[&"SMMU: ", &error]);
+    }
+    if let Some(iommu) = &SYSTEM.iommu {
+        irq::set_device_faults(lifecycle::serve_device_faults);
+        for intid in [iommu.event_intid, iommu.gerror_intid] {
+            distributor.reset_spi(intid, false, platform.cpus[0]);
+            distributor.set_spi_enabled(intid, true);
         }
     }
     ipc::init();

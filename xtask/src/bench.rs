@@ -77,6 +77,7 @@ pub fn run(micro_only: bool) -> Result<()> {
         iommu: false,
         disk: None,
         user_network: false,
+        edu: false,
     };
     let native = native
         .spawn(&output_dir().join("logs/bench-native.log"))?

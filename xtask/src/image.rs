@@ -194,10 +194,10 @@ pub fn board_tree(smmu: bool) -> std::result::Result<Vec<u8>, String> {
     let path = output_dir().join(name);
     if !path.exists() {
         std::fs::create_dir_all(output_dir()).map_err(|e| e.to_string())?;
-        let machine = crate::qemu::Machine::keel(&crate::workspace().join("README.md"), 1);
-        if smmu {
-            return Err("the SMMU board needs Machine::iommu (not yet)".into());
-        }
+        let machine = crate::qemu::Machine {
+            iommu: smmu,
+            ..crate::qemu::Machine::keel(&crate::workspace().join("README.md"), 1)
+        };
         machine.dump_device_tree(&path)?;
     }
     std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))

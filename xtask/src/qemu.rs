@@ -69,6 +69,10 @@ pub struct Machine {
     pub disk: Option<Disk>,
     /// A `virtio-net-pci` function on QEMU's user-mode network (see [`Machine::arguments`]).
     pub user_network: bool,
+    /// QEMU's `edu` PCI test device (a DMA engine and an interrupt raised by a register
+    /// write), first on the bus (00:01.0, SMMU stream 8), DMA addresses not clipped to its
+    /// default 28 bits.
+    pub edu: bool,
 }
 
 /// A raw disk image given to the machine as a `virtio-blk-pci` function.
@@ -108,6 +112,7 @@ impl Machine {
             iommu: false,
             disk: None,
             user_network: false,
+            edu: false,
         }
     }
 
@@ -128,6 +133,7 @@ impl Machine {
     pub fn keel_icount(image: &crate::image::SystemImage) -> Self {
         Self {
             icount: true,
+            iommu: image.system.iommu.is_some(),
             ..Self::keel(&image.path, image.system.pcpus)
         }
     }
@@ -201,6 +207,7 @@ impl Machine {
             iommu: false,
             disk: None,
             user_network: false,
+            edu: false,
         })
     }
 
@@ -280,6 +287,9 @@ impl Machine {
         }
         if let Some(dtb) = &self.dtb {
             args.extend(["-dtb".to_string(), dtb.display().to_string()]);
+        }
+        if self.edu {
+            args.extend(["-device", "edu,dma_mask=0xffffffffffffffff"].map(String::from));
         }
         if let Some(disk) = &self.disk {
             args.extend([

@@ -221,6 +221,7 @@ fn linux_sharing() -> Result<()> {
         iommu: false,
         disk: None,
         user_network: false,
+        edu: false,
     }
     .spawn(&output_dir().join("logs/bench-linux-matrixprod-native.log"))?
     .finish(Duration::from_secs(900));
@@ -293,6 +294,7 @@ pub fn run(with_linux: bool) -> Result<()> {
         iommu: false,
         disk: None,
         user_network: false,
+        edu: false,
     }
     .spawn(&output_dir().join("logs/bench-work-native.log"))?
     .finish(Duration::from_secs(600));

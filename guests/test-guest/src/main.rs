@@ -9,6 +9,7 @@
 mod bench;
 mod channels;
 mod control;
+mod edu;
 mod hostile;
 mod interrupts;
 mod messages;
@@ -84,6 +85,7 @@ fn main(device_tree_address: usize) -> ! {
         Mode::Messages => messages::run(BootArgs::new(info.bootargs)),
         Mode::Channel => channels::run(BootArgs::new(info.bootargs), &redistributor),
         Mode::Rtc => rtc::run(&tree, BootArgs::new(info.bootargs), &redistributor),
+        Mode::Edu => edu::run(&tree, BootArgs::new(info.bootargs), &redistributor),
         Mode::Pingpong => shares::pingpong(
             info.bootargs.contains("keel.pingpong=measure"),
             info.bootargs.split_whitespace().any(|t| t == "keel.fp"),

@@ -4,6 +4,8 @@
 //! | --- | --- |
 //! | `keel.native` | running on bare QEMU: no Keel hypercalls |
 //! | `keel.mode=ticks\|bench\|spin\|job\|share\|pingpong\|work\|messages\|channel\|rtc` | what to run (default `ticks`) |
+//! | `keel.edu=write\|read`, `keel.flood=<ms>`, `keel.target=<hex>` | edu mode: the attack, the interrupt flood's length, the attack's address (see [`crate::edu`]) |
+//! | `keel.canary=<hex ipa>` | ticks mode: fill 4 KiB there at the start and check it at each report (`canary: s=N intact`) |
 //! | `keel.alarm=<seconds>` | rtc mode: how far ahead each alarm is set (default 2; see [`crate::rtc`]) |
 //! | `keel.msg=<role>` and its numbers | messages mode (see [`crate::messages`]) |
 //! | `keel.chan=<role>` and its numbers | channel mode (see [`crate::channels`]) |
@@ -52,6 +54,9 @@ pub enum Mode {
     Channel,
     /// The board's PL031 RTC given to the VM: its count and alarms (see [`crate::rtc`]).
     Rtc,
+    /// QEMU's edu PCI device behind the bridge given to the VM: DMA and an interrupt flood,
+    /// then a DMA attack (see [`crate::edu`]).
+    Edu,
 }
 
 impl fmt::Display for Mode {
@@ -67,6 +72,7 @@ impl fmt::Display for Mode {
             Mode::Messages => "messages",
             Mode::Channel => "channel",
             Mode::Rtc => "rtc",
+            Mode::Edu => "edu",
         })
     }
 }
@@ -93,6 +99,8 @@ pub struct Options<'a> {
     pub hostile_after_seconds: u64,
     /// `keel.target`.
     pub target: Option<u64>,
+    /// `keel.canary`: ticks mode's canary page.
+    pub canary: Option<u64>,
     /// `keel.work`: job mode's work per job in microseconds; `None` for `forever`.
     pub work_us: Option<u64>,
     /// `keel.iterations`: work mode's rounds.
@@ -132,25 +140,25 @@ impl fmt::Display for OptionError<'_> {
 impl<'a> Options<'a> {
     /// Parses the `keel.*` tokens of `args`; other tokens are ignored.
     pub fn parse(args: BootArgs<'a>) -> Result<Self, OptionError<'a>> {
-        let mode =
-            match args.value("keel.mode") {
-                None | Some("ticks") => Mode::Ticks,
-                Some("bench") => Mode::Bench,
-                Some("spin") => Mode::Spin,
-                Some("job") => Mode::Job,
-                Some("share") => Mode::Share,
-                Some("pingpong") => Mode::Pingpong,
-                Some("work") => Mode::Work,
-                Some("messages") => Mode::Messages,
-                Some("channel") => Mode::Channel,
-                Some("rtc") => Mode::Rtc,
-                Some(value) => return Err(OptionError {
-                    key: "keel.mode",
-                    value,
-                    expected:
-                        "ticks, bench, spin, job, share, pingpong, work, messages, channel or rtc",
-                }),
-            };
+        let mode = match args.value("keel.mode") {
+            None | Some("ticks") => Mode::Ticks,
+            Some("bench") => Mode::Bench,
+            Some("spin") => Mode::Spin,
+            Some("job") => Mode::Job,
+            Some("share") => Mode::Share,
+            Some("pingpong") => Mode::Pingpong,
+            Some("work") => Mode::Work,
+            Some("messages") => Mode::Messages,
+            Some("channel") => Mode::Channel,
+            Some("rtc") => Mode::Rtc,
+            Some("edu") => Mode::Edu,
+            Some(value) => return Err(OptionError {
+                key: "keel.mode",
+                value,
+                expected:
+                    "ticks, bench, spin, job, share, pingpong, work, messages, channel, rtc or edu",
+            }),
+        };
         let number =
             |key: &'static str, expected: &'static str| -> Result<Option<u64>, OptionError<'a>> {
                 args.value(key)
@@ -172,6 +180,16 @@ impl<'a> Options<'a> {
                     .or_else(|| value.strip_prefix("0X"));
                 u64::from_str_radix(digits.unwrap_or(value), 16).map_err(|_| OptionError {
                     key: "keel.target",
+                    value,
+                    expected: "a hexadecimal address",
+                })
+            })
+            .transpose()?;
+        let canary = args
+            .value("keel.canary")
+            .map(|value| {
+                u64::from_str_radix(value.trim_start_matches("0x"), 16).map_err(|_| OptionError {
+                    key: "keel.canary",
                     value,
                     expected: "a hexadecimal address",
                 })
@@ -230,6 +248,7 @@ impl<'a> Options<'a> {
             hostile_after_seconds: seconds("keel.hostile-after")?
                 .unwrap_or(DEFAULT_HOSTILE_AFTER_SECONDS),
             target,
+            canary,
         })
     }
 }

@@ -112,6 +112,11 @@ pub fn run(options: &Options<'_>, info: &BootInfo<'_>, redistributor: &Redistrib
     let frequency = timer::frequency();
     let period = frequency / TICKS_PER_SECOND;
     set_irq_handler(handle_irq);
+    if let Some(canary) = options.canary {
+        for (i, byte) in canary_page(canary).iter_mut().enumerate() {
+            *byte = canary_byte(i);
+        }
+    }
 
     let start = timer::counter();
     PERIOD.store(period, Ordering::Relaxed);
@@ -159,6 +164,16 @@ pub fn run(options: &Options<'_>, info: &BootInfo<'_>, redistributor: &Redistrib
         // Timed actions are checked every second; the report only every `keel.report` seconds.
         if seconds.is_multiple_of(options.report_every_seconds) {
             report(seconds, ticks, elapsed, frequency, options.lateness);
+            if let Some(canary) = options.canary {
+                match canary_page(canary)
+                    .iter()
+                    .enumerate()
+                    .position(|(i, &byte)| byte != canary_byte(i))
+                {
+                    None => println!("canary: s={seconds} intact"),
+                    Some(offset) => println!("canary: s={seconds} changed at +{offset:#x}"),
+                }
+            }
         }
 
         if reset_pending.is_some_and(|after| seconds >= after) {
@@ -219,4 +234,17 @@ fn echo(byte: u8) {
     } else {
         println!("echo: \\x{byte:02x}");
     }
+}
+
+/// Byte `i` of the canary page's pattern.
+fn canary_byte(i: usize) -> u8 {
+    (i as u8).wrapping_mul(31).wrapping_add(0x5a)
+}
+
+/// The 4 KiB canary page at `address` (`keel.canary`: in this VM's memory, which another
+/// VM's DMA attack aims at).
+fn canary_page(address: u64) -> &'static mut [u8] {
+    // SAFETY: the scenario names a page of this VM's own RAM that nothing else of the guest
+    // uses (far above its image and below its device tree); only this vCPU touches it.
+    unsafe { core::slice::from_raw_parts_mut(address as *mut u8, 4096) }
 }

@@ -2,12 +2,17 @@
 //! VM's device tree, read, and its alarm interrupt taken through a hardware-linked list
 //! register, on a pinned pCPU and on a shared one (the alarm waking its switched-out vCPU);
 //! a VM without the device that loads from its address is stopped while the others run on.
+//! And DMA isolation: the PCI host bridge given to a VM behind the SMMU, QEMU's edu device on
+//! it doing DMA with the VM's memory, flooding interrupts, then attacking another VM's memory
+//! by DMA (written or read), refused by the SMMU with Keel's line, the victim unchanged.
 
 use regex::Regex;
 
 use super::Scenario;
-use super::{check_ticks, expect_line, lines_of};
-use crate::qemu::Ended;
+use super::{check_ticks, config, expect_clean_exit, expect_line, lines_of, log_path};
+use super::{with_console_tail, DEADLINE};
+use crate::image::{build_system, output_dir};
+use crate::qemu::{Ended, Machine};
 use crate::Result;
 
 /// Alarms the test guest's rtc mode sets, each `keel.alarm=2` seconds ahead.
@@ -76,6 +81,86 @@ fn rtc_shared() -> Result<()> {
     })
 }
 
+/// Boots `edu-dma`, its attack `attack` (`write` or `read`), with QEMU's edu device plugged
+/// in, until QEMU ends.
+fn boot_edu(attack: &str) -> Result<Ended> {
+    let name = format!("edu-dma-{attack}");
+    let template = config("edu-dma");
+    let text =
+        std::fs::read_to_string(&template).map_err(|e| format!("{}: {e}", template.display()))?;
+    let text = text
+        .replace("keel.edu=write", &format!("keel.edu={attack}"))
+        .replace("name = \"edu-dma\"", &format!("name = \"{name}\""));
+    let path = output_dir().join(format!("{name}.toml"));
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let machine = Machine {
+        edu: true,
+        ..Machine::keel_icount(&build_system(&path)?)
+    };
+    Ok(machine.spawn(&log_path(&name))?.finish(DEADLINE))
+}
+
+/// What every edu run shows: the device found with its INTID, a DMA round trip with the VM's
+/// own memory, the interrupt flood taken (each interrupt one guest EOI, so bounded by the
+/// guest's pace), the attack refused with Keel's line and the VM stopped before it could go
+/// on, the victim's canary intact and its ticks whole, the prober stopped at the ECAM.
+fn check_edu(ended: &Ended, attack: &str, access: &str) -> Result<()> {
+    expect_line(
+        ended,
+        r"^\[edu\] edu: device at 00:01\.0, BAR0 0x10000000, id ok, INTID 36$",
+    )?;
+    expect_line(ended, r"^\[edu\] edu: own DMA round trip ok \(64 bytes\)$")?;
+    let flood =
+        regex::Regex::new(r"^edu: interrupt flood: \d+ raised, (\d+) taken in 20 ms$").unwrap();
+    let taken: u64 = lines_of(ended, "edu")
+        .iter()
+        .find_map(|line| flood.captures(line).map(|c| c[1].parse().unwrap()))
+        .ok_or("vm 'edu' did not report its interrupt flood")?;
+    if taken < 100 {
+        return Err(format!(
+            "vm 'edu' took {taken} interrupts in its 20 ms flood (expected at least 100)"
+        ));
+    }
+    expect_line(
+        ended,
+        &format!(
+            r"^\[keel\] vm 'edu' \(id 1\) stopped: DMA refused by the SMMU: translation fault: stream 8, {access} at 0x50800000$"
+        ),
+    )?;
+    if let Some(line) = lines_of(ended, "edu")
+        .iter()
+        .find(|line| line.starts_with(&format!("edu: DMA {attack}")) && line.ends_with("done"))
+    {
+        return Err(format!("vm 'edu' went on after its attack: '{line}'"));
+    }
+    let canaries: Vec<&str> = lines_of(ended, "victim")
+        .into_iter()
+        .filter(|line| line.starts_with("canary:"))
+        .collect();
+    if canaries.len() < 5 || canaries.iter().any(|line| !line.ends_with("intact")) {
+        return Err(format!("the victim's canary reports: {canaries:?}"));
+    }
+    check_ticks(ended, "victim", 6)?;
+    expect_line(
+        ended,
+        r"^\[keel\] vm 'prober' \(id 2\) stopped: stage-2 fault: \d-byte read at IPA 0x4010000000, outside its memory and devices .*$",
+    )
+}
+
+/// The edu VM's DMA write into the victim's memory.
+fn edu_write() -> Result<()> {
+    let ended = boot_edu("write")?;
+    check_edu(&ended, "write", "write").map_err(|m| with_console_tail(m, &ended))?;
+    expect_clean_exit(&ended)
+}
+
+/// The edu VM's DMA read of the victim's memory.
+fn edu_read() -> Result<()> {
+    let ended = boot_edu("read")?;
+    check_edu(&ended, "read", "read").map_err(|m| with_console_tail(m, &ended))?;
+    expect_clean_exit(&ended)
+}
+
 /// The device-assignment scenarios.
 pub fn all() -> Vec<Scenario> {
     vec![
@@ -86,6 +171,14 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             name: "the PL031's VM on a shared pCPU: each alarm wakes it beside a ticking VM".into(),
             run: Box::new(rtc_shared),
+        },
+        Scenario {
+            name: "edu DMA attack: a VM given the PCI bridge behind the SMMU writes another VM's memory by DMA: refused, the VM stopped, the victim's canary intact".into(),
+            run: Box::new(edu_write),
+        },
+        Scenario {
+            name: "edu DMA attack: the same VM reads another VM's memory by DMA: refused, the VM stopped".into(),
+            run: Box::new(edu_read),
         },
     ]
 }

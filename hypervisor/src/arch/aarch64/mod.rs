@@ -11,6 +11,7 @@ pub mod mmu;
 pub mod pmu;
 pub mod psci;
 pub mod regs;
+pub mod smmu;
 pub mod stage2;
 pub mod timer;
 pub mod uart;

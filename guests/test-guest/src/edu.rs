@@ -1,0 +1,282 @@
+//! edu mode (`keel.mode=edu`): drives QEMU's `edu` PCI test device (1234:11e8), found by
+//! enumerating the PCI host bridge the configuration gave this VM (its ECAM, 32-bit window
+//! and legacy interrupt map read from the device tree, as Linux's generic ECAM driver would):
+//! BAR0 placed at the window's start, memory decoding and bus mastering on.
+//!
+//! Then, in order (`keel.edu=<attack>` picks the attack at the end):
+//! 1. a DMA round trip through the device's buffer with its own memory (RAM to the device,
+//!    back to another buffer, compared): `edu: own DMA round trip ok (64 bytes)`;
+//! 2. its interrupt raised flat out for `keel.flood=<ms>` (default 300): a loop writes the
+//!    raise register as fast as it can, the handler acknowledges each interrupt;
+//!    `edu: interrupt flood: R raised, N taken in M ms`;
+//! 3. the attack, at `keel.target=<hex>` (another VM's RAM, as a physical address, which is
+//!    outside this VM's memory): `write` copies the device's buffer there, `read` copies from
+//!    there into the device and back into its own memory and reports whether anything came.
+//!    The SMMU refuses it and Keel stops this VM; if it comes back it prints `edu: ... done`.
+//!
+//! QEMU 7.2's edu (hw/misc/edu.c, docs/research/device-assignment.md section 3): BAR0 1 MiB;
+//! 0x00 ID 0x010000ed, 0x60 raise interrupt, 0x64 acknowledge, 0x80 DMA source, 0x88 DMA
+//! destination, 0x90 count, 0x98 command (bit 0 start, bit 1 device to RAM, bit 2 interrupt
+//! when done); its buffer is at device address 0x40000, 4 KiB, and a transfer must stay
+//! inside it (QEMU 7.2 aborts otherwise, so a count of at most 4095 from 0x40000). A DMA runs
+//! 100 ms of virtual time after its command.
+
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use keel_guest::abi::layout;
+use keel_guest::bootargs::BootArgs;
+use keel_guest::cpu::{affinity_for_irouter, disable_irqs, enable_irqs, wait_for_interrupt};
+use keel_guest::exceptions::set_irq_handler;
+use keel_guest::fdt::{Fdt, Node};
+use keel_guest::gicv3::{IntId, Redistributor, Trigger, DISTRIBUTOR, FIRST_SPI};
+use keel_guest::mmio::MmioFrame;
+use keel_guest::{println, system_off, timer};
+
+use crate::interrupts::PRIORITY;
+
+/// The edu device's vendor and device IDs (config space offset 0).
+const EDU_ID: u32 = 0x11e8_1234;
+/// Its identification register's value.
+const EDU_IDENT: u32 = 0x0100_00ed;
+const EDU_RAISE: usize = 0x60;
+const EDU_ACK: usize = 0x64;
+const EDU_STATUS: usize = 0x24;
+const EDU_DMA_SOURCE: usize = 0x80;
+const EDU_DMA_DESTINATION: usize = 0x88;
+const EDU_DMA_COUNT: usize = 0x90;
+const EDU_DMA_COMMAND: usize = 0x98;
+/// DMA command: start.
+const DMA_START: u64 = 1 << 0;
+/// DMA command: device to RAM (otherwise RAM to device).
+const DMA_TO_RAM: u64 = 1 << 1;
+/// The device's buffer, as its DMA addresses it.
+const EDU_BUFFER: u64 = 0x40000;
+/// Bytes each DMA moves.
+const DMA_BYTES: usize = 64;
+/// PCI command register: memory space decoding and bus mastering.
+const COMMAND_MEMORY_AND_MASTER: u32 = (1 << 1) | (1 << 2);
+
+/// The device's INTID (u32::MAX until known).
+static EDU_INTID: AtomicU32 = AtomicU32::new(u32::MAX);
+/// BAR0's address, for the handler.
+static EDU_BASE: AtomicU64 = AtomicU64::new(0);
+/// Interrupts taken; written by the handler only.
+static TAKEN: AtomicU64 = AtomicU64::new(0);
+
+/// A buffer in this VM's memory that DMA reads or writes (its address is its IPA: the MMU is
+/// off), 64-byte aligned.
+#[repr(C, align(64))]
+struct DmaBuffer(UnsafeCell<[u8; DMA_BYTES]>);
+
+// SAFETY: one vCPU runs edu mode; it touches a buffer only while no DMA it started is in
+// flight (each is waited for).
+unsafe impl Sync for DmaBuffer {}
+
+impl DmaBuffer {
+    /// The buffer's address, as this VM's DMA names it.
+    fn address(&self) -> u64 {
+        self.0.get() as u64
+    }
+}
+
+static SOURCE: DmaBuffer = DmaBuffer(UnsafeCell::new([0; DMA_BYTES]));
+static SINK: DmaBuffer = DmaBuffer(UnsafeCell::new([0; DMA_BYTES]));
+
+fn handle_irq(intid: IntId) {
+    if intid == EDU_INTID.load(Ordering::Relaxed) {
+        // SAFETY: BAR0's frame, set before the interrupt was enabled.
+        let edu = unsafe { MmioFrame::new(EDU_BASE.load(Ordering::Relaxed) as usize) };
+        // The line is level: acknowledged before the EOI, or it would come straight back.
+        edu.write_u32(EDU_ACK, edu.read_u32(EDU_STATUS));
+        TAKEN.fetch_add(1, Ordering::Relaxed);
+    } else if intid == layout::VTIMER_INTID {
+        timer::mask();
+    }
+}
+
+/// The bridge: its ECAM's address, its 32-bit memory window's, and the edu's INTID found in
+/// its interrupt map for device `slot`'s INTA.
+struct Bridge {
+    ecam: usize,
+    window: usize,
+    map: Node<'static>,
+}
+
+fn find_bridge(tree: &Fdt<'static>) -> Option<Bridge> {
+    let node = tree.find_compatible("pci-host-ecam-generic").ok()??;
+    let (ecam, _) = node.reg().ok()??.next()?;
+    // ranges: <flags hi lo> <parent hi lo> <size hi lo>; 32-bit memory has space code 0b10.
+    let cells: [u32; 64] = {
+        let mut cells = [0; 64];
+        for (slot, cell) in cells.iter_mut().zip(node.property_cells("ranges").ok()??) {
+            *slot = cell;
+        }
+        cells
+    };
+    let window = cells
+        .chunks_exact(7)
+        .find(|entry| (entry[0] >> 24) & 0b11 == 0b10)
+        .map(|entry| (u64::from(entry[3]) << 32 | u64::from(entry[4])) as usize)?;
+    Some(Bridge {
+        ecam: ecam as usize,
+        window,
+        map: node,
+    })
+}
+
+/// The INTID of INTA of device `slot` on bus 0, from the bridge's `interrupt-map` (entries of
+/// child address (3 cells), pin, GIC phandle, GIC address (2 cells), GIC specifier (3)).
+fn inta_intid(map: &Node, slot: u32) -> Option<IntId> {
+    let mask: [u32; 4] = {
+        let mut cells = map.property_cells("interrupt-map-mask").ok()??;
+        [cells.next()?, cells.next()?, cells.next()?, cells.next()?]
+    };
+    let mut cells = map.property_cells("interrupt-map").ok()??;
+    loop {
+        let mut entry = [0u32; 10];
+        for cell in entry.iter_mut() {
+            *cell = cells.next()?;
+        }
+        if entry[0] & mask[0] == (slot << 11) & mask[0] && entry[3] & mask[3] == 1 {
+            return (entry[7] == 0).then_some(entry[8] + FIRST_SPI);
+        }
+    }
+}
+
+/// Runs edu mode on the device tree `tree`.
+pub fn run(tree: &Fdt<'static>, args: BootArgs<'_>, redistributor: &Redistributor) -> ! {
+    let number = |key: &str, default: u64| {
+        args.value(key)
+            .and_then(|value| {
+                let digits = value.strip_prefix("0x");
+                match digits {
+                    Some(hex) => u64::from_str_radix(hex, 16).ok(),
+                    None => value.parse().ok(),
+                }
+            })
+            .unwrap_or(default)
+    };
+    let Some(bridge) = find_bridge(tree) else {
+        println!("edu: no pci-host-ecam-generic bridge with a 32-bit window in the device tree");
+        system_off()
+    };
+    // SAFETY: the device tree describes the bridge's ECAM there (mapped by Keel as the board's).
+    let ecam = unsafe { MmioFrame::new(bridge.ecam) };
+    let Some(slot) = (0..32).find(|slot| ecam.read_u32(slot << 15) == EDU_ID) else {
+        println!("edu: no edu device (1234:11e8) on bus 0");
+        system_off()
+    };
+    let function = slot << 15;
+    ecam.write_u32(function + 0x10, bridge.window as u32);
+    ecam.write_u32(function + 0x04, COMMAND_MEMORY_AND_MASTER);
+    // SAFETY: BAR0 now decodes at the window's start, 1 MiB; nothing else lives there.
+    let edu = unsafe { MmioFrame::new(bridge.window) };
+    let intid = inta_intid(&bridge.map, slot as u32);
+    println!(
+        "edu: device at 00:{slot:02x}.0, BAR0 {:#x}, id {}, INTID {}",
+        bridge.window,
+        if edu.read_u32(0) == EDU_IDENT {
+            "ok"
+        } else {
+            "unexpected"
+        },
+        intid.unwrap_or(0)
+    );
+    EDU_BASE.store(bridge.window as u64, Ordering::Relaxed);
+    set_irq_handler(handle_irq);
+    redistributor.enable_private(layout::VTIMER_INTID, PRIORITY);
+    if let Some(intid) = intid {
+        EDU_INTID.store(intid, Ordering::Relaxed);
+        DISTRIBUTOR.enable_spi(intid, PRIORITY, Trigger::Level, affinity_for_irouter());
+    }
+    enable_irqs();
+
+    own_round_trip(&edu);
+    flood(&edu, number("keel.flood", 300));
+    let target = number("keel.target", 0);
+    match args.value("keel.edu") {
+        Some("write") => {
+            println!("edu: DMA write of {DMA_BYTES} bytes to {target:#x}");
+            dma(&edu, EDU_BUFFER, target, DMA_TO_RAM);
+            println!("edu: DMA write to {target:#x} done");
+        }
+        Some("read") => {
+            println!("edu: DMA read of {DMA_BYTES} bytes from {target:#x}");
+            dma(&edu, target, EDU_BUFFER, 0);
+            // SAFETY: no DMA is in flight (each is waited for); only this code touches SINK.
+            unsafe { (*SINK.0.get()).fill(0) };
+            dma(&edu, EDU_BUFFER, SINK.address(), DMA_TO_RAM);
+            println!("edu: DMA read from {target:#x} done");
+        }
+        _ => {}
+    }
+    system_off()
+}
+
+/// Copies a pattern from this VM's memory into the device and back into another buffer, and
+/// compares.
+fn own_round_trip(edu: &MmioFrame) {
+    // SAFETY: no DMA is in flight (each is waited for); only this code touches the buffers.
+    unsafe {
+        for (i, byte) in (*SOURCE.0.get()).iter_mut().enumerate() {
+            *byte = (i as u8).wrapping_mul(7).wrapping_add(3);
+        }
+        (*SINK.0.get()).fill(0);
+    }
+    dma(edu, SOURCE.address(), EDU_BUFFER, 0);
+    dma(edu, EDU_BUFFER, SINK.address(), DMA_TO_RAM);
+    // SAFETY: as above; both transfers are complete.
+    let same = unsafe { *SOURCE.0.get() == *SINK.0.get() };
+    println!(
+        "edu: own DMA round trip {} ({DMA_BYTES} bytes)",
+        if same { "ok" } else { "FAILED" }
+    );
+}
+
+/// One DMA of [`DMA_BYTES`] from `source` to `destination` (`direction`: [`DMA_TO_RAM`] or 0),
+/// waited for (polling the command's start bit, sleeping in WFI between looks).
+fn dma(edu: &MmioFrame, source: u64, destination: u64, direction: u64) {
+    edu.write_u64(EDU_DMA_SOURCE, source);
+    edu.write_u64(EDU_DMA_DESTINATION, destination);
+    edu.write_u64(EDU_DMA_COUNT, DMA_BYTES as u64);
+    edu.write_u64(EDU_DMA_COMMAND, DMA_START | direction);
+    let deadline = timer::counter() + timer::frequency();
+    while edu.read_u64(EDU_DMA_COMMAND) & DMA_START != 0 && timer::counter() < deadline {
+        sleep_ms(10);
+    }
+}
+
+/// Raises the device's interrupt flat out for `ms` milliseconds (the handler acknowledges
+/// each).
+fn flood(edu: &MmioFrame, ms: u64) {
+    if EDU_INTID.load(Ordering::Relaxed) == u32::MAX || ms == 0 {
+        return;
+    }
+    let before = TAKEN.load(Ordering::Relaxed);
+    let start = timer::counter();
+    let mut raised = 0u64;
+    while timer::counter() - start < ms * timer::frequency() / 1000 {
+        edu.write_u32(EDU_RAISE, 1);
+        raised += 1;
+    }
+    let taken = TAKEN.load(Ordering::Relaxed) - before;
+    println!("edu: interrupt flood: {raised} raised, {taken} taken in {ms} ms");
+}
+
+/// Sleeps about `ms` milliseconds in WFI (the virtual timer wakes it).
+fn sleep_ms(ms: u64) {
+    let deadline = timer::counter() + ms * timer::frequency() / 1000;
+    timer::set_deadline(deadline);
+    timer::enable();
+    loop {
+        disable_irqs();
+        if timer::counter() >= deadline {
+            break;
+        }
+        wait_for_interrupt();
+        enable_irqs();
+    }
+    enable_irqs();
+    timer::disable();
+}

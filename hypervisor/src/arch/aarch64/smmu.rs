@@ -1,0 +1,359 @@
+//! The board's SMMUv3 (Arm IHI 0070), which Keel owns: its registers, and the memory it reads
+//! and writes, all in Keel's own memory (.bss, identity-mapped), which no VM maps: the linear
+//! stream table, one context descriptor per VM, the VMs' stage-1 tables (each VM's IPA to PA,
+//! as its stage 2 maps its memory: QEMU 7.2's SMMU has stage 1 only), the command queue and
+//! the event queue. What these hold is built by `keel_core::smmu`; this file only places it
+//! and talks to the registers.
+//!
+//! Ownership: [`init`] writes everything once, on pCPU 0 at boot, before the SMMU is enabled
+//! and before any other pCPU or VM runs. Afterwards the stream table and the queues are
+//! touched only under [`SMMU`]'s lock (an STE switched to abort and back, commands, the event
+//! queue's consumer); the CDs and stage-1 tables are only read, by the SMMU. Lock order: the
+//! SMMU's lock is a leaf (no other lock is taken under it, and it is never taken with a VM's
+//! lock held). It is the one lock held while Keel waits on a device: a CMD_SYNC's completion
+//! (bounded by [`ACK_POLLS`]), at a VM's stop or restart only, so that no second submitter
+//! interleaves its commands with the ones waited for.
+
+use core::cell::UnsafeCell;
+
+use keel_core::smmu::regs::{self, cr0, cr1, cr2, irq_ctrl};
+use keel_core::smmu::{
+    command, fill_stream_table, Command, CommandError, ContextDescriptor, Event, Features,
+    GlobalError, Queue, Stage1, Stage1Error, Ste, StreamAssignment, StreamConfig, StreamTableError,
+    SyncSignal, Unsupported,
+};
+use keel_core::stage2::{MemoryKind, Table, ENTRIES};
+use keel_core::system::{MAX_STREAMS, MAX_VMS};
+use keel_core::text::{Out, Show};
+
+use super::cpu::{self, Mutex};
+use super::mmio::Mmio;
+
+/// log2 of the stream table's entries ([`MAX_STREAMS`]).
+const STREAM_LOG2: u32 = MAX_STREAMS.trailing_zeros();
+/// log2 of the command queue's entries.
+const COMMAND_LOG2: u32 = 5;
+/// log2 of the event queue's entries.
+const EVENT_LOG2: u32 = 5;
+/// Stage-1 tables for all VMs' devices: a level-1 table and a few level-2 tables per VM
+/// whose memory is mapped in 2 MiB blocks (memory is 2 MiB aligned in practice; a VM that
+/// needs more is refused at boot with the builder's error).
+const STAGE1_TABLES: usize = 64;
+/// The command queue's index arithmetic.
+const COMMAND_QUEUE: Queue = match Queue::new(COMMAND_LOG2) {
+    Some(queue) => queue,
+    None => panic!("the command queue's size is out of range"),
+};
+/// The event queue's index arithmetic.
+const EVENT_QUEUE: Queue = match Queue::new(EVENT_LOG2) {
+    Some(queue) => queue,
+    None => panic!("the event queue's size is out of range"),
+};
+/// Polls of a register before Keel gives up on the SMMU acknowledging (each a device read).
+const ACK_POLLS: u32 = 1_000_000;
+
+/// Memory the SMMU reads, aligned as the architecture asks (each table and queue to its
+/// size).
+#[repr(C, align(16384))]
+struct StreamTable(UnsafeCell<[Ste; MAX_STREAMS as usize]>);
+#[repr(C, align(64))]
+struct Contexts(UnsafeCell<[[u64; 8]; MAX_VMS]>);
+#[repr(C, align(4096))]
+struct Stage1Tables(UnsafeCell<[Table; STAGE1_TABLES]>);
+#[repr(C, align(512))]
+struct CommandQueue(UnsafeCell<[Command; 1 << COMMAND_LOG2]>);
+#[repr(C, align(1024))]
+struct EventQueue(UnsafeCell<[[u64; 4]; 1 << EVENT_LOG2]>);
+
+// SAFETY: written by pCPU 0 in `init` before any other pCPU runs and before the SMMU is
+// enabled; afterwards only under SMMU's lock (the stream table's entries, the queues) or
+// never again (CDs, stage-1 tables), and read by the SMMU.
+unsafe impl Sync for StreamTable {}
+// SAFETY: as for StreamTable.
+unsafe impl Sync for Contexts {}
+// SAFETY: as for StreamTable.
+unsafe impl Sync for Stage1Tables {}
+// SAFETY: as for StreamTable.
+unsafe impl Sync for CommandQueue {}
+// SAFETY: as for StreamTable.
+unsafe impl Sync for EventQueue {}
+
+static STREAMS: StreamTable = StreamTable(UnsafeCell::new([[0; 8]; MAX_STREAMS as usize]));
+static CONTEXTS: Contexts = Contexts(UnsafeCell::new([[0; 8]; MAX_VMS]));
+static TABLES: Stage1Tables = Stage1Tables(UnsafeCell::new([[0; ENTRIES]; STAGE1_TABLES]));
+static COMMANDS: CommandQueue = CommandQueue(UnsafeCell::new([[0; 2]; 1 << COMMAND_LOG2]));
+static EVENTS: EventQueue = EventQueue(UnsafeCell::new([[0; 4]; 1 << EVENT_LOG2]));
+
+/// The SMMU once [`init`] enabled it: its registers, and the producer index of the command
+/// queue and the consumer index of the event queue, which only Keel moves.
+struct Driver {
+    regs: Mmio,
+    command_prod: u32,
+    event_cons: u32,
+}
+
+/// The driver, once [`init`] succeeded. All zero until then (`None`: no SMMU).
+static SMMU: Mutex<Option<Driver>> = Mutex::new(None);
+
+/// Why Keel cannot use the SMMU; each variant's message is its [`Show`].
+#[derive(Clone, Copy, Debug)]
+pub enum SmmuError {
+    /// The SMMU lacks what Keel needs.
+    Unsupported(Unsupported),
+    /// A VM's stage-1 tables could not be built.
+    Stage1 {
+        /// The VM.
+        vm: usize,
+        /// Why.
+        error: Stage1Error,
+    },
+    /// The stream table could not be filled.
+    Streams(StreamTableError),
+    /// The SMMU did not acknowledge a CR0 or IRQ_CTRL write.
+    NoAck(&'static str),
+    /// A command failed.
+    Command(CommandError),
+}
+
+impl Show for SmmuError {
+    fn show(&self, out: &mut dyn Out) {
+        match self {
+            Self::Unsupported(why) => why.show(out),
+            Self::Stage1 { vm, error } => {
+                keel_core::text!(out, "VM ", *vm, "'s stage-1 tables: ", *error)
+            }
+            Self::Streams(error) => error.show(out),
+            Self::NoAck(register) => keel_core::text!(out, register, " write not acknowledged"),
+            Self::Command(error) => keel_core::text!(out, "command failed: ", *error),
+        }
+    }
+}
+
+/// A map of one region `(ipa, pa, size)` into a VM's stage-1 tables.
+pub type MapRegion<'a> = dyn FnMut(u64, u64, u64) -> Result<(), Stage1Error> + 'a;
+/// Maps every region of VM `vm`'s memory with the function given.
+pub type VmMemory = dyn Fn(usize, &mut MapRegion) -> Result<(), Stage1Error>;
+
+/// Sets the SMMU at `base` up and enables it: every stream in `assignments` translates with
+/// its VM's stage-1 tables, each VM's built from `memory(vm, map)` (which calls `map(ipa, pa,
+/// size)` for each of its regions), every other stream aborts. Before any VM runs, on pCPU 0.
+///
+/// # Safety
+/// `base` must be the SMMUv3's register frame (two 64 KiB pages), mapped as device memory,
+/// and this must run once, before any other pCPU runs.
+pub unsafe fn init(
+    base: u64,
+    assignments: &[StreamAssignment],
+    memory: &VmMemory,
+) -> Result<(), SmmuError> {
+    // SAFETY: forwarded from this function's contract.
+    let regs = unsafe { Mmio::new(base) };
+    let features = Features::decode(
+        regs.read32(regs::IDR0 as usize),
+        regs.read32(regs::IDR1 as usize),
+        regs.read32(regs::IDR5 as usize),
+    );
+    regs::check(&features, MAX_STREAMS - 1, 40).map_err(SmmuError::Unsupported)?;
+    write_acknowledged(&regs, regs::CR0 as usize, regs::CR0ACK as usize, 0, "CR0")?;
+
+    // SAFETY: per this function's contract nothing else runs, and the SMMU is disabled: these
+    // are the only references to the SMMU's memory until it is enabled.
+    let (streams, contexts, tables) = unsafe {
+        (
+            &mut *STREAMS.0.get(),
+            &mut *CONTEXTS.0.get(),
+            &mut *TABLES.0.get(),
+        )
+    };
+    let mut context_addresses = [0u64; MAX_VMS];
+    let mut pool = &mut tables[..];
+    for vm in 0..MAX_VMS {
+        if !assignments.iter().any(|assignment| assignment.vm == vm) {
+            continue;
+        }
+        // A level-1 table and up to three level-2 tables of the pool per VM.
+        let (mine, rest) = pool.split_at_mut(4.min(pool.len()));
+        pool = rest;
+        let phys = mine.as_ptr() as u64;
+        let mut stage1 =
+            Stage1::new(mine, phys).map_err(|error| SmmuError::Stage1 { vm, error })?;
+        memory(vm, &mut |ipa, pa, size| {
+            stage1.map(ipa, pa, size, MemoryKind::Normal)
+        })
+        .map_err(|error| SmmuError::Stage1 { vm, error })?;
+        let context = ContextDescriptor {
+            asid: vm as u16 + 1,
+            ttb0: stage1.root_phys(),
+            output_size: features.output_size,
+        };
+        contexts[vm] = context.encode();
+        context_addresses[vm] = contexts[vm].as_ptr() as u64;
+    }
+    fill_stream_table(streams, assignments, &context_addresses).map_err(SmmuError::Streams)?;
+    cpu::dsb_sy();
+
+    regs.write32(regs::CR1 as usize, cr1::WRITE_BACK_INNER);
+    // Streams beyond the table are recorded as C_BAD_STREAMID events, not aborted silently.
+    regs.write32(regs::CR2 as usize, cr2::RECINVSID);
+    regs.write64(
+        regs::STRTAB_BASE as usize,
+        regs::strtab_base(streams.as_ptr() as u64),
+    );
+    regs.write32(
+        regs::STRTAB_BASE_CFG as usize,
+        regs::strtab_base_cfg_linear(STREAM_LOG2),
+    );
+    regs.write64(
+        regs::CMDQ_BASE as usize,
+        regs::queue_base(COMMANDS.0.get() as u64, COMMAND_LOG2),
+    );
+    regs.write32(regs::CMDQ_PROD as usize, 0);
+    regs.write32(regs::CMDQ_CONS as usize, 0);
+    regs.write64(
+        regs::EVENTQ_BASE as usize,
+        regs::queue_base(EVENTS.0.get() as u64, EVENT_LOG2),
+    );
+    regs.write32(regs::EVENTQ_PROD as usize, 0);
+    regs.write32(regs::EVENTQ_CONS as usize, 0);
+    let queues = cr0::CMDQEN | cr0::EVENTQEN;
+    write_acknowledged(
+        &regs,
+        regs::CR0 as usize,
+        regs::CR0ACK as usize,
+        queues,
+        "CR0",
+    )?;
+    let mut driver = Driver {
+        regs,
+        command_prod: 0,
+        event_cons: 0,
+    };
+    // Nothing of a reset's or a firmware's configuration is cached.
+    driver.submit(&[command::cfgi_all(), command::tlbi_nsnh_all()])?;
+    write_acknowledged(
+        &driver.regs,
+        regs::IRQ_CTRL as usize,
+        regs::IRQ_CTRLACK as usize,
+        irq_ctrl::EVENTQ_IRQEN | irq_ctrl::GERROR_IRQEN,
+        "IRQ_CTRL",
+    )?;
+    write_acknowledged(
+        &driver.regs,
+        regs::CR0 as usize,
+        regs::CR0ACK as usize,
+        queues | cr0::SMMUEN,
+        "CR0",
+    )?;
+    *SMMU.lock_cold() = Some(driver);
+    Ok(())
+}
+
+/// Writes `value` to the register at `offset` and waits (bounded) for its acknowledgement
+/// register at `ack` to read the same.
+fn write_acknowledged(
+    regs: &Mmio,
+    offset: usize,
+    ack: usize,
+    value: u32,
+    name: &'static str,
+) -> Result<(), SmmuError> {
+    regs.write32(offset, value);
+    for _ in 0..ACK_POLLS {
+        if regs.read32(ack) == value {
+            return Ok(());
+        }
+        cpu::spin_wait();
+    }
+    Err(SmmuError::NoAck(name))
+}
+
+impl Driver {
+    /// Queues `commands` and a CMD_SYNC, and waits (bounded) until the SMMU consumed them.
+    fn submit(&mut self, commands: &[Command]) -> Result<(), SmmuError> {
+        let queue = COMMAND_QUEUE;
+        let sync = command::sync(SyncSignal::None);
+        for command in commands.iter().chain([&sync]) {
+            // The queue is drained at every submit, so it has room.
+            let slot = queue.slot(self.command_prod);
+            // SAFETY: the command queue is only written here, under SMMU's lock (or by `init`
+            // before anything else runs); the SMMU reads an entry only once PROD covers it.
+            unsafe { (*COMMANDS.0.get())[slot] = *command };
+            self.command_prod = queue.advance(self.command_prod, 1);
+        }
+        cpu::dsb_sy();
+        self.regs
+            .write32(regs::CMDQ_PROD as usize, self.command_prod);
+        for _ in 0..ACK_POLLS {
+            let cons = self.regs.read32(regs::CMDQ_CONS as usize);
+            if let Some(error) = CommandError::from_cons(cons) {
+                return Err(SmmuError::Command(error));
+            }
+            if queue.pointer(cons) == self.command_prod {
+                return Ok(());
+            }
+            cpu::spin_wait();
+        }
+        Err(SmmuError::NoAck("CMDQ_PROD"))
+    }
+}
+
+/// Makes streams `first..=last` abort (`translate` false) or translate again with VM `vm`'s
+/// context (`translate` true), the SMMU's cached copies invalidated. A VM that is stopped has
+/// its devices cut off this way (aborts record no event); its restart gives them back.
+pub fn set_streams(first: u32, last: u32, vm: usize, translate: bool) -> Result<(), SmmuError> {
+    let mut smmu = SMMU.lock_cold();
+    let Some(driver) = smmu.as_mut() else {
+        return Ok(());
+    };
+    let config = if translate {
+        // SAFETY: the CDs are only written by `init`, before the lock exists.
+        let context = unsafe { (*CONTEXTS.0.get()).get(vm).map(|cd| cd.as_ptr() as u64) };
+        StreamConfig::Stage1 {
+            context: context.unwrap_or(0),
+        }
+    } else {
+        StreamConfig::Abort
+    };
+    let entry = config.encode();
+    let mut commands = [[0u64; 2]; 8];
+    let mut count = 0;
+    for stream in first..=last.min(MAX_STREAMS - 1) {
+        // SAFETY: the stream table is written only under SMMU's lock, held here.
+        unsafe { (*STREAMS.0.get())[stream as usize] = entry };
+        commands[count] = command::cfgi_ste(stream);
+        count += 1;
+        if count == commands.len() {
+            driver.submit(&commands)?;
+            count = 0;
+        }
+    }
+    driver.submit(&commands[..count])
+}
+
+/// Hands each event the SMMU has queued to `each`, oldest first (at most a queue's worth per
+/// call), and returns the global errors active since the last call (acknowledged).
+pub fn take_events(each: &mut dyn FnMut(&Event)) -> Option<GlobalError> {
+    let mut smmu = SMMU.lock_cold();
+    let driver = smmu.as_mut()?;
+    let queue = EVENT_QUEUE;
+    let prod = queue.pointer(driver.regs.read32(regs::EVENTQ_PROD as usize));
+    for _ in 0..queue.entries() {
+        if queue.is_empty(prod, driver.event_cons) {
+            break;
+        }
+        // SAFETY: the SMMU wrote this entry before moving PROD past it and writes it again
+        // only once CONS has moved past it; only this consumer reads, under SMMU's lock.
+        let record = unsafe { (*EVENTS.0.get())[queue.slot(driver.event_cons)] };
+        each(&Event::decode(&record));
+        driver.event_cons = queue.advance(driver.event_cons, 1);
+    }
+    driver
+        .regs
+        .write32(regs::EVENTQ_CONS as usize, driver.event_cons);
+    let gerror = driver.regs.read32(regs::GERROR as usize);
+    let gerrorn = driver.regs.read32(regs::GERRORN as usize);
+    let first = GlobalError::active(gerror, gerrorn).next();
+    // Acknowledged by making GERRORN equal GERROR.
+    driver.regs.write32(regs::GERRORN as usize, gerror);
+    first
+}

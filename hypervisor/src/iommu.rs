@@ -1,0 +1,82 @@
+//! DMA isolation: the SMMU Keel drives in front of the devices given to VMs (`[system] iommu`).
+//! Each stream of a device assigned to a VM translates with that VM's memory map (its RAM and
+//! flash, IPA to PA), every other stream aborts; a VM that ends has its streams cut off
+//! (abort, no event), and a VM that restarts gets them back. The SMMU's faults are read here
+//! for `lifecycle`, which stops the VM they name.
+
+use keel_core::smmu::{Event, GlobalError, Stage1Error, StreamAssignment};
+use keel_core::system::MAX_VMS;
+
+use crate::arch::smmu::{self, SmmuError};
+use crate::config::SYSTEM;
+use crate::vm;
+
+/// Most stream ranges all VMs' devices have together.
+const MAX_ASSIGNMENTS: usize = 32;
+
+/// Enables the SMMU, if the configuration names one: the stream table from every VM's
+/// devices, their stage-1 tables from each VM's memory. On pCPU 0 at boot, after the VMs are
+/// built and before any runs (so no device masters DMA before the SMMU guards it).
+pub fn init() -> Result<(), SmmuError> {
+    let Some(iommu) = &SYSTEM.iommu else {
+        return Ok(());
+    };
+    let mut assignments = [StreamAssignment {
+        first: 0,
+        last: 0,
+        vm: 0,
+    }; MAX_ASSIGNMENTS];
+    let mut count = 0;
+    for (id, desc) in SYSTEM.vms.iter().enumerate().take(MAX_VMS) {
+        for device in desc.devices {
+            for &(first, last) in device.streams {
+                if let Some(slot) = assignments.get_mut(count) {
+                    *slot = StreamAssignment {
+                        first,
+                        last,
+                        vm: id,
+                    };
+                    count += 1;
+                }
+            }
+        }
+    }
+    let memory = |id: usize, map: &mut smmu::MapRegion| -> Result<(), Stage1Error> {
+        for region in vm::desc(id).regions() {
+            map(region.ipa.0, region.phys.0, region.size)?;
+        }
+        Ok(())
+    };
+    // SAFETY: the configuration compiler took the base from the board's SMMUv3 node; Keel's
+    // EL2 map covers the device window as device memory; this runs once, on pCPU 0 before any
+    // other pCPU starts.
+    unsafe { smmu::init(iommu.base.0, &assignments[..count], &memory) }
+}
+
+/// Cuts VM `id`'s devices off (their streams abort) or, with `translate`, gives them back.
+pub fn set_vm_streams(id: usize, translate: bool) -> Result<(), SmmuError> {
+    for device in vm::desc(id).devices {
+        for &(first, last) in device.streams {
+            smmu::set_streams(first, last, id, translate)?;
+        }
+    }
+    Ok(())
+}
+
+/// The VM whose device masters DMA with stream `stream`, if any.
+pub fn stream_owner(stream: u32) -> Option<usize> {
+    SYSTEM.vms.iter().position(|desc| {
+        desc.devices.iter().any(|device| {
+            device
+                .streams
+                .iter()
+                .any(|&(first, last)| (first..=last).contains(&stream))
+        })
+    })
+}
+
+/// Hands each fault the SMMU recorded since the last call to `each`, and returns its global
+/// error if one is active.
+pub fn take_faults(each: &mut dyn FnMut(&Event)) -> Option<GlobalError> {
+    smmu::take_events(each)
+}
