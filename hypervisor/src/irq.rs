@@ -95,6 +95,18 @@ fn handle_from(first: u32, mut handled: Handled) -> Handled {
             }
             return handled;
         }
+        if let Some(id) = forwarded_to(intid) {
+            // Left active: the guest's EOI deactivates it.
+            match forward(id, intid) {
+                Forwarded::Listed => {}
+                Forwarded::Raised(raised) => {
+                    handled.sync = true;
+                    handled.reschedule |= raised == Raised::WokeHere;
+                }
+            }
+            intid = gic::acknowledge();
+            continue;
+        }
         // Anything but Keel's own timer may have raised a virtual interrupt for the running
         // vCPU (the timer's deadlines wake other vCPUs, through the scheduler).
         handled.sync |= intid != layout::HYP_TIMER_INTID;
@@ -117,14 +129,7 @@ fn handle_from(first: u32, mut handled: Handled) -> Handled {
                     serve();
                 }
             }
-            _ => {
-                if let Some(id) = forwarded_to(intid) {
-                    // Left active: the guest's EOI deactivates it.
-                    handled.reschedule |= forward(id, intid) == Raised::WokeHere;
-                    intid = gic::acknowledge();
-                    continue;
-                }
-            }
+            _ => {}
         }
         gic::deactivate(intid);
         intid = gic::acknowledge();
@@ -203,32 +208,24 @@ fn virtual_timer() -> bool {
             let vgic = &mut *vgic;
             vgic.raise(vcpu, layout::VTIMER_INTID);
             let cpu = vm::this_cpu();
-            let list_registers = gic::list_registers();
-            let listed = reclaim_finished(vgic, vcpu, cpu.listed.load(Ordering::Relaxed));
-            let free = !listed & ((1u64 << list_registers) - 1);
-            let delivered = match (free, vgic.take_if_deliverable(vcpu, layout::VTIMER_INTID)) {
-                (0, _) | (_, None) => {
+            match list_now(vgic, cpu, vcpu, layout::VTIMER_INTID) {
+                None => {
                     // The timer's cached list register may be one just taken back: forgotten,
                     // so that the cache only ever names a register in `listed` (a switch saves
                     // only those).
                     cpu.forget_timer_lr();
-                    cpu.listed.store(listed, Ordering::Relaxed);
-                    return false;
+                    false
                 }
-                (free, Some((priority, group1))) => {
-                    let lr = free.trailing_zeros() as usize;
-                    let value = list(lr, layout::VTIMER_INTID, priority, group1);
+                Some((lr, value)) => {
                     let generation = vm::vm(id).gic_writes.load(Ordering::Relaxed);
                     cpu.timer_lr_value.store(value, Ordering::Relaxed);
                     cpu.timer_lr.store(
                         u64::from(generation) << 32 | (lr as u64 + 1),
                         Ordering::Relaxed,
                     );
-                    listed | (1 << lr)
+                    true
                 }
-            };
-            cpu.listed.store(delivered, Ordering::Relaxed);
-            true
+            }
         }
         None => {
             // No guest to take it: silence the timer on this pCPU.
@@ -241,6 +238,34 @@ fn virtual_timer() -> bool {
             true
         }
     }
+}
+
+/// Lists interrupt `intid`, raised in `vgic` for `vcpu` (the vCPU on this pCPU, `cpu`), in a
+/// free list register at once, if it is deliverable now and a register is free (the list
+/// registers the guest has finished with taken back first): the register and its value.
+/// Otherwise `None`, and a full [`sync_list_registers`] must decide.
+#[inline(always)]
+fn list_now(
+    vgic: &mut keel_core::devices::vgic::Vgic,
+    cpu: &vm::PerCpu,
+    vcpu: usize,
+    intid: u32,
+) -> Option<(usize, u64)> {
+    let list_registers = gic::list_registers();
+    let listed = reclaim_finished(vgic, vcpu, cpu.listed.load(Ordering::Relaxed));
+    let free = !listed & ((1u64 << list_registers) - 1);
+    let (listed, done) = match (free, vgic.take_if_deliverable(vcpu, intid)) {
+        (0, _) | (_, None) => (listed, None),
+        (free, Some((priority, group1))) => {
+            let lr = free.trailing_zeros() as usize;
+            (
+                listed | (1 << lr),
+                Some((lr, list(lr, intid, priority, group1))),
+            )
+        }
+    };
+    cpu.listed.store(listed, Ordering::Relaxed);
+    done
 }
 
 /// The virtual timer of the vCPU just loaded on this shared pCPU expired while it was
@@ -366,16 +391,38 @@ fn pcpu_affinity(pcpu: u32) -> u64 {
 /// device interrupt again: a device raising its line flat out gets one interrupt per guest
 /// EOI. For a VM that no longer runs, the interrupt is disabled and deactivated; its next
 /// start or reset sets it up again.
-fn forward(id: usize, intid: u32) -> Raised {
+fn forward(id: usize, intid: u32) -> Forwarded {
     if vm::vm(id).state() != VmState::Running {
         if let Some(distributor) = gic::distributor() {
             distributor.set_spi_enabled(intid, false);
             distributor.deactivate_spi(intid);
         }
-        return Raised::Elsewhere;
+        return Forwarded::Raised(Raised::Elsewhere);
     }
     let (current, vcpu) = vm::current().unwrap_or((usize::MAX, 0));
-    raise_and_kick(id, 0, intid, current, vcpu)
+    if current == id {
+        // The common case (the physical route follows the vCPU the guest routes it to): listed
+        // at once, as the virtual timer is, without a full look at the vGIC.
+        let mut vgic = vm::vm(id).vgic.lock();
+        let vgic = &mut *vgic;
+        vgic.raise(vcpu, intid);
+        let cpu = vm::this_cpu();
+        // Another list register written: the timer's cached one may be the one reused.
+        cpu.forget_timer_lr();
+        if list_now(vgic, cpu, vcpu, intid).is_some() {
+            return Forwarded::Listed;
+        }
+    }
+    Forwarded::Raised(raise_and_kick(id, 0, intid, current, vcpu))
+}
+
+/// What forwarding a device's interrupt did ([`forward`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Forwarded {
+    /// Listed for the vCPU on this pCPU: nothing more to do.
+    Listed,
+    /// Raised in the vGIC; the raise's outcome.
+    Raised(Raised),
 }
 
 #[cold]

@@ -13,7 +13,7 @@ use crate::{workspace, Result};
 
 pub(crate) type Figures = BTreeMap<String, (u64, u64, u64)>;
 
-fn parse(lines: &[String], prefix: &str) -> Result<Figures> {
+pub(crate) fn parse(lines: &[String], prefix: &str) -> Result<Figures> {
     let regex = Regex::new(r"bench: (\S+) min=(\d+) avg=(\d+) max=(\d+)$").unwrap();
     let mut figures = Figures::new();
     let mut done = false;

@@ -5,6 +5,7 @@
 mod baseline;
 mod bench;
 mod debian;
+mod devices_bench;
 mod dtb;
 mod exec_trace;
 mod fuzz;
@@ -93,6 +94,9 @@ fn main() -> ExitCode {
                 }),
             None => Err(USAGE.into()),
         },
+        Some("bench") if args.get(1).is_some_and(|a| a == "devices") => {
+            setup::ensure_tools().and_then(|()| devices_bench::run())
+        }
         Some("bench") if args.get(1).is_some_and(|a| a == "baseline") => setup::ensure_tools()
             .and_then(|()| baseline::run(args.get(2).is_some_and(|a| a == "--update"))),
         Some("bench") => setup::ensure_tools()

@@ -3,6 +3,12 @@
 //! and legacy interrupt map read from the device tree, as Linux's generic ECAM driver would):
 //! BAR0 placed at the window's start, memory decoding and bus mastering on.
 //!
+//! With `keel.edu=bench` it first measures the device's interrupt in instructions (PMCCNTR_EL0
+//! under `-icount`; a VM under Keel needs `pmu = true`): from the register write that raises
+//! it to the IRQ vector's first instructions (`bench: edu-irq-entry`), and to the interrupted
+//! loop's next instruction after the handler acknowledged it and ended it
+//! (`bench: edu-irq-roundtrip`), 200 times each (`min=`, `avg=`, `max=`), then `bench: done`.
+//!
 //! Then, in order (`keel.edu=<attack>` picks the attack at the end):
 //! 1. a DMA round trip through the device's buffer with its own memory (RAM to the device,
 //!    back to another buffer, compared): `edu: own DMA round trip ok (64 bytes)`;
@@ -192,6 +198,9 @@ pub fn run(tree: &Fdt<'static>, args: BootArgs<'_>, redistributor: &Redistributo
     }
     enable_irqs();
 
+    if args.value("keel.edu") == Some("bench") {
+        interrupt_latency(&edu);
+    }
     own_round_trip(&edu);
     flood(&edu, number("keel.flood", 300));
     let target = number("keel.target", 0);
@@ -279,4 +288,96 @@ fn sleep_ms(ms: u64) {
     }
     enable_irqs();
     timer::disable();
+}
+
+/// Samples of the interrupt latency.
+const LATENCY_SAMPLES: u32 = 200;
+
+/// The edu interrupt's latency, from the raising write to the vector and back: a loop keeps
+/// reading PMCCNTR_EL0 into x9 after the write; the SDK's IRQ vector stamps the counter and
+/// the interrupted x9 (feature `irq-entry-stamp`), so entry = stamp - the count just before
+/// the write, round trip = the loop's first count after the return - that count. Each less
+/// the cost of two back-to-back counter reads.
+fn interrupt_latency(edu: &MmioFrame) {
+    use core::arch::asm;
+    use keel_guest::exceptions::{stamp_irq_entries, IRQ_ENTRY_STAMP};
+    keel_guest::pmu::enable_cycle_counter();
+    stamp_irq_entries();
+    let back_to_back = (0..LATENCY_SAMPLES)
+        .map(|_| {
+            let (first, second): (u64, u64);
+            // SAFETY: reads the cycle counter only.
+            unsafe {
+                asm!(
+                    "mrs {first}, pmccntr_el0",
+                    "mrs {second}, pmccntr_el0",
+                    first = out(reg) first,
+                    second = out(reg) second,
+                    options(nomem, nostack, preserves_flags),
+                )
+            };
+            second - first
+        })
+        .min()
+        .unwrap_or(0);
+    let raise = edu.base() + EDU_RAISE;
+    let mut stats = [(u64::MAX, 0u64, 0u64); 2];
+    let mut count = 0u64;
+    for sample in 0..=LATENCY_SAMPLES {
+        let seen = TAKEN.load(Ordering::Relaxed);
+        IRQ_ENTRY_STAMP.interrupted_x9.store(0, Ordering::Relaxed);
+        let (before, last_in_loop, after_loop): (u64, u64, u64);
+        // SAFETY: unmasks IRQs only while spinning (the SDK's vector preserves every register
+        // the loop uses) and masks them again; the store is to the edu's raise register.
+        unsafe {
+            asm!(
+                "msr daifclr, #2",
+                "isb",
+                "mrs {before}, pmccntr_el0",
+                "str {one:w}, [{raise}]",
+                "2: mrs x9, pmccntr_el0",
+                "ldr {taken}, [{counter}]",
+                "cmp {taken}, {seen}",
+                "b.eq 2b",
+                "mrs {after}, pmccntr_el0",
+                "mov {last}, x9",
+                "msr daifset, #2",
+                before = out(reg) before,
+                one = in(reg) 1u32,
+                raise = in(reg) raise,
+                counter = in(reg) &TAKEN,
+                seen = in(reg) seen,
+                taken = out(reg) _,
+                after = out(reg) after_loop,
+                last = out(reg) last_in_loop,
+                out("x9") _,
+                options(nostack),
+            )
+        };
+        let entry = IRQ_ENTRY_STAMP.cycle_counter.load(Ordering::Relaxed);
+        // If the interrupt came after the loop's last counter read, the read after the loop
+        // is the first after the return; otherwise the loop's last one is.
+        let after = if last_in_loop > entry {
+            last_in_loop
+        } else {
+            after_loop
+        };
+        // The first sample warms the path up.
+        if sample == 0 || entry < before {
+            continue;
+        }
+        for (figure, value) in stats.iter_mut().zip([entry - before, after - before]) {
+            let value = value.saturating_sub(back_to_back);
+            figure.0 = figure.0.min(value);
+            figure.1 = figure.1.max(value);
+            figure.2 += value;
+        }
+        count += 1;
+    }
+    for ((min, max, sum), name) in stats.iter().zip(["edu-irq-entry", "edu-irq-roundtrip"]) {
+        if let Some(average) = sum.checked_div(count) {
+            println!("bench: {name} min={min} avg={average} max={max}");
+        }
+    }
+    println!("bench: done");
 }
