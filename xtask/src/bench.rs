@@ -74,6 +74,9 @@ pub fn run(micro_only: bool) -> Result<()> {
         initrd: None,
         modules: Vec::new(),
         exec_log: None,
+        iommu: false,
+        disk: None,
+        user_network: false,
     };
     let native = native
         .spawn(&output_dir().join("logs/bench-native.log"))?
@@ -237,18 +240,7 @@ fn linux() -> Result<()> {
         .initrd
         .as_ref()
         .ok_or("configs/bench-linux.toml has no initrd")?;
-    let native = Machine {
-        kernel: vm.image_path.clone(),
-        cpus: 1,
-        cpu: crate::qemu::REFERENCE_CPU,
-        virtualization: false,
-        icount: true,
-        append: Some(vm.cmdline.clone()),
-        dtb: None,
-        initrd: Some(initrd.path.clone()),
-        modules: Vec::new(),
-        exec_log: None,
-    };
+    let native = Machine::native_linux(&vm.image_path, 1, &vm.cmdline, &initrd.path);
     let native = native
         .spawn(&output_dir().join("logs/bench-linux-native.log"))?
         .finish(Duration::from_secs(900));

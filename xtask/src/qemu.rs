@@ -63,6 +63,21 @@ pub struct Machine {
     pub modules: Vec<Module>,
     /// A log of the translation blocks executed in an address range (see [`ExecLog`]).
     pub exec_log: Option<ExecLog>,
+    /// QEMU's SMMUv3 in front of the PCIe host bridge (`iommu=smmuv3` on `-M`).
+    pub iommu: bool,
+    /// A raw disk image on the PCIe bus as a `virtio-blk-pci` function.
+    pub disk: Option<Disk>,
+    /// A `virtio-net-pci` function on QEMU's user-mode network (see [`Machine::arguments`]).
+    pub user_network: bool,
+}
+
+/// A raw disk image given to the machine as a `virtio-blk-pci` function.
+#[derive(Clone, Debug)]
+pub struct Disk {
+    pub path: PathBuf,
+    /// The guest's writes go to a temporary overlay that QEMU drops when it exits
+    /// (`snapshot=on`): they last across the guest's resets, and the image stays as it was.
+    pub snapshot: bool,
 }
 
 /// QEMU's log of every translation block it executes whose address is in `start..end`, with
@@ -90,6 +105,21 @@ impl Machine {
             initrd: None,
             modules: Vec::new(),
             exec_log: None,
+            iommu: false,
+            disk: None,
+            user_network: false,
+        }
+    }
+
+    /// Linux running natively (EL1, no hypervisor) on `cpus` CPUs under icount: `kernel` with
+    /// its command line `append` and `initrd`, no disk, no network.
+    pub fn native_linux(kernel: &Path, cpus: u32, append: &str, initrd: &Path) -> Self {
+        Self {
+            virtualization: false,
+            icount: true,
+            append: Some(append.into()),
+            initrd: Some(initrd.into()),
+            ..Self::keel(kernel, cpus)
         }
     }
 
@@ -168,12 +198,18 @@ impl Machine {
                 },
             ],
             exec_log: None,
+            iommu: false,
+            disk: None,
+            user_network: false,
         })
     }
 
     /// QEMU's arguments (without the console wiring). Only the devices the machine uses are
     /// asked for: `-nic none` drops `virt`'s default network card, whose option ROM
-    /// (`efi-virtio.rom`) comes from a package QEMU only recommends.
+    /// (`efi-virtio.rom`) comes from a package QEMU only recommends (`ipxe-qemu`); the user-mode
+    /// network's card is asked for with `romfile=` (none) for the same reason. Its guest is
+    /// 10.0.2.15, given by QEMU's DHCP server, and its connections to 10.0.2.2 reach the host's
+    /// loopback interface.
     pub fn arguments(&self) -> Vec<String> {
         self.arguments_for(None)
     }
@@ -184,6 +220,9 @@ impl Machine {
         } else {
             "virt,gic-version=3".to_string()
         };
+        if self.iommu {
+            machine.push_str(",iommu=smmuv3");
+        }
         if let Some(path) = dump_device_tree {
             machine.push_str(&format!(
                 ",dumpdtb={}",
@@ -241,6 +280,29 @@ impl Machine {
         }
         if let Some(dtb) = &self.dtb {
             args.extend(["-dtb".to_string(), dtb.display().to_string()]);
+        }
+        if let Some(disk) = &self.disk {
+            args.extend([
+                "-drive".to_string(),
+                format!(
+                    "file={},format=raw,if=none,id=disk0{}",
+                    disk.path.display().to_string().replace(',', ",,"),
+                    if disk.snapshot { ",snapshot=on" } else { "" }
+                ),
+                "-device".to_string(),
+                "virtio-blk-pci,drive=disk0".to_string(),
+            ]);
+        }
+        if self.user_network {
+            args.extend(
+                [
+                    "-netdev",
+                    "user,id=net0",
+                    "-device",
+                    "virtio-net-pci,netdev=net0,romfile=",
+                ]
+                .map(String::from),
+            );
         }
         for module in &self.modules {
             // QEMU's option syntax: a comma inside a value is written twice.
@@ -474,6 +536,36 @@ impl Drop for Session {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn disk_network_and_iommu_only_when_asked_for() {
+        let plain = Machine::native_linux(Path::new("Image"), 1, "quiet", Path::new("initrd"));
+        let args = plain.arguments();
+        assert!(args.windows(2).any(|w| w == ["-M", "virt,gic-version=3"]));
+        assert!(args.windows(2).any(|w| w == ["-nic", "none"]));
+        assert!(!args
+            .iter()
+            .any(|a| a == "-drive" || a == "-netdev" || a.contains("iommu")));
+        let machine = Machine {
+            iommu: true,
+            disk: Some(Disk {
+                path: "root,fs.ext4".into(),
+                snapshot: true,
+            }),
+            user_network: true,
+            ..plain
+        };
+        let args = machine.arguments();
+        assert!(args
+            .windows(2)
+            .any(|w| w == ["-M", "virt,gic-version=3,iommu=smmuv3"]));
+        let text = args.join(" ");
+        assert!(text.contains(
+            "-drive file=root,,fs.ext4,format=raw,if=none,id=disk0,snapshot=on \
+             -device virtio-blk-pci,drive=disk0"
+        ));
+        assert!(text.contains("-netdev user,id=net0 -device virtio-net-pci,netdev=net0,romfile="));
+    }
 
     #[test]
     fn xen_modules_are_placed_from_file_sizes_below_the_device_tree() {

@@ -218,6 +218,9 @@ fn linux_sharing() -> Result<()> {
         initrd: linux.initrd.as_ref().map(|i| i.path.clone()),
         modules: Vec::new(),
         exec_log: None,
+        iommu: false,
+        disk: None,
+        user_network: false,
     }
     .spawn(&output_dir().join("logs/bench-linux-matrixprod-native.log"))?
     .finish(Duration::from_secs(900));
@@ -287,6 +290,9 @@ pub fn run(with_linux: bool) -> Result<()> {
         initrd: None,
         modules: Vec::new(),
         exec_log: None,
+        iommu: false,
+        disk: None,
+        user_network: false,
     }
     .spawn(&output_dir().join("logs/bench-work-native.log"))?
     .finish(Duration::from_secs(600));
