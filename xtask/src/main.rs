@@ -9,6 +9,7 @@ mod devices_bench;
 mod dtb;
 mod exec_trace;
 mod fuzz;
+mod http;
 mod image;
 mod ipc_bench;
 mod layers;
@@ -17,6 +18,7 @@ mod qemu;
 mod scenarios;
 mod sched_bench;
 mod setup;
+mod sha256;
 mod tasks_bench;
 mod vms_bench;
 
@@ -57,6 +59,8 @@ const USAGE: &str = "usage: cargo xtask <command>
                    line matches REGEX) and print each pCPU's longest stretch with interrupts
                    masked at EL2 (--path: function by function)
   bench messages   messages between VMs: send, receive and delivery of 20-100 byte messages, beside the M5150 paper
+  bench rootfs     Debian's kernel natively with its root on virtio-blk-pci and virtio-net-pci on
+                   QEMU user networking: a 64 MiB dd of the disk and a 50 MB HTTP fetch, timed
   bench vms        pipe and UNIX-socket bandwidth of 1-4 Linux VMs at once (own pCPUs, then one shared), beside the Xen on ARM paper
   bench baseline [--update]  the figures the test command holds (xtask/baseline.toml) beside their
                    baseline; with --update, written as the new baseline
@@ -76,6 +80,9 @@ fn main() -> ExitCode {
         }
         Some("bench") if args.get(1).is_some_and(|a| a == "tasks") => {
             setup::ensure_tools().and_then(|()| tasks_bench::run())
+        }
+        Some("bench") if args.get(1).is_some_and(|a| a == "rootfs") => {
+            setup::ensure_tools().and_then(|()| scenarios::rootfs_bench())
         }
         Some("bench") if args.get(1).is_some_and(|a| a == "vms") => {
             setup::ensure_tools().and_then(|()| vms_bench::run())

@@ -19,6 +19,24 @@ fn command_exists(name: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// Where Debian's e2fsprogs puts `mke2fs`: a user's PATH may lack the sbin directories.
+const MKE2FS_PLACES: &[&str] = &["/usr/sbin/mke2fs", "/sbin/mke2fs"];
+
+/// `mke2fs` (package `e2fsprogs`), from PATH or Debian's sbin directories.
+pub fn mke2fs() -> Result<PathBuf> {
+    if command_exists("mke2fs") {
+        return Ok(PathBuf::from("mke2fs"));
+    }
+    MKE2FS_PLACES
+        .iter()
+        .map(PathBuf::from)
+        .find(|path| path.exists())
+        .ok_or_else(|| {
+            "mke2fs not found (Debian package e2fsprogs: `cargo xtask test` installs it as root)"
+                .to_string()
+        })
+}
+
 fn run(command: &mut Command) -> Result<()> {
     crate::process::output(command).map(|_| ())
 }
@@ -45,8 +63,8 @@ pub fn llvm_tool(name: &str) -> Result<PathBuf> {
     ))
 }
 
-/// Makes sure the Rust target, llvm-tools, QEMU, dtc and the C cross compiler are present,
-/// installing what is missing.
+/// Makes sure the Rust target, llvm-tools, QEMU, dtc, the C cross compiler and mke2fs (for
+/// the Linux guests' root file system) are present, installing what is missing.
 pub fn ensure_tools() -> Result<()> {
     let installed = Command::new("rustup")
         .args(["target", "list", "--installed"])
@@ -76,6 +94,9 @@ pub fn ensure_tools() -> Result<()> {
     }
     if !command_exists(C_COMPILER) {
         packages.push("gcc-aarch64-linux-gnu");
+    }
+    if mke2fs().is_err() {
+        packages.push("e2fsprogs");
     }
     if !packages.is_empty() {
         let root = Command::new("id")

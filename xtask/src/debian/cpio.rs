@@ -1,9 +1,10 @@
 //! The initramfs archive: a tree of entries with its manifest, written as gzip-compressed newc
-//! cpio.
+//! cpio, or into a directory (from which `rootfs.rs` makes a file system).
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use flate2::write::GzEncoder;
@@ -61,6 +62,39 @@ impl Tree {
             manifest.push_str(&format!("{path} {mode:o} {what}\n"));
         }
         manifest
+    }
+
+    /// Writes the tree's directories, files and symbolic links under `root` (which must not
+    /// exist yet), with their permissions. Device nodes are refused: making them takes root;
+    /// leave them out (a system that mounts devtmpfs on /dev needs none).
+    pub(super) fn write_directory(&self, root: &Path) -> Result<(), String> {
+        fs::create_dir(root).map_err(|e| format!("{}: {e}", root.display()))?;
+        for (path, (mode, node)) in &self.entries {
+            let target = root.join(path);
+            let failed = |e: io::Error| format!("{}: {e}", target.display());
+            match node {
+                Node::Directory => fs::create_dir(&target).map_err(failed)?,
+                Node::File(source) => {
+                    fs::copy(source, &target).map_err(|e| {
+                        format!("{} -> {}: {e}", source.display(), target.display())
+                    })?;
+                }
+                Node::Data(data) => fs::write(&target, data).map_err(failed)?,
+                Node::Symlink(link) => {
+                    std::os::unix::fs::symlink(link, &target).map_err(failed)?;
+                    continue;
+                }
+                Node::CharDevice { .. } => {
+                    return Err(format!(
+                        "{}: device nodes are not written to directories",
+                        target.display()
+                    ))
+                }
+            }
+            fs::set_permissions(&target, fs::Permissions::from_mode(mode & 0o7777))
+                .map_err(failed)?;
+        }
+        Ok(())
     }
 
     /// Writes the tree as a newc cpio archive; returns the writer.
@@ -268,5 +302,50 @@ mod tests {
         assert_eq!((entries[3].1, entries[3].2, entries[3].3), (0o020600, 5, 1));
         assert_eq!(entries[6].4, b"#!/bin/sh\n");
         assert!(tree.manifest().contains("dev/console 20600 5:1\n"));
+    }
+
+    #[test]
+    fn tree_written_to_a_directory_keeps_modes_and_links() {
+        let directory = std::env::temp_dir().join(format!("keel-tree-test-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&directory);
+        fs::create_dir_all(&directory).unwrap();
+        let source = directory.join("source");
+        fs::write(&source, b"copied").unwrap();
+        let mut tree = Tree::default();
+        tree.insert("tmp", 0o041777, Node::Directory);
+        tree.insert(
+            "usr/bin/tool",
+            0o100755,
+            Node::Data(b"#!/bin/sh\n".to_vec()),
+        );
+        tree.insert("etc/copied", 0o100600, Node::File(source));
+        tree.insert("bin/sh", 0o120777, Node::Symlink("/bin/busybox".into()));
+        let root = directory.join("root");
+        tree.write_directory(&root).unwrap();
+        let mode = |path: &str| {
+            fs::symlink_metadata(root.join(path))
+                .unwrap()
+                .permissions()
+                .mode()
+        };
+        assert_eq!(mode("tmp"), 0o041777);
+        assert_eq!(mode("usr"), 0o040755);
+        assert_eq!(mode("usr/bin/tool"), 0o100755);
+        assert_eq!(mode("etc/copied"), 0o100600);
+        assert_eq!(fs::read(root.join("etc/copied")).unwrap(), b"copied");
+        assert_eq!(
+            fs::read_link(root.join("bin/sh")).unwrap(),
+            Path::new("/bin/busybox")
+        );
+        // An existing directory is not written over; device nodes are refused.
+        assert!(tree.write_directory(&root).is_err());
+        tree.insert(
+            "dev/null",
+            0o020666,
+            Node::CharDevice { major: 1, minor: 3 },
+        );
+        let error = tree.write_directory(&directory.join("other")).unwrap_err();
+        assert!(error.ends_with("dev/null: device nodes are not written to directories"));
+        fs::remove_dir_all(&directory).unwrap();
     }
 }

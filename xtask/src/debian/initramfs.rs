@@ -9,8 +9,8 @@ use super::apt::{no_package, Apt, KernelPackage, Unpacked};
 use super::cpio::{Node, Tree};
 use super::elf::{is_elf, Elf};
 use super::scripts::{
-    modules_test, BANDWIDTH_TEST, BENCH_TEST, INIT, LOAD_TEST, MATRIXPROD_TEST, STRESS_TEST,
-    TEST_LIBRARY, VIRTIO_TEST,
+    modules_test, BANDWIDTH_TEST, BENCH_TEST, DISK_READ_TEST, DISK_TEST, INIT, LOAD_TEST,
+    MATRIXPROD_TEST, NET_TEST, STRESS_TEST, TEST_LIBRARY, UDHCPC_SCRIPT, VIRTIO_TEST,
 };
 use crate::step;
 
@@ -30,8 +30,20 @@ const LIBRARY_DIRECTORIES: &[&str] = &[
     "usr/lib",
 ];
 
-/// The kernel modules carried (with their dependencies) when the kernel has them as modules.
-const MODULES: &[&str] = &["virtio_mmio", "virtio_console", "virtio_blk", "virtio_net"];
+/// The kernel modules carried (with their dependencies) when the kernel has them as modules:
+/// the virtio transports (MMIO for Keel's console, PCI for QEMU's disk and network cards), the
+/// console, disk and network drivers, and ext4 for a root file system on the disk, with the
+/// CRC32C its checksums need (which ext4 asks the crypto API for, not a module dependency:
+/// Debian's generic kernel has both as modules, its cloud kernel has them built in).
+const MODULES: &[&str] = &[
+    "virtio_mmio",
+    "virtio_pci",
+    "virtio_console",
+    "virtio_blk",
+    "virtio_net",
+    "crc32c_generic",
+    "ext4",
+];
 
 /// The applets of Debian bookworm's busybox-static 1.35 that go in /sbin (the rest go in /bin).
 const SBIN_APPLETS: &str = "\
@@ -61,16 +73,9 @@ const BIN_APPLETS: &str = "\
     unxz unzip uptime usleep uudecode uuencode vi w watch wc wget which who whoami xargs xxd \
     xz xzcat yes zcat";
 
-/// Builds (cached: rebuilt only if inputs changed) a gzip-compressed newc cpio initramfs for `flavour`: busybox (from busybox-static), cyclictest and the other rt-tests binaries, stress-ng, their shared libraries (resolved from ELF NEEDED entries, recursively, taken from the arm64 libc6 and other library packages fetched the same way; with the dynamic loader /lib/ld-linux-aarch64.so.1), and the virtio kernel modules of the matching kernel (virtio_mmio, virtio_console, virtio_blk, virtio_net and their dependencies, if they are modules, with a generated modules.dep), plus /init and /tests. Returns the .cpio.gz path.
+/// Builds (cached: rebuilt only if inputs changed) a gzip-compressed newc cpio initramfs for `flavour`: busybox (from busybox-static), cyclictest and the other rt-tests binaries, stress-ng, their shared libraries (resolved from ELF NEEDED entries, recursively, taken from the arm64 libc6 and other library packages fetched the same way; with the dynamic loader /lib/ld-linux-aarch64.so.1), and the virtio kernel modules of the matching kernel (virtio_mmio, virtio_pci, virtio_console, virtio_blk, virtio_net, ext4 and their dependencies, if they are modules, with a generated modules.dep), plus /init and /tests. Returns the .cpio.gz path.
 pub fn initramfs(cache: &Path, flavour: &str) -> Result<PathBuf, String> {
-    let mut apt = Apt::new(cache)?;
-    let kernel = apt.kernel_package(flavour)?;
-    let mut image = Tree::default();
-    base_system(&mut image);
-    user_space(&mut apt, &mut image)?;
-    kernel_modules(&kernel, &mut image)?;
-    latency_program(cache, &mut image)?;
-
+    let (image, kernel) = contents(cache, flavour)?;
     let directory = cache.join(flavour);
     let output = directory.join("initramfs.cpio.gz");
     let manifest_path = directory.join("initramfs.manifest");
@@ -89,6 +94,19 @@ pub fn initramfs(cache: &Path, flavour: &str) -> Result<PathBuf, String> {
     image.write_cpio_gzip(&partial, &output)?;
     fs::write(&manifest_path, manifest).map_err(|e| format!("{}: {e}", manifest_path.display()))?;
     Ok(output)
+}
+
+/// What the initramfs of `flavour` holds (the root file system of `rootfs.rs` too), with the
+/// kernel package it was made for.
+pub(super) fn contents(cache: &Path, flavour: &str) -> Result<(Tree, KernelPackage), String> {
+    let mut apt = Apt::new(cache)?;
+    let kernel = apt.kernel_package(flavour)?;
+    let mut image = Tree::default();
+    base_system(&mut image);
+    user_space(&mut apt, &mut image)?;
+    kernel_modules(&kernel, &mut image)?;
+    latency_program(cache, &mut image)?;
+    Ok((image, kernel))
 }
 
 /// `/bin/keel-lat`, the lmbench-style measurements (`guests/linux-lat/lat.c`), built with
@@ -117,10 +135,11 @@ fn latency_program(cache: &Path, image: &mut Tree) -> Result<(), String> {
     Ok(())
 }
 
-/// The directories, device nodes, /etc files, busybox applet links, /init and /tests.
+/// The directories, device nodes, /etc files, busybox applet links, /init, /tests and
+/// udhcpc's hook.
 fn base_system(image: &mut Tree) {
     for directory in [
-        "bin", "sbin", "usr/bin", "usr/sbin", "lib", "proc", "sys", "dev", "etc", "tests",
+        "bin", "sbin", "usr/bin", "usr/sbin", "lib", "proc", "sys", "dev", "etc", "tests", "mnt",
     ] {
         image.insert(directory, 0o040755, Node::Directory);
     }
@@ -167,6 +186,18 @@ fn base_system(image: &mut Tree) {
         "tests/matrixprod.sh",
         0o100755,
         Node::Data(MATRIXPROD_TEST.into()),
+    );
+    image.insert("tests/disk.sh", 0o100755, Node::Data(DISK_TEST.into()));
+    image.insert(
+        "tests/disk-read.sh",
+        0o100755,
+        Node::Data(DISK_READ_TEST.into()),
+    );
+    image.insert("tests/net.sh", 0o100755, Node::Data(NET_TEST.into()));
+    image.insert(
+        "etc/udhcpc/default.script",
+        0o100755,
+        Node::Data(UDHCPC_SCRIPT.into()),
     );
 }
 

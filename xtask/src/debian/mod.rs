@@ -7,6 +7,7 @@
 //! debs/<package>_<version>_<arch>.deb        the downloaded packages
 //! packages/<package>_<version>_<arch>/       each one unpacked
 //! <flavour>/initramfs.cpio.gz                the image, and initramfs.manifest: what it was built from
+//! <flavour>/rootfs.ext4                       the same contents as an ext4 disk, and rootfs.manifest
 //! ```
 //!
 //! Debian's Xen 4.17 (`xen-hypervisor-4.17-arm64`) comes the same way, for the benchmark's peer
@@ -21,7 +22,8 @@
 //!
 //! `kernel.rs` gives the kernel Image, `initramfs.rs` assembles the image from the packages
 //! that `apt.rs` fetches (reading their ELF files with `elf.rs`), `scripts.rs` has /init and
-//! the tests, and `cpio.rs` writes the archive.
+//! the tests, and `cpio.rs` writes the archive (or a directory, which `rootfs.rs` makes an
+//! ext4 disk image of, for a root file system on a virtio-blk disk).
 
 mod apt;
 mod cpio;
@@ -29,10 +31,12 @@ mod elf;
 mod firmware;
 mod initramfs;
 mod kernel;
+mod rootfs;
 mod scripts;
 mod xen;
 
 pub use firmware::firmware;
 pub use initramfs::initramfs;
 pub use kernel::{kernel, FLAVOURS};
+pub use rootfs::rootfs;
 pub use xen::xen;

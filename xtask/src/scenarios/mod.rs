@@ -7,6 +7,7 @@ mod budget;
 mod channels;
 mod devices;
 mod messages;
+mod rootfs;
 mod sched;
 mod tasks;
 
@@ -20,6 +21,8 @@ use crate::image::{build_system, output_dir};
 use crate::process;
 use crate::qemu::{Ended, Machine, Session};
 use crate::{workspace, Result};
+
+pub use rootfs::bench as rootfs_bench;
 
 /// One named check.
 pub struct Scenario {
@@ -1349,6 +1352,7 @@ pub fn all() -> Vec<Scenario> {
     scenarios.extend(channels::all());
     scenarios.extend(budget::all());
     scenarios.extend(devices::all());
+    scenarios.extend(rootfs::all());
     scenarios.push(Scenario {
         name: format!(
             "benchmark figures (bench micro, the image, two switches, a 100-byte delivery on one and two pCPUs) within {} % of xtask/baseline.toml",

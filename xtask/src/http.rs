@@ -1,0 +1,203 @@
+//! A small HTTP/1.0 server on the host's loopback interface for the Linux guests' network
+//! tests: one file of reproducible pseudo-random contents, answered to `GET` with its
+//! `Content-Length`. QEMU's user-mode network takes a guest's connections to 10.0.2.2 to the
+//! host's 127.0.0.1, so the guest fetches [`FileServer::guest_url`].
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::Result;
+
+/// How long a connection may take to send its request line and headers.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long one write to a client may wait for it to take data (a guest under icount is slow).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The host as QEMU's user-mode network shows it to the guest.
+const HOST_FROM_GUEST: &str = "10.0.2.2";
+
+/// `size` bytes of the same pseudo-random contents on every run (xorshift64*, fixed seed): what
+/// [`FileServer`] serves.
+pub fn contents(size: usize) -> Vec<u8> {
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut data = Vec::with_capacity(size + 8);
+    while data.len() < size {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        data.extend_from_slice(&state.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
+    }
+    data.truncate(size);
+    data
+}
+
+/// A server of one file on 127.0.0.1, at a port the system chose, in a thread of its own that
+/// ends when the server is dropped.
+pub struct FileServer {
+    port: u16,
+    /// The file's path in URLs (`/keel-<size>.bin`).
+    path: String,
+    /// SHA-256 of the contents, in hexadecimal.
+    pub sha256: String,
+    /// The contents' length in bytes.
+    pub size: usize,
+    /// Complete answers sent with the file.
+    served: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl FileServer {
+    /// Starts serving `size` bytes of [`contents`].
+    pub fn start(size: usize) -> Result<Self> {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .map_err(|e| format!("HTTP server: binding 127.0.0.1 port 0: {e}"))?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| format!("HTTP server: its address: {e}"))?
+            .port();
+        let data = Arc::new(contents(size));
+        let path = format!("/keel-{size}.bin");
+        let sha256 = crate::sha256::hex_digest(&data);
+        let served = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (path, served, stop) = (path.clone(), served.clone(), stop.clone());
+            std::thread::spawn(move || {
+                for connection in listener.incoming() {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    // One client at a time; a broken connection is that client's problem.
+                    if let Ok(stream) = connection {
+                        if answer(stream, &path, &data).is_ok_and(|sent| sent) {
+                            served.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                }
+            })
+        };
+        Ok(Self {
+            port,
+            path,
+            sha256,
+            size,
+            served,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// The file's URL as the guest of QEMU's user-mode network reaches it.
+    pub fn guest_url(&self) -> String {
+        format!("http://{HOST_FROM_GUEST}:{}{}", self.port, self.path)
+    }
+
+    /// The file's URL on the host.
+    #[cfg(test)]
+    fn host_url(&self) -> String {
+        format!("http://127.0.0.1:{}{}", self.port, self.path)
+    }
+
+    /// How many times the whole file has been sent.
+    pub fn served(&self) -> usize {
+        self.served.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for FileServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wakes the thread from accept().
+        let _ = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port));
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Reads one request from `stream` and answers it: the file for `GET <path>`, 404 for another
+/// path, 405 for another method. Returns whether the file was sent whole.
+fn answer(stream: TcpStream, path: &str, data: &[u8]) -> std::io::Result<bool> {
+    stream.set_read_timeout(Some(REQUEST_TIMEOUT))?;
+    stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut request_line = String::new();
+    reader.read_line(&mut request_line)?;
+    // The headers, up to the empty line: none of them matters here.
+    loop {
+        let mut header = String::new();
+        if reader.read_line(&mut header)? == 0 || header.trim_end().is_empty() {
+            break;
+        }
+    }
+    let mut words = request_line.split_whitespace();
+    let (status, body): (&str, &[u8]) = match (words.next(), words.next()) {
+        (Some("GET"), Some(target)) if target == path => ("200 OK", data),
+        (Some("GET"), _) => ("404 Not Found", b"not found\n"),
+        _ => ("405 Method Not Allowed", b"only GET\n"),
+    };
+    let mut stream = stream;
+    write!(
+        stream,
+        "HTTP/1.0 {status}\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )?;
+    stream.write_all(body)?;
+    stream.flush()?;
+    Ok(status.starts_with("200"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+
+    use super::*;
+
+    /// GETs `url` (http://127.0.0.1:port/path) and returns the whole answer.
+    fn get(url: &str) -> Vec<u8> {
+        let rest = url.strip_prefix("http://").unwrap();
+        let (address, path) = rest.split_at(rest.find('/').unwrap());
+        let mut stream = TcpStream::connect(address).unwrap();
+        write!(stream, "GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n").unwrap();
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).unwrap();
+        answer
+    }
+
+    #[test]
+    fn contents_are_reproducible_and_of_the_size_asked() {
+        assert_eq!(contents(0), b"");
+        assert_eq!(contents(13).len(), 13);
+        assert_eq!(contents(13)[..], contents(100)[..13]);
+        assert_ne!(contents(16)[..8], contents(16)[8..]);
+    }
+
+    #[test]
+    fn serves_the_file_with_its_length_and_404_for_other_paths() {
+        let server = FileServer::start(100_003).unwrap();
+        assert!(server.guest_url().starts_with("http://10.0.2.2:"));
+        assert!(server.guest_url().ends_with("/keel-100003.bin"));
+        let answer = get(&server.host_url());
+        let header_end = answer.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        let header = String::from_utf8_lossy(&answer[..header_end]);
+        assert!(header.starts_with("HTTP/1.0 200 OK\r\n"), "{header}");
+        assert!(
+            header.contains("\r\nContent-Length: 100003\r\n"),
+            "{header}"
+        );
+        assert_eq!(answer[header_end..], contents(100_003)[..]);
+        assert_eq!(
+            server.sha256,
+            crate::sha256::hex_digest(&answer[header_end..])
+        );
+        let other = get(&server.host_url().replace("keel-", "other-"));
+        assert!(other.starts_with(b"HTTP/1.0 404 Not Found\r\n"));
+        assert_eq!(server.served(), 1);
+    }
+}
