@@ -291,6 +291,15 @@ impl Machine {
         if self.edu {
             args.extend(["-device", "edu,dma_mask=0xffffffffffffffff"].map(String::from));
         }
+        // QEMU's virtio devices do their DMA through the IOMMU only when they offer
+        // VIRTIO_F_ACCESS_PLATFORM (`iommu_platform=on`, a modern device): otherwise they read
+        // and write physical memory at the addresses the guest gives them, past the SMMU. Under
+        // Keel those are the VM's guest-physical addresses, not physical ones.
+        let virtio_options = if self.iommu {
+            ",iommu_platform=on,disable-legacy=on"
+        } else {
+            ""
+        };
         if let Some(disk) = &self.disk {
             args.extend([
                 "-drive".to_string(),
@@ -300,19 +309,16 @@ impl Machine {
                     if disk.snapshot { ",snapshot=on" } else { "" }
                 ),
                 "-device".to_string(),
-                "virtio-blk-pci,drive=disk0".to_string(),
+                format!("virtio-blk-pci,drive=disk0{virtio_options}"),
             ]);
         }
         if self.user_network {
-            args.extend(
-                [
-                    "-netdev",
-                    "user,id=net0",
-                    "-device",
-                    "virtio-net-pci,netdev=net0,romfile=",
-                ]
-                .map(String::from),
-            );
+            args.extend([
+                "-netdev".to_string(),
+                "user,id=net0".to_string(),
+                "-device".to_string(),
+                format!("virtio-net-pci,netdev=net0,romfile={virtio_options}"),
+            ]);
         }
         for module in &self.modules {
             // QEMU's option syntax: a comma inside a value is written twice.

@@ -10,7 +10,7 @@ use super::cpio::{Node, Tree};
 use super::elf::{is_elf, Elf};
 use super::scripts::{
     modules_test, BANDWIDTH_TEST, BENCH_TEST, DISK_READ_TEST, DISK_TEST, INIT, LOAD_TEST,
-    MATRIXPROD_TEST, NET_TEST, STRESS_TEST, TEST_LIBRARY, UDHCPC_SCRIPT, VIRTIO_TEST,
+    MATRIXPROD_TEST, NET_TEST, RTC_TEST, STRESS_TEST, TEST_LIBRARY, UDHCPC_SCRIPT, VIRTIO_TEST,
 };
 use crate::step;
 
@@ -194,6 +194,7 @@ fn base_system(image: &mut Tree) {
         Node::Data(DISK_READ_TEST.into()),
     );
     image.insert("tests/net.sh", 0o100755, Node::Data(NET_TEST.into()));
+    image.insert("tests/rtc.sh", 0o100755, Node::Data(RTC_TEST.into()));
     image.insert(
         "etc/udhcpc/default.script",
         0o100755,

@@ -305,6 +305,32 @@ fi
 exit $status
 "#;
 
+/// `keel.test=rtc`: the board's PL031 given to this VM, as Linux's rtc-pl031 driver (built into
+/// Debian's kernels) presents it: `/sys/class/rtc/rtc0`'s name and time (`KEEL-RTC name ...`,
+/// `KEEL-RTC since_epoch ...`), then an alarm two seconds ahead through its `wakealarm`, and
+/// after three seconds the interrupts the driver took (`KEEL-RTC alarm interrupts B -> A`,
+/// all CPUs' counts of its line in /proc/interrupts) and what `wakealarm` says then (empty once
+/// the alarm fired).
+pub(super) const RTC_TEST: &str = r#". /tests/lib.sh
+i=0
+while [ ! -e /sys/class/rtc/rtc0 ] && [ $i -lt 50 ]; do
+    sleep 0.1
+    i=$((i + 1))
+done
+[ -e /sys/class/rtc/rtc0 ] || { echo "keel: no /sys/class/rtc/rtc0"; exit 1; }
+echo "KEEL-RTC name $(cat /sys/class/rtc/rtc0/name)"
+echo "KEEL-RTC since_epoch $(cat /sys/class/rtc/rtc0/since_epoch)"
+rtc_interrupts() {
+    awk '/rtc-pl031/ { n = 0; for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++) n += $i; print n }' /proc/interrupts
+}
+before=$(rtc_interrupts)
+echo 0 > /sys/class/rtc/rtc0/wakealarm
+echo +2 > /sys/class/rtc/rtc0/wakealarm || status=1
+sleep 3
+echo "KEEL-RTC alarm interrupts ${before:-none} -> $(rtc_interrupts); wakealarm '$(cat /sys/class/rtc/rtc0/wakealarm)'"
+exit $status
+"#;
+
 /// busybox udhcpc's hook (/etc/udhcpc/default.script: where Debian's busybox looks for it, given
 /// with -s too): on `bound` and `renew` the
 /// address and default route set with `ip`, and /etc/resolv.conf; on `deconfig` the card up

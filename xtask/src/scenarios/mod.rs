@@ -6,6 +6,7 @@
 mod budget;
 mod channels;
 mod devices;
+mod linux_devices;
 mod messages;
 mod rootfs;
 mod sched;
@@ -1352,6 +1353,7 @@ pub fn all() -> Vec<Scenario> {
     scenarios.extend(channels::all());
     scenarios.extend(budget::all());
     scenarios.extend(devices::all());
+    scenarios.extend(linux_devices::all());
     scenarios.extend(rootfs::all());
     scenarios.push(Scenario {
         name: format!(

@@ -18,21 +18,21 @@ use crate::qemu::{Disk, Ended, Machine};
 use crate::{step, Result};
 
 /// The kernel flavour these runs use (the demo's and the benchmarks').
-const FLAVOUR: &str = "cloud-arm64";
+pub(super) const FLAVOUR: &str = "cloud-arm64";
 
 /// The root disk as the guest's kernel names it (the one virtio-blk function).
-const ROOT_DEVICE: &str = "/dev/vda";
+pub(super) const ROOT_DEVICE: &str = "/dev/vda";
 
 /// The file the network scenarios fetch, the benchmark's size: natively under icount it takes
 /// about 0.22 s of guest time and the whole run about 10 s of real time.
-const FETCH_BYTES: usize = 50_000_000;
+pub(super) const FETCH_BYTES: usize = 50_000_000;
 
 /// What the disk-read scenario reads with dd, in MiB.
 const SCENARIO_DD_MIB: u64 = 32;
 
 /// What the benchmark reads with dd, in MiB: no more than the free room of the root file
 /// system (its image is its contents and 64 MiB).
-const BENCH_DD_MIB: u64 = 64;
+pub(super) const BENCH_DD_MIB: u64 = 64;
 
 /// Real time a run may take before QEMU is killed.
 const DEADLINE: Duration = Duration::from_secs(300);
@@ -46,7 +46,7 @@ fn kernel_time(line: &str) -> Option<f64> {
 
 /// The virtual time each boot of a run took: the last kernel timestamp before each reset, and
 /// the last one of all (the kernel's uptime starts over at each boot).
-fn boot_times(ended: &Ended) -> Vec<f64> {
+pub(super) fn boot_times(ended: &Ended) -> Vec<f64> {
     let mut boots = Vec::new();
     let mut last = 0.0;
     for line in &ended.lines {
@@ -106,7 +106,7 @@ fn expect_success(ended: &Ended) -> Result<()> {
 }
 
 /// The value of the first console line matching `pattern`'s first group.
-fn captured(ended: &Ended, pattern: &str) -> Result<String> {
+pub(super) fn captured(ended: &Ended, pattern: &str) -> Result<String> {
     let regex = Regex::new(pattern).map_err(|e| e.to_string())?;
     ended
         .lines
@@ -116,14 +116,14 @@ fn captured(ended: &Ended, pattern: &str) -> Result<String> {
 }
 
 /// The nanoseconds of the guest's `KEEL-TIME <name> ns=N status=0` line.
-fn timed_ns(ended: &Ended, name: &str) -> Result<u64> {
+pub(super) fn timed_ns(ended: &Ended, name: &str) -> Result<u64> {
     captured(ended, &format!("^KEEL-TIME {name} ns=(\\d+) status=0$"))?
         .parse()
         .map_err(|e| format!("KEEL-TIME {name}: {e}"))
 }
 
 /// Bytes per nanosecond is GB/s; this gives MB/s.
-fn megabytes_per_second(bytes: u64, ns: u64) -> f64 {
+pub(super) fn megabytes_per_second(bytes: u64, ns: u64) -> f64 {
     bytes as f64 * 1000.0 / ns.max(1) as f64
 }
 
@@ -213,7 +213,7 @@ fn disk_survives_reset() -> Result<()> {
 }
 
 /// Reads of the disk the disk-read test makes in one boot: the figure is the fastest.
-const DD_RUNS: usize = 3;
+pub(super) const DD_RUNS: usize = 3;
 
 /// The disk's first `mib` MiB read with dd after dropping the page cache, [`DD_RUNS`] times,
 /// timed by the guest; the fastest read is the figure (under icount, a wait for the disk lasts
@@ -308,14 +308,29 @@ pub(crate) fn measure(dd_mib: u64, fetch_bytes: usize) -> Result<(Figures, Figur
     Ok((disk_read(dd_mib)?, fetch(fetch_bytes, false)?))
 }
 
-/// `cargo xtask bench rootfs`: the native figures of [`measure`], a 64 MiB read and a 50 MB
-/// fetch.
+/// `cargo xtask bench rootfs`: a 64 MiB read of the root disk and a 50 MB fetch, natively
+/// ([`measure`]) and in a Keel VM given the PCI bridge behind the SMMU
+/// (`linux-devices.toml`, the real-time partition beside it), with Keel's time over native's.
 pub fn bench() -> Result<()> {
     let (read, fetched) = measure(BENCH_DD_MIB, FETCH_BYTES)?;
+    let keel_read = super::linux_devices::disk_read(BENCH_DD_MIB)?;
+    let keel_fetched = super::linux_devices::fetch(FETCH_BYTES)?;
     println!();
-    println!("Debian cloud kernel natively, root on virtio-blk-pci, virtio-net-pci on QEMU user networking, 1 CPU, -icount shift=0,sleep=off (guest clock)");
-    println!("{}", read.summary("dd of /dev/vda"));
-    println!("{}", fetched.summary("HTTP fetch from the host"));
+    println!("Debian cloud kernel, root on virtio-blk-pci, virtio-net-pci on QEMU user networking, -icount shift=0,sleep=off (guest clock)");
+    println!("natively (1 CPU):");
+    println!("  {}", read.summary("dd of /dev/vda"));
+    println!("  {}", fetched.summary("HTTP fetch from the host"));
+    println!(
+        "in a Keel VM given the PCI bridge behind the SMMU (2 vCPUs, the RT partition beside it):"
+    );
+    println!("  {}", keel_read.summary("dd of /dev/vda"));
+    println!("  {}", keel_fetched.summary("HTTP fetch from the host"));
+    let ratio = |keel: &Figures, native: &Figures| keel.ns as f64 / native.ns.max(1) as f64;
+    println!(
+        "Keel / native time: dd {:.3}, fetch {:.3}",
+        ratio(&keel_read, &read),
+        ratio(&keel_fetched, &fetched)
+    );
     Ok(())
 }
 

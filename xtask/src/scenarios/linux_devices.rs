@@ -1,0 +1,230 @@
+//! Scenarios of Debian's kernel in a Keel VM given real devices (`configs/tests/linux-devices.toml`):
+//! the whole PCI host bridge behind the SMMU, with the root disk (`virtio-blk-pci`, the ext4
+//! image `debian::rootfs` builds) and a `virtio-net-pci` card on QEMU's user network plugged
+//! into it, and the board's PL031 RTC; the real-time test partition beside it keeps its ticks.
+//! The same tests as the native `rootfs:` scenarios, through Keel: a file across the VM's
+//! SYSTEM_RESET, DHCP and an HTTP fetch checked by its SHA-256, and `/dev/rtc0` with its alarm.
+//! The partition runs on, so a run ends at the Linux test's `KEEL-INIT-END` (QEMU killed).
+
+use std::time::{Duration, Instant};
+
+use regex::Regex;
+
+use super::rootfs::{boot_times, captured, timed_ns, Figures, DD_RUNS, FLAVOUR, ROOT_DEVICE};
+use super::{check_tick_counts, config, expect_line, log_path, with_console_tail, Scenario};
+use crate::http::FileServer;
+use crate::image::{build_system, output_dir};
+use crate::qemu::{Disk, Ended, Machine};
+use crate::Result;
+
+/// Real time a run may take before QEMU is killed.
+const DEADLINE: Duration = Duration::from_secs(300);
+
+/// The Keel system of `linux-devices.toml` with the Linux VM running `/tests/<test>.sh` with
+/// `extra` on its command line (from its root disk if `root`, else from the initramfs), the
+/// root disk (writes kept in QEMU's overlay only) and the network card plugged into the bridge.
+fn machine(test: &str, extra: &str, root: bool) -> Result<Machine> {
+    let template = config("linux-devices");
+    let text =
+        std::fs::read_to_string(&template).map_err(|e| format!("{}: {e}", template.display()))?;
+    let name = format!("linux-devices-{test}");
+    let cmdline = format!(
+        "console=ttyAMA0 {}keel.test={test} {extra}",
+        if root {
+            format!("keel.root={ROOT_DEVICE} ")
+        } else {
+            String::new()
+        }
+    );
+    let template_cmdline =
+        format!("cmdline = \"console=ttyAMA0 keel.root={ROOT_DEVICE} keel.test=disk\"");
+    if !text.contains(&template_cmdline) {
+        return Err(format!(
+            "{}: no {template_cmdline} to replace",
+            template.display()
+        ));
+    }
+    let text = text
+        .replace(
+            &template_cmdline,
+            &format!("cmdline = \"{}\"", cmdline.trim_end()),
+        )
+        .replace("name = \"linux-devices\"", &format!("name = \"{name}\""));
+    let path = output_dir().join(format!("{name}.toml"));
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let image = build_system(&path)?;
+    let disk = crate::debian::rootfs(&output_dir().join("debian"), FLAVOUR)?;
+    Ok(Machine {
+        disk: Some(Disk {
+            path: disk,
+            snapshot: true,
+        }),
+        user_network: true,
+        ..Machine::keel_icount(&image)
+    })
+}
+
+/// Runs `machine` until the Linux test's `KEEL-INIT-END` (then QEMU is killed: the partition
+/// would tick on), its console logged as `log`.
+fn run_to_end(machine: &Machine, log: &str) -> Result<(Ended, Duration)> {
+    let start = Instant::now();
+    let mut session = machine.spawn(&log_path(log))?;
+    let end = session.wait_for(r"^\[linux\] KEEL-INIT-END ", DEADLINE);
+    let ended = session.kill();
+    end.map_err(|message| with_console_tail(message, &ended))?;
+    Ok((ended, start.elapsed()))
+}
+
+/// Linux's console lines (the multiplexer's `[linux] ` prefix removed), as an [`Ended`] of
+/// their own, so that the native scenarios' helpers read them.
+fn linux_lines(ended: &Ended) -> Ended {
+    Ended {
+        lines: ended
+            .lines
+            .iter()
+            .filter_map(|line| line.strip_prefix("[linux] ").map(str::to_string))
+            .collect(),
+        exit_code: ended.exit_code,
+        stderr: ended.stderr.clone(),
+    }
+}
+
+/// Linux ran from its disk, its test ended with status 0, and the partition's ticks were
+/// whole throughout (each report within one tick of the virtual counter).
+fn expect_success(ended: &Ended) -> Result<()> {
+    let linux = linux_lines(ended);
+    expect_line(&linux, "^KEEL-INIT-END status=0$")?;
+    check_tick_counts(ended, "rt", 1)
+}
+
+/// The VM writes a line to its root disk and resets itself (PSCI SYSTEM_RESET: Keel reloads
+/// it, the disk keeps its contents), then reads the line back on its next boot.
+fn disk_survives_reset() -> Result<()> {
+    let (ended, _) = run_to_end(&machine("disk", "", true)?, "linux-devices-disk")?;
+    let check = || -> Result<()> {
+        expect_success(&ended)?;
+        let linux = linux_lines(&ended);
+        expect_line(&linux, &format!("^KEEL-ROOT {ROOT_DEVICE} / ext4 rw[, ]"))?;
+        let wrote = captured(&linux, "^KEEL-DISK wrote: (.*)$")?;
+        let read = captured(&linux, "^KEEL-DISK read: (.*)$")?;
+        if wrote != read {
+            return Err(format!("wrote '{wrote}' but read '{read}'"));
+        }
+        expect_line(&ended, r"^\[keel\] vm 'linux' \(id 0\) resets$")?;
+        let boots = linux
+            .lines
+            .iter()
+            .filter(|l| l.starts_with("KEEL-ROOT "))
+            .count();
+        if boots != 2 {
+            return Err(format!("{boots} boots from the disk, expected 2"));
+        }
+        Ok(())
+    };
+    check().map_err(|message| with_console_tail(message, &ended))
+}
+
+/// DHCP on the card and a file of `bytes` bytes fetched from the host, checked by its size
+/// and SHA-256, timed by the guest.
+pub(crate) fn fetch(bytes: usize) -> Result<Figures> {
+    let server = FileServer::start(bytes)?;
+    let url = format!("keel.url={}", server.guest_url());
+    let (ended, wall) = run_to_end(&machine("net", &url, true)?, "linux-devices-net")?;
+    let check = || -> Result<Figures> {
+        expect_success(&ended)?;
+        let linux = linux_lines(&ended);
+        expect_line(&linux, r"^KEEL-NET address 10\.0\.2\.15/24$")?;
+        let fetched = captured(&linux, r"^KEEL-FETCH (bytes=\d+ sha256=[0-9a-f]{64})$")?;
+        let served = format!("bytes={} sha256={}", server.size, server.sha256);
+        if fetched != served {
+            return Err(format!(
+                "the guest fetched {fetched}, the host served {served}"
+            ));
+        }
+        Ok(Figures {
+            bytes: bytes as u64,
+            ns: timed_ns(&linux, "fetch")?,
+            virtual_s: boot_times(&linux).iter().sum(),
+            wall,
+        })
+    };
+    check().map_err(|message| with_console_tail(message, &ended))
+}
+
+/// The disk's first `mib` MiB read with dd, [`DD_RUNS`] times after dropping the page cache,
+/// timed by the guest: the fastest read.
+pub(crate) fn disk_read(mib: u64) -> Result<Figures> {
+    let extra = format!("keel.dd-mib={mib} keel.dd-runs={DD_RUNS}");
+    let (ended, wall) = run_to_end(
+        &machine("disk-read", &extra, true)?,
+        "linux-devices-disk-read",
+    )?;
+    let check = || -> Result<Figures> {
+        expect_success(&ended)?;
+        let linux = linux_lines(&ended);
+        let mut times = Vec::new();
+        for run in 1..=DD_RUNS {
+            times.push(timed_ns(&linux, &format!("disk-read-{run}"))?);
+        }
+        Ok(Figures {
+            bytes: mib << 20,
+            ns: times.into_iter().min().unwrap_or(0),
+            virtual_s: boot_times(&linux).iter().sum(),
+            wall,
+        })
+    };
+    check().map_err(|message| with_console_tail(message, &ended))
+}
+
+/// The PL031 as Linux's `/dev/rtc0`: its name and time, and an alarm two seconds ahead that
+/// fires (the driver's interrupt count grows, `wakealarm` is cleared).
+fn rtc() -> Result<()> {
+    let (ended, _) = run_to_end(&machine("rtc", "", false)?, "linux-devices-rtc")?;
+    let check = || -> Result<()> {
+        expect_success(&ended)?;
+        let linux = linux_lines(&ended);
+        expect_line(&linux, r"^KEEL-RTC name rtc-pl031")?;
+        let since: u64 = captured(&linux, r"^KEEL-RTC since_epoch (\d+)$")?
+            .parse()
+            .map_err(|e| format!("since_epoch: {e}"))?;
+        // QEMU's RTC starts at the scenarios' fixed date, 2024-01-01 (icount runs).
+        if !(1_704_067_200..1_704_067_200 + 600).contains(&since) {
+            return Err(format!("/dev/rtc0 reads {since} s since the epoch"));
+        }
+        let alarm =
+            Regex::new(r"^KEEL-RTC alarm interrupts (\d+) -> (\d+); wakealarm ''$").unwrap();
+        let (before, after) = linux
+            .lines
+            .iter()
+            .find_map(|line| {
+                let c = alarm.captures(line)?;
+                Some((c[1].parse::<u64>().ok()?, c[2].parse::<u64>().ok()?))
+            })
+            .ok_or("no KEEL-RTC alarm line with the alarm cleared")?;
+        if after <= before {
+            return Err(format!(
+                "the RTC's interrupt count went {before} -> {after}"
+            ));
+        }
+        Ok(())
+    };
+    check().map_err(|message| with_console_tail(message, &ended))
+}
+
+/// The scenarios of Linux with real devices under Keel.
+pub fn all() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            name: "Linux devices: a Keel VM given the PCI bridge (behind the SMMU) boots from its virtio-blk root disk, writes a file, resets, reads it back; the RT partition ticks on".into(),
+            run: Box::new(disk_survives_reset),
+        },
+        Scenario {
+            name: "Linux devices: the same VM's virtio-net card gets an address by DHCP and fetches 50 MB over HTTP, checked by SHA-256".into(),
+            run: Box::new(|| fetch(super::rootfs::FETCH_BYTES).map(|_| ())),
+        },
+        Scenario {
+            name: "Linux devices: the board's PL031 given to the VM is /dev/rtc0, its alarm interrupt fires".into(),
+            run: Box::new(rtc),
+        },
+    ]
+}
