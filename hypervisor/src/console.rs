@@ -18,7 +18,7 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use keel_core::console::{ConsoleMux, Input, Sink};
 use keel_core::ratelimit::{DiagnosticKind, RateLimiter, Verdict};
 use keel_core::table::at_mut;
-use keel_core::text::{Decimal, Fill, Out, Show};
+use keel_core::text::{Decimal, Out, Show};
 
 use crate::arch::boot::MAX_CPUS;
 use crate::arch::cpu::{self, Mutex};
@@ -143,7 +143,9 @@ pub struct VmLabel<'a>(pub &'a str, pub usize);
 
 impl Show for VmLabel<'_> {
     fn show(&self, out: &mut dyn Out) {
-        Fill("vm '{}' (id {})", &[&self.0, &self.1]).show(out);
+        // In parts, not from a template: the label is in lines made with interrupts masked
+        // (a reset's, a power-off's), where a template's search for its places costs.
+        keel_core::text!(out, "vm '", self.0, "' (id ", self.1, ")");
     }
 }
 
@@ -185,11 +187,17 @@ pub fn limited_line(kind: DiagnosticKind, vm: usize, parts: &[&dyn Show]) {
         Verdict::Print { suppressed } => {
             let mut line = LineBuffer::EMPTY;
             line.show(parts);
-            Fill(" ({} more like it suppressed)", &[&suppressed]).show(&mut line);
+            show_suppressed(&mut line, suppressed);
             write_line(&line);
         }
         Verdict::Suppress => {}
     }
+}
+
+/// Ends a rate-limited line with how many like it were left out before it (in parts: these
+/// lines are made with interrupts masked).
+fn show_suppressed(line: &mut LineBuffer, suppressed: u64) {
+    line.show(&[&" (", &suppressed, &" more like it suppressed)"]);
 }
 
 /// A vCPU start's line waiting for its pCPU's EL2 timer ([`start_line`]).
@@ -267,7 +275,7 @@ fn queue_pending_start_between(index: usize, between: fn()) -> bool {
         &" s",
     ]);
     if suppressed > 0 {
-        line.show(&[&" (", &suppressed, &" more like it suppressed)"]);
+        show_suppressed(&mut line, suppressed);
     }
     // Made and queued in two masked stretches where the caller can serve interrupts between
     // them.
