@@ -55,12 +55,14 @@ const USAGE: &str = "usage: cargo xtask <command>
                    Linux benchmarks (native, Keel, Xen) unless `micro`
   bench sched [--no-linux]  the shared-pCPU benchmarks: vCPU switch cost, lazy FP, the M5150 overhead table (--no-linux: without the Linux boots)
   bench tasks      real-time task services, the sample partition's jitter, masked stretches, lateness through resets
+  bench devices    a passthrough interrupt (QEMU's edu behind the SMMU): native, Keel pinned, Keel shared
   bench masked CONFIG [REGEX] [--path]  boot CONFIG under icount until QEMU ends (or a console
                    line matches REGEX) and print each pCPU's longest stretch with interrupts
                    masked at EL2 (--path: function by function)
   bench messages   messages between VMs: send, receive and delivery of 20-100 byte messages, beside the M5150 paper
-  bench rootfs     Debian's kernel natively with its root on virtio-blk-pci and virtio-net-pci on
-                   QEMU user networking: a 64 MiB dd of the disk and a 50 MB HTTP fetch, timed
+  bench rootfs     Debian's kernel with its root on virtio-blk-pci and virtio-net-pci on QEMU user
+                   networking, natively and in a Keel VM given the PCI bridge behind the SMMU:
+                   a 64 MiB dd of the disk and a 50 MB HTTP fetch, timed, and Keel / native
   bench vms        pipe and UNIX-socket bandwidth of 1-4 Linux VMs at once (own pCPUs, then one shared), beside the Xen on ARM paper
   bench baseline [--update]  the figures the test command holds (xtask/baseline.toml) beside their
                    baseline; with --update, written as the new baseline
