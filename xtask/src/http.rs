@@ -36,11 +36,11 @@ pub fn contents(size: usize) -> Vec<u8> {
     data
 }
 
-/// A server of one file on 127.0.0.1, at a port the system chose, in a thread of its own that
-/// ends when the server is dropped.
+/// A server of one file (or of a numbered set, [`FileServer::start_set`]) on 127.0.0.1, at a
+/// port the system chose, in a thread of its own that ends when the server is dropped.
 pub struct FileServer {
     port: u16,
-    /// The file's path in URLs (`/keel-<size>.bin`).
+    /// The file's path in URLs (`/keel-<size>.bin`; of a set, the paths' common start).
     path: String,
     /// SHA-256 of the contents, in hexadecimal.
     pub sha256: String,
@@ -55,19 +55,40 @@ pub struct FileServer {
 impl FileServer {
     /// Starts serving `size` bytes of [`contents`].
     pub fn start(size: usize) -> Result<Self> {
+        let path = format!("/keel-{size}.bin");
+        Self::serve(vec![(path.clone(), contents(size))], path)
+    }
+
+    /// Starts serving a set of files, `/keel-set-<i>.bin` of `sizes[i]` bytes each (each the
+    /// start of [`contents`] rotated by `i`, so no two are alike): the "image saving" test's
+    /// images. [`FileServer::sha256`] is then that of all of them in order, one after another,
+    /// and [`FileServer::size`] their total.
+    pub fn start_set(sizes: &[usize]) -> Result<Self> {
+        let longest = sizes.iter().copied().max().unwrap_or(0);
+        let pool = contents(longest + sizes.len());
+        let files = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &size)| (format!("/keel-set-{i}.bin"), pool[i..i + size].to_vec()))
+            .collect();
+        Self::serve(files, "/keel-set-".to_string())
+    }
+
+    /// Serves `files` (URL path, contents); `path` is what [`FileServer::guest_url`] shows.
+    fn serve(files: Vec<(String, Vec<u8>)>, path: String) -> Result<Self> {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
             .map_err(|e| format!("HTTP server: binding 127.0.0.1 port 0: {e}"))?;
         let port = listener
             .local_addr()
             .map_err(|e| format!("HTTP server: its address: {e}"))?
             .port();
-        let data = Arc::new(contents(size));
-        let path = format!("/keel-{size}.bin");
-        let sha256 = crate::sha256::hex_digest(&data);
+        let all: Vec<u8> = files.iter().flat_map(|(_, data)| data.clone()).collect();
+        let (size, sha256) = (all.len(), crate::sha256::hex_digest(&all));
+        let files = Arc::new(files);
         let served = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
-            let (path, served, stop) = (path.clone(), served.clone(), stop.clone());
+            let (served, stop) = (served.clone(), stop.clone());
             std::thread::spawn(move || {
                 for connection in listener.incoming() {
                     if stop.load(Ordering::SeqCst) {
@@ -75,7 +96,7 @@ impl FileServer {
                     }
                     // One client at a time; a broken connection is that client's problem.
                     if let Ok(stream) = connection {
-                        if answer(stream, &path, &data).is_ok_and(|sent| sent) {
+                        if answer(stream, &files).is_ok_and(|sent| sent) {
                             served.fetch_add(1, Ordering::SeqCst);
                         }
                     }
@@ -104,7 +125,7 @@ impl FileServer {
         format!("http://127.0.0.1:{}{}", self.port, self.path)
     }
 
-    /// How many times the whole file has been sent.
+    /// How many times a whole file has been sent.
     pub fn served(&self) -> usize {
         self.served.load(Ordering::SeqCst)
     }
@@ -121,9 +142,9 @@ impl Drop for FileServer {
     }
 }
 
-/// Reads one request from `stream` and answers it: the file for `GET <path>`, 404 for another
-/// path, 405 for another method. Returns whether the file was sent whole.
-fn answer(stream: TcpStream, path: &str, data: &[u8]) -> std::io::Result<bool> {
+/// Reads one request from `stream` and answers it: a file of `files` for `GET <its path>`, 404
+/// for another path, 405 for another method. Returns whether a file was sent whole.
+fn answer(stream: TcpStream, files: &[(String, Vec<u8>)]) -> std::io::Result<bool> {
     stream.set_read_timeout(Some(REQUEST_TIMEOUT))?;
     stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
     let mut reader = BufReader::new(stream.try_clone()?);
@@ -138,7 +159,13 @@ fn answer(stream: TcpStream, path: &str, data: &[u8]) -> std::io::Result<bool> {
     }
     let mut words = request_line.split_whitespace();
     let (status, body): (&str, &[u8]) = match (words.next(), words.next()) {
-        (Some("GET"), Some(target)) if target == path => ("200 OK", data),
+        (Some("GET"), Some(target)) if files.iter().any(|(path, _)| path == target) => (
+            "200 OK",
+            files
+                .iter()
+                .find(|(path, _)| path == target)
+                .map_or(&[][..], |(_, data)| data),
+        ),
         (Some("GET"), _) => ("404 Not Found", b"not found\n"),
         _ => ("405 Method Not Allowed", b"only GET\n"),
     };

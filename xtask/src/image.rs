@@ -237,3 +237,40 @@ pub fn build_system(config_path: &Path) -> Result<SystemImage> {
     ));
     Ok(SystemImage { system, path, elf })
 }
+
+/// Whether VM `vm` is given a PCI host bridge (a node of `device_type = "pci"`).
+fn has_pci_bridge(vm: &config::Vm) -> bool {
+    vm.passthrough.iter().any(|device| {
+        device
+            .node
+            .properties
+            .iter()
+            .any(|(name, value)| name == "device_type" && value.as_slice() == b"pci\0")
+    })
+}
+
+/// The machine a built system runs on, under icount if `icount` (the scenarios and
+/// benchmarks) or not (the interactive demo): with the SMMUv3 if the configuration names it,
+/// and, when a VM running a Debian kernel is given the PCI host bridge, the devices its Linux
+/// finds there: the ext4 root file system of its flavour on `virtio-blk-pci` (QEMU keeps the
+/// writes in an overlay it drops at exit: they survive the VM's resets, the cached image
+/// stays as built) and a `virtio-net-pci` card on QEMU's user network.
+pub fn machine(image: &SystemImage, icount: bool) -> Result<crate::qemu::Machine> {
+    let mut machine = crate::qemu::Machine {
+        icount,
+        ..crate::qemu::Machine::keel_icount(image)
+    };
+    let linux = image.system.vms.iter().find_map(|vm| match &vm.image {
+        config::ImageSource::Debian(flavour) if has_pci_bridge(vm) => Some(flavour),
+        _ => None,
+    });
+    if let Some(flavour) = linux {
+        let disk = crate::debian::rootfs(&output_dir().join("debian"), flavour)?;
+        machine.disk = Some(crate::qemu::Disk {
+            path: disk,
+            snapshot: true,
+        });
+        machine.user_network = true;
+    }
+    Ok(machine)
+}

@@ -136,8 +136,23 @@ fn run(config: Option<PathBuf>) -> Result<()> {
     let config = config.unwrap_or_else(|| workspace().join("configs/demo.toml"));
     image::build_guests()?;
     let image = image::build_system(&config)?;
+    let machine = image::machine(&image, false)?;
+    // A network card: a file to fetch from the host, as the README's demo lines do.
+    let server = if machine.user_network {
+        let server = http::FileServer::start(1_000_000)?;
+        step(&format!(
+            "serving a 1,000,000-byte file at {} (SHA-256 {})",
+            server.guest_url(),
+            server.sha256
+        ));
+        Some(server)
+    } else {
+        None
+    };
     step("booting in QEMU: Ctrl-A then 0-9 focuses a VM's console, n the next one, x powers off");
-    qemu::Machine::keel(&image.path, image.system.pcpus).run_interactive()
+    let outcome = machine.run_interactive();
+    drop(server);
+    outcome
 }
 
 /// Tallies checks for the closing `N passed, N failed` line.

@@ -281,7 +281,7 @@ pub fn masked_stretches(config: &Path, until: Option<&str>, path: bool) -> Resul
             start,
             end,
         }),
-        ..Machine::keel_icount(&image)
+        ..crate::image::machine(&image, true)?
     };
     let session = machine.spawn(&output_dir().join(format!("logs/masked-{name}.log")));
     let ended = session.and_then(|mut session| {

@@ -331,6 +331,49 @@ echo "KEEL-RTC alarm interrupts ${before:-none} -> $(rtc_interrupts); wakealarm 
 exit $status
 "#;
 
+/// `keel.test=imagesave`, on the root file system: the Xen on ARM paper's "image saving"
+/// macro benchmark (its table III): the network up as in `net`, then `keel.count=N` images
+/// fetched one after another from `keel.url=BASE` (`BASE<i>.bin`, i from 0) with busybox wget
+/// and written to the disk (/root/images), then synced, all timed (`KEEL-TIME imagesave
+/// ns=...`); then their total size and the SHA-256 of all of them in order
+/// (`KEEL-IMAGES bytes=N sha256=HEX`), and they are removed.
+pub(super) const IMAGESAVE_TEST: &str = r#". /tests/lib.sh
+for module in virtio_pci virtio_net; do
+    modprobe "$module" 2>/dev/null
+done
+i=0
+while [ ! -e /sys/class/net/eth0 ] && [ $i -lt 100 ]; do
+    sleep 0.1
+    i=$((i + 1))
+done
+ip link set lo up
+ip link set eth0 up
+step dhcp timeout 30 udhcpc -i eth0 -s /etc/udhcpc/default.script -f -q -n -t 5 -T 2
+base=$(parameter url "")
+count=$(parameter count 200)
+mkdir -p /root/images
+save() {
+    n=0
+    while [ $n -lt "$count" ]; do
+        wget -q -O "/root/images/$n" "$base$n.bin" || return 1
+        n=$((n + 1))
+    done
+    sync
+}
+timed imagesave save
+n=0
+bytes=0
+while [ $n -lt "$count" ]; do
+    bytes=$((bytes + $(wc -c < "/root/images/$n")))
+    n=$((n + 1))
+done
+sum=$(n=0; while [ $n -lt "$count" ]; do cat "/root/images/$n"; n=$((n + 1)); done | sha256sum | cut -d ' ' -f 1)
+echo "KEEL-IMAGES bytes=$bytes sha256=$sum"
+rm -rf /root/images
+sync
+exit $status
+"#;
+
 /// busybox udhcpc's hook (/etc/udhcpc/default.script: where Debian's busybox looks for it, given
 /// with -s too): on `bound` and `renew` the
 /// address and default route set with `ip`, and /etc/resolv.conf; on `deconfig` the card up

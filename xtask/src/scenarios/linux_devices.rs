@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 
 use regex::Regex;
 
-use super::rootfs::{boot_times, captured, timed_ns, Figures, DD_RUNS, FLAVOUR, ROOT_DEVICE};
+use super::rootfs::{boot_times, captured, timed_ns, Figures, DD_RUNS, ROOT_DEVICE};
 use super::{check_tick_counts, config, expect_line, log_path, with_console_tail, Scenario};
 use crate::http::FileServer;
 use crate::image::{build_system, output_dir};
-use crate::qemu::{Disk, Ended, Machine};
+use crate::qemu::{Ended, Machine};
 use crate::Result;
 
 /// Real time a run may take before QEMU is killed.
@@ -52,16 +52,7 @@ fn machine(test: &str, extra: &str, root: bool) -> Result<Machine> {
         .replace("name = \"linux-devices\"", &format!("name = \"{name}\""));
     let path = output_dir().join(format!("{name}.toml"));
     std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
-    let image = build_system(&path)?;
-    let disk = crate::debian::rootfs(&output_dir().join("debian"), FLAVOUR)?;
-    Ok(Machine {
-        disk: Some(Disk {
-            path: disk,
-            snapshot: true,
-        }),
-        user_network: true,
-        ..Machine::keel_icount(&image)
-    })
+    crate::image::machine(&build_system(&path)?, true)
 }
 
 /// Runs `machine` until the Linux test's `KEEL-INIT-END` (then QEMU is killed: the partition
@@ -174,6 +165,20 @@ pub(crate) fn disk_read(mib: u64) -> Result<Figures> {
         })
     };
     check().map_err(|message| with_console_tail(message, &ended))
+}
+
+/// The "image saving" benchmark in the VM (see [`super::rootfs::image_saving`]).
+pub(crate) fn image_saving() -> Result<Figures> {
+    use super::rootfs::{image_sizes, saved_images, IMAGES};
+    let server = FileServer::start_set(&image_sizes())?;
+    let extra = format!("keel.url={} keel.count={IMAGES}", server.guest_url());
+    let (ended, wall) = run_to_end(
+        &machine("imagesave", &extra, true)?,
+        "linux-devices-imagesave",
+    )?;
+    expect_success(&ended)
+        .and_then(|()| saved_images(&linux_lines(&ended), &server, wall))
+        .map_err(|message| with_console_tail(message, &ended))
 }
 
 /// The PL031 as Linux's `/dev/rtc0`: its name and time, and an alarm two seconds ahead that

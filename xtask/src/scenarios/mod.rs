@@ -53,7 +53,7 @@ fn boot(name: &str) -> Result<Session> {
 
 /// Builds the configuration at `path` and boots it under icount, its console logged as `log`.
 fn boot_config(path: &std::path::Path, log: &str) -> Result<Session> {
-    Machine::keel_icount(&build_system(path)?).spawn(&log_path(log))
+    crate::image::machine(&build_system(path)?, true)?.spawn(&log_path(log))
 }
 
 /// Boots configuration `name` under icount and waits for QEMU to end by itself.
@@ -512,6 +512,8 @@ fn demo() -> Result<()> {
         Ok(())
     };
     let mut steps = || -> Result<()> {
+        // Linux's root is the disk on the PCI bridge given to it (behind the SMMU).
+        session.wait_for(r"^\[linux\] KEEL-ROOT /dev/vda / ext4 rw", wait)?;
         session.wait_for(r"^\[linux\] KEEL-INIT-END shell$", wait)?;
         session.send(b"echo demo-$((6 * 7))\n")?;
         session.wait_for(r"^\[linux\] demo-42$", wait)?;
@@ -1270,7 +1272,7 @@ pub fn all() -> Vec<Scenario> {
             run: Box::new(broken_device_tree),
         },
         Scenario {
-            name: "the demo: Linux's shell answers and drives the RT control loop over /dev/hvc0, the RT heartbeat comes once a minute".into(),
+            name: "the demo: Linux boots from its disk on the PCI bridge, its shell answers and drives the RT control loop over /dev/hvc0, the RT heartbeat comes once a minute".into(),
             run: Box::new(demo),
         },
     ];

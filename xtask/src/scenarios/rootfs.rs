@@ -302,6 +302,49 @@ pub(crate) fn fetch(bytes: usize, iommu: bool) -> Result<Figures> {
     check().map_err(|message| with_console_tail(message, &ended))
 }
 
+/// Images the "image saving" benchmark fetches and writes, as in the Xen on ARM paper's table
+/// III (200 images of 20 to 90 KB).
+pub(super) const IMAGES: usize = 200;
+
+/// The images' sizes: 20,000 to 90,000 bytes, spread over the range.
+pub(super) fn image_sizes() -> Vec<usize> {
+    (0..IMAGES).map(|i| 20_000 + i * 7_919 % 70_001).collect()
+}
+
+/// The image-saving run's figures from `ended` (Linux's own lines), checked against what
+/// `server` served: every image written whole and in order (total size and SHA-256 of all).
+pub(super) fn saved_images(ended: &Ended, server: &FileServer, wall: Duration) -> Result<Figures> {
+    let saved = captured(ended, r"^KEEL-IMAGES (bytes=\d+ sha256=[0-9a-f]{64})$")?;
+    let served = format!("bytes={} sha256={}", server.size, server.sha256);
+    if saved != served {
+        return Err(format!("the guest saved {saved}, the host served {served}"));
+    }
+    if server.served() != IMAGES {
+        return Err(format!(
+            "the server sent {} images, expected {IMAGES}",
+            server.served()
+        ));
+    }
+    Ok(Figures {
+        bytes: server.size as u64,
+        ns: timed_ns(ended, "imagesave")?,
+        virtual_s: boot_times(ended).iter().sum(),
+        wall,
+    })
+}
+
+/// The "image saving" benchmark natively: [`IMAGES`] images fetched over HTTP and written to
+/// the root disk, timed by the guest.
+pub(crate) fn image_saving() -> Result<Figures> {
+    let server = FileServer::start_set(&image_sizes())?;
+    let url = format!("keel.url={} keel.count={IMAGES}", server.guest_url());
+    let machine = machine("imagesave", &url, true)?;
+    let (ended, wall) = run(&machine, "rootfs-imagesave")?;
+    expect_success(&ended)
+        .and_then(|()| saved_images(&ended, &server, wall))
+        .map_err(|message| with_console_tail(message, &ended))
+}
+
 /// The root file system and network figures a benchmark compares: a `dd_mib` MiB read of the
 /// disk and a `fetch_bytes` byte fetch, each in a boot of its own, natively.
 pub(crate) fn measure(dd_mib: u64, fetch_bytes: usize) -> Result<(Figures, Figures)> {
@@ -313,23 +356,34 @@ pub(crate) fn measure(dd_mib: u64, fetch_bytes: usize) -> Result<(Figures, Figur
 /// (`linux-devices.toml`, the real-time partition beside it), with Keel's time over native's.
 pub fn bench() -> Result<()> {
     let (read, fetched) = measure(BENCH_DD_MIB, FETCH_BYTES)?;
+    let saved = image_saving()?;
     let keel_read = super::linux_devices::disk_read(BENCH_DD_MIB)?;
     let keel_fetched = super::linux_devices::fetch(FETCH_BYTES)?;
+    let keel_saved = super::linux_devices::image_saving()?;
     println!();
     println!("Debian cloud kernel, root on virtio-blk-pci, virtio-net-pci on QEMU user networking, -icount shift=0,sleep=off (guest clock)");
     println!("natively (1 CPU):");
     println!("  {}", read.summary("dd of /dev/vda"));
     println!("  {}", fetched.summary("HTTP fetch from the host"));
     println!(
+        "  {}",
+        saved.summary("image saving (200 images of 20-90 KB fetched and written)")
+    );
+    println!(
         "in a Keel VM given the PCI bridge behind the SMMU (2 vCPUs, the RT partition beside it):"
     );
     println!("  {}", keel_read.summary("dd of /dev/vda"));
     println!("  {}", keel_fetched.summary("HTTP fetch from the host"));
+    println!(
+        "  {}",
+        keel_saved.summary("image saving (200 images of 20-90 KB fetched and written)")
+    );
     let ratio = |keel: &Figures, native: &Figures| keel.ns as f64 / native.ns.max(1) as f64;
     println!(
-        "Keel / native time: dd {:.3}, fetch {:.3}",
+        "Keel / native time: dd {:.3}, fetch {:.3}, image saving {:.3} (the Xen on ARM paper's image saving: Xen / native 1.020)",
         ratio(&keel_read, &read),
-        ratio(&keel_fetched, &fetched)
+        ratio(&keel_fetched, &fetched),
+        ratio(&keel_saved, &saved)
     );
     Ok(())
 }
