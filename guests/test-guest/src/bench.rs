@@ -84,7 +84,7 @@ pub fn run(native: bool, redistributor: &Redistributor) -> ! {
 }
 
 /// The smallest of [`ITERATIONS`] runs of `measure`.
-fn minimum(measure: fn() -> u64) -> u64 {
+pub(crate) fn minimum(measure: fn() -> u64) -> u64 {
     (0..ITERATIONS).map(|_| measure()).min().unwrap_or(0)
 }
 
@@ -230,7 +230,7 @@ fn timer_interrupt_series(redistributor: &Redistributor) -> (Stats, Stats) {
 }
 
 /// Two `mrs pmccntr_el0` in a row, as the spin loop does them.
-fn back_to_back_reads() -> u64 {
+pub(crate) fn back_to_back_reads() -> u64 {
     let (first, second): (u64, u64);
     // SAFETY: reads the cycle counter only.
     unsafe {

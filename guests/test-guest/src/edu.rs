@@ -303,23 +303,7 @@ fn interrupt_latency(edu: &MmioFrame) {
     use keel_guest::exceptions::{stamp_irq_entries, IRQ_ENTRY_STAMP};
     keel_guest::pmu::enable_cycle_counter();
     stamp_irq_entries();
-    let back_to_back = (0..LATENCY_SAMPLES)
-        .map(|_| {
-            let (first, second): (u64, u64);
-            // SAFETY: reads the cycle counter only.
-            unsafe {
-                asm!(
-                    "mrs {first}, pmccntr_el0",
-                    "mrs {second}, pmccntr_el0",
-                    first = out(reg) first,
-                    second = out(reg) second,
-                    options(nomem, nostack, preserves_flags),
-                )
-            };
-            second - first
-        })
-        .min()
-        .unwrap_or(0);
+    let back_to_back = crate::bench::minimum(crate::bench::back_to_back_reads);
     let raise = edu.base() + EDU_RAISE;
     let mut stats = [(u64::MAX, 0u64, 0u64); 2];
     let mut count = 0u64;
