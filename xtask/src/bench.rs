@@ -69,6 +69,7 @@ pub fn run(micro_only: bool) -> Result<()> {
         cpu: crate::qemu::REFERENCE_CPU,
         virtualization: false,
         icount: true,
+        icount_sleep: false,
         append: Some("keel.native keel.mode=bench".into()),
         dtb: None,
         initrd: None,

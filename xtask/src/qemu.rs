@@ -53,6 +53,10 @@ pub struct Machine {
     /// with QEMU's random seeds and the RTC's start fixed too (without a fixed RTC base, the
     /// host's date reaches the guest and Linux runs differ from one another).
     pub icount: bool,
+    /// With `icount`, an idle guest waits in real time (`sleep=on`) instead of its clock
+    /// jumping to its next timer (`sleep=off`): for waits on something that runs in the host's
+    /// real time (QEMU's user network), at the cost of runs that no longer repeat exactly.
+    pub icount_sleep: bool,
     /// Kernel command line (`-append`), for native guests.
     pub append: Option<String>,
     /// A device tree to use instead of QEMU's own (`-dtb`).
@@ -104,6 +108,7 @@ impl Machine {
             cpu: REFERENCE_CPU,
             virtualization: true,
             icount: false,
+            icount_sleep: false,
             append: None,
             dtb: None,
             initrd: None,
@@ -122,6 +127,7 @@ impl Machine {
         Self {
             virtualization: false,
             icount: true,
+            icount_sleep: false,
             append: Some(append.into()),
             initrd: Some(initrd.into()),
             ..Self::keel(kernel, cpus)
@@ -133,6 +139,7 @@ impl Machine {
     pub fn keel_icount(image: &crate::image::SystemImage) -> Self {
         Self {
             icount: true,
+            icount_sleep: false,
             iommu: image.system.iommu.is_some(),
             ..Self::keel(&image.path, image.system.pcpus)
         }
@@ -186,6 +193,7 @@ impl Machine {
             cpu: REFERENCE_CPU,
             virtualization: true,
             icount: false,
+            icount_sleep: false,
             append: Some(xen_cmdline.into()),
             dtb: None,
             initrd: None,
@@ -259,7 +267,11 @@ impl Machine {
             args.extend(
                 [
                     "-icount",
-                    "shift=0,sleep=off",
+                    if self.icount_sleep {
+                        "shift=0,sleep=on"
+                    } else {
+                        "shift=0,sleep=off"
+                    },
                     "-seed",
                     "1",
                     "-rtc",

@@ -213,6 +213,7 @@ fn linux_sharing() -> Result<()> {
         cpu: crate::qemu::REFERENCE_CPU,
         virtualization: false,
         icount: true,
+        icount_sleep: false,
         append: Some("console=ttyAMA0 keel.test=matrixprod".into()),
         dtb: None,
         initrd: linux.initrd.as_ref().map(|i| i.path.clone()),
@@ -284,6 +285,7 @@ pub fn run(with_linux: bool) -> Result<()> {
         cpu: crate::qemu::REFERENCE_CPU,
         virtualization: false,
         icount: true,
+        icount_sleep: false,
         append: Some(format!(
             "keel.native keel.mode=work keel.iterations={WORK_ITERATIONS} keel.start={WORK_START_MS}"
         )),

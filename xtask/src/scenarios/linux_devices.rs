@@ -117,10 +117,14 @@ fn disk_survives_reset() -> Result<()> {
 
 /// DHCP on the card and a file of `bytes` bytes fetched from the host, checked by its size
 /// and SHA-256, timed by the guest.
-pub(crate) fn fetch(bytes: usize) -> Result<Figures> {
+pub(crate) fn fetch(bytes: usize, real_time: bool) -> Result<Figures> {
     let server = FileServer::start(bytes)?;
     let url = format!("keel.url={}", server.guest_url());
-    let (ended, wall) = run_to_end(&machine("net", &url, true)?, "linux-devices-net")?;
+    let machine = Machine {
+        icount_sleep: real_time,
+        ..machine("net", &url, true)?
+    };
+    let (ended, wall) = run_to_end(&machine, "linux-devices-net")?;
     let check = || -> Result<Figures> {
         expect_success(&ended)?;
         let linux = linux_lines(&ended);
@@ -168,14 +172,15 @@ pub(crate) fn disk_read(mib: u64) -> Result<Figures> {
 }
 
 /// The "image saving" benchmark in the VM (see [`super::rootfs::image_saving`]).
-pub(crate) fn image_saving() -> Result<Figures> {
+pub(crate) fn image_saving(real_time: bool) -> Result<Figures> {
     use super::rootfs::{image_sizes, saved_images, IMAGES};
     let server = FileServer::start_set(&image_sizes())?;
     let extra = format!("keel.url={} keel.count={IMAGES}", server.guest_url());
-    let (ended, wall) = run_to_end(
-        &machine("imagesave", &extra, true)?,
-        "linux-devices-imagesave",
-    )?;
+    let machine = Machine {
+        icount_sleep: real_time,
+        ..machine("imagesave", &extra, true)?
+    };
+    let (ended, wall) = run_to_end(&machine, "linux-devices-imagesave")?;
     expect_success(&ended)
         .and_then(|()| saved_images(&linux_lines(&ended), &server, wall))
         .map_err(|message| with_console_tail(message, &ended))
@@ -225,7 +230,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "Linux devices: the same VM's virtio-net card gets an address by DHCP and fetches 50 MB over HTTP, checked by SHA-256".into(),
-            run: Box::new(|| fetch(super::rootfs::FETCH_BYTES).map(|_| ())),
+            run: Box::new(|| fetch(super::rootfs::FETCH_BYTES, false).map(|_| ())),
         },
         Scenario {
             name: "Linux devices: the board's PL031 given to the VM is /dev/rtc0, its alarm interrupt fires".into(),

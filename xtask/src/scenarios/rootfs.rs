@@ -262,10 +262,13 @@ pub(crate) fn disk_read(mib: u64) -> Result<Figures> {
 /// The network up with DHCP, and a file of `bytes` bytes fetched from the host over HTTP,
 /// timed by the guest and checked by its size and SHA-256 against what the server sent. With
 /// `iommu`, QEMU's SMMUv3 is in front of the PCIe bus and Linux's DMA goes through it.
-pub(crate) fn fetch(bytes: usize, iommu: bool) -> Result<Figures> {
+pub(crate) fn fetch(bytes: usize, iommu: bool, real_time: bool) -> Result<Figures> {
     let server = FileServer::start(bytes)?;
     let url = format!("keel.url={}", server.guest_url());
-    let machine = machine_with_iommu("net", &url, true, iommu)?;
+    let machine = Machine {
+        icount_sleep: real_time,
+        ..machine_with_iommu("net", &url, true, iommu)?
+    };
     let log = if iommu {
         "rootfs-net-smmu"
     } else {
@@ -335,10 +338,13 @@ pub(super) fn saved_images(ended: &Ended, server: &FileServer, wall: Duration) -
 
 /// The "image saving" benchmark natively: [`IMAGES`] images fetched over HTTP and written to
 /// the root disk, timed by the guest.
-pub(crate) fn image_saving() -> Result<Figures> {
+pub(crate) fn image_saving(real_time: bool) -> Result<Figures> {
     let server = FileServer::start_set(&image_sizes())?;
     let url = format!("keel.url={} keel.count={IMAGES}", server.guest_url());
-    let machine = machine("imagesave", &url, true)?;
+    let machine = Machine {
+        icount_sleep: real_time,
+        ..machine("imagesave", &url, true)?
+    };
     let (ended, wall) = run(&machine, "rootfs-imagesave")?;
     expect_success(&ended)
         .and_then(|()| saved_images(&ended, &server, wall))
@@ -348,20 +354,22 @@ pub(crate) fn image_saving() -> Result<Figures> {
 /// The root file system and network figures a benchmark compares: a `dd_mib` MiB read of the
 /// disk and a `fetch_bytes` byte fetch, each in a boot of its own, natively.
 pub(crate) fn measure(dd_mib: u64, fetch_bytes: usize) -> Result<(Figures, Figures)> {
-    Ok((disk_read(dd_mib)?, fetch(fetch_bytes, false)?))
+    Ok((disk_read(dd_mib)?, fetch(fetch_bytes, false, true)?))
 }
 
-/// `cargo xtask bench rootfs`: a 64 MiB read of the root disk and a 50 MB fetch, natively
+/// `cargo xtask bench rootfs`: a 64 MiB read of the root disk, a 50 MB fetch and the image
+/// saving benchmark (the network runs with `icount_sleep`: the host's network runs in real
+/// time, and a guest's clock must not jump while it waits for it), natively
 /// ([`measure`]) and in a Keel VM given the PCI bridge behind the SMMU
 /// (`linux-devices.toml`, the real-time partition beside it), with Keel's time over native's.
 pub fn bench() -> Result<()> {
     let (read, fetched) = measure(BENCH_DD_MIB, FETCH_BYTES)?;
-    let saved = image_saving()?;
+    let saved = image_saving(true)?;
     let keel_read = super::linux_devices::disk_read(BENCH_DD_MIB)?;
-    let keel_fetched = super::linux_devices::fetch(FETCH_BYTES)?;
-    let keel_saved = super::linux_devices::image_saving()?;
+    let keel_fetched = super::linux_devices::fetch(FETCH_BYTES, true)?;
+    let keel_saved = super::linux_devices::image_saving(true)?;
     println!();
-    println!("Debian cloud kernel, root on virtio-blk-pci, virtio-net-pci on QEMU user networking, -icount shift=0,sleep=off (guest clock)");
+    println!("Debian cloud kernel, root on virtio-blk-pci, virtio-net-pci on QEMU user networking, guest clock; -icount shift=0, sleep=off for the dd, sleep=on for the network runs (an idle guest waits for the host's network in real time)");
     println!("natively (1 CPU):");
     println!("  {}", read.summary("dd of /dev/vda"));
     println!("  {}", fetched.summary("HTTP fetch from the host"));
@@ -405,13 +413,14 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             name: "rootfs: Debian's kernel natively, virtio-net-pci on QEMU user networking: DHCP gives 10.0.2.15, 50 MB fetched over HTTP from the host with its SHA-256, timed".into(),
             run: Box::new(|| {
-                fetch(FETCH_BYTES, false).map(|figures| step(&figures.summary("rootfs net")))
+                fetch(FETCH_BYTES, false, false)
+                    .map(|figures| step(&figures.summary("rootfs net")))
             }),
         },
         Scenario {
             name: "rootfs: the same fetch behind QEMU's SMMUv3 (iommu=smmuv3): Linux's DMA through it".into(),
             run: Box::new(|| {
-                fetch(FETCH_BYTES, true)
+                fetch(FETCH_BYTES, true, false)
                     .map(|figures| step(&figures.summary("rootfs net behind the SMMUv3")))
             }),
         },
