@@ -139,39 +139,13 @@ fn resolve(
     // board.
     let shift = entry.ipa.map_or(0, |ipa| ipa.wrapping_sub(first));
     for (address, size) in reg {
-        let range = AddressRange::new(address, size).ok_or_else(|| PassthroughProblem::Node {
-            path: path.to_string(),
-            why: format!("region at {address:#x} of {size:#x} bytes wraps"),
-        })?;
-        if !address.is_multiple_of(PAGE_SIZE) || !size.is_multiple_of(PAGE_SIZE) || size == 0 {
-            return Err(PassthroughProblem::Unaligned {
-                path: path.to_string(),
-                range,
-            });
-        }
-        // Where the VM sees it (moved by `ipa`) is mapped by whole pages too.
-        let ipa = address.wrapping_add(shift);
-        if !ipa.is_multiple_of(PAGE_SIZE) {
-            return Err(PassthroughProblem::Unaligned {
-                path: path.to_string(),
-                range: AddressRange {
-                    start: ipa,
-                    end: ipa.saturating_add(size),
-                },
-            });
-        }
-        if range.overlaps(&ram) {
-            return Err(PassthroughProblem::InRam {
-                path: path.to_string(),
-                range,
-                ram,
-            });
-        }
-        regions.push(MemoryRegion {
-            ipa: GuestPhysAddr(ipa),
-            phys: PhysAddr(address),
+        regions.push(device_region(
+            path,
+            address,
             size,
-        });
+            address.wrapping_add(shift),
+            ram,
+        )?);
     }
     if regions.is_empty() {
         return Err(PassthroughProblem::NoRegisters {
@@ -192,27 +166,7 @@ fn resolve(
             });
         }
         for (address, size) in windows {
-            let range = AddressRange::new(address, size)
-                .filter(|_| address.is_multiple_of(PAGE_SIZE) && size.is_multiple_of(PAGE_SIZE))
-                .ok_or(PassthroughProblem::Unaligned {
-                    path: path.to_string(),
-                    range: AddressRange {
-                        start: address,
-                        end: address.saturating_add(size),
-                    },
-                })?;
-            if range.overlaps(&ram) {
-                return Err(PassthroughProblem::InRam {
-                    path: path.to_string(),
-                    range,
-                    ram,
-                });
-            }
-            regions.push(MemoryRegion {
-                ipa: GuestPhysAddr(address),
-                phys: PhysAddr(address),
-                size,
-            });
+            regions.push(device_region(path, address, size, address, ram)?);
         }
         rewritten.push(("ranges".to_string(), ranges));
     }
@@ -228,6 +182,49 @@ fn resolve(
         interrupts,
         node,
         streams,
+    })
+}
+
+/// One register region of device `path`, at `address` of `size` bytes on the board, seen by
+/// the VM at `ipa`: whole pages on the board and where the VM sees it (stage 2 maps pages),
+/// not empty, and clear of the board's RAM (`ram`).
+fn device_region(
+    path: &str,
+    address: u64,
+    size: u64,
+    ipa: u64,
+    ram: AddressRange,
+) -> Result<MemoryRegion, PassthroughProblem> {
+    let range = AddressRange::new(address, size).ok_or_else(|| PassthroughProblem::Node {
+        path: path.to_string(),
+        why: format!("region at {address:#x} of {size:#x} bytes wraps"),
+    })?;
+    if !address.is_multiple_of(PAGE_SIZE) || !size.is_multiple_of(PAGE_SIZE) || size == 0 {
+        return Err(PassthroughProblem::Unaligned {
+            path: path.to_string(),
+            range,
+        });
+    }
+    if !ipa.is_multiple_of(PAGE_SIZE) {
+        return Err(PassthroughProblem::Unaligned {
+            path: path.to_string(),
+            range: AddressRange {
+                start: ipa,
+                end: ipa.saturating_add(size),
+            },
+        });
+    }
+    if range.overlaps(&ram) {
+        return Err(PassthroughProblem::InRam {
+            path: path.to_string(),
+            range,
+            ram,
+        });
+    }
+    Ok(MemoryRegion {
+        ipa: GuestPhysAddr(ipa),
+        phys: PhysAddr(address),
+        size,
     })
 }
 
