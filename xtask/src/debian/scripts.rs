@@ -120,6 +120,23 @@ timed() {
         status=$timed_status
     fi
 }
+# `network_up`: the virtio-net card's drivers loaded, the card up, and an address by DHCP
+# (busybox udhcpc with its hook, /etc/udhcpc/default.script), as the `dhcp` step.
+network_up() {
+    for module in virtio_pci virtio_net; do
+        modprobe "$module" || echo "keel: modprobe $module failed"
+    done
+    i=0
+    while [ ! -e /sys/class/net/eth0 ] && [ $i -lt 100 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    ip link set lo up
+    # udhcpc sends on the card as it finds it: up first. (A card down makes it spin on read
+    # errors: timeout bounds it.)
+    ip link set eth0 up
+    step dhcp timeout 30 udhcpc -i eth0 -s /etc/udhcpc/default.script -f -q -n -t 5 -T 2
+}
 # `parameter NAME DEFAULT`: the value of keel.NAME= on the kernel command line, or DEFAULT.
 parameter() {
     parameter_value=$(sed -n "s/.*keel\.$1=\([^ ]*\).*/\1/p" /proc/cmdline)
@@ -281,19 +298,7 @@ exit $status
 /// timed (`KEEL-TIME fetch ns=...`), and its size and SHA-256 printed
 /// (`KEEL-FETCH bytes=N sha256=HEX`).
 pub(super) const NET_TEST: &str = r#". /tests/lib.sh
-for module in virtio_pci virtio_net; do
-    modprobe "$module" || echo "keel: modprobe $module failed"
-done
-i=0
-while [ ! -e /sys/class/net/eth0 ] && [ $i -lt 100 ]; do
-    sleep 0.1
-    i=$((i + 1))
-done
-ip link set lo up
-# udhcpc sends on the card as it finds it: up first. (A card down makes it spin on read errors:
-# timeout bounds it.)
-ip link set eth0 up
-step dhcp timeout 30 udhcpc -i eth0 -s /etc/udhcpc/default.script -f -q -n -t 5 -T 2
+network_up
 echo "KEEL-NET address $(ip -4 -o addr show dev eth0 | awk '{ print $4 }')"
 ip route
 url=$(parameter url "")
@@ -332,23 +337,13 @@ exit $status
 "#;
 
 /// `keel.test=imagesave`, on the root file system: the Xen on ARM paper's "image saving"
-/// macro benchmark (its table III): the network up as in `net`, then `keel.count=N` images
+/// macro benchmark (its table III): the network up (`network_up`), then `keel.count=N` images
 /// fetched one after another from `keel.url=BASE` (`BASE<i>.bin`, i from 0) with busybox wget
 /// and written to the disk (/root/images), then synced, all timed (`KEEL-TIME imagesave
 /// ns=...`); then their total size and the SHA-256 of all of them in order
 /// (`KEEL-IMAGES bytes=N sha256=HEX`), and they are removed.
 pub(super) const IMAGESAVE_TEST: &str = r#". /tests/lib.sh
-for module in virtio_pci virtio_net; do
-    modprobe "$module" 2>/dev/null
-done
-i=0
-while [ ! -e /sys/class/net/eth0 ] && [ $i -lt 100 ]; do
-    sleep 0.1
-    i=$((i + 1))
-done
-ip link set lo up
-ip link set eth0 up
-step dhcp timeout 30 udhcpc -i eth0 -s /etc/udhcpc/default.script -f -q -n -t 5 -T 2
+network_up
 base=$(parameter url "")
 count=$(parameter count 200)
 mkdir -p /root/images
