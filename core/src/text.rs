@@ -221,7 +221,7 @@ pub fn fmt(value: &dyn Show, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Res
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     struct Text(String);
@@ -232,7 +232,8 @@ mod tests {
         }
     }
 
-    fn shown(value: &dyn Show) -> String {
+    /// What `value` shows, as a string (the tests of every `Show` in the crate use it).
+    pub(crate) fn shown(value: &dyn Show) -> String {
         let mut text = Text(String::new());
         value.show(&mut text);
         text.0

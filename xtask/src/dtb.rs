@@ -424,6 +424,17 @@ mod tests {
         normalize_hex(&String::from_utf8(output.stdout).unwrap())
     }
 
+    /// The lines (trimmed) of node `name`'s body in decompiled `source`, up to its first `};`.
+    fn node_lines<'a>(source: &'a str, name: &str) -> Vec<&'a str> {
+        let lines: Vec<&str> = source.lines().map(str::trim).collect();
+        let start = lines
+            .iter()
+            .position(|line| *line == format!("{name} {{"))
+            .unwrap_or_else(|| panic!("no node {name} in:\n{source}"));
+        let end = start + lines[start..].iter().position(|l| *l == "};").unwrap();
+        lines[start + 1..end].to_vec()
+    }
+
     /// Drops leading zeros of `0x` numbers: dtc 1.4 prints `<0x2>` where 1.6 prints `<0x02>`.
     fn normalize_hex(text: &str) -> String {
         let mut out = String::new();
@@ -542,14 +553,7 @@ mod tests {
             "channels",
         );
         let lines: Vec<&str> = source.lines().map(str::trim).collect();
-        let node = |name: &str| -> Vec<&str> {
-            let start = lines
-                .iter()
-                .position(|line| *line == format!("{name} {{"))
-                .unwrap_or_else(|| panic!("no node {name} in:\n{source}"));
-            let end = start + lines[start..].iter().position(|l| *l == "};").unwrap();
-            lines[start + 1..end].to_vec()
-        };
+        let node = |name: &str| node_lines(&source, name);
         assert!(lines.contains(&"keel-channels {"), "{source}");
         let expected_telemetry = [
             "compatible = \"keel,channel\";",
@@ -625,15 +629,7 @@ ipa = 0x1c01_0000
         )
         .unwrap();
         let source = decompile(&guest_dtb(&system.vms[0], &[]).unwrap(), "assigned");
-        let lines: Vec<&str> = source.lines().map(str::trim).collect();
-        let node = |name: &str| -> Vec<&str> {
-            let start = lines
-                .iter()
-                .position(|line| *line == format!("{name} {{"))
-                .unwrap_or_else(|| panic!("no node {name} in:\n{source}"));
-            let end = start + lines[start..].iter().position(|l| *l == "};").unwrap();
-            lines[start + 1..end].to_vec()
-        };
+        let node = |name: &str| node_lines(&source, name);
         let expected_rtc = [
             "clock-names = \"apb_pclk\";",
             "interrupts = <0x00 0x02 0x04>;",

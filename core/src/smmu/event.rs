@@ -329,17 +329,7 @@ impl Show for Event {
 mod tests {
     use super::*;
 
-    fn shown(value: &dyn Show) -> String {
-        struct Text(String);
-        impl Out for Text {
-            fn put_bytes(&mut self, text: &[u8]) {
-                self.0.push_str(core::str::from_utf8(text).unwrap());
-            }
-        }
-        let mut text = Text(String::new());
-        value.show(&mut text);
-        text.0
-    }
+    use crate::text::tests::shown;
 
     /// The record QEMU 7.2 wrote for edu (stream 8) reading IOVA 0x4010_0000 through an empty
     /// stage 1, as 32-bit words: `0x10 0x8 0 0x8 | 0x40100000 0` (research file, section 2).

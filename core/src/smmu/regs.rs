@@ -554,17 +554,7 @@ mod tests {
     const QEMU_IDR1: u32 = 0x0273_0010;
     const QEMU_IDR5: u32 = 0x0000_0074;
 
-    fn shown(value: &dyn Show) -> String {
-        struct Text(String);
-        impl Out for Text {
-            fn put_bytes(&mut self, text: &[u8]) {
-                self.0.push_str(core::str::from_utf8(text).unwrap());
-            }
-        }
-        let mut text = Text(String::new());
-        value.show(&mut text);
-        text.0
-    }
+    use crate::text::tests::shown;
 
     #[test]
     fn offsets_are_the_specs() {
