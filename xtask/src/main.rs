@@ -61,8 +61,8 @@ const USAGE: &str = "usage: cargo xtask <command>
                    masked at EL2 (--path: function by function)
   bench messages   messages between VMs: send, receive and delivery of 20-100 byte messages, beside the M5150 paper
   bench rootfs     Debian's kernel with its root on virtio-blk-pci and virtio-net-pci on QEMU user
-                   networking, natively and in a Keel VM given the PCI bridge behind the SMMU:
-                   a 64 MiB dd of the disk and a 50 MB HTTP fetch, timed, and Keel / native
+                   networking, natively, in a Keel VM given the PCI bridge behind the SMMU and
+                   as Xen's dom0: a 64 MiB dd, a 50 MB HTTP fetch and image saving, timed
   bench vms        pipe and UNIX-socket bandwidth of 1-4 Linux VMs at once (own pCPUs, then one shared), beside the Xen on ARM paper
   bench baseline [--update]  the figures the test command holds (xtask/baseline.toml) beside their
                    baseline; with --update, written as the new baseline

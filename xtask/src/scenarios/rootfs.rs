@@ -86,6 +86,55 @@ fn machine_with_iommu(test: &str, extra: &str, network: bool, iommu: bool) -> Re
     })
 }
 
+/// Where the benchmark's Linux runs: on QEMU's CPU itself, or as dom0 of Debian's Xen 4.17
+/// (the peer: the same kernel, initramfs, disk and network on the same QEMU).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Host {
+    Native,
+    XenDom0,
+}
+
+impl Host {
+    /// `native` (a [`machine`]) as this host runs it: unchanged, or its kernel, command line
+    /// and initramfs loaded as Xen's dom0 (one CPU, `dom0_mem` the Keel VM's 512 MiB, console
+    /// on Xen's `hvc0`) with the same disk, network and clock.
+    fn machine(self, native: Machine) -> Result<Machine> {
+        if self == Host::Native {
+            return Ok(native);
+        }
+        let xen = crate::debian::xen(&output_dir().join("debian"))
+            .map_err(|e| format!("fetching Xen: {e}"))?;
+        let append = native.append.as_deref().unwrap_or_default();
+        let bootargs = append.replace("console=ttyAMA0", "console=hvc0");
+        let initrd = native
+            .initrd
+            .as_deref()
+            .ok_or("no initramfs to give dom0")?;
+        let dom0 = Machine::xen(
+            &xen,
+            "dom0_mem=512M console=dtuart",
+            &native.kernel,
+            &bootargs,
+            initrd,
+        )?;
+        Ok(Machine {
+            icount: native.icount,
+            icount_sleep: native.icount_sleep,
+            disk: native.disk,
+            user_network: native.user_network,
+            ..dom0
+        })
+    }
+
+    /// The suffix of a run's log name.
+    fn log_suffix(self) -> &'static str {
+        match self {
+            Host::Native => "",
+            Host::XenDom0 => "-xen",
+        }
+    }
+}
+
 /// Runs `machine` until QEMU exits (or [`DEADLINE`]), its console logged as `log`; returns the
 /// console and the real time it took.
 fn run(machine: &Machine, log: &str) -> Result<(Ended, Duration)> {
@@ -218,13 +267,14 @@ pub(super) const DD_RUNS: usize = 3;
 /// The disk's first `mib` MiB read with dd after dropping the page cache, [`DD_RUNS`] times,
 /// timed by the guest; the fastest read is the figure (under icount, a wait for the disk lasts
 /// until the guest's next timer event, so the reads vary).
-pub(crate) fn disk_read(mib: u64) -> Result<Figures> {
-    let machine = machine(
+pub(crate) fn disk_read(mib: u64, host: Host) -> Result<Figures> {
+    let machine = host.machine(machine(
         "disk-read",
         &format!("keel.dd-mib={mib} keel.dd-runs={DD_RUNS}"),
         false,
-    )?;
-    let (ended, wall) = run(&machine, "rootfs-disk-read")?;
+    )?)?;
+    let log = format!("rootfs-disk-read{}", host.log_suffix());
+    let (ended, wall) = run(&machine, &log)?;
     let check = || -> Result<Figures> {
         expect_success(&ended)?;
         let bytes: u64 = captured(&ended, r"^KEEL-DD bytes=(\d+)$")?
@@ -262,19 +312,19 @@ pub(crate) fn disk_read(mib: u64) -> Result<Figures> {
 /// The network up with DHCP, and a file of `bytes` bytes fetched from the host over HTTP,
 /// timed by the guest and checked by its size and SHA-256 against what the server sent. With
 /// `iommu`, QEMU's SMMUv3 is in front of the PCIe bus and Linux's DMA goes through it.
-pub(crate) fn fetch(bytes: usize, iommu: bool, real_time: bool) -> Result<Figures> {
+pub(crate) fn fetch(bytes: usize, iommu: bool, real_time: bool, host: Host) -> Result<Figures> {
     let server = FileServer::start(bytes)?;
     let url = format!("keel.url={}", server.guest_url());
-    let machine = Machine {
+    let machine = host.machine(Machine {
         icount_sleep: real_time,
         ..machine_with_iommu("net", &url, true, iommu)?
-    };
-    let log = if iommu {
-        "rootfs-net-smmu"
-    } else {
-        "rootfs-net"
-    };
-    let (ended, wall) = run(&machine, log)?;
+    })?;
+    let log = format!(
+        "rootfs-net{}{}",
+        if iommu { "-smmu" } else { "" },
+        host.log_suffix()
+    );
+    let (ended, wall) = run(&machine, &log)?;
     let check = || -> Result<Figures> {
         expect_success(&ended)?;
         if iommu {
@@ -338,61 +388,93 @@ pub(super) fn saved_images(ended: &Ended, server: &FileServer, wall: Duration) -
 
 /// The "image saving" benchmark natively: [`IMAGES`] images fetched over HTTP and written to
 /// the root disk, timed by the guest.
-pub(crate) fn image_saving(real_time: bool) -> Result<Figures> {
+pub(crate) fn image_saving(real_time: bool, host: Host) -> Result<Figures> {
     let server = FileServer::start_set(&image_sizes())?;
     let url = format!("keel.url={} keel.count={IMAGES}", server.guest_url());
-    let machine = Machine {
+    let machine = host.machine(Machine {
         icount_sleep: real_time,
         ..machine("imagesave", &url, true)?
-    };
-    let (ended, wall) = run(&machine, "rootfs-imagesave")?;
+    })?;
+    let log = format!("rootfs-imagesave{}", host.log_suffix());
+    let (ended, wall) = run(&machine, &log)?;
     expect_success(&ended)
         .and_then(|()| saved_images(&ended, &server, wall))
         .map_err(|message| with_console_tail(message, &ended))
 }
 
-/// The root file system and network figures a benchmark compares: a `dd_mib` MiB read of the
-/// disk and a `fetch_bytes` byte fetch, each in a boot of its own, natively.
-pub(crate) fn measure(dd_mib: u64, fetch_bytes: usize) -> Result<(Figures, Figures)> {
-    Ok((disk_read(dd_mib)?, fetch(fetch_bytes, false, true)?))
-}
-
 /// `cargo xtask bench rootfs`: a 64 MiB read of the root disk, a 50 MB fetch and the image
 /// saving benchmark (the network runs with `icount_sleep`: the host's network runs in real
-/// time, and a guest's clock must not jump while it waits for it), natively
-/// ([`measure`]) and in a Keel VM given the PCI bridge behind the SMMU
-/// (`linux-devices.toml`, the real-time partition beside it), with Keel's time over native's.
+/// time, and a guest's clock must not jump while it waits for it), natively, in a Keel VM given
+/// the PCI bridge behind the SMMU (`linux-devices.toml`, the real-time partition beside it) and
+/// as dom0 of Debian's Xen 4.17, each with its time over native's. A failed Xen run is reported
+/// under the table, which keeps its other columns.
 pub fn bench() -> Result<()> {
-    let (read, fetched) = measure(BENCH_DD_MIB, FETCH_BYTES)?;
-    let saved = image_saving(true)?;
-    let keel_read = super::linux_devices::disk_read(BENCH_DD_MIB)?;
-    let keel_fetched = super::linux_devices::fetch(FETCH_BYTES, true)?;
-    let keel_saved = super::linux_devices::image_saving(true)?;
+    let native = [
+        disk_read(BENCH_DD_MIB, Host::Native)?,
+        fetch(FETCH_BYTES, false, true, Host::Native)?,
+        image_saving(true, Host::Native)?,
+    ];
+    let keel = [
+        super::linux_devices::disk_read(BENCH_DD_MIB)?,
+        super::linux_devices::fetch(FETCH_BYTES, true)?,
+        super::linux_devices::image_saving(true)?,
+    ];
+    let xen = (|| -> Result<[Figures; 3]> {
+        Ok([
+            disk_read(BENCH_DD_MIB, Host::XenDom0)?,
+            fetch(FETCH_BYTES, false, true, Host::XenDom0)?,
+            image_saving(true, Host::XenDom0)?,
+        ])
+    })();
+    let names = [
+        "dd of /dev/vda",
+        "HTTP fetch from the host",
+        "image saving (200 images of 20-90 KB fetched and written)",
+    ];
     println!();
     println!("Debian cloud kernel, root on virtio-blk-pci, virtio-net-pci on QEMU user networking, guest clock; -icount shift=0, sleep=off for the dd, sleep=on for the network runs (an idle guest waits for the host's network in real time)");
-    println!("natively (1 CPU):");
-    println!("  {}", read.summary("dd of /dev/vda"));
-    println!("  {}", fetched.summary("HTTP fetch from the host"));
+    let columns: [(&str, Option<&[Figures; 3]>); 3] = [
+        ("natively (1 CPU):", Some(&native)),
+        ("in a Keel VM given the PCI bridge behind the SMMU (2 vCPUs, the RT partition beside it):", Some(&keel)),
+        ("as dom0 of Debian's Xen 4.17 (default settings, 1 CPU, dom0_mem=512M, no SMMU):", xen.as_ref().ok()),
+    ];
+    for (title, figures) in columns {
+        let Some(figures) = figures else { continue };
+        println!("{title}");
+        for (name, figure) in names.iter().zip(figures) {
+            println!("  {}", figure.summary(name));
+        }
+    }
+    println!();
     println!(
-        "  {}",
-        saved.summary("image saving (200 images of 20-90 KB fetched and written)")
+        "{:<14} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
+        "guest time ms", "native", "Keel", "Xen", "Keel/native", "Xen/native", "paper Xen"
     );
-    println!(
-        "in a Keel VM given the PCI bridge behind the SMMU (2 vCPUs, the RT partition beside it):"
-    );
-    println!("  {}", keel_read.summary("dd of /dev/vda"));
-    println!("  {}", keel_fetched.summary("HTTP fetch from the host"));
-    println!(
-        "  {}",
-        keel_saved.summary("image saving (200 images of 20-90 KB fetched and written)")
-    );
-    let ratio = |keel: &Figures, native: &Figures| keel.ns as f64 / native.ns.max(1) as f64;
-    println!(
-        "Keel / native time: dd {:.3}, fetch {:.3}, image saving {:.3} (the Xen on ARM paper's image saving: Xen / native 1.020)",
-        ratio(&keel_read, &read),
-        ratio(&keel_fetched, &fetched),
-        ratio(&keel_saved, &saved)
-    );
+    let ms = |figure: &Figures| format!("{:.1}", figure.ns as f64 / 1e6);
+    let ratio =
+        |of: &Figures, native: &Figures| format!("{:.3}", of.ns as f64 / native.ns.max(1) as f64);
+    let rows = ["dd", "fetch", "image saving"];
+    for (row, name) in rows.iter().enumerate() {
+        let xen = xen.as_ref().ok().map(|xen| &xen[row]);
+        println!(
+            "{:<14} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
+            name,
+            ms(&native[row]),
+            ms(&keel[row]),
+            xen.map_or("-".into(), ms),
+            ratio(&keel[row], &native[row]),
+            xen.map_or("-".into(), |xen| ratio(xen, &native[row])),
+            // The Xen on ARM paper's table III (seed 002): image saving, Xen / native.
+            if *name == "image saving" {
+                "1.020"
+            } else {
+                "-"
+            }
+        );
+    }
+    if let Err(error) = xen {
+        println!("Xen run FAILED, so its column is empty: {error}");
+    }
     Ok(())
 }
 
@@ -406,21 +488,21 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             name: format!("rootfs: Debian's kernel natively, root on virtio-blk-pci: {SCENARIO_DD_MIB} MiB read with dd, timed"),
             run: Box::new(|| {
-                disk_read(SCENARIO_DD_MIB)
+                disk_read(SCENARIO_DD_MIB, Host::Native)
                     .map(|figures| step(&figures.summary("rootfs disk-read")))
             }),
         },
         Scenario {
             name: "rootfs: Debian's kernel natively, virtio-net-pci on QEMU user networking: DHCP gives 10.0.2.15, 50 MB fetched over HTTP from the host with its SHA-256, timed".into(),
             run: Box::new(|| {
-                fetch(FETCH_BYTES, false, false)
+                fetch(FETCH_BYTES, false, false, Host::Native)
                     .map(|figures| step(&figures.summary("rootfs net")))
             }),
         },
         Scenario {
             name: "rootfs: the same fetch behind QEMU's SMMUv3 (iommu=smmuv3): Linux's DMA through it".into(),
             run: Box::new(|| {
-                fetch(FETCH_BYTES, true, false)
+                fetch(FETCH_BYTES, true, false, Host::Native)
                     .map(|figures| step(&figures.summary("rootfs net behind the SMMUv3")))
             }),
         },
