@@ -39,4 +39,5 @@ pub static SYSTEM: keel_core::system::SystemDesc = keel_core::system::SystemDesc
     iommu: None,
 };
 pub const MESSAGE_POOL: usize = 0;
+pub const TRACE_RING_BYTES: usize = 0;
 "#;

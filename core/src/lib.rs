@@ -23,6 +23,7 @@ pub mod system;
 pub mod table;
 pub mod tasks;
 pub mod text;
+pub mod trace;
 mod translation;
 
 #[cfg(feature = "std")]

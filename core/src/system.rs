@@ -60,6 +60,9 @@ pub struct VmDesc {
     /// (KEEL_MASKED_STRETCH), other VMs' traps and PCs included: a measurement partition the
     /// integrator trusts. Otherwise only those of the pCPUs it alone uses.
     pub monitor_masked_stretch: bool,
+    /// Whether the VM may copy Keel's trace rings into its memory (KEEL_TRACE_READ): they show
+    /// every VM's exits and interrupts, so only a manager the integrator trusts.
+    pub trace_reader: bool,
     /// Real-time task services: `None` if the VM may not create tasks.
     pub tasks: Option<TaskGrant>,
     /// Incoming messages (KEEL_MSG_*): `None` if no VM may send to this one.
@@ -338,6 +341,7 @@ pub(crate) fn test_vm(id: u16, phys: u64, vcpus: usize) -> VmDesc {
         wfi: WfiPolicy::Trap,
         pmu: false,
         monitor_masked_stretch: false,
+        trace_reader: false,
         tasks: None,
         messages: None,
         virtio_console: None,
@@ -376,6 +380,7 @@ mod tests {
             wfi: WfiPolicy::Native,
             pmu: false,
             monitor_masked_stretch: false,
+            trace_reader: false,
             tasks: None,
             messages: None,
             virtio_console: None,

@@ -488,7 +488,7 @@ fn rule_1_toml_syntax_error_has_line_and_column() {
 fn rule_1_unknown_field() {
     assert_rejected(
         "toml-unknown-field.toml",
-        "14:1: unknown field `memroy`, expected one of `name`, `image`, `initrd`, `memory`, `ipa`, `flash`, `pcpus`, `schedule`, `tasks`, `messages`, `virtio_console`, `devices`, `passthrough`, `cmdline`, `wfi`, `pmu`, `monitor_masked_stretch`",
+        "14:1: unknown field `memroy`, expected one of `name`, `image`, `initrd`, `memory`, `ipa`, `flash`, `pcpus`, `schedule`, `tasks`, `messages`, `virtio_console`, `devices`, `passthrough`, `cmdline`, `wfi`, `pmu`, `monitor_masked_stretch`, `trace_reader`",
     );
 }
 
@@ -2573,5 +2573,35 @@ fn passthrough_bridge_stays_where_the_board_has_it() {
         ]),
         "vm 'rtc': passthrough: '/pcie@10000000': 'ipa' cannot move a node with 'ranges' (its \
          windows stay where the board has them)",
+    );
+}
+
+// ---- Keel's trace ------------------------------------------------------------------------
+
+#[test]
+fn trace_sizes_each_pcpus_ring_and_names_its_reader() {
+    let system = load_fixture("trace-valid.toml");
+    assert_eq!(system.trace_bytes, 256 << 10);
+    assert!(system.vms[0].trace_reader);
+    assert_eq!(
+        load_fixture("valid.toml").trace_bytes,
+        0,
+        "no trace unless asked"
+    );
+}
+
+#[test]
+fn trace_ring_is_a_power_of_two() {
+    assert_rejected(
+        "trace-size-not-power-of-two.toml",
+        "system: trace.size: 98304 bytes is not a power of two between 4096 and 67108864",
+    );
+}
+
+#[test]
+fn trace_rings_fit_in_half_of_keels_region() {
+    assert_rejected(
+        "trace-rings-too-large.toml",
+        "system: trace.size: the trace rings take 16777344 bytes (2 pCPUs, each ring with its 64-byte header), above half of Keel's region (16777216)",
     );
 }

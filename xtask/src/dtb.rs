@@ -354,6 +354,7 @@ mod tests {
             wfi: WfiPolicy::Native,
             pmu: false,
             monitor_masked_stretch: false,
+            trace_reader: false,
             tasks: None,
             messages: None,
             virtio_console: None,

@@ -8,8 +8,9 @@ use crate::sched::{Params, Policy};
 use crate::system::WfiPolicy;
 
 /// Emits Rust source defining `pub static SYSTEM: ::keel_core::system::SystemDesc` (its VMs
-/// and its channels) and `pub const MESSAGE_POOL: usize`, the bytes of every VM's message
-/// queue rings.
+/// and its channels), `pub const MESSAGE_POOL: usize`, the bytes of every VM's message
+/// queue rings, and `pub const TRACE_RING_BYTES: usize`, the bytes of records in each pCPU's
+/// trace ring (0: no trace).
 ///
 /// Images and device trees are embedded with `include_bytes!` of absolute paths
 /// (`dtb_paths[i]` is VM `i`'s generated device tree; a relative one is made absolute against
@@ -125,6 +126,7 @@ pub fn emit_rust(system: &System, dtb_paths: &[PathBuf]) -> String {
             "            monitor_masked_stretch: {},",
             vm.monitor_masked_stretch
         ));
+        line(format!("            trace_reader: {},", vm.trace_reader));
         line(format!("            tasks: {},", tasks(vm.tasks.as_ref())));
         line(format!(
             "            messages: {},",
@@ -171,6 +173,10 @@ pub fn emit_rust(system: &System, dtb_paths: &[PathBuf]) -> String {
     line(format!(
         "pub const MESSAGE_POOL: usize = {};",
         system.message_pool_len()
+    ));
+    line(format!(
+        "pub const TRACE_RING_BYTES: usize = {};",
+        system.trace_bytes
     ));
     out
 }
@@ -316,6 +322,7 @@ mod tests {
             wfi,
             pmu: id == 0,
             monitor_masked_stretch: id == 1,
+            trace_reader: id == 0,
             passthrough: Vec::new(),
             cmdline: "keel.mode=ticks".to_string(),
         };
@@ -326,6 +333,7 @@ mod tests {
             hypervisor_base: 0x4000_0000,
             hypervisor_size: 0x200_0000,
             pcpus: 4,
+            trace_bytes: 0,
             policies: vec![
                 Policy::Pinned,
                 Policy::Edf { quantum: 1_000_000 },
@@ -446,7 +454,9 @@ mod tests {
              senders: &[1, 0], pool_offset: 0 }),",
             "messages: None,",
             // rt-a's one vCPU and three tasks: four rings of 8 * (8 + 256) bytes.
-            "};\npub const MESSAGE_POOL: usize = 8448;\n",
+            "};\npub const MESSAGE_POOL: usize = 8448;\npub const TRACE_RING_BYTES: usize = 0;\n",
+            "trace_reader: true,",
+            "trace_reader: false,",
             "sched: &[::keel_core::sched::Params { priority: 0, reservation: \
              Some(::keel_core::sched::Reservation { period: 1000000, budget: 200000, \
              deadline: 800000 }) }],",
@@ -467,9 +477,12 @@ mod tests {
     #[test]
     fn emitted_source_parses_as_the_system_and_its_message_pool() {
         let file = syn::parse_file(&emitted()).expect("emitted Rust parses");
-        assert_eq!(file.items.len(), 2);
+        assert_eq!(file.items.len(), 3);
         assert!(matches!(&file.items[0], syn::Item::Static(item) if item.ident == "SYSTEM"));
         assert!(matches!(&file.items[1], syn::Item::Const(item) if item.ident == "MESSAGE_POOL"));
+        assert!(
+            matches!(&file.items[2], syn::Item::Const(item) if item.ident == "TRACE_RING_BYTES")
+        );
     }
 
     #[test]
@@ -490,7 +503,7 @@ mod tests {
         system.vms[0].messages = None;
         let source = emit_rust(&system, &[PathBuf::from("/a.dtb"), PathBuf::from("/b.dtb")]);
         assert!(
-            source.ends_with("};\npub const MESSAGE_POOL: usize = 0;\n"),
+            source.contains("};\npub const MESSAGE_POOL: usize = 0;\n"),
             "{source}"
         );
     }

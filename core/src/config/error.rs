@@ -664,6 +664,25 @@ pub enum Problem {
         /// [`MAX_MESSAGE_POOL`](crate::system::MAX_MESSAGE_POOL).
         max: usize,
     },
+    /// `<size> bytes is not a power of two between <min> and <max>`.
+    TraceRingSize {
+        /// The size given.
+        size: u64,
+        /// [`MIN_RING_BYTES`](crate::trace::MIN_RING_BYTES).
+        min: u64,
+        /// [`MAX_RING_BYTES`](crate::trace::MAX_RING_BYTES).
+        max: u64,
+    },
+    /// `the trace rings take <total> bytes (<pcpus> pCPUs, each ring with its 64-byte
+    /// header), above half of Keel's region (<half>)`.
+    TraceRingsTooLarge {
+        /// Bytes of every ring.
+        total: u64,
+        /// `system.pcpus`.
+        pcpus: u32,
+        /// Half of `system.hypervisor`'s size.
+        half: u64,
+    },
     /// `used by two channels (#<first> and #<second>)`.
     DuplicateChannelName {
         /// Index of the first channel with the name.
@@ -1043,6 +1062,14 @@ impl fmt::Display for Problem {
             Self::MessagePoolTooLarge { total, max } => write!(
                 f,
                 "the message queues take {total} bytes in all, above Keel's {max}"
+            ),
+            Self::TraceRingSize { size, min, max } => write!(
+                f,
+                "{size} bytes is not a power of two between {min} and {max}"
+            ),
+            Self::TraceRingsTooLarge { total, pcpus, half } => write!(
+                f,
+                "the trace rings take {total} bytes ({pcpus} pCPUs, each ring with its 64-byte header), above half of Keel's region ({half})"
             ),
             Self::DuplicateChannelName { first, second } => {
                 write!(f, "used by two channels (#{first} and #{second})")

@@ -69,6 +69,8 @@ pub struct System {
     pub channels: Vec<Channel>,
     /// The SMMU Keel drives (`[system] iommu`), found in the board's device tree.
     pub iommu: Option<Iommu>,
+    /// Bytes of records in each pCPU's trace ring (`[system] trace`; 0: no trace).
+    pub trace_bytes: u64,
 }
 
 /// The board's SMMUv3 that Keel owns (mapped in no VM): every stream of a device given to a VM
@@ -179,6 +181,8 @@ pub struct Vm {
     /// Whether the VM may read and reset every pCPU's interrupts-masked record
     /// (KEEL_MASKED_STRETCH), not only those of the pCPUs it alone uses.
     pub monitor_masked_stretch: bool,
+    /// Whether the VM may copy Keel's trace rings (KEEL_TRACE_READ).
+    pub trace_reader: bool,
     /// Kernel command line, for `/chosen/bootargs`.
     pub cmdline: String,
     /// The board's devices it is given, in the order written.

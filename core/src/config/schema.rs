@@ -67,6 +67,16 @@ pub struct SystemTable {
     /// The IOMMU Keel drives in front of the board's DMA masters: `"smmuv3"` (default: none,
     /// and no DMA-capable device may be given to a VM).
     pub iommu: Option<String>,
+    /// Keel's trace: `{ size = "256K" }`, each pCPU's ring (default: no trace, and no cost).
+    pub trace: Option<TraceTable>,
+}
+
+/// The `[system] trace` table.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceTable {
+    /// Bytes of each pCPU's ring of records: a power of two.
+    pub size: ByteSize,
 }
 
 /// One `[[pcpu]]` table: how a pCPU is shared.
@@ -191,6 +201,10 @@ pub struct VmTable {
     /// the pCPUs it alone uses).
     #[serde(default)]
     pub monitor_masked_stretch: bool,
+    /// Whether the VM may copy Keel's trace rings into its memory (KEEL_TRACE_READ; default:
+    /// no). The trace shows every VM's exits and interrupts: a manager the integrator trusts.
+    #[serde(default)]
+    pub trace_reader: bool,
 }
 
 /// One `[[vm.passthrough]]` table: `{ path = "/pl031@9010000" }`, optionally with `ipa`.

@@ -23,6 +23,7 @@ use super::schema::{ConfigFile, RegionTable, SystemTable, VmTable};
 use super::tasks;
 use crate::sched::Policy;
 use crate::system::WfiPolicy;
+use crate::trace;
 
 /// Builds the error for `subject`'s `field` breaking `problem`.
 fn invalid(subject: &Subject, field: &'static str, problem: Problem) -> ConfigErrorKind {
@@ -468,6 +469,7 @@ fn check_vm(
         wfi,
         pmu: table.pmu,
         monitor_masked_stretch: table.monitor_masked_stretch,
+        trace_reader: table.trace_reader,
         cmdline: table.cmdline.clone(),
         passthrough: Vec::new(),
     };
@@ -533,6 +535,7 @@ pub fn validate(
     messages::check_virtio_peers(&vms)?;
     schedule::check_shared_pcpus(&policies, &vms, switch_cost_ns)?;
     let channels = channels::check_channels(&file.channel, &vms, ram, hypervisor)?;
+    let trace_bytes = check_trace(&file.system, hypervisor)?;
     Ok(System {
         name: file.system.name.clone(),
         ram_base: ram.start,
@@ -545,5 +548,40 @@ pub fn validate(
         vms,
         channels,
         iommu,
+        trace_bytes,
     })
+}
+
+/// `[system] trace`: each pCPU's ring a power of two between
+/// [`trace::MIN_RING_BYTES`] and [`trace::MAX_RING_BYTES`], all of them (with their headers)
+/// within half of Keel's region (the rest is its image, stacks and tables). 0 without one.
+fn check_trace(system: &SystemTable, hypervisor: AddressRange) -> Result<u64, ConfigErrorKind> {
+    let Some(table) = &system.trace else {
+        return Ok(0);
+    };
+    let size = table.size.0;
+    if !size.is_power_of_two() || !(trace::MIN_RING_BYTES..=trace::MAX_RING_BYTES).contains(&size) {
+        return Err(invalid(
+            &Subject::System,
+            "trace.size",
+            Problem::TraceRingSize {
+                size,
+                min: trace::MIN_RING_BYTES,
+                max: trace::MAX_RING_BYTES,
+            },
+        ));
+    }
+    let total = u64::from(system.pcpus) * (size + trace::HEADER_BYTES as u64);
+    if total > hypervisor.size() / 2 {
+        return Err(invalid(
+            &Subject::System,
+            "trace.size",
+            Problem::TraceRingsTooLarge {
+                total,
+                pcpus: system.pcpus,
+                half: hypervisor.size() / 2,
+            },
+        ));
+    }
+    Ok(size)
 }
