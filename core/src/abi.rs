@@ -53,6 +53,11 @@ pub const KEEL_TASK_STATS: u32 = keel_call(0x14);
 /// spent on, and the guest's PC). NOT_SUPPORTED if the pCPU does not exist.
 pub const KEEL_MASKED_STRETCH: u32 = keel_call(0x20);
 
+/// Writes a mark into Keel's trace (see [`crate::trace`]) with the value x1 (its low 32
+/// bits), on the calling vCPU's pCPU: a guest's own point in the trace (a tick count, a
+/// phase). Returns 0, also when the system is built without a trace (the call costs a trap).
+pub const KEEL_TRACE_MARK: u32 = keel_call(0x21);
+
 /// Sends a message (see [`crate::ipc`]): x1 = destination VM, x2 = its vCPU (a task: the
 /// VM's configured vCPUs plus the task's index, as KEEL_VM_ID tells the task), x3 = the
 /// message's guest-physical address, x4 = its length. Keel copies it into the destination's

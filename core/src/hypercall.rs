@@ -37,6 +37,8 @@ pub enum Call {
     MsgRecv(crate::ipc::ReceiveRequest),
     /// [`abi::KEEL_CHANNEL_NOTIFY`].
     ChannelNotify(crate::channel::NotifyRequest),
+    /// [`abi::KEEL_TRACE_MARK`]: the mark's value.
+    TraceMark(u32),
     /// [`abi::KEEL_MASKED_STRETCH`].
     MaskedStretch {
         /// The pCPU asked about.
@@ -150,6 +152,7 @@ pub fn decode(regs: &[u64; 8]) -> Call {
             channel: regs[1],
             member: regs[2],
         }),
+        abi::KEEL_TRACE_MARK => Call::TraceMark(regs[1] as u32),
         abi::KEEL_MASKED_STRETCH => Call::MaskedStretch {
             pcpu: regs[1],
             reset: regs[2] == 1,
@@ -335,6 +338,10 @@ mod tests {
                 pcpu: 1,
                 reset: true
             }
+        );
+        assert_eq!(
+            decode(&[0xC600_0021, 0x1_0000_2a2a, 0, 0, 0, 0, 0, 0]),
+            Call::TraceMark(0x2a2a)
         );
     }
 

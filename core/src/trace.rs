@@ -21,6 +21,9 @@ pub const RECORD_BYTES: usize = 16;
 pub const MAGIC: u64 = u64::from_le_bytes(*b"KEELTRC1");
 /// The VM field of an event that concerns no VM (a physical interrupt taken at idle).
 pub const NO_VM: u8 = 0xff;
+/// The detail of an [`Kind::Exit`] for a physical interrupt taken while a guest ran (an
+/// exception class has 6 bits, so no class is this).
+pub const EXIT_IRQ: u8 = 0xff;
 /// Smallest and largest ring a configuration may ask for, per pCPU (records and header).
 pub const MIN_RING_BYTES: u64 = 4 << 10;
 pub const MAX_RING_BYTES: u64 = 64 << 20;
@@ -179,10 +182,8 @@ impl SwitchReason {
 pub enum StopReason {
     /// A fault or a forbidden access: Keel stopped it.
     Fault = 0,
-    /// The guest powered off (SYSTEM_OFF) or its last vCPU turned off.
+    /// The guest powered off (SYSTEM_OFF).
     PowerOff = 1,
-    /// The guest reported a crash (KEEL_CRASH).
-    Crash = 2,
 }
 
 /// One event, decoded.

@@ -23,7 +23,7 @@ use crate::arch::gic;
 use crate::console::VmLabel;
 use crate::timers::{self, Deadline};
 use crate::vm::{self, VmState};
-use crate::{console, keel_println, keel_println_limited};
+use crate::{console, keel_println, keel_println_limited, trace};
 
 /// What the physical interrupts handled mean for the vCPU on this pCPU.
 #[derive(Clone, Copy, Debug, Default)]
@@ -56,7 +56,11 @@ fn serve_here() {
 
 /// Handles every pending physical interrupt. Runs with IRQs masked at EL2.
 pub fn handle_pending() -> Handled {
-    handle_from(gic::acknowledge(), Handled::default())
+    let intid = gic::acknowledge();
+    if intid < gic::SPECIAL_INTID {
+        trace::record(trace::Kind::PhysIrq, usize::from(trace::NO_VM), 0, 0, intid);
+    }
+    handle_from(intid, Handled::default())
 }
 
 /// [`handle_pending`] for an interrupt taken while a guest ran, with the virtual timer's fast
@@ -65,6 +69,7 @@ pub fn handle_pending() -> Handled {
 #[inline(always)]
 pub fn handle_pending_from_guest() -> Handled {
     let intid = gic::acknowledge();
+    trace::record(trace::Kind::PhysIrq, usize::from(trace::NO_VM), 0, 0, intid);
     if intid == layout::VTIMER_INTID {
         gic::end_of_interrupt(intid);
         if relist_timer() {
@@ -85,6 +90,9 @@ fn handle_from(first: u32, mut handled: Handled) -> Handled {
     loop {
         if intid >= gic::SPECIAL_INTID {
             break;
+        }
+        if intid != first {
+            trace::record(trace::Kind::PhysIrq, usize::from(trace::NO_VM), 0, 0, intid);
         }
         gic::end_of_interrupt(intid);
         if intid == layout::VTIMER_INTID {
@@ -192,7 +200,26 @@ fn relist_timer() -> bool {
         return false;
     }
     gic::write_lr_at(lr, cpu.timer_lr_value.load(Ordering::Relaxed));
+    if trace::ON {
+        trace_relisted_timer(id);
+    }
     true
+}
+
+/// The timer's fast path in the trace: the guest finished its last interrupt (its EOI) and
+/// the next is listed, hardware-linked.
+#[inline(never)]
+fn trace_relisted_timer(id: usize) {
+    let vcpu = vm::current().map_or(0, |(_, vcpu)| vcpu);
+    trace::record(trace::Kind::Eoi, id, vcpu, 0, layout::VTIMER_INTID);
+    trace::record(trace::Kind::Inject, id, vcpu, 1, layout::VTIMER_INTID);
+}
+
+/// A list register written or taken back, in the trace, for the vCPU on this pCPU.
+#[inline(never)]
+fn trace_list_register(kind: trace::Kind, intid: u32, hardware: bool) {
+    let (id, vcpu) = vm::current().unwrap_or((usize::from(trace::NO_VM), 0));
+    trace::record(kind, id, vcpu, u8::from(hardware), intid);
 }
 
 /// The guest's virtual timer fired. The physical interrupt stays active until the guest's EOI
@@ -293,6 +320,9 @@ fn list(lr: usize, intid: u32, priority: u8, group1: bool) -> u64 {
     let eoi_maintenance = intid >= 32 && physical.is_none();
     let value = gic::list_register_value(intid, priority, group1, physical, eoi_maintenance);
     gic::write_lr(lr, value);
+    if trace::ON {
+        trace_list_register(trace::Kind::Inject, intid, physical.is_some());
+    }
     value
 }
 
@@ -307,6 +337,9 @@ fn reclaim_finished(vgic: &mut keel_core::devices::vgic::Vgic, vcpu: usize, list
         scan &= scan - 1;
         let value = gic::read_lr(lr);
         if gic::list_register_is_invalid(value) {
+            if trace::ON {
+                trace_list_register(trace::Kind::Eoi, value as u32, false);
+            }
             vgic.unlisted(vcpu, value as u32, false, false);
             gic::write_lr(lr, 0);
             remaining &= !(1 << lr);

@@ -29,7 +29,7 @@ use crate::config::SYSTEM;
 use crate::console::VmLabel;
 use crate::devices::virtio;
 use crate::vm::{self, VcpuPower, VmState, MAX_VMS};
-use crate::{console, iommu, ipc, irq, keel_println, keel_println_limited};
+use crate::{console, iommu, ipc, irq, keel_println, keel_println_limited, trace};
 
 /// How far each VM's reload has come (the resetting pCPU's alone, while the VM resets).
 static RELOADS: [Mutex<Reload>; MAX_VMS] = [const { Mutex::new(Reload::START) }; MAX_VMS];
@@ -356,6 +356,13 @@ fn seed_device_tree(desc: &VmDesc, n: usize, generation: u32) {
 pub fn stop(id: usize, reason: &dyn Show) {
     let desc = vm::desc(id);
     if vm::vm(id).end(VmState::Stopped) {
+        trace::record(
+            trace::Kind::VmStop,
+            id,
+            0,
+            trace::StopReason::Fault as u8,
+            0,
+        );
         keel_println!(VmLabel(desc.name, id), " stopped: ", reason);
         after_vm_ended(id);
     }
@@ -364,6 +371,13 @@ pub fn stop(id: usize, reason: &dyn Show) {
 /// VM `id` powered itself off.
 pub fn power_off(id: usize) {
     if vm::vm(id).end(VmState::Off) {
+        trace::record(
+            trace::Kind::VmStop,
+            id,
+            0,
+            trace::StopReason::PowerOff as u8,
+            0,
+        );
         keel_println!(VmLabel(vm::desc(id).name, id), " powered off");
         after_vm_ended(id);
     }
@@ -381,6 +395,7 @@ pub fn reset_begin(id: usize) -> bool {
     if !vm.begin_reset() {
         return false;
     }
+    trace::record(trace::Kind::VmReset, id, 0, 0, 0);
     let desc = vm::desc(id);
     for vcpu in 0..vm::vcpu_count(desc) {
         vm.set_vcpu_power(vcpu, VcpuPower::Off);

@@ -22,6 +22,7 @@
 //! - layer 0, `config`: the system tables the configuration compiler emitted (data only).
 //! - layer 1, `platform`: the board's facts from the device tree, read once at boot.
 //! - layer 1, `timers`: each pCPU's timer queue on its EL2 timer.
+//! - layer 1, `trace`: each pCPU's ring of trace records (on when the configuration asks).
 //! - layer 1, `masked`: the record of a pCPU's longest interrupts-masked stretch and where it
 //!   was (each pCPU's kept in its state in `vm`, beside what a trap reads first).
 //! - layer 2, `console`: Keel's own lines (`keel_println!`) and the physical UART shared by
@@ -66,6 +67,7 @@ mod messages;
 mod platform;
 mod sched;
 mod timers;
+mod trace;
 mod trap;
 mod vcpu;
 mod vm;
@@ -212,6 +214,15 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
         }
     }
     ipc::init();
+    if trace::ON {
+        let (address, rings, bytes) = trace::rings();
+        keel_println!(
+            "trace: {} rings of {} bytes at {}, one per pCPU";
+            rings,
+            bytes,
+            Hex(address, 0),
+        );
+    }
     console::init(
         uart,
         &names[..SYSTEM.vms.len()],
@@ -285,6 +296,7 @@ fn check_configuration(platform: &Platform) -> Result<(), ()> {
 
 /// Common per-pCPU bring-up, then run this pCPU's vCPU (or idle).
 fn cpu_main(index: usize) -> ! {
+    trace::init();
     let platform = platform::get();
     let this = vm::percpu(index);
     this.mpidr.store(cpu::mpidr(), Ordering::Relaxed);

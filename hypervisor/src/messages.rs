@@ -94,6 +94,13 @@ pub fn complete_waiting_receive(id: usize, vcpu: usize, regs: &mut GuestRegs) ->
         return false;
     };
     regs.x[0] = answer_took(&got, regs);
+    crate::trace::record(
+        keel_core::trace::Kind::MessageReceive,
+        id,
+        vcpu,
+        0,
+        got.len as u32,
+    );
     true
 }
 

@@ -13,7 +13,7 @@ use crate::arch::cpu;
 use crate::arch::regs::{read_id_register, read_sysreg};
 use crate::arch::vectors::{self, GuestRegs};
 use crate::vm::{self, VcpuPower};
-use crate::{irq, keel_println_limited, lifecycle, sched, vcpu};
+use crate::{irq, keel_println_limited, lifecycle, sched, trace, vcpu};
 
 /// Why a VM is stopped.
 enum Fault {
@@ -172,7 +172,25 @@ enum Next {
 extern "C" fn keel_guest_sync(regs: &mut GuestRegs) {
     vm::masked().begin(MaskedSite::GuestTrap);
     guest_sync(regs);
+    trace::record(trace::Kind::ExitEnd, usize::from(trace::NO_VM), 0, 0, 0);
     vm::masked().end();
+}
+
+/// Records a guest exit in the trace: its exception class, and the hypercall's function id,
+/// the faulting page (aborts) or the syndrome's ISS.
+#[inline(never)]
+fn trace_exit(id: usize, vcpu: usize, esr: Esr, regs: &GuestRegs) {
+    let class = esr.ec();
+    let arg = if class == ExceptionClass::HVC64 {
+        regs.x[0] as u32
+    } else if class == ExceptionClass::DATA_ABORT_LOWER
+        || esr.class() == ExceptionClass::InstructionAbortLower
+    {
+        (faulting_ipa() >> 12) as u32
+    } else {
+        (esr.0 & 0x1ff_ffff) as u32
+    };
+    trace::record(trace::Kind::Exit, id, vcpu, (esr.0 >> 26) as u8 & 0x3f, arg);
 }
 
 #[inline(always)]
@@ -181,6 +199,9 @@ fn guest_sync(regs: &mut GuestRegs) {
     let Some((id, vcpu)) = vm::current() else {
         sched::pinned::park()
     };
+    if trace::ON {
+        trace_exit(id, vcpu, esr, regs);
+    }
     // The two hot classes are tested on the raw code, without the class table.
     let class = esr.ec();
     if class == ExceptionClass::HVC64 {
@@ -378,7 +399,13 @@ fn finish(id: usize, vcpu: usize, esr: Esr, next: Next, regs: &mut GuestRegs) {
 #[unsafe(no_mangle)]
 extern "C" fn keel_guest_irq(_frame: &mut GuestRegs) {
     vm::masked().begin(MaskedSite::GuestIrq);
+    if trace::ON {
+        if let Some((id, vcpu)) = vm::current() {
+            trace::record(trace::Kind::Exit, id, vcpu, trace::EXIT_IRQ, 0);
+        }
+    }
     guest_irq();
+    trace::record(trace::Kind::ExitEnd, usize::from(trace::NO_VM), 0, 0, 0);
     vm::masked().end();
 }
 
@@ -480,6 +507,13 @@ fn hypercall(id: usize, vcpu: usize, regs: &mut GuestRegs) -> Next {
         Call::TaskStats(handle) => sched::tasks::stats(id, handle, regs),
         Call::MsgSend(request) => match crate::messages::send(id, vcpu, &request) {
             Ok((queued, raised)) => {
+                trace::record(
+                    trace::Kind::MessageSend,
+                    id,
+                    vcpu,
+                    0,
+                    (request.vm as u32) << 16 | (request.len as u32 & 0xffff),
+                );
                 regs.x[0] = queued;
                 return after_raise(raised);
             }
@@ -487,19 +521,28 @@ fn hypercall(id: usize, vcpu: usize, regs: &mut GuestRegs) -> Next {
         },
         Call::ChannelNotify(request) => match crate::channel::notify(id, vcpu, &request) {
             Ok((rung, raised)) => {
+                trace::record(trace::Kind::Doorbell, id, vcpu, 0, request.channel as u32);
                 regs.x[0] = rung;
                 return after_raise(raised);
             }
             Err(error) => error.code() as u64,
         },
         Call::MsgRecv(request) => match crate::messages::receive(id, vcpu, &request) {
-            Ok(crate::ipc::Outcome::Took(got)) => crate::messages::answer_took(&got, regs),
+            Ok(crate::ipc::Outcome::Took(got)) => {
+                let answer = crate::messages::answer_took(&got, regs);
+                trace::record(trace::Kind::MessageReceive, id, vcpu, 0, answer as u32);
+                answer
+            }
             Ok(crate::ipc::Outcome::Wait(until)) => return Next::WaitMessage(until),
             Err((error, len)) => {
                 regs.x[1] = len;
                 error.code() as u64
             }
         },
+        Call::TraceMark(value) => {
+            trace::record(trace::Kind::Mark, id, vcpu, 0, value);
+            0
+        }
         Call::MaskedStretch { pcpu, reset } => {
             crate::masked::query(id, pcpu, reset, regs, |pcpu| &vm::percpu(pcpu).masked)
         }

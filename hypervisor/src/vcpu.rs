@@ -52,6 +52,7 @@ pub fn enter(entry: u64, x0: u64) -> ! {
 /// Keel can count what came before the guest: `vm 'name' (id N) starts at S.UUUUUU s`,
 /// rate-limited and made after the start ([`console::start_line`]).
 pub fn announce_start(id: usize) {
+    crate::trace::record(crate::trace::Kind::VmStart, id, 0, 0, 0);
     console::start_line(id, timer::now());
 }
 

@@ -79,6 +79,7 @@ pub fn run(micro_only: bool) -> Result<()> {
         disk: None,
         user_network: false,
         edu: false,
+        qmp: None,
     };
     let native = native
         .spawn(&output_dir().join("logs/bench-native.log"))?

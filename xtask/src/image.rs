@@ -208,6 +208,24 @@ pub fn board_tree(smmu: bool) -> std::result::Result<Vec<u8>, String> {
 pub fn build_system(config_path: &Path) -> Result<SystemImage> {
     let system = config::load_with_board(config_path, &guest_image, &board_tree)
         .map_err(|e| e.to_string())?;
+    build_compiled(system, config_path)
+}
+
+/// As [`build_system`], with Keel's trace on: the configuration's own `[system] trace`, or
+/// rings of `default_bytes` per pCPU if it has none (then the system is named `<name>-trace`,
+/// so that its image does not replace the untraced one).
+pub fn build_system_traced(config_path: &Path, default_bytes: u64) -> Result<SystemImage> {
+    let mut system = config::load_with_board(config_path, &guest_image, &board_tree)
+        .map_err(|e| e.to_string())?;
+    if system.trace_bytes == 0 {
+        system.trace_bytes = default_bytes;
+        system.name = format!("{}-trace", system.name);
+    }
+    build_compiled(system, config_path)
+}
+
+/// Builds Keel's image for `system`, compiled from `config_path`.
+fn build_compiled(system: config::System, config_path: &Path) -> Result<SystemImage> {
     let dir = output_dir().join(&system.name);
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let mut dtbs = Vec::new();

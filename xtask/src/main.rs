@@ -20,6 +20,7 @@ mod sched_bench;
 mod setup;
 mod sha256;
 mod tasks_bench;
+mod trace;
 mod vms_bench;
 
 use std::path::{Path, PathBuf};
@@ -68,6 +69,8 @@ const USAGE: &str = "usage: cargo xtask <command>
                    baseline; with --update, written as the new baseline
   fuzz [TARGET] [SECONDS]  run the core's fuzz targets (all, or TARGET) SECONDS each (default 10);
                    `fuzz TARGET --replay FILE` runs one saved input
+  trace CONFIG [--seconds N]  boot CONFIG with Keel's trace on under icount for N seconds of
+                   virtual time (default 2) and write target/keel/trace/<name>.json for ui.perfetto.dev
   build CONFIG     compile CONFIG and build its image under target/keel/<name>/keel.bin";
 
 fn main() -> ExitCode {
@@ -111,6 +114,24 @@ fn main() -> ExitCode {
         Some("bench") => setup::ensure_tools()
             .and_then(|()| bench::run(args.get(1).is_some_and(|a| a == "micro"))),
         Some("fuzz") => setup::ensure_tools().and_then(|()| fuzz::run(&args[1..])),
+        Some("trace") => match args.get(1) {
+            Some(config) => {
+                let seconds = match args.get(2).map(String::as_str) {
+                    None => Ok(2.0),
+                    Some("--seconds") => args
+                        .get(3)
+                        .and_then(|value| value.parse::<f64>().ok())
+                        .filter(|value| *value > 0.0)
+                        .ok_or_else(|| "trace: --seconds takes a positive number".to_string()),
+                    Some(other) => Err(format!("trace: unknown argument '{other}'\n{USAGE}")),
+                };
+                seconds.and_then(|seconds| {
+                    setup::ensure_tools()
+                        .and_then(|()| trace::command(Path::new(config), seconds).map(|_| ()))
+                })
+            }
+            None => Err(USAGE.into()),
+        },
         Some("build") => match args.get(1) {
             Some(config) => setup::ensure_tools().and_then(|()| build(Path::new(config))),
             None => Err(USAGE.into()),

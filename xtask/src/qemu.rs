@@ -77,6 +77,9 @@ pub struct Machine {
     /// write), first on the bus (00:01.0, SMMU stream 8), DMA addresses not clipped to its
     /// default 28 bits.
     pub edu: bool,
+    /// A QMP socket at this path (`-qmp unix:...,server=on,wait=off`), for a tool to stop the
+    /// machine and read its memory (`cargo xtask trace`).
+    pub qmp: Option<PathBuf>,
 }
 
 /// A raw disk image given to the machine as a `virtio-blk-pci` function.
@@ -118,6 +121,7 @@ impl Machine {
             disk: None,
             user_network: false,
             edu: false,
+            qmp: None,
         }
     }
 
@@ -216,6 +220,7 @@ impl Machine {
             disk: None,
             user_network: false,
             edu: false,
+            qmp: None,
         })
     }
 
@@ -288,6 +293,15 @@ impl Machine {
                 format!("{:#x}+{:#x}", log.start, log.end - log.start),
                 "-D".to_string(),
                 log.path.display().to_string(),
+            ]);
+        }
+        if let Some(qmp) = &self.qmp {
+            args.extend([
+                "-qmp".to_string(),
+                format!(
+                    "unix:{},server=on,wait=off",
+                    qmp.display().to_string().replace(',', ",,")
+                ),
             ]);
         }
         args.extend(["-kernel".to_string(), self.kernel.display().to_string()]);

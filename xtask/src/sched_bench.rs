@@ -223,6 +223,7 @@ fn linux_sharing() -> Result<()> {
         disk: None,
         user_network: false,
         edu: false,
+        qmp: None,
     }
     .spawn(&output_dir().join("logs/bench-linux-matrixprod-native.log"))?
     .finish(Duration::from_secs(900));
@@ -297,6 +298,7 @@ pub fn run(with_linux: bool) -> Result<()> {
         disk: None,
         user_network: false,
         edu: false,
+        qmp: None,
     }
     .spawn(&output_dir().join("logs/bench-work-native.log"))?
     .finish(Duration::from_secs(600));

@@ -9,8 +9,8 @@ use crate::system::WfiPolicy;
 
 /// Emits Rust source defining `pub static SYSTEM: ::keel_core::system::SystemDesc` (its VMs
 /// and its channels), `pub const MESSAGE_POOL: usize`, the bytes of every VM's message
-/// queue rings, and `pub const TRACE_RING_BYTES: usize`, the bytes of records in each pCPU's
-/// trace ring (0: no trace).
+/// queue rings, `pub const TRACE_RING_BYTES: usize`, the bytes of records in each pCPU's
+/// trace ring, and `pub const TRACE_RINGS: usize`, how many (0 and 0: no trace).
 ///
 /// Images and device trees are embedded with `include_bytes!` of absolute paths
 /// (`dtb_paths[i]` is VM `i`'s generated device tree; a relative one is made absolute against
@@ -178,6 +178,12 @@ pub fn emit_rust(system: &System, dtb_paths: &[PathBuf]) -> String {
         "pub const TRACE_RING_BYTES: usize = {};",
         system.trace_bytes
     ));
+    let rings = if system.trace_bytes == 0 {
+        0
+    } else {
+        system.pcpus
+    };
+    line(format!("pub const TRACE_RINGS: usize = {rings};"));
     out
 }
 
@@ -454,7 +460,7 @@ mod tests {
              senders: &[1, 0], pool_offset: 0 }),",
             "messages: None,",
             // rt-a's one vCPU and three tasks: four rings of 8 * (8 + 256) bytes.
-            "};\npub const MESSAGE_POOL: usize = 8448;\npub const TRACE_RING_BYTES: usize = 0;\n",
+            "};\npub const MESSAGE_POOL: usize = 8448;\npub const TRACE_RING_BYTES: usize = 0;\npub const TRACE_RINGS: usize = 0;\n",
             "trace_reader: true,",
             "trace_reader: false,",
             "sched: &[::keel_core::sched::Params { priority: 0, reservation: \
@@ -477,12 +483,13 @@ mod tests {
     #[test]
     fn emitted_source_parses_as_the_system_and_its_message_pool() {
         let file = syn::parse_file(&emitted()).expect("emitted Rust parses");
-        assert_eq!(file.items.len(), 3);
+        assert_eq!(file.items.len(), 4);
         assert!(matches!(&file.items[0], syn::Item::Static(item) if item.ident == "SYSTEM"));
         assert!(matches!(&file.items[1], syn::Item::Const(item) if item.ident == "MESSAGE_POOL"));
         assert!(
             matches!(&file.items[2], syn::Item::Const(item) if item.ident == "TRACE_RING_BYTES")
         );
+        assert!(matches!(&file.items[3], syn::Item::Const(item) if item.ident == "TRACE_RINGS"));
     }
 
     #[test]

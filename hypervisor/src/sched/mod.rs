@@ -39,6 +39,7 @@ use crate::arch::vectors::{self, GuestRegs};
 use crate::arch::{gic, guest, timer};
 use crate::config::SYSTEM;
 use crate::timers;
+use crate::trace::{self, SwitchReason};
 use crate::vm::{self, VmState};
 use crate::{irq, keel_println, lifecycle};
 
@@ -506,6 +507,7 @@ fn load(shared: &mut SharedCpu, slot: usize, switching: bool) -> Result<bool, El
     cpu.vcpu.store(placed.vcpu, Ordering::Relaxed);
     vectors::set_return_frame(core::ptr::with_exposed_provenance_mut(shared.frames[slot]));
     shared.loaded = Some(slot);
+    trace::record(trace::Kind::SwitchIn, placed.vm, placed.vcpu, 0, 0);
     shared.last = slot;
     shared.last_vm = placed.vm;
     shared.waiting &= !bit;
@@ -593,9 +595,15 @@ fn give_away_waiting(yielding: bool, message_until: Option<u64>) {
         // with the virtual timer it set just now, not the one it had when it last left.
         at_mut(&mut shared.contexts, slot).timer.capture();
     }
+    let reason = if yielding {
+        SwitchReason::Yielded
+    } else {
+        SwitchReason::Waiting
+    };
     if vm::is_stale() {
         // The world changed (a kick): the scheduler hears of it ([`refresh`]) with this vCPU
         // saved, as one switched out.
+        trace_switch_out(reason);
         shared.scheduler.block(slot, now);
         if requeue {
             shared.scheduler.wake(slot, now);
@@ -614,8 +622,12 @@ fn give_away_waiting(yielding: bool, message_until: Option<u64>) {
             shared.waiting &= !bit;
             shared.clear(slot, Flags::RECEIVING);
         }
-        Some(next) => switch_in_place(guard, next),
+        Some(next) => {
+            trace_switch_out(reason);
+            switch_in_place(guard, next)
+        }
         None => {
+            trace_switch_out(reason);
             save_running(shared);
             drop(guard);
             run_loop()
@@ -664,6 +676,9 @@ pub fn reschedule(unsynced: bool) {
     match (shared.loaded, decision.run) {
         (Some(loaded), Some(next)) if loaded == next => {}
         (loaded, next) => {
+            if loaded.is_some() {
+                trace_switch_out(SwitchReason::Preempted);
+            }
             if let Some(slot) = loaded.filter(|_| unsynced) {
                 shared.set(slot, Flags::NEEDS_SYNC);
             }
@@ -682,6 +697,7 @@ pub fn reschedule(unsynced: bool) {
 /// The running vCPU stops (CPU_OFF, its VM ended or reset): the scheduler forgets it until
 /// its next start. Its interrupts were discarded by the caller.
 pub fn stop_running() -> ! {
+    trace_switch_out(SwitchReason::Stopped);
     {
         let mut shared = this_shared().lock_cold();
         if let Some(slot) = shared.loaded.take() {
@@ -916,6 +932,9 @@ fn wait_ends(shared: &SharedCpu, slot: usize, now: u64) -> bool {
 /// virtual-timer deadline of a vCPU here that waits.
 #[inline(always)]
 fn program(shared: &SharedCpu, decision: Decision) {
+    if trace::ON {
+        trace_decision(shared, decision);
+    }
     let scan = shared.waiting & shared.started;
     let earliest = if scan == 0 {
         None
@@ -923,6 +942,34 @@ fn program(shared: &SharedCpu, decision: Decision) {
         earliest_wait(shared, scan, decision.run)
     };
     timers::set_schedule(decision.until, earliest);
+}
+
+/// The running vCPU leaves this pCPU for `reason`, in the trace.
+#[inline(always)]
+fn trace_switch_out(reason: SwitchReason) {
+    if !trace::ON {
+        return;
+    }
+    if let Some((id, vcpu)) = vm::current() {
+        trace::record(trace::Kind::SwitchOut, id, vcpu, reason as u8, 0);
+    }
+}
+
+/// The scheduler's `decision`, in the trace: the vCPU it picked (or none) and the
+/// microseconds until it decides again.
+#[inline(never)]
+fn trace_decision(shared: &SharedCpu, decision: Decision) {
+    let picked = decision
+        .run
+        .and_then(|slot| *at(&shared.placed, slot))
+        .map_or((usize::from(trace::NO_VM), 0), |placed| {
+            (placed.vm, placed.vcpu)
+        });
+    let until = decision.until.map_or(u32::MAX, |until| {
+        let ns = timer::ticks_to_ns(until.saturating_sub(timer::now()));
+        u32::try_from(ns / 1000).unwrap_or(u32::MAX - 1)
+    });
+    trace::record(trace::Kind::Decide, picked.0, picked.1, 0, until);
 }
 
 /// The earliest virtual-timer deadline or end of a message wait of the slots in `scan`

@@ -18,6 +18,7 @@ pub fn start(id: usize, vcpu: usize, entry: u64, x0: u64) -> ! {
         vcpu::announce_start(id);
     }
     vm::this_cpu().in_guest.store(true, Ordering::SeqCst);
+    crate::trace::record(crate::trace::Kind::SwitchIn, id, vcpu, 0, 0);
     if !vm::vm(id).may_enter() {
         // A start taken just before its VM's reset began: the reset starts vCPU 0 afresh.
         park();
