@@ -53,11 +53,13 @@ pub enum Kind {
     /// The scheduler decided: the vCPU it picked (VM [`NO_VM`]: none, the pCPU idles) and, in
     /// the argument, microseconds until it decides again (`u32::MAX`: no deadline).
     Decide = 8,
-    /// A job of the vCPU was released.
+    /// Jobs of the vCPU were released since the scheduler last decided (the detail: how many,
+    /// 1 but for jobs skipped while nothing decided; the same for the three kinds below).
     JobRelease = 9,
-    /// A job of the vCPU completed (it blocked): the argument is its response time in µs.
+    /// Jobs of the vCPU completed (it blocked): the argument is the last one's response time
+    /// in µs.
     JobComplete = 10,
-    /// A job of the vCPU missed its deadline.
+    /// Jobs of the vCPU missed their deadline.
     JobMiss = 11,
     /// The vCPU used up its budget while runnable and is throttled until its next window.
     BudgetExhausted = 12,
@@ -76,14 +78,11 @@ pub enum Kind {
     VmReset = 18,
     /// A guest's KEEL_TRACE_MARK: the argument is its value.
     Mark = 19,
-    /// The scheduler's journal of job events overflowed between two reads: the argument is
-    /// how many events were lost.
-    JournalLost = 20,
 }
 
 impl Kind {
     /// Every kind, in numbering order.
-    pub const ALL: [Kind; 20] = [
+    pub const ALL: [Kind; 19] = [
         Kind::Exit,
         Kind::ExitEnd,
         Kind::PhysIrq,
@@ -103,7 +102,6 @@ impl Kind {
         Kind::VmStop,
         Kind::VmReset,
         Kind::Mark,
-        Kind::JournalLost,
     ];
 
     /// The kind numbered `value`.
@@ -133,7 +131,6 @@ impl Kind {
             Kind::VmStop => "vm-stop",
             Kind::VmReset => "vm-reset",
             Kind::Mark => "mark",
-            Kind::JournalLost => "journal-lost",
         }
     }
 }
@@ -444,7 +441,7 @@ mod tests {
             assert_eq!(Event::decode(time, word), Some(event));
         }
         assert_eq!(Kind::from_u8(0), None, "a slot never written is no event");
-        assert_eq!(Kind::from_u8(21), None);
+        assert_eq!(Kind::from_u8(20), None);
     }
 
     #[test]

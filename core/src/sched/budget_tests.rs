@@ -385,3 +385,44 @@ fn no_vcpu_runs_more_than_its_budget_per_period_whatever_it_does() {
         "{judged_jobs} jobs judged, {restarts} misbehaviours"
     );
 }
+
+/// The journal a trace reads after each decision: a job released and completed, one that
+/// overran its budget and missed its deadline, each counted once and only since the last read.
+#[test]
+fn the_journal_counts_each_job_event_once_since_it_was_last_taken() {
+    let mut scheduler = Scheduler::new(FIXED);
+    let rt = scheduler.add(reserved(10, 1_000, 200, 500)).unwrap();
+    let other = scheduler.add(reserved(1, 1_000, 100, 1_000)).unwrap();
+    scheduler.start(rt, 0);
+    scheduler.start(other, 0);
+    assert_eq!(scheduler.decide(0).run, Some(rt));
+    let first = scheduler.take_journal(rt);
+    assert_eq!((first.released, first.completed, first.missed), (1, 0, 0));
+    assert!(scheduler.take_journal(rt).is_empty(), "nothing new since");
+    // It runs 150 and blocks: its job is complete, its response 150.
+    scheduler.block(rt, 150);
+    let done = scheduler.take_journal(rt);
+    assert_eq!(
+        (done.released, done.completed, done.last_response),
+        (0, 1, 150)
+    );
+    // The next job runs its whole budget without blocking: throttled, and past its deadline.
+    assert_eq!(scheduler.decide(1_000).run, Some(rt));
+    assert_eq!(scheduler.decide(1_200).run, Some(other));
+    scheduler.decide(1_600);
+    let overran = scheduler.take_journal(rt);
+    assert_eq!(
+        (
+            overran.released,
+            overran.completed,
+            overran.exhausted,
+            overran.missed
+        ),
+        (1, 0, 1, 1)
+    );
+    assert_eq!(
+        scheduler.take_journal(99),
+        Journal::default(),
+        "no such slot"
+    );
+}

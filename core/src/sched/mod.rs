@@ -14,4 +14,4 @@ mod tests;
 
 pub use params::{scale, Params, Policy, Reservation, Time};
 pub use scheduler::{Decision, SchedError, Scheduler, MAX_SLOTS};
-pub use slot::Stats;
+pub use slot::{Journal, Stats};

@@ -665,6 +665,15 @@ impl Scheduler {
             .map_or(Stats::ZERO, |s| s.stats)
     }
 
+    /// What happened to `slot`'s jobs since this was last asked (nothing for a slot out of
+    /// range): for a trace, read after each decision.
+    pub fn take_journal(&mut self, slot: usize) -> super::slot::Journal {
+        let len = self.len;
+        self.slots[..len]
+            .get_mut(slot)
+            .map_or_else(Default::default, Slot::take_journal)
+    }
+
     /// `slot`'s budget window: the release that opened it and its end (`(0, 0)`: none yet,
     /// or no such slot).
     pub fn budget_window(&self, slot: usize) -> (Time, Time) {

@@ -90,6 +90,30 @@ pub(super) struct Slot {
     pub(super) quantum_left: Time,
     /// What happened so far.
     pub(super) stats: Stats,
+    /// Jobs completed so far (its blocks with a job pending).
+    pub(super) completed: u64,
+    /// The counts (jobs, completed, misses, overruns) when the journal was last taken
+    /// ([`super::Scheduler::take_journal`]).
+    pub(super) seen: [u64; 4],
+}
+
+/// What happened to one vCPU's jobs since its journal was last taken: how many jobs were
+/// released, completed and missed their deadline, how many times it used up its budget, and
+/// the response time of the last completed job.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Journal {
+    pub released: u64,
+    pub completed: u64,
+    pub missed: u64,
+    pub exhausted: u64,
+    pub last_response: Time,
+}
+
+impl Journal {
+    /// Whether nothing happened.
+    pub fn is_empty(&self) -> bool {
+        self.released == 0 && self.completed == 0 && self.missed == 0 && self.exhausted == 0
+    }
 }
 
 impl Slot {
@@ -113,6 +137,8 @@ impl Slot {
         ticket: 0,
         quantum_left: 0,
         stats: Stats::ZERO,
+        completed: 0,
+        seen: [0; 4],
     };
 
     /// Started, not blocked, and (with a reservation) not throttled.
@@ -244,6 +270,7 @@ impl Slot {
         self.quantum_left = 0;
         if self.job_pending {
             self.job_pending = false;
+            self.completed += 1;
             let response = now.saturating_sub(self.release);
             self.stats.last_response = response;
             self.stats.worst_response = self.stats.worst_response.max(response);
@@ -251,6 +278,26 @@ impl Slot {
                 self.stats.deadline_misses += 1;
                 self.job_missed = true;
             }
+        }
+    }
+
+    /// What happened since the last call (see [`Journal`]).
+    pub(super) fn take_journal(&mut self) -> Journal {
+        let now = [
+            self.stats.jobs,
+            self.completed,
+            self.stats.deadline_misses,
+            self.stats.overruns,
+        ];
+        let [released, completed, missed, exhausted] =
+            core::array::from_fn(|i| now[i].saturating_sub(self.seen[i]));
+        self.seen = now;
+        Journal {
+            released,
+            completed,
+            missed,
+            exhausted,
+            last_response: self.stats.last_response,
         }
     }
 

@@ -931,7 +931,7 @@ fn wait_ends(shared: &SharedCpu, slot: usize, now: u64) -> bool {
 /// Arms this pCPU's timer queue for a decision: the scheduler's next call, and the earliest
 /// virtual-timer deadline of a vCPU here that waits.
 #[inline(always)]
-fn program(shared: &SharedCpu, decision: Decision) {
+fn program(shared: &mut SharedCpu, decision: Decision) {
     if trace::ON {
         trace_decision(shared, decision);
     }
@@ -956,9 +956,35 @@ fn trace_switch_out(reason: SwitchReason) {
 }
 
 /// The scheduler's `decision`, in the trace: the vCPU it picked (or none) and the
-/// microseconds until it decides again.
+/// microseconds until it decides again; before it, what happened to each vCPU's jobs since
+/// the last decision (the scheduler's journal: releases, completions with their response
+/// time, budgets used up, deadline misses).
 #[inline(never)]
-fn trace_decision(shared: &SharedCpu, decision: Decision) {
+fn trace_decision(shared: &mut SharedCpu, decision: Decision) {
+    for slot in 0..MAX_SLOTS {
+        let Some(placed) = *at(&shared.placed, slot) else {
+            continue;
+        };
+        let journal = shared.scheduler.take_journal(slot);
+        if journal.is_empty() {
+            continue;
+        }
+        let response_us = timer::ticks_to_ns(journal.last_response) / 1000;
+        for (kind, count, arg) in [
+            (trace::Kind::JobRelease, journal.released, 0),
+            (trace::Kind::JobComplete, journal.completed, response_us),
+            (trace::Kind::BudgetExhausted, journal.exhausted, 0),
+            (trace::Kind::JobMiss, journal.missed, 0),
+        ] {
+            // One event each: a count above one (jobs skipped while nothing decided) is in
+            // the detail, up to 255.
+            if count > 0 {
+                let arg = u32::try_from(arg).unwrap_or(u32::MAX);
+                let detail = u8::try_from(count).unwrap_or(u8::MAX);
+                trace::record(kind, placed.vm, placed.vcpu, detail, arg);
+            }
+        }
+    }
     let picked = decision
         .run
         .and_then(|slot| *at(&shared.placed, slot))
