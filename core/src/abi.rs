@@ -58,6 +58,21 @@ pub const KEEL_MASKED_STRETCH: u32 = keel_call(0x20);
 /// phase). Returns 0, also when the system is built without a trace (the call costs a trap).
 pub const KEEL_TRACE_MARK: u32 = keel_call(0x21);
 
+/// Copies records of pCPU x1's trace ring into the caller's memory, in the ring's own format
+/// (see [`crate::trace`]): those from record index x2 on (or the oldest the ring still
+/// holds, if later), at most [`TRACE_READ_MAX`] and as many as fit in the x4 bytes at IPA x3.
+/// Returns x0 = records copied, x1 = the index of the first, x2 = the ring's head (records
+/// written since boot) when the copy ended, x3 = the byte offset in the buffer where the first
+/// is (records found overwritten during the copy are skipped: the ones before that offset are
+/// not valid). DENIED unless the configuration makes the VM a `trace_reader`, NOT_SUPPORTED
+/// without a trace or for a pCPU that does not exist, INVALID_ADDRESS if the buffer is not in
+/// the caller's memory. Read a ring on: call again from x1 + x0.
+pub const KEEL_TRACE_READ: u32 = keel_call(0x22);
+
+/// Most records one KEEL_TRACE_READ copies (4 KiB): the copy is Keel's work with interrupts
+/// masked, so it is bounded whatever the buffer.
+pub const TRACE_READ_MAX: usize = 256;
+
 /// Sends a message (see [`crate::ipc`]): x1 = destination VM, x2 = its vCPU (a task: the
 /// VM's configured vCPUs plus the task's index, as KEEL_VM_ID tells the task), x3 = the
 /// message's guest-physical address, x4 = its length. Keel copies it into the destination's

@@ -39,6 +39,16 @@ pub enum Call {
     ChannelNotify(crate::channel::NotifyRequest),
     /// [`abi::KEEL_TRACE_MARK`]: the mark's value.
     TraceMark(u32),
+    /// [`abi::KEEL_TRACE_READ`].
+    TraceRead {
+        /// The pCPU whose ring.
+        pcpu: u64,
+        /// The first record index wanted.
+        from: u64,
+        /// The buffer's IPA and length in bytes.
+        buffer: u64,
+        len: u64,
+    },
     /// [`abi::KEEL_MASKED_STRETCH`].
     MaskedStretch {
         /// The pCPU asked about.
@@ -153,6 +163,12 @@ pub fn decode(regs: &[u64; 8]) -> Call {
             member: regs[2],
         }),
         abi::KEEL_TRACE_MARK => Call::TraceMark(regs[1] as u32),
+        abi::KEEL_TRACE_READ => Call::TraceRead {
+            pcpu: regs[1],
+            from: regs[2],
+            buffer: regs[3],
+            len: regs[4],
+        },
         abi::KEEL_MASKED_STRETCH => Call::MaskedStretch {
             pcpu: regs[1],
             reset: regs[2] == 1,
@@ -342,6 +358,15 @@ mod tests {
         assert_eq!(
             decode(&[0xC600_0021, 0x1_0000_2a2a, 0, 0, 0, 0, 0, 0]),
             Call::TraceMark(0x2a2a)
+        );
+        assert_eq!(
+            decode(&[0xC600_0022, 1, 500, 0x4800_0000, 4096, 9, 9, 9]),
+            Call::TraceRead {
+                pcpu: 1,
+                from: 500,
+                buffer: 0x4800_0000,
+                len: 4096
+            }
         );
     }
 

@@ -95,3 +95,49 @@ fn write(word: u64) {
     slot[1].store(word, Ordering::Relaxed);
     ring.header[2].store(head + 1, Ordering::Release);
 }
+
+/// What a copy of a ring's records gave ([`read`]).
+pub struct Copied {
+    /// Records copied and valid.
+    pub count: u64,
+    /// The index of the first.
+    pub first: u64,
+    /// The ring's head when the copy ended.
+    pub head: u64,
+    /// Where the first is in the buffer, in bytes.
+    pub offset: u64,
+}
+
+/// Copies records of pCPU `pcpu`'s ring from index `from` on (or the oldest it still holds)
+/// into `out`, in the ring's format, at most `limit` of them and as many as fit. Another pCPU
+/// may be writing that ring meanwhile: its head is read before and after, and the records
+/// it may have overwritten during the copy (the writer reuses a slot `capacity` records
+/// later, and may be writing the slot of the head itself) are not counted. `None` without a
+/// trace or for a pCPU with no ring.
+pub fn read(pcpu: usize, from: u64, out: &mut [u8], limit: usize) -> Option<Copied> {
+    if !ON {
+        return None;
+    }
+    let ring = RINGS.get(pcpu)?;
+    let capacity = RECORDS as u64;
+    let head = ring.header[2].load(Ordering::Acquire);
+    let start = from.max(head.saturating_sub(capacity)).min(head);
+    let count = ((head - start) as usize)
+        .min(out.len() / RECORD_BYTES)
+        .min(limit);
+    for (n, bytes) in out.chunks_exact_mut(RECORD_BYTES).take(count).enumerate() {
+        let index = start + n as u64;
+        let slot = ring.records.get(index as usize & RECORDS.wrapping_sub(1))?;
+        bytes[..8].copy_from_slice(&slot[0].load(Ordering::Relaxed).to_le_bytes());
+        bytes[8..].copy_from_slice(&slot[1].load(Ordering::Relaxed).to_le_bytes());
+    }
+    let after = ring.header[2].load(Ordering::Acquire);
+    let valid_from = (after + 1).saturating_sub(capacity);
+    let skipped = valid_from.saturating_sub(start).min(count as u64);
+    Some(Copied {
+        count: count as u64 - skipped,
+        first: start + skipped,
+        head: after,
+        offset: skipped * RECORD_BYTES as u64,
+    })
+}

@@ -543,6 +543,12 @@ fn hypercall(id: usize, vcpu: usize, regs: &mut GuestRegs) -> Next {
             trace::record(trace::Kind::Mark, id, vcpu, 0, value);
             0
         }
+        Call::TraceRead {
+            pcpu,
+            from,
+            buffer,
+            len,
+        } => trace_read(id, pcpu, from, buffer, len, regs),
         Call::MaskedStretch { pcpu, reset } => {
             crate::masked::query(id, pcpu, reset, regs, |pcpu| &vm::percpu(pcpu).masked)
         }
@@ -595,6 +601,32 @@ fn hypercall(id: usize, vcpu: usize, regs: &mut GuestRegs) -> Next {
     };
     regs.x[0] = result;
     Next::Resume
+}
+
+/// KEEL_TRACE_READ (see [`abi::KEEL_TRACE_READ`]): x0 the records copied, x1-x3 the first's
+/// index, the head and the first's offset in the buffer.
+fn trace_read(id: usize, pcpu: u64, from: u64, buffer: u64, len: u64, regs: &mut GuestRegs) -> u64 {
+    let desc = vm::desc(id);
+    if !desc.trace_reader {
+        return CallError::Denied.to_x0();
+    }
+    if !trace::ON || pcpu >= u64::from(crate::config::SYSTEM.pcpus) {
+        return CallError::NotSupported.to_x0();
+    }
+    let len = len.min((abi::TRACE_READ_MAX * keel_core::trace::RECORD_BYTES) as u64);
+    let Some(out) = vm::guest_bytes(desc, keel_core::addr::GuestPhysAddr(buffer), len as usize)
+    else {
+        return CallError::InvalidAddress.to_x0();
+    };
+    match trace::read(pcpu as usize, from, out, abi::TRACE_READ_MAX) {
+        Some(copied) => {
+            regs.x[1] = copied.first;
+            regs.x[2] = copied.head;
+            regs.x[3] = copied.offset;
+            copied.count
+        }
+        None => CallError::NotSupported.to_x0(),
+    }
 }
 
 /// The trap exit a raised virtual interrupt asks for (a message sent, a doorbell rung).

@@ -44,10 +44,11 @@ pub struct Ring {
     pub events: Vec<Event>,
 }
 
-/// A traced run: the rings and the VMs' names (by id).
+/// A traced run: the rings, the VMs' names (by id), and the console's lines.
 pub struct Traced {
     pub rings: Vec<Ring>,
     pub vms: Vec<String>,
+    pub lines: Vec<String>,
 }
 
 /// A QMP connection to a running QEMU.
@@ -176,10 +177,11 @@ pub fn run(config: &Path, seconds: f64) -> Result<Traced> {
         }
         qmp.execute(serde_json::json!({"execute": "cont"}))?;
     };
-    session.kill();
+    let ended = session.kill();
     Ok(Traced {
         rings,
         vms: image.system.vms.iter().map(|vm| vm.name.clone()).collect(),
+        lines: ended.lines,
     })
 }
 
@@ -428,13 +430,7 @@ pub fn chrome_trace(traced: &Traced) -> TraceFile {
 /// dump, and a summary of what it holds.
 pub fn command(config: &Path, seconds: f64) -> Result<PathBuf> {
     let traced = run(config, seconds)?;
-    let file = chrome_trace(&traced);
-    let name = config
-        .file_stem()
-        .map_or("trace".into(), |stem| stem.to_string_lossy().into_owned());
-    let path = output_dir().join("trace").join(format!("{name}.json"));
-    let json = serde_json::to_string(&file).map_err(|e| e.to_string())?;
-    std::fs::write(&path, json).map_err(|e| format!("{}: {e}", path.display()))?;
+    let (path, file) = write_json(config, &traced)?;
     for ring in &traced.rings {
         let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
         for event in &ring.events {
@@ -458,6 +454,19 @@ pub fn command(config: &Path, seconds: f64) -> Result<PathBuf> {
         file.trace_events.len()
     ));
     Ok(path)
+}
+
+/// Writes `traced`'s Chrome trace as `target/keel/trace/<config's stem>.json`; returns its path
+/// and what it holds.
+pub fn write_json(config: &Path, traced: &Traced) -> Result<(PathBuf, TraceFile)> {
+    let file = chrome_trace(traced);
+    let name = config
+        .file_stem()
+        .map_or("trace".into(), |stem| stem.to_string_lossy().into_owned());
+    let path = output_dir().join("trace").join(format!("{name}.json"));
+    let json = serde_json::to_string(&file).map_err(|e| e.to_string())?;
+    std::fs::write(&path, json).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok((path, file))
 }
 
 #[cfg(test)]
@@ -502,6 +511,7 @@ mod tests {
                 ],
             }],
             vms: vec!["linux".into(), "rt".into()],
+            lines: Vec::new(),
         };
         let file = chrome_trace(&traced);
         let json = serde_json::to_string(&file).unwrap();

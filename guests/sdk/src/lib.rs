@@ -25,6 +25,7 @@ pub mod psci;
 pub mod smccc;
 pub mod task;
 pub mod timer;
+pub mod trace;
 
 pub use keel_core::abi;
 /// The device tree reader the SDK reads its blob with, for guests that look up their devices.

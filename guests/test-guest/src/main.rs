@@ -17,6 +17,7 @@ mod options;
 mod rtc;
 mod shares;
 mod ticks;
+mod trace_reader;
 
 use keel_guest::bootargs::BootArgs;
 use keel_guest::devicetree::{boot_info, device_tree_at};
@@ -86,6 +87,7 @@ fn main(device_tree_address: usize) -> ! {
         Mode::Channel => channels::run(BootArgs::new(info.bootargs), &redistributor),
         Mode::Rtc => rtc::run(&tree, BootArgs::new(info.bootargs), &redistributor),
         Mode::Edu => edu::run(&tree, BootArgs::new(info.bootargs), &redistributor),
+        Mode::TraceReader => trace_reader::run(BootArgs::new(info.bootargs)),
         Mode::Pingpong => shares::pingpong(
             info.bootargs.contains("keel.pingpong=measure"),
             info.bootargs.split_whitespace().any(|t| t == "keel.fp"),

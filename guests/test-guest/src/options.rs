@@ -57,6 +57,8 @@ pub enum Mode {
     /// QEMU's edu PCI device behind the bridge given to the VM: DMA and an interrupt flood,
     /// then a DMA attack (see [`crate::edu`]).
     Edu,
+    /// A manager reading Keel's trace rings (see [`crate::trace_reader`]).
+    TraceReader,
 }
 
 impl fmt::Display for Mode {
@@ -73,6 +75,7 @@ impl fmt::Display for Mode {
             Mode::Channel => "channel",
             Mode::Rtc => "rtc",
             Mode::Edu => "edu",
+            Mode::TraceReader => "trace-reader",
         })
     }
 }
@@ -152,6 +155,7 @@ impl<'a> Options<'a> {
             Some("channel") => Mode::Channel,
             Some("rtc") => Mode::Rtc,
             Some("edu") => Mode::Edu,
+            Some("trace-reader") => Mode::TraceReader,
             Some(value) => return Err(OptionError {
                 key: "keel.mode",
                 value,

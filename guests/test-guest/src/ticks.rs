@@ -161,6 +161,9 @@ pub fn run(options: &Options<'_>, info: &BootInfo<'_>, redistributor: &Redistrib
             continue;
         }
         reported_seconds = seconds;
+        // The ticks taken, in Keel's trace (when it has one): a tool compares them with the
+        // timer interrupts it saw listed for this vCPU before the mark.
+        with_irqs_masked(|| keel_guest::trace::mark(TICKS.load(Ordering::Relaxed) as u32));
         // Timed actions are checked every second; the report only every `keel.report` seconds.
         if seconds.is_multiple_of(options.report_every_seconds) {
             report(seconds, ticks, elapsed, frequency, options.lateness);

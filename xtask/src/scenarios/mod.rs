@@ -11,6 +11,7 @@ mod messages;
 mod rootfs;
 mod sched;
 mod tasks;
+mod trace;
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -1357,6 +1358,7 @@ pub fn all() -> Vec<Scenario> {
     scenarios.extend(devices::all());
     scenarios.extend(linux_devices::all());
     scenarios.extend(rootfs::all());
+    scenarios.extend(trace::all());
     scenarios.push(Scenario {
         name: format!(
             "benchmark figures (bench micro, the image, two switches, a 100-byte delivery on one and two pCPUs) within {} % of xtask/baseline.toml",
