@@ -24,6 +24,11 @@ pub const NO_VM: u8 = 0xff;
 /// The detail of an [`Kind::Exit`] for a physical interrupt taken while a guest ran (an
 /// exception class has 6 bits, so no class is this).
 pub const EXIT_IRQ: u8 = 0xff;
+/// [`Kind::Inject`]'s detail: hardware-linked to the physical interrupt.
+pub const INJECT_HARDWARE: u8 = 1;
+/// [`Kind::Inject`]'s detail: listed again in the register of the same interrupt, which the
+/// guest finished (its EOI).
+pub const INJECT_AFTER_EOI: u8 = 2;
 /// Smallest and largest ring a configuration may ask for, per pCPU (records and header).
 pub const MIN_RING_BYTES: u64 = 4 << 10;
 pub const MAX_RING_BYTES: u64 = 64 << 20;
@@ -32,16 +37,20 @@ pub const MAX_RING_BYTES: u64 = 64 << 20;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[repr(u8)]
 pub enum Kind {
-    /// A guest exit: detail is the exception class (ESR_EL2.EC); the argument the hypercall's
-    /// function id (HVC), the syndrome's ISS (system register), or the faulting guest-physical
-    /// page number (data and instruction aborts: IPA >> 12).
+    /// A guest exit: detail is the exception class (ESR_EL2.EC), or [`EXIT_IRQ`] for a
+    /// physical interrupt; the argument the hypercall's function id (HVC), the syndrome's ISS
+    /// (system register), the faulting guest-physical page number (data and instruction
+    /// aborts: IPA >> 12), or the interrupt's INTID.
     Exit = 1,
     /// Keel is done with the exit and returns to a guest (or switches: see `SwitchIn`).
     ExitEnd = 2,
-    /// A physical interrupt acknowledged at EL2: the argument is its INTID.
+    /// A physical interrupt acknowledged at EL2 (but the first of an exit, which the exit's
+    /// record names): the argument is its INTID.
     PhysIrq = 3,
     /// A virtual interrupt written into a list register for the vCPU: the argument is its
-    /// INTID, detail 1 if hardware-linked to a physical one.
+    /// INTID; the detail has [`INJECT_HARDWARE`] if it is linked to a physical one, and
+    /// [`INJECT_AFTER_EOI`] if the same register held the same interrupt, which the guest
+    /// finished (the virtual timer's fast path: that EOI has no record of its own).
     Inject = 4,
     /// A list register found finished (the guest's EOI) and taken back: the argument is its
     /// INTID.

@@ -69,7 +69,9 @@ pub fn handle_pending() -> Handled {
 #[inline(always)]
 pub fn handle_pending_from_guest() -> Handled {
     let intid = gic::acknowledge();
-    trace::record(trace::Kind::PhysIrq, usize::from(trace::NO_VM), 0, 0, intid);
+    if trace::ON {
+        trace_exit_irq(intid);
+    }
     if intid == layout::VTIMER_INTID {
         gic::end_of_interrupt(intid);
         if relist_timer() {
@@ -207,12 +209,20 @@ fn relist_timer() -> bool {
 }
 
 /// The timer's fast path in the trace: the guest finished its last interrupt (its EOI) and
-/// the next is listed, hardware-linked.
+/// the next is listed, hardware-linked: one record says both.
 #[inline(never)]
 fn trace_relisted_timer(id: usize) {
     let vcpu = vm::current().map_or(0, |(_, vcpu)| vcpu);
-    trace::record(trace::Kind::Eoi, id, vcpu, 0, layout::VTIMER_INTID);
-    trace::record(trace::Kind::Inject, id, vcpu, 1, layout::VTIMER_INTID);
+    let detail = trace::INJECT_HARDWARE | trace::INJECT_AFTER_EOI;
+    trace::record(trace::Kind::Inject, id, vcpu, detail, layout::VTIMER_INTID);
+}
+
+/// An interrupt taken while a guest ran, in the trace: the exit of the vCPU it interrupted,
+/// with the INTID acknowledged.
+#[inline(never)]
+fn trace_exit_irq(intid: u32) {
+    let (id, vcpu) = vm::current().unwrap_or((usize::from(trace::NO_VM), 0));
+    trace::record(trace::Kind::Exit, id, vcpu, trace::EXIT_IRQ, intid);
 }
 
 /// A list register written or taken back, in the trace, for the vCPU on this pCPU.

@@ -12,7 +12,9 @@
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use keel_core::trace::{self, RECORD_BYTES};
-pub use keel_core::trace::{Kind, StopReason, SwitchReason, EXIT_IRQ, NO_VM};
+pub use keel_core::trace::{
+    Kind, StopReason, SwitchReason, EXIT_IRQ, INJECT_AFTER_EOI, INJECT_HARDWARE, NO_VM,
+};
 
 use crate::arch::{cpu, timer};
 use crate::config::{TRACE_RINGS, TRACE_RING_BYTES};

@@ -399,11 +399,7 @@ fn finish(id: usize, vcpu: usize, esr: Esr, next: Next, regs: &mut GuestRegs) {
 #[unsafe(no_mangle)]
 extern "C" fn keel_guest_irq(_frame: &mut GuestRegs) {
     vm::masked().begin(MaskedSite::GuestIrq);
-    if trace::ON {
-        if let Some((id, vcpu)) = vm::current() {
-            trace::record(trace::Kind::Exit, id, vcpu, trace::EXIT_IRQ, 0);
-        }
-    }
+    // The trace's exit record is the first interrupt's, written once it is acknowledged.
     guest_irq();
     trace::record(trace::Kind::ExitEnd, usize::from(trace::NO_VM), 0, 0, 0);
     vm::masked().end();

@@ -165,6 +165,33 @@ pub fn run(update: bool) -> Result<()> {
     Ok(())
 }
 
+/// `cargo xtask bench trace`: the held figures with Keel's trace off (as the configurations
+/// are written) and on (256 KiB rings on every pCPU), side by side: what tracing costs the
+/// fast paths. A figure with the trace off is the one the baseline holds.
+pub fn trace_cost() -> Result<()> {
+    let off = measure()?;
+    crate::image::trace_every_build(256 << 10);
+    let on = measure();
+    crate::image::trace_every_build(0);
+    let on = on?;
+    println!();
+    println!(
+        "Keel's trace off and on (256 KiB rings per pCPU), instructions (bytes for the image)"
+    );
+    println!(
+        "{:<28} {:>10} {:>10} {:>9}",
+        "figure", "off", "on", "on/off"
+    );
+    for (name, value) in &off {
+        let traced = on.get(name).copied().unwrap_or(0);
+        println!(
+            "{name:<28} {value:>10} {traced:>10} {:>9.3}",
+            traced as f64 / (*value).max(1) as f64
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -206,9 +206,24 @@ pub fn board_tree(smmu: bool) -> std::result::Result<Vec<u8>, String> {
 /// Compiles the configuration at `config_path` and builds Keel's image for it.
 /// Guests must be built first ([`build_guests`]).
 pub fn build_system(config_path: &Path) -> Result<SystemImage> {
+    let ring_bytes = TRACE_EVERY_BUILD.load(std::sync::atomic::Ordering::Relaxed);
+    if ring_bytes != 0 {
+        return build_system_traced(config_path, ring_bytes);
+    }
     let system = config::load_with_board(config_path, &guest_image, &board_tree)
         .map_err(|e| e.to_string())?;
     build_compiled(system, config_path)
+}
+
+/// Rings of this many bytes per pCPU in every system [`build_system`] builds from now on
+/// (0: each configuration as written): `cargo xtask bench trace` measures the held figures
+/// with Keel's trace on.
+static TRACE_EVERY_BUILD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Makes every later [`build_system`] trace, with rings of `ring_bytes` per pCPU unless the
+/// configuration has its own (0: as written).
+pub fn trace_every_build(ring_bytes: u64) {
+    TRACE_EVERY_BUILD.store(ring_bytes, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// As [`build_system`], with Keel's trace on: the configuration's own `[system] trace`, or

@@ -65,6 +65,7 @@ const USAGE: &str = "usage: cargo xtask <command>
                    networking, natively, in a Keel VM given the PCI bridge behind the SMMU and
                    as Xen's dom0: a 64 MiB dd, a 50 MB HTTP fetch and image saving, timed
   bench vms        pipe and UNIX-socket bandwidth of 1-4 Linux VMs at once (own pCPUs, then one shared), beside the Xen on ARM paper
+  bench trace      the figures the test command holds with Keel's trace off and on
   bench baseline [--update]  the figures the test command holds (xtask/baseline.toml) beside their
                    baseline; with --update, written as the new baseline
   fuzz [TARGET] [SECONDS]  run the core's fuzz targets (all, or TARGET) SECONDS each (default 10);
@@ -109,6 +110,9 @@ fn main() -> ExitCode {
         Some("bench") if args.get(1).is_some_and(|a| a == "devices") => {
             setup::ensure_tools().and_then(|()| devices_bench::run())
         }
+        Some("bench") if args.get(1).is_some_and(|a| a == "trace") => setup::ensure_tools()
+            .and_then(|()| image::build_guests())
+            .and_then(|()| baseline::trace_cost()),
         Some("bench") if args.get(1).is_some_and(|a| a == "baseline") => setup::ensure_tools()
             .and_then(|()| baseline::run(args.get(2).is_some_and(|a| a == "--update"))),
         Some("bench") => setup::ensure_tools()

@@ -302,7 +302,7 @@ fn vcpu_name(vms: &[String], vm: u8, vcpu: u8) -> String {
 /// Names an exit by its exception class.
 fn exit_name(detail: u8, arg: u32) -> String {
     match detail {
-        trace::EXIT_IRQ => "irq".into(),
+        trace::EXIT_IRQ => format!("irq {arg}"),
         0x16 => format!("hvc {arg:#x}"),
         0x18 => "sysreg".into(),
         0x24 => format!("data abort {:#x}", u64::from(arg) << 12),
@@ -395,6 +395,15 @@ pub fn chrome_trace(traced: &Traced) -> TraceFile {
                     ));
                 }
                 kind if event.vm != NO_VM => {
+                    if kind == Kind::Inject && event.detail & trace::INJECT_AFTER_EOI != 0 {
+                        events.push(instant(
+                            format!("eoi {}", event.arg),
+                            at,
+                            vm_pid(event.vm),
+                            u32::from(event.vcpu),
+                            args(&[("pcpu", ring.pcpu.into()), ("kind", "eoi".into())]),
+                        ));
+                    }
                     let name = match kind {
                         Kind::Inject => format!("inject {}", event.arg),
                         Kind::Eoi => format!("eoi {}", event.arg),
