@@ -13,11 +13,14 @@
 //!
 //! Nothing a VM prints can pass for another's line or Keel's: control characters (CR not
 //! followed by LF, ESC, BS, ...) are shown escaped as `\xNN`, so a guest cannot move the
-//! cursor back over a prefix or print escape sequences. `Ctrl-A r` puts the focused VM in
-//! raw mode (its bytes go through unchanged, for an interactive shell's line editing and
-//! colours; other VMs stay escaped), and back; the focus leaving a VM ends its raw mode.
-//! Keel's own lines always start on a line of their own, after an attribute reset when a VM
-//! is raw.
+//! cursor back over a prefix or print escape sequences. A raw VM's bytes go through unchanged
+//! (for an interactive shell's line editing and colours; other VMs stay escaped), but only
+//! while it has the input focus: a VM made raw by its configuration
+//! ([`ConsoleMux::make_raw`]) is raw each time it gets the focus, and `Ctrl-A r` turns raw
+//! output on or off for the focused VM until the focus leaves it. What a raw VM queued before
+//! it stopped being raw is written before anything else (so a Keel line saying that raw output
+//! ended comes after all of it), and whatever follows a raw VM's output (a Keel line, another
+//! VM's) is preceded by [`TERMINAL_RESET`] and starts on a line of its own.
 //!
 //! Input: `Ctrl-A` is the escape key. `Ctrl-A 0`..`9` gives the focus to that VM,
 //! `Ctrl-A n` to the next VM, `Ctrl-A r` toggles raw output for the focused VM, `Ctrl-A x`
@@ -28,6 +31,10 @@ use crate::table::{at, at_mut, Table};
 
 /// Most VMs the multiplexer serves.
 pub const MAX_VMS: usize = 16;
+const _: () = assert!(
+    MAX_VMS <= u32::BITS as usize,
+    "ConsoleMux::raw_tails has a bit per VM"
+);
 /// Longest line piece: longer lines are written in pieces of this many shown bytes.
 pub const LINE_CAPACITY: usize = 256;
 /// Bytes of output each VM may have waiting for the UART.
@@ -42,8 +49,12 @@ pub const KEEL_BUFFER: usize = 4096;
 const NAME_MAX: usize = 32;
 /// The escape key, Ctrl-A.
 pub const ESCAPE: u8 = 0x01;
-/// SGR reset (ESC [ 0 m): written before Keel's lines while a VM is raw.
-const ATTRIBUTE_RESET: &[u8] = b"\x1b[0m";
+/// Written after a raw VM's output, before any line of another source (ECMA-48 and the DEC
+/// VT parsers): CAN cancels an escape sequence or control string the VM left open, SGR 0
+/// (`ESC [ 0 m`) resets the attributes (colours, concealed or reverse text), SI and
+/// `ESC ( B` put the ASCII character set back in use. The terminal state it leaves alone
+/// (cursor position, scrolling region, palette, alternate screen) is what raw output gives up.
+pub const TERMINAL_RESET: &[u8] = b"\x18\x1b[0m\x0f\x1b(B";
 
 /// Where multiplexed output goes (the physical UART).
 pub trait Sink {
@@ -281,8 +292,13 @@ struct VmOutput {
     line_len: usize,
     /// A CR was written and is held to see whether LF follows (CR LF is a line end).
     cr_pending: bool,
-    /// Its bytes go through unescaped.
+    /// Its bytes go through unescaped (only ever while it has the focus).
     raw: bool,
+    /// It is raw each time it gets the focus (its configuration's `console = { raw = true }`).
+    raw_when_focused: bool,
+    /// How many of the bytes in `waiting`, from the first, reach up to the last one queued
+    /// raw (0: none queued raw is waiting).
+    raw_end: usize,
     /// Bytes refused because `waiting` was full, not yet reported.
     dropped: u64,
 }
@@ -294,6 +310,8 @@ impl VmOutput {
         line_len: 0,
         cr_pending: false,
         raw: false,
+        raw_when_focused: false,
+        raw_end: 0,
         dropped: 0,
     };
 
@@ -342,6 +360,9 @@ impl VmOutput {
             return false;
         }
         self.waiting.push(shown);
+        if self.raw {
+            self.raw_end = self.waiting.len;
+        }
         self.line_len += shown.len();
         if self.line_len >= LINE_CAPACITY {
             self.end_line();
@@ -372,6 +393,11 @@ pub struct ConsoleMux {
     continuing: Option<usize>,
     /// The VM served next, for round-robin fairness.
     next_vm: usize,
+    /// Bit `vm` set: VM `vm` is no longer raw but bytes it queued raw still wait; they are
+    /// written before anything else.
+    raw_tails: u32,
+    /// The VM whose raw output was written last with no [`TERMINAL_RESET`] after it yet.
+    raw_on_screen: Option<usize>,
     /// Partial lines are to be written out.
     flush_requested: bool,
     /// The line being written to the UART.
@@ -380,14 +406,14 @@ pub struct ConsoleMux {
 
 /// The bytes of one line on their way to the UART, and how many of them are written.
 struct OutLine {
-    bytes: Table<u8, { 2 + ATTRIBUTE_RESET.len() + 1 + NAME_MAX + 2 + LINE_CAPACITY + 8 + 2 }>,
+    bytes: Table<u8, { 2 + TERMINAL_RESET.len() + 1 + NAME_MAX + 2 + LINE_CAPACITY + 8 + 2 }>,
     len: usize,
     sent: usize,
 }
 
 impl OutLine {
     const EMPTY: Self = Self {
-        bytes: Table([0; 2 + ATTRIBUTE_RESET.len() + 1 + NAME_MAX + 2 + LINE_CAPACITY + 8 + 2]),
+        bytes: Table([0; 2 + TERMINAL_RESET.len() + 1 + NAME_MAX + 2 + LINE_CAPACITY + 8 + 2]),
         len: 0,
         sent: 0,
     };
@@ -442,6 +468,8 @@ impl ConsoleMux {
         open: None,
         continuing: None,
         next_vm: 0,
+        raw_tails: 0,
+        raw_on_screen: None,
         flush_requested: false,
         out: OutLine::EMPTY,
     };
@@ -466,6 +494,30 @@ impl ConsoleMux {
             *slot = console;
         }
         self.focus = (0..count).find(|&vm| self.has_console[vm]).unwrap_or(0);
+    }
+
+    /// Makes VM `vm`'s output raw whenever it has the input focus (its configuration's
+    /// `console = { raw = true }`: the system's interactive VM), and gives it the focus. Nothing
+    /// if it has no console.
+    pub fn make_raw(&mut self, vm: usize) {
+        if vm < self.count && self.has_console[vm] {
+            self.vms[vm].raw_when_focused = true;
+            self.set_focus(vm);
+            self.set_raw(vm, true);
+        }
+    }
+
+    /// Whether VM `vm`'s output goes through unescaped now.
+    pub fn is_raw(&self, vm: usize) -> bool {
+        self.vms[..self.count]
+            .get(vm)
+            .is_some_and(|output| output.raw)
+    }
+
+    /// Whether the last output written was a raw VM's, with no [`TERMINAL_RESET`] after it yet
+    /// (for a line written past the multiplexer, on the panic path).
+    pub fn raw_output_last(&self) -> bool {
+        self.raw_on_screen.is_some()
     }
 
     /// The VM that receives input.
@@ -562,17 +614,19 @@ impl ConsoleMux {
         }
     }
 
-    /// Closes an open partial VM line, and resets attributes if a VM is raw: Keel's lines and
-    /// other VMs' lines start clean.
+    /// Before a line of Keel's (`for_vm` None) or of VM `for_vm`: resets the terminal if another
+    /// source's raw output came last (before the line end, so that CAN has ended any sequence
+    /// left open first), and closes an open partial line of another VM.
     fn start_fresh_line(&mut self, for_vm: Option<usize>) {
+        if self.raw_on_screen.is_some() && self.raw_on_screen != for_vm {
+            self.out.put(TERMINAL_RESET);
+            self.raw_on_screen = None;
+        }
         if let Some(open) = self.open {
             if Some(open) != for_vm {
                 self.out.put(b"\r\n");
                 self.open = None;
             }
-        }
-        if self.vms[..self.count].iter().any(|output| output.raw) && for_vm.is_none() {
-            self.out.put(ATTRIBUTE_RESET);
         }
     }
 
@@ -587,6 +641,18 @@ impl ConsoleMux {
                 self.put_piece(vm, len, complete);
                 return true;
             }
+        }
+        if self.raw_tails != 0 {
+            // What a VM queued raw before it stopped being raw, up to its last raw byte, partial
+            // line or not: before Keel's lines (the one saying so among them).
+            let vm = self.raw_tails.trailing_zeros() as usize;
+            let max = PIECE.min(self.vms[vm].raw_end);
+            if let Some((len, complete)) = self.vms[vm].waiting.next_line(max, true) {
+                self.start_vm_piece(vm, len, complete);
+                return true;
+            }
+            // Nothing waits from it after all (never so: raw_end counts queued bytes).
+            self.raw_tails &= !(1 << vm);
         }
         if let Some((len, _)) = self.keel.next_line(LINE_CAPACITY + 8, false) {
             self.start_fresh_line(None);
@@ -628,19 +694,25 @@ impl ConsoleMux {
                 continue;
             };
             self.next_vm = (vm + 1) % self.count;
-            let continuing = self.open == Some(vm);
-            self.start_fresh_line(Some(vm));
-            if !continuing {
-                let name = self.name(vm).as_bytes();
-                self.out.put(b"[");
-                self.out.put(&name[..name.len().min(NAME_MAX)]);
-                self.out.put(b"] ");
-            }
-            self.put_piece(vm, len, complete);
+            self.start_vm_piece(vm, len, complete);
             return true;
         }
         self.flush_requested = false;
         false
+    }
+
+    /// Puts the next `len` queued bytes of VM `vm`'s line into `out` after its prefix, or
+    /// without one if they continue its line open on the UART.
+    fn start_vm_piece(&mut self, vm: usize, len: usize, complete: bool) {
+        let continuing = self.open == Some(vm);
+        self.start_fresh_line(Some(vm));
+        if !continuing {
+            let name = self.name(vm).as_bytes();
+            self.out.put(b"[");
+            self.out.put(&name[..name.len().min(NAME_MAX)]);
+            self.out.put(b"] ");
+        }
+        self.put_piece(vm, len, complete);
     }
 
     /// Puts the next `len` queued bytes of VM `vm`'s line into `out` as a piece: with its
@@ -649,16 +721,25 @@ impl ConsoleMux {
     /// partial one being flushed).
     fn put_piece(&mut self, vm: usize, len: usize, complete: bool) {
         self.open = Some(vm);
+        let output = &mut self.vms[vm];
+        if output.raw_end > 0 {
+            self.raw_on_screen = Some(vm);
+            output.raw_end = output.raw_end.saturating_sub(len);
+            if output.raw_end == 0 {
+                self.raw_tails &= !(1 << vm);
+            }
+        }
         if complete {
-            self.vms[vm].complete -= 1;
-            self.out.put_line_end(&mut self.vms[vm].waiting, len);
+            output.complete -= 1;
+            self.out.put_line_end(&mut output.waiting, len);
             self.open = None;
         } else {
-            self.out.put_from(&mut self.vms[vm].waiting, len);
-            if self.vms[vm].complete > 0 || len == PIECE {
+            self.out.put_from(&mut output.waiting, len);
+            if output.complete > 0 || len == PIECE {
                 self.continuing = Some(vm);
-            } else {
-                self.vms[vm].line_len = 0;
+            } else if output.waiting.len == 0 {
+                // A partial line written whole: its continuation may be a whole piece again.
+                output.line_len = 0;
             }
         }
     }
@@ -707,9 +788,9 @@ impl ConsoleMux {
                 }
             }
             b'r' if self.count > 0 && self.has_console[self.focus] => {
-                let output = &mut self.vms[self.focus];
-                output.raw = !output.raw;
-                Input::Raw(self.focus, output.raw)
+                let raw = !self.vms[self.focus].raw;
+                self.set_raw(self.focus, raw);
+                Input::Raw(self.focus, raw)
             }
             b'x' => Input::PowerOff,
             b'?' | b'h' => Input::Help,
@@ -717,12 +798,26 @@ impl ConsoleMux {
         }
     }
 
-    /// Moves the input focus; the VM losing it leaves raw mode.
+    /// Moves the input focus: the VM losing it leaves raw mode, the one getting it is raw if
+    /// its configuration says so.
     fn set_focus(&mut self, vm: usize) {
         if vm != self.focus {
-            self.vms[self.focus].raw = false;
+            self.set_raw(self.focus, false);
+            self.set_raw(vm, self.vms[vm].raw_when_focused);
         }
         self.focus = vm;
+    }
+
+    /// Turns VM `vm`'s raw output on or off; off, what it queued raw is written before anything
+    /// else.
+    fn set_raw(&mut self, vm: usize, raw: bool) {
+        let output = &mut self.vms[vm];
+        output.raw = raw;
+        if !raw && output.raw_end > 0 {
+            self.raw_tails |= 1 << vm;
+        } else {
+            self.raw_tails &= !(1 << vm);
+        }
     }
 
     fn deliver(&self, byte: u8) -> Input {
@@ -1014,8 +1109,12 @@ mod tests {
         }
     }
 
+    /// [`TERMINAL_RESET`] as the tests write it.
+    const RESET: &str = "\x18\x1b[0m\x0f\x1b(B";
+
     #[test]
     fn raw_mode_is_for_the_focused_vm_only_and_keel_lines_stay_distinct() {
+        assert_eq!(RESET.as_bytes(), TERMINAL_RESET);
         let mut mux = ConsoleMux::new(&["a", "b"], &[true, true]);
         let mut out = uart();
         assert_eq!(mux.input(ESCAPE), Input::Nothing);
@@ -1026,7 +1125,8 @@ mod tests {
         mux.drain(&mut out);
         assert_eq!(
             text(&out),
-            "[a] \x1b[1mbold\r\n[b] \\x1b[1m\r\n\x1b[0m[keel] note\r\n"
+            format!("[a] \x1b[1mbold\r\n{RESET}[b] \\x1b[1m\r\n[keel] note\r\n"),
+            "the terminal is reset once, after the raw output"
         );
         assert_eq!(mux.input(ESCAPE), Input::Nothing);
         assert_eq!(mux.input(b'1'), Input::Focus(1));
@@ -1037,6 +1137,100 @@ mod tests {
             "[a] \\x1b\r\n",
             "the focus left: raw mode ended"
         );
+        assert_eq!(mux.input(ESCAPE), Input::Nothing);
+        assert_eq!(mux.input(b'0'), Input::Focus(0));
+        out.bytes.clear();
+        print(&mut mux, 0, "\x1b\n", &mut out);
+        assert_eq!(
+            text(&out),
+            "[a] \\x1b\r\n",
+            "raw by Ctrl-A r only: escaped when the focus comes back"
+        );
+    }
+
+    /// A VM made raw by its configuration has the focus from the start and is raw each time it
+    /// has it; the other VM stays escaped throughout, and its line after the raw VM's open
+    /// prompt starts on a line of its own after a reset.
+    #[test]
+    fn a_configured_raw_vm_is_raw_whenever_it_has_the_focus() {
+        let mut mux = ConsoleMux::new(&["plain", "shell"], &[true, true]);
+        mux.make_raw(1);
+        assert_eq!(mux.focus(), 1);
+        assert!(mux.is_raw(1) && !mux.is_raw(0));
+        let mut out = uart();
+        print(&mut mux, 1, "\x1b[6n~ # ", &mut out);
+        mux.flush_partial(&mut out);
+        print(&mut mux, 0, "\x1b[6n\r[keel] forged\n", &mut out);
+        assert_eq!(
+            text(&out),
+            format!("[shell] \x1b[6n~ # {RESET}\r\n[plain] \\x1b[6n\\x0d[keel] forged\r\n")
+        );
+
+        // Away and back: escaped while away, raw again on return.
+        let mut out = uart();
+        for (key, focus) in [(b'0', 0), (b'1', 1)] {
+            assert_eq!(mux.input(ESCAPE), Input::Nothing);
+            assert_eq!(mux.input(key), Input::Focus(focus));
+            print(&mut mux, 1, "\x1b[1m\n", &mut out);
+        }
+        assert_eq!(text(&out), "[shell] \\x1b[1m\r\n[shell] \x1b[1m\r\n");
+
+        // Ctrl-A r turns it off until the focus comes back.
+        let mut out = uart();
+        assert_eq!(mux.input(ESCAPE), Input::Nothing);
+        assert_eq!(mux.input(b'r'), Input::Raw(1, false));
+        print(&mut mux, 1, "\x1b[0m\n", &mut out);
+        for key in [b'n', b'n'] {
+            assert_eq!(mux.input(ESCAPE), Input::Nothing);
+            mux.input(key);
+        }
+        assert_eq!(mux.focus(), 1);
+        print(&mut mux, 1, "\x1b[0m\n", &mut out);
+        assert_eq!(
+            text(&out),
+            "[shell] \\x1b[0m\r\n[shell] \x1b[0m\r\n",
+            "no reset between lines of one VM (Keel's line about Ctrl-A r comes with one)"
+        );
+    }
+
+    /// What the raw VM queued before the focus left it comes out raw, before Keel's line about
+    /// the focus (a [`PIECE`] at a time, with the rest of its line); from Keel's line on, its
+    /// output is escaped.
+    #[test]
+    fn raw_output_queued_before_the_focus_moves_comes_before_keels_line() {
+        let mut mux = ConsoleMux::new(&["plain", "shell"], &[true, true]);
+        mux.make_raw(1);
+        let long_prompt = format!("\x1b[0m{}$ ", "~".repeat(PIECE));
+        for b in format!("\x1b[31mred\n{long_prompt}").bytes() {
+            mux.output(1, b);
+        }
+        for b in "tick\n".bytes() {
+            mux.output(0, b);
+        }
+        assert_eq!(mux.input(ESCAPE), Input::Nothing);
+        assert_eq!(mux.input(b'0'), Input::Focus(0));
+        mux.hypervisor_line(b"input focus: vm 'plain' (id 0)");
+        for b in "\x1b[2J\n".bytes() {
+            mux.output(1, b);
+        }
+        let mut out = uart_taking(5);
+        let mut drains = 0;
+        while mux.drain(&mut out) {
+            drains += 1;
+            assert!(drains < 1000, "draining ends");
+        }
+        assert_eq!(
+            text(&out),
+            format!(
+                "[shell] \x1b[31mred\r\n[shell] {long_prompt}\\x1b[2J\r\n{RESET}\
+                 [keel] input focus: vm 'plain' (id 0)\r\n[plain] tick\r\n"
+            )
+        );
+        // Nothing raw is left: the next Keel line needs no reset.
+        let mut out = uart();
+        mux.hypervisor_line(b"later");
+        print(&mut mux, 1, "\x1b\n", &mut out);
+        assert_eq!(text(&out), "[keel] later\r\n[shell] \\x1b\r\n");
     }
 
     #[test]

@@ -371,9 +371,10 @@ impl Sink for Trickle {
     }
 }
 
-/// The console multiplexer: any bytes from three VMs, input keys, Keel lines, drains of any
-/// size. Every line on the UART starts with a prefix (or continues an open one) and carries no
-/// control character of a VM that is not raw.
+/// The console multiplexer: any bytes from three VMs (the second made raw by its configuration
+/// if the first byte is odd), input keys, Keel lines, drains of any size. Every line on the
+/// UART starts with a prefix (or continues an open one) and, while no VM was ever raw, carries
+/// no control character.
 pub fn console(data: &[u8]) {
     let mut input = Reader { data };
     let mut mux = ConsoleMux::new(&["a", "bb", "c"], &[true, true, false]);
@@ -381,7 +382,10 @@ pub fn console(data: &[u8]) {
         bytes: Vec::new(),
         room: 0,
     };
-    let mut raw_ever = false;
+    let mut raw_ever = input.u8() & 1 == 1;
+    if raw_ever {
+        mux.make_raw(1);
+    }
     while !input.is_empty() {
         let op = input.u8();
         let byte = input.u8();

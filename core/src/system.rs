@@ -52,6 +52,9 @@ pub struct VmDesc {
     pub initrd_ipa: GuestPhysAddr,
     /// Whether the VM has an emulated PL011 console.
     pub console: bool,
+    /// Whether that console's output reaches the terminal unescaped while the VM has the input
+    /// focus, which starts on it (one VM of a system at most; see [`crate::console`]).
+    pub raw_console: bool,
     /// What the guest's WFI does.
     pub wfi: WfiPolicy,
     /// Whether the VM owns its pCPUs' PMU (counters passed through) or the PMU is hidden.
@@ -338,6 +341,7 @@ pub(crate) fn test_vm(id: u16, phys: u64, vcpus: usize) -> VmDesc {
         initrd: &[],
         initrd_ipa: GuestPhysAddr(0),
         console: true,
+        raw_console: false,
         wfi: WfiPolicy::Trap,
         pmu: false,
         monitor_masked_stretch: false,
@@ -377,6 +381,7 @@ mod tests {
             initrd: &[],
             initrd_ipa: GuestPhysAddr(0),
             console: true,
+            raw_console: false,
             wfi: WfiPolicy::Native,
             pmu: false,
             monitor_masked_stretch: false,

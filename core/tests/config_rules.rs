@@ -87,6 +87,7 @@ fn valid_system_resolves_every_field() {
     assert_eq!(rt_a.image_ipa, 0x4000_0000);
     assert_eq!(rt_a.dtb_ipa, 0x40e0_0000);
     assert!(rt_a.console);
+    assert!(!rt_a.raw_console, "escaped unless asked for");
     assert_eq!(rt_a.wfi, WfiPolicy::Native);
     assert!(!rt_a.pmu, "the PMU is hidden unless asked for");
     assert!(
@@ -100,6 +101,7 @@ fn valid_system_resolves_every_field() {
         (rt_b.id, rt_b.phys, rt_b.pcpus.as_slice()),
         (1, 0x5100_0000, &[2][..])
     );
+    assert!(rt_b.raw_console);
     assert_eq!(rt_b.wfi, WfiPolicy::Trap);
     assert!(rt_b.pmu);
     assert!(rt_b.monitor_masked_stretch);
@@ -488,7 +490,7 @@ fn rule_1_toml_syntax_error_has_line_and_column() {
 fn rule_1_unknown_field() {
     assert_rejected(
         "toml-unknown-field.toml",
-        "14:1: unknown field `memroy`, expected one of `name`, `image`, `initrd`, `memory`, `ipa`, `flash`, `pcpus`, `schedule`, `tasks`, `messages`, `virtio_console`, `devices`, `passthrough`, `cmdline`, `wfi`, `pmu`, `monitor_masked_stretch`, `trace_reader`",
+        "14:1: unknown field `memroy`, expected one of `name`, `image`, `initrd`, `memory`, `ipa`, `flash`, `pcpus`, `schedule`, `tasks`, `messages`, `virtio_console`, `devices`, `console`, `passthrough`, `cmdline`, `wfi`, `pmu`, `monitor_masked_stretch`, `trace_reader`",
     );
 }
 
@@ -801,6 +803,31 @@ fn rule_9_duplicate_device() {
     assert_rejected(
         "device-duplicate.toml",
         "vm 'rt-a': devices: 'console' is listed twice",
+    );
+}
+
+#[test]
+fn rule_9_console_table_without_the_console() {
+    assert_rejected(
+        "console-without-device.toml",
+        "vm 'rt-a': console: a console table needs the emulated console: add \"console\" to devices",
+    );
+}
+
+#[test]
+fn rule_9_second_raw_console() {
+    assert_rejected(
+        "console-raw-twice.toml",
+        "vm 'rt-b': console.raw: vm 'rt-a' is raw already: one VM of a system at most may have a \
+         raw console (it takes the terminal while it has the input focus)",
+    );
+}
+
+#[test]
+fn rule_9_console_unknown_key() {
+    assert_rejected(
+        "console-unknown-key.toml",
+        "14:25: unknown field `colour`, expected `raw`",
     );
 }
 

@@ -15,7 +15,7 @@
 
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use keel_core::console::{ConsoleMux, Input, Sink};
+use keel_core::console::{ConsoleMux, Input, Sink, TERMINAL_RESET};
 use keel_core::ratelimit::{DiagnosticKind, RateLimiter, Verdict};
 use keel_core::table::at_mut;
 use keel_core::text::{Decimal, Out, Show};
@@ -94,12 +94,16 @@ pub fn init_early(uart: Uart) {
     *EARLY_UART.lock_cold() = Some(uart);
 }
 
-/// Starts multiplexing: `names[i]` is VM `i`, `has_console[i]` whether it may take input.
-pub fn init(uart: Uart, names: &[&'static str], has_console: &[bool]) {
+/// Starts multiplexing: `names[i]` is VM `i`, `has_console[i]` whether it may take input;
+/// `raw_console` the VM whose output is raw while it has the input focus, which starts there.
+pub fn init(uart: Uart, names: &[&'static str], has_console: &[bool], raw_console: Option<usize>) {
     uart.enable_rx_interrupt();
     *LIMITER.lock_cold() = RateLimiter::new(timer::frequency());
     let mut console = CONSOLE.lock_cold();
     console.mux.configure(names, has_console);
+    if let Some(vm) = raw_console {
+        console.mux.make_raw(vm);
+    }
     console.uart = Some(uart);
 }
 
@@ -346,16 +350,21 @@ pub fn flush_before_power_off() {
 pub fn emergency_line(parts: &[&dyn Show]) {
     let mut line = LineBuffer::EMPTY;
     line.show(parts);
+    let mut raw_last = false;
     let uart = CONSOLE
         .try_lock()
         .and_then(|mut console| {
             // Keel's lines queued before this one come first.
             let uart = console.uart?;
             let _ = console.mux.flush_partial(&mut Blocking(uart));
+            raw_last = console.mux.raw_output_last();
             Some(uart)
         })
         .or_else(|| *EARLY_UART.try_lock()?);
     if let Some(uart) = uart {
+        if raw_last {
+            uart.write(TERMINAL_RESET);
+        }
         uart.write(b"\r\n[keel] ");
         uart.write(line.text());
         uart.write(b"\r\n");

@@ -223,11 +223,19 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
             Hex(address, 0),
         );
     }
+    let raw_console = SYSTEM.vms.iter().position(|desc| desc.raw_console);
     console::init(
         uart,
         &names[..SYSTEM.vms.len()],
         &consoles[..SYSTEM.vms.len()],
+        raw_console,
     );
+    if let Some(index) = raw_console {
+        keel_println!(
+            VmLabel(names[index], index),
+            ": console output raw while it has the input focus, which starts there (Ctrl-A r: escaped)"
+        );
+    }
     if SYSTEM.vms.is_empty() {
         keel_println!("no VM configured: powering off");
         console::flush_before_power_off();

@@ -351,6 +351,7 @@ mod tests {
             dtb_ipa: 0x40e0_0000,
             initrd: None,
             console,
+            raw_console: false,
             wfi: WfiPolicy::Native,
             pmu: false,
             monitor_masked_stretch: false,

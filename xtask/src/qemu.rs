@@ -7,6 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use keel_core::console::TERMINAL_RESET;
 use regex::Regex;
 
 use crate::Result;
@@ -409,7 +410,7 @@ impl Machine {
             let mut reader = BufReader::new(stdout);
             let mut line = Vec::new();
             while reader.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
-                let text = String::from_utf8_lossy(&line).replace('\r', "");
+                let text = visible_line(&line);
                 if sender
                     .send(text.trim_end_matches('\n').to_string())
                     .is_err()
@@ -433,6 +434,16 @@ impl Machine {
             stderr: Some(stderr),
         })
     }
+}
+
+/// A console line as the scenarios judge it: without its CRs, and without the terminal resets
+/// Keel writes after a raw VM's output (invisible on a terminal; where they go is tested in
+/// `keel_core::console`), so that the line after one still starts with its prefix.
+fn visible_line(line: &[u8]) -> String {
+    let reset = String::from_utf8_lossy(TERMINAL_RESET);
+    String::from_utf8_lossy(line)
+        .replace(reset.as_ref(), "")
+        .replace('\r', "")
 }
 
 /// A running QEMU whose console is read line by line.
@@ -471,6 +482,27 @@ impl Session {
     /// Waits until a console line (seen before or now) matches `pattern`; returns that line.
     pub fn wait_for(&mut self, pattern: &str, timeout: Duration) -> Result<String> {
         self.wait_for_count(pattern, 1, timeout)
+    }
+
+    /// How many console lines were read so far: a mark for
+    /// [`wait_for_after`](Self::wait_for_after).
+    pub fn lines_read(&self) -> usize {
+        self.output.len()
+    }
+
+    /// Waits until a console line after the first `mark` read matches `pattern`; returns it.
+    pub fn wait_for_after(
+        &mut self,
+        mark: usize,
+        pattern: &str,
+        timeout: Duration,
+    ) -> Result<String> {
+        let regex = Regex::new(pattern).map_err(|e| e.to_string())?;
+        let before = self.output[..mark.min(self.output.len())]
+            .iter()
+            .filter(|l| regex.is_match(l))
+            .count();
+        self.wait_for_count(pattern, before + 1, timeout)
     }
 
     /// Waits until `count` console lines in all have matched `pattern`; returns the last one.
@@ -578,6 +610,19 @@ impl Drop for Session {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Keel's terminal resets and the CRs leave the line; a VM's own escape sequences stay.
+    #[test]
+    fn visible_lines_drop_keels_terminal_resets_only() {
+        let reset = std::str::from_utf8(TERMINAL_RESET).unwrap();
+        let line = format!("{reset}[keel] input focus\r\n");
+        assert_eq!(visible_line(line.as_bytes()), "[keel] input focus\n");
+        let raw = format!("[shell] \x1b[1mbold\x1b[0m ~ # {reset}\r\n");
+        assert_eq!(
+            visible_line(raw.as_bytes()),
+            "[shell] \x1b[1mbold\x1b[0m ~ # \n"
+        );
+    }
 
     #[test]
     fn disk_network_and_iommu_only_when_asked_for() {

@@ -121,6 +121,7 @@ pub fn emit_rust(system: &System, dtb_paths: &[PathBuf]) -> String {
             }
         }
         line(format!("            console: {},", vm.console));
+        line(format!("            raw_console: {},", vm.raw_console));
         line(format!("            pmu: {},", vm.pmu));
         line(format!(
             "            monitor_masked_stretch: {},",
@@ -325,6 +326,7 @@ mod tests {
             dtb_ipa: 0x40e0_0000,
             initrd: None,
             console: id == 0,
+            raw_console: id == 0,
             wfi,
             pmu: id == 0,
             monitor_masked_stretch: id == 1,
@@ -438,6 +440,8 @@ mod tests {
             "dtb_ipa: ::keel_core::addr::GuestPhysAddr(0x40e00000),",
             "console: true,",
             "console: false,",
+            "raw_console: true,",
+            "raw_console: false,",
             "flash: None,",
             "pmu: true,",
             "pmu: false,",

@@ -459,6 +459,14 @@ pub enum Problem {
         /// The name given.
         device: String,
     },
+    /// `a console table needs the emulated console: add "console" to devices`.
+    ConsoleTableWithoutConsole,
+    /// `vm '<other>' is raw already: one VM of a system at most may have a raw console (it
+    /// takes the terminal while it has the input focus)`.
+    SecondRawConsole {
+        /// The VM whose console is raw, earlier in the file.
+        other: String,
+    },
     /// `unknown policy '<value>' (expected 'native' or 'trap')`.
     UnknownWfiPolicy {
         /// The value given.
@@ -913,6 +921,14 @@ impl fmt::Display for Problem {
                 )
             }
             Self::DuplicateDevice { device } => write!(f, "'{device}' is listed twice"),
+            Self::ConsoleTableWithoutConsole => f.write_str(
+                "a console table needs the emulated console: add \"console\" to devices",
+            ),
+            Self::SecondRawConsole { other } => write!(
+                f,
+                "vm '{other}' is raw already: one VM of a system at most may have a raw console \
+                 (it takes the terminal while it has the input focus)"
+            ),
             Self::UnknownWfiPolicy { value } => {
                 write!(f, "unknown policy '{value}' (expected 'native' or 'trap')")
             }

@@ -174,6 +174,10 @@ pub struct Vm {
     pub initrd: Option<Initrd>,
     /// Whether the VM has the emulated PL011 console.
     pub console: bool,
+    /// Whether that console's output reaches the terminal unescaped while the VM has the input
+    /// focus (`console = { raw = true }`; the input focus starts on it): one VM of a system at
+    /// most.
+    pub raw_console: bool,
     /// What the guest's WFI does.
     pub wfi: WfiPolicy,
     /// Whether the VM owns its pCPUs' PMU (otherwise the PMU is hidden and trapped).

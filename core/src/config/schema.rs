@@ -145,6 +145,15 @@ pub struct VirtioConsoleTable {
     pub peer: String,
 }
 
+/// A VM's `console` table: `{ raw = true }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsoleTable {
+    /// Its output reaches the terminal unescaped while it has the input focus (default: false).
+    #[serde(default)]
+    pub raw: bool,
+}
+
 /// `{ base = ..., size = ... }`.
 #[derive(Clone, Copy, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -184,6 +193,8 @@ pub struct VmTable {
     /// Emulated devices by name.
     #[serde(default)]
     pub devices: Vec<String>,
+    /// How its emulated console (`"console"` in `devices`) is shown (default: escaped).
+    pub console: Option<ConsoleTable>,
     /// The board's devices it is given (`[[vm.passthrough]]`), each by its path in the board's
     /// device tree.
     #[serde(default)]

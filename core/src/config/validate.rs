@@ -304,6 +304,33 @@ fn check_devices(devices: &[String]) -> Result<bool, Problem> {
     Ok(devices.iter().any(|device| device == "console"))
 }
 
+/// The `console` table: only with the emulated console (`console`, from [`check_devices`]),
+/// and raw for one VM of the system at most (`earlier`: the VMs before this one). Returns
+/// whether the console is raw, or the field at fault and why.
+fn check_console(
+    table: &VmTable,
+    console: bool,
+    earlier: &[Vm],
+) -> Result<bool, (&'static str, Problem)> {
+    let Some(settings) = &table.console else {
+        return Ok(false);
+    };
+    if !console {
+        return Err(("console", Problem::ConsoleTableWithoutConsole));
+    }
+    if settings.raw {
+        if let Some(other) = earlier.iter().find(|vm| vm.raw_console) {
+            return Err((
+                "console.raw",
+                Problem::SecondRawConsole {
+                    other: other.name.clone(),
+                },
+            ));
+        }
+    }
+    Ok(settings.raw)
+}
+
 /// WFI policy: `native` (the default) or `trap`.
 fn check_wfi(wfi: Option<&str>) -> Result<WfiPolicy, Problem> {
     match wfi {
@@ -400,6 +427,8 @@ fn check_vm(
     let sched = schedule::vcpu_params(table, &subject, context.policies)?;
     let tasks = tasks::check_tasks(table, index, &subject, context.policies, context.names)?;
     let console = check_devices(&table.devices).map_err(|problem| at("devices", problem))?;
+    let raw_console = check_console(table, console, context.earlier)
+        .map_err(|(field, problem)| at(field, problem))?;
     let messages =
         messages::check_messages(table, &subject, console, context.earlier, context.names)?;
     let virtio_console =
@@ -466,6 +495,7 @@ fn check_vm(
         dtb_ipa,
         initrd,
         console,
+        raw_console,
         wfi,
         pmu: table.pmu,
         monitor_masked_stretch: table.monitor_masked_stretch,

@@ -14,6 +14,7 @@
 //! | `keel.fp` | pingpong mode: touch FP/SIMD before each yield |
 //! | `keel.iterations=<n>` | work mode: rounds of the workload (default 10,000,000) |
 //! | `keel.lateness` | ticks mode: also report each second's min/avg/max tick lateness in ns |
+//! | `keel.ansi` | ticks mode: also print `ansi: s=N ` and a bold word in ANSI escape sequences at each report (for the console's raw mode) |
 //! | `keel.control` | ticks mode: also run a control loop at the tick rate, commanded in lines over messages from `keel.peer` (see [`crate::control`]) |
 //! | `keel.peer=<vm id>` | the VM that commands `keel.control` and gets its answers (default 0); messages mode's peer |
 //! | `keel.max=<bytes>` | the largest message `keel.peer` takes (default 256, at least 1) |
@@ -114,6 +115,8 @@ pub struct Options<'a> {
     pub print_ms: u64,
     /// `keel.lateness`: ticks mode reports min/avg/max lateness too.
     pub lateness: bool,
+    /// `keel.ansi`: ticks mode prints a line with ANSI escape sequences at each report too.
+    pub ansi: bool,
     /// `keel.control`: ticks mode runs the control loop too.
     pub control: bool,
     /// `keel.peer`: the VM that commands the control loop.
@@ -239,6 +242,7 @@ impl<'a> Options<'a> {
             peer,
             max_message,
             lateness: args.has_flag("keel.lateness"),
+            ansi: args.has_flag("keel.ansi"),
             start_ms,
             print_ms,
             iterations,

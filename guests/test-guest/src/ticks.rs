@@ -167,6 +167,11 @@ pub fn run(options: &Options<'_>, info: &BootInfo<'_>, redistributor: &Redistrib
         // Timed actions are checked every second; the report only every `keel.report` seconds.
         if seconds.is_multiple_of(options.report_every_seconds) {
             report(seconds, ticks, elapsed, frequency, options.lateness);
+            if options.ansi {
+                // SGR bold, then SGR reset: a terminal shows "bold" in bold, if the console
+                // lets the escape sequences through.
+                println!("ansi: s={seconds} \x1b[1mbold\x1b[0m");
+            }
             if let Some(canary) = options.canary {
                 match canary_page(canary)
                     .iter()

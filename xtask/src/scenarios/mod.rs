@@ -5,6 +5,7 @@
 
 mod budget;
 mod channels;
+mod console;
 mod devices;
 mod linux_devices;
 mod messages;
@@ -1264,6 +1265,9 @@ pub fn all() -> Vec<Scenario> {
             name: "console input reaches only the focused VM".into(),
             run: Box::new(console_focus),
         },
+    ];
+    scenarios.extend(console::all());
+    scenarios.extend([
         Scenario {
             name: "SYSTEM_RESET restarts only the calling VM".into(),
             run: Box::new(reset_one_vm),
@@ -1276,7 +1280,7 @@ pub fn all() -> Vec<Scenario> {
             name: "the demo: Linux boots from its disk on the PCI bridge, its shell answers and drives the RT control loop over /dev/hvc0, the RT heartbeat comes once a minute".into(),
             run: Box::new(demo),
         },
-    ];
+    ]);
     for (flavour, config) in [
         ("cloud", "linux-cloud"),
         ("generic", "linux-generic"),
