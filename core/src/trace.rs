@@ -57,13 +57,15 @@ pub enum Kind {
     Eoi = 5,
     /// The vCPU is loaded on this pCPU and runs next.
     SwitchIn = 6,
-    /// The running vCPU leaves this pCPU: detail is a [`SwitchReason`].
+    /// The running vCPU leaves this pCPU: detail is a [`SwitchReason`], the argument the
+    /// budget it has left in µs as the scheduler last charged it (`u32::MAX`: no reservation).
     SwitchOut = 7,
     /// The scheduler decided: the vCPU it picked (VM [`NO_VM`]: none, the pCPU idles) and, in
     /// the argument, microseconds until it decides again (`u32::MAX`: no deadline).
     Decide = 8,
     /// Jobs of the vCPU were released since the scheduler last decided (the detail: how many,
-    /// 1 but for jobs skipped while nothing decided; the same for the three kinds below).
+    /// 1 but for jobs skipped while nothing decided; the same for the three kinds below); the
+    /// argument is its budget then, in µs.
     JobRelease = 9,
     /// Jobs of the vCPU completed (it blocked): the argument is the last one's response time
     /// in µs.

@@ -13,7 +13,8 @@
 //! a switch-in to the next switch-out or switch-in) and a track of Keel's work (slices from a
 //! guest exit to its end, instant events for physical interrupts and the scheduler's
 //! decisions), and one process per VM with a track per vCPU (instant events for its
-//! interrupts, EOIs, jobs, messages and marks).
+//! interrupts, EOIs, jobs, messages and marks) and a counter of each real-time vCPU's budget
+//! left (at each release and switch-out).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -293,6 +294,20 @@ fn slice(name: String, from: f64, to: f64, pid: u32, tid: u32) -> TraceEvent {
     }
 }
 
+/// A counter of `event`'s vCPU's budget left (its argument, µs), on its VM's track.
+fn budget(vms: &[String], event: &Event, at: f64) -> TraceEvent {
+    TraceEvent {
+        name: format!("budget {} (µs)", vcpu_name(vms, event.vm, event.vcpu)),
+        ph: "C".into(),
+        ts: at,
+        dur: None,
+        pid: vm_pid(event.vm),
+        tid: 0,
+        s: None,
+        args: BTreeMap::from([("left".into(), event.arg.into())]),
+    }
+}
+
 /// A VM's and vCPU's name in the trace.
 fn vcpu_name(vms: &[String], vm: u8, vcpu: u8) -> String {
     let name = vms.get(usize::from(vm)).map_or("?", String::as_str);
@@ -357,6 +372,9 @@ pub fn chrome_trace(traced: &Traced) -> TraceFile {
                 }
                 Kind::SwitchOut => {
                     end_run(&mut run, at, &mut events);
+                    if event.arg != u32::MAX {
+                        events.push(budget(&traced.vms, event, at));
+                    }
                     let reason =
                         SwitchReason::from_u8(event.detail).map_or("?", SwitchReason::name);
                     events.push(instant(
@@ -392,6 +410,16 @@ pub fn chrome_trace(traced: &Traced) -> TraceFile {
                         pid,
                         KEEL,
                         args(&[("until_us", event.arg.into())]),
+                    ));
+                }
+                Kind::JobRelease if event.arg != u32::MAX => {
+                    events.push(budget(&traced.vms, event, at));
+                    events.push(instant(
+                        "job-release".into(),
+                        at,
+                        vm_pid(event.vm),
+                        u32::from(event.vcpu),
+                        args(&[("pcpu", ring.pcpu.into()), ("jobs", event.detail.into())]),
                     ));
                 }
                 kind if event.vm != NO_VM => {

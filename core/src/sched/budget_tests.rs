@@ -396,11 +396,13 @@ fn the_journal_counts_each_job_event_once_since_it_was_last_taken() {
     scheduler.start(rt, 0);
     scheduler.start(other, 0);
     assert_eq!(scheduler.decide(0).run, Some(rt));
+    assert_eq!(scheduler.budget_left(rt), Some(200));
     let first = scheduler.take_journal(rt);
     assert_eq!((first.released, first.completed, first.missed), (1, 0, 0));
     assert!(scheduler.take_journal(rt).is_empty(), "nothing new since");
     // It runs 150 and blocks: its job is complete, its response 150.
     scheduler.block(rt, 150);
+    assert_eq!(scheduler.budget_left(rt), Some(50), "charged as it blocked");
     let done = scheduler.take_journal(rt);
     assert_eq!(
         (done.released, done.completed, done.last_response),

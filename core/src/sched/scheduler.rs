@@ -674,6 +674,13 @@ impl Scheduler {
             .map_or_else(Default::default, Slot::take_journal)
     }
 
+    /// What is left of `slot`'s budget in its current window (`None`: no reservation, or no
+    /// such slot).
+    pub fn budget_left(&self, slot: usize) -> Option<Time> {
+        let slot = self.slots[..self.len].get(slot)?;
+        slot.reservation.map(|_| slot.budget)
+    }
+
     /// `slot`'s budget window: the release that opened it and its end (`(0, 0)`: none yet,
     /// or no such slot).
     pub fn budget_window(&self, slot: usize) -> (Time, Time) {

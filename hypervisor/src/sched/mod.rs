@@ -603,7 +603,7 @@ fn give_away_waiting(yielding: bool, message_until: Option<u64>) {
     if vm::is_stale() {
         // The world changed (a kick): the scheduler hears of it ([`refresh`]) with this vCPU
         // saved, as one switched out.
-        trace_switch_out(reason);
+        trace_switch_out(shared, reason);
         shared.scheduler.block(slot, now);
         if requeue {
             shared.scheduler.wake(slot, now);
@@ -623,11 +623,11 @@ fn give_away_waiting(yielding: bool, message_until: Option<u64>) {
             shared.clear(slot, Flags::RECEIVING);
         }
         Some(next) => {
-            trace_switch_out(reason);
+            trace_switch_out(shared, reason);
             switch_in_place(guard, next)
         }
         None => {
-            trace_switch_out(reason);
+            trace_switch_out(shared, reason);
             save_running(shared);
             drop(guard);
             run_loop()
@@ -677,7 +677,7 @@ pub fn reschedule(unsynced: bool) {
         (Some(loaded), Some(next)) if loaded == next => {}
         (loaded, next) => {
             if loaded.is_some() {
-                trace_switch_out(SwitchReason::Preempted);
+                trace_switch_out(shared, SwitchReason::Preempted);
             }
             if let Some(slot) = loaded.filter(|_| unsynced) {
                 shared.set(slot, Flags::NEEDS_SYNC);
@@ -697,9 +697,9 @@ pub fn reschedule(unsynced: bool) {
 /// The running vCPU stops (CPU_OFF, its VM ended or reset): the scheduler forgets it until
 /// its next start. Its interrupts were discarded by the caller.
 pub fn stop_running() -> ! {
-    trace_switch_out(SwitchReason::Stopped);
     {
         let mut shared = this_shared().lock_cold();
+        trace_switch_out(&shared, SwitchReason::Stopped);
         if let Some(slot) = shared.loaded.take() {
             at_mut(&mut shared.contexts, slot).leave_unsaved();
             let now = timer::now();
@@ -944,15 +944,32 @@ fn program(shared: &mut SharedCpu, decision: Decision) {
     timers::set_schedule(decision.until, earliest);
 }
 
-/// The running vCPU leaves this pCPU for `reason`, in the trace.
+/// The running vCPU leaves this pCPU for `reason`, in the trace, with the budget it has left
+/// as the scheduler last charged it.
 #[inline(always)]
-fn trace_switch_out(reason: SwitchReason) {
+fn trace_switch_out(shared: &SharedCpu, reason: SwitchReason) {
     if !trace::ON {
         return;
     }
     if let Some((id, vcpu)) = vm::current() {
-        trace::record(trace::Kind::SwitchOut, id, vcpu, reason as u8, 0);
+        let budget = shared
+            .loaded
+            .and_then(|slot| shared.scheduler.budget_left(slot));
+        trace::record(
+            trace::Kind::SwitchOut,
+            id,
+            vcpu,
+            reason as u8,
+            budget_us(budget),
+        );
     }
+}
+
+/// A budget in the trace: microseconds, `u32::MAX` for none (no reservation).
+fn budget_us(budget: Option<u64>) -> u32 {
+    budget.map_or(u32::MAX, |ticks| {
+        u32::try_from(timer::ticks_to_ns(ticks) / 1000).unwrap_or(u32::MAX - 1)
+    })
 }
 
 /// The scheduler's `decision`, in the trace: the vCPU it picked (or none) and the
@@ -970,8 +987,9 @@ fn trace_decision(shared: &mut SharedCpu, decision: Decision) {
             continue;
         }
         let response_us = timer::ticks_to_ns(journal.last_response) / 1000;
+        let budget = u64::from(budget_us(shared.scheduler.budget_left(slot)));
         for (kind, count, arg) in [
-            (trace::Kind::JobRelease, journal.released, 0),
+            (trace::Kind::JobRelease, journal.released, budget),
             (trace::Kind::JobComplete, journal.completed, response_us),
             (trace::Kind::BudgetExhausted, journal.exhausted, 0),
             (trace::Kind::JobMiss, journal.missed, 0),
