@@ -6,6 +6,7 @@ mod baseline;
 mod bench;
 mod debian;
 mod devices_bench;
+mod docs;
 mod dtb;
 mod exec_trace;
 mod fuzz;
@@ -68,7 +69,8 @@ const USAGE: &str = "usage: cargo xtask <command>
                    baseline; with --update, written as the new baseline
   fuzz [TARGET] [SECONDS]  run the core's fuzz targets (all, or TARGET) SECONDS each (default 10);
                    `fuzz TARGET --replay FILE` runs one saved input
-  build CONFIG     compile CONFIG and build its image under target/keel/<name>/keel.bin";
+  build CONFIG     compile CONFIG and build its image under target/keel/<name>/keel.bin
+  docs             build the book (docs/, mdBook) into target/book/";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -115,6 +117,7 @@ fn main() -> ExitCode {
             Some(config) => setup::ensure_tools().and_then(|()| build(Path::new(config))),
             None => Err(USAGE.into()),
         },
+        Some("docs") => docs::build().map(|html| step(&format!("book: {}", html.display()))),
         _ => Err(USAGE.into()),
     };
     match result {
@@ -267,6 +270,7 @@ fn test(filter: Option<&str>) -> ExitCode {
         println!("{} passed, {} failed", tally.passed, tally.failed + 1);
         return ExitCode::FAILURE;
     }
+    docs::run_checks(filter, |name, outcome| tally.outcome(name, outcome));
     let chosen = scenarios::all()
         .into_iter()
         .filter(|scenario| filter.is_none_or(|text| scenario.name.contains(text)));
