@@ -29,7 +29,7 @@ const FRAGMENT: &str = "fragment";
 /// returns the directory of its HTML.
 pub fn build() -> Result<PathBuf> {
     let book = mdbook_driver::MDBook::load(workspace().join(BOOK))
-        .map_err(|error| format!("{BOOK}/book.toml: {error:#}"))?;
+        .map_err(|error| format!("loading the book in {BOOK}/: {error:#}"))?;
     book.build()
         .map_err(|error| format!("building the book in {BOOK}/: {error:#}"))?;
     let html = book.build_dir_for("html");
@@ -50,11 +50,8 @@ pub fn run_checks(filter: Option<&str>, mut report: impl FnMut(&str, Result<Stri
     let mut build_once = || built.get_or_insert_with(build).clone();
     if selected("book: builds") {
         let outcome = build_once().map(|html| {
-            format!(
-                "{} pages built into {}",
-                pages.iter().filter(|page| page.in_book()).count(),
-                html.display()
-            )
+            let chapters = pages.iter().filter(|page| page.in_book()).count() - 1;
+            format!("{chapters} chapters built into {}", html.display())
         });
         report("book: builds", outcome);
     }
@@ -207,9 +204,10 @@ fn check_example(example: &Example) -> Result<String> {
     if example.marks.iter().any(|mark| mark == FRAGMENT) {
         return toml::from_str::<toml::Table>(&example.text)
             .map(|table| {
+                let keys: Vec<&str> = table.keys().map(String::as_str).collect();
                 format!(
-                    "a fragment: parses as TOML ({} keys at its top)",
-                    table.len()
+                    "a fragment: parses as TOML (its top keys: {})",
+                    keys.join(", ")
                 )
             })
             .map_err(|error| format!("{at}: a fragment that is not TOML: {error}"));
@@ -678,15 +676,15 @@ mod tests {
         let services: [(&str, BTreeSet<i64>); 4] = [
             ("SMCCC and PSCI", call_errors),
             (
-                "task services",
+                "the task services",
                 TaskError::ALL.iter().map(|e| e.code()).collect(),
             ),
             (
-                "message services",
+                "the message services",
                 MessageError::ALL.iter().map(|e| e.code()).collect(),
             ),
             (
-                "channel doorbell",
+                "the channel doorbell",
                 ChannelError::ALL.iter().map(|e| e.code()).collect(),
             ),
         ];
@@ -718,7 +716,7 @@ mod tests {
                 .iter()
                 .filter(|(_, codes)| !tables.contains(codes))
                 .map(|(service, codes)| {
-                    format!("{ABI_CHAPTER}: no table of exactly the {service}' codes {codes:?}")
+                    format!("{ABI_CHAPTER}: no table of exactly the codes of {service}: {codes:?}")
                 })
                 .collect(),
         );
