@@ -50,8 +50,8 @@ pub fn step(what: &str) {
 const USAGE: &str = "usage: cargo xtask <command>
   run [CONFIG]     build CONFIG (default configs/demo.toml) and boot it in QEMU, console on this terminal
                    (Ctrl-A then 0-9 focus a VM, n next VM, x power off)
-  test [TEXT]      run every test: host unit tests, then QEMU scenarios (with TEXT: only the
-                   scenarios whose name contains it)
+  test [TEXT]      run every test: host unit tests, the book's checks, then QEMU scenarios (with
+                   TEXT: only the book checks and scenarios whose name contains it)
   bench [micro]    print the micro-benchmarks (instructions, QEMU icount), Keel vs native, then the
                    Linux benchmarks (native, Keel, Xen) unless `micro`
   bench sched [--no-linux]  the shared-pCPU benchmarks: vCPU switch cost, lazy FP, the M5150 overhead table (--no-linux: without the Linux boots)
