@@ -6,6 +6,7 @@ mod baseline;
 mod bench;
 mod debian;
 mod devices_bench;
+mod docs;
 mod dtb;
 mod exec_trace;
 mod fuzz;
@@ -50,8 +51,8 @@ pub fn step(what: &str) {
 const USAGE: &str = "usage: cargo xtask <command>
   run [CONFIG]     build CONFIG (default configs/demo.toml) and boot it in QEMU, console on this terminal
                    (Ctrl-A then 0-9 focus a VM, n next VM, x power off)
-  test [TEXT]      run every test: host unit tests, then QEMU scenarios (with TEXT: only the
-                   scenarios whose name contains it)
+  test [TEXT]      run every test: host unit tests, the book's checks, then QEMU scenarios (with
+                   TEXT: only the book checks and scenarios whose name contains it)
   bench [micro]    print the micro-benchmarks (instructions, QEMU icount), Keel vs native, then the
                    Linux benchmarks (native, Keel, Xen) unless `micro`
   bench sched [--no-linux]  the shared-pCPU benchmarks: vCPU switch cost, lazy FP, the M5150 overhead table (--no-linux: without the Linux boots)
@@ -72,7 +73,8 @@ const USAGE: &str = "usage: cargo xtask <command>
                    `fuzz TARGET --replay FILE` runs one saved input
   trace CONFIG [--seconds N]  boot CONFIG with Keel's trace on under icount for N seconds of
                    virtual time (default 2) and write target/keel/trace/<name>.json for ui.perfetto.dev
-  build CONFIG     compile CONFIG and build its image under target/keel/<name>/keel.bin";
+  build CONFIG     compile CONFIG and build its image under target/keel/<name>/keel.bin
+  docs             build the book (docs/, mdBook) into target/book/";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -140,6 +142,7 @@ fn main() -> ExitCode {
             Some(config) => setup::ensure_tools().and_then(|()| build(Path::new(config))),
             None => Err(USAGE.into()),
         },
+        Some("docs") => docs::build().map(|html| step(&format!("book: {}", html.display()))),
         _ => Err(USAGE.into()),
     };
     match result {
@@ -292,6 +295,7 @@ fn test(filter: Option<&str>) -> ExitCode {
         println!("{} passed, {} failed", tally.passed, tally.failed + 1);
         return ExitCode::FAILURE;
     }
+    docs::run_checks(filter, |name, outcome| tally.outcome(name, outcome));
     let chosen = scenarios::all()
         .into_iter()
         .filter(|scenario| filter.is_none_or(|text| scenario.name.contains(text)));

@@ -8,7 +8,8 @@
 //! message is a [`Problem`] or [`Unschedulable`]
 //! variant); [`emit_rust`] turns the result into the
 //! [`SystemDesc`](crate::system::SystemDesc) and message pool size the hypervisor links in. EL2
-//! never parses TOML.
+//! never parses TOML. [`accepted_keys`] lists every key the parser takes, table by table, for
+//! the configuration reference's check.
 
 mod board;
 mod channels;
@@ -17,6 +18,7 @@ mod decimal;
 mod duration;
 mod error;
 mod image;
+mod keys;
 mod load;
 mod messages;
 mod model;
@@ -35,6 +37,7 @@ pub use codegen::emit_rust;
 pub use duration::{format_duration, parse_duration, DurationError};
 pub use error::{AddressRange, Backing, ConfigError, ConfigErrorKind, Problem, Subject, VcpuName};
 pub use image::{inspect as inspect_image, ImageLayout};
+pub use keys::{accepted_keys, KeyTable};
 pub use load::{load, load_with_board, parse_str, parse_str_with_board};
 pub use model::{
     Channel, ChannelMember, DeviceInterrupt, DeviceNode, Flash, ImageSource, Initrd, Messages,

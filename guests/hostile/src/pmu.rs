@@ -2,7 +2,7 @@
 //! writes values of its own into every PMU register a guest can write, enables the cycle
 //! counter and event counter 0 and lets them count; then vCPU 1 is turned off and on again
 //! (CPU_ON) and vCPU 0 resets the VM (SYSTEM_RESET). Each of those starts must find the PMU
-//! clean, as the README's entry state promises: counters, their interrupts and overflow flags
+//! clean, as the book's entry state promises: counters, their interrupts and overflow flags
 //! off, PMCR_EL0 with E = 0, PMSELR_EL0, PMUSERENR_EL0 and PMCCFILTR_EL0 zero, and every event
 //! counter's type and value (n < PMCR_EL0.N) and the cycle counter zero. A counter that kept
 //! running, or a setting that survived, would carry one run's activity into the next.

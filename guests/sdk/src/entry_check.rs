@@ -1,5 +1,5 @@
 //! Checks, in the first instructions a vCPU runs, that Keel entered it in the documented entry
-//! state (README, "Entry state"): x1-x30, SP, the EL1 and EL0 system registers, DAIF, NZCV
+//! state (docs/src/guest-abi.md, "Entry state"): x1-x30, SP, the EL1 and EL0 system registers, DAIF, NZCV
 //! and the FP/SIMD registers. The first register found wrong is recorded per vCPU for Rust
 //! code to report ([`entry_state`]); the check runs before anything of the guest's own
 //! changes a register, from the boot entry and from the CPU_ON entry.

@@ -53,7 +53,7 @@ impl El1State {
         ..Self::RESET
     };
 
-    /// The documented entry state (README "Entry state"): everything zero but SCTLR_EL1.
+    /// The documented entry state (docs/src/guest-abi.md, "Entry state"): everything zero but SCTLR_EL1.
     pub const RESET: Self = Self {
         sctlr: super::regs::SCTLR_EL1_RESET,
         vbar: 0,
@@ -399,7 +399,7 @@ impl VcpuContext {
 
     /// The vCPU's power-on state (`traps`: its HCR_EL2 and MDCR_EL2): entry at `pc`, EL1h with
     /// interrupts masked, EL1 registers, timer, interface, FP/SIMD and (`owns_pmu`: its VM owns
-    /// the PMU) a clean PMU as the README's entry state says. Its general registers are not
+    /// the PMU) a clean PMU as the book's entry state says. Its general registers are not
     /// here: the caller sets its frame ([`super::vectors::GuestRegs::zero`], then x0).
     pub fn reset(&mut self, pc: u64, vmpidr: u64, traps: (u64, u64), vttbr: u64, owns_pmu: bool) {
         // Field by field rather than `*self = Self::EMPTY` first: the PMU's 560 bytes are

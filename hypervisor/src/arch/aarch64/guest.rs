@@ -117,9 +117,9 @@ pub fn set_fp_trap(trapped: bool) {
     }
 }
 
-/// Writes every EL1 (and EL0) register a guest can read to its documented entry state (the
-/// README's "Entry state"): nothing a previous run of the vCPU, or Keel, left there survives a
-/// start, CPU_ON or reset. The general-purpose registers are set by the entry itself.
+/// Writes every EL1 (and EL0) register a guest can read to its documented entry state
+/// (docs/src/guest-abi.md, "Entry state"): nothing a previous run of the vCPU, or Keel, left
+/// there survives a start, CPU_ON or reset. The general-purpose registers are set by the entry itself.
 fn reset_el1_state() {
     // SAFETY: the registers written are the guest's EL1/EL0 context, which this pCPU does not
     // run yet: MMU and caches off, no vector table, timers stopped, nothing in the thread or
@@ -156,7 +156,7 @@ fn reset_el1_state() {
 }
 
 /// Gives the VM that owns this pCPU's PMU a clean one at each vCPU start (boot, CPU_ON,
-/// SYSTEM_RESET), as the README's entry state promises: nothing counted or configured by the
+/// SYSTEM_RESET), as the book's entry state promises: nothing counted or configured by the
 /// vCPU's earlier run survives (Arm ARM D13, the PMU registers). Counters, their interrupts
 /// and overflow flags off; PMCR_EL0 with E = 0 and both resets written (P, C); no counter
 /// selected, no EL0 access; every event counter's type and value (n < PMCR_EL0.N), the cycle
