@@ -69,9 +69,10 @@ pub const KEEL_TRACE_MARK: u32 = keel_call(0x21);
 /// the caller's memory. Read a ring on: call again from x1 + x0.
 pub const KEEL_TRACE_READ: u32 = keel_call(0x22);
 
-/// Most records one KEEL_TRACE_READ copies (4 KiB): the copy is Keel's work with interrupts
-/// masked, so it is bounded whatever the buffer.
-pub const TRACE_READ_MAX: usize = 256;
+/// Most records one KEEL_TRACE_READ copies (512 bytes): the copy is Keel's work with
+/// interrupts masked, so it is bounded whatever the buffer, inside the masked-stretch bound of
+/// 2,000 instructions; a reader behind calls again (each call a trap of its own).
+pub const TRACE_READ_MAX: usize = 32;
 
 /// Sends a message (see [`crate::ipc`]): x1 = destination VM, x2 = its vCPU (a task: the
 /// VM's configured vCPUs plus the task's index, as KEEL_VM_ID tells the task), x3 = the

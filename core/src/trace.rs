@@ -58,17 +58,18 @@ pub enum Kind {
     /// The vCPU is loaded on this pCPU and runs next.
     SwitchIn = 6,
     /// The running vCPU leaves this pCPU: detail is a [`SwitchReason`], the argument the
-    /// budget it has left in µs as the scheduler last charged it (`u32::MAX`: no reservation).
+    /// budget it has left in counter ticks as the scheduler last charged it (`u32::MAX`: no
+    /// reservation). Durations in arguments are counter ticks (the header's frequency).
     SwitchOut = 7,
     /// The scheduler decided: the vCPU it picked (VM [`NO_VM`]: none, the pCPU idles) and, in
-    /// the argument, microseconds until it decides again (`u32::MAX`: no deadline).
+    /// the argument, counter ticks until it decides again (`u32::MAX`: no deadline).
     Decide = 8,
     /// Jobs of the vCPU were released since the scheduler last decided (the detail: how many,
     /// 1 but for jobs skipped while nothing decided; the same for the three kinds below); the
-    /// argument is its budget then, in µs.
+    /// argument is its budget then, in counter ticks.
     JobRelease = 9,
     /// Jobs of the vCPU completed (it blocked): the argument is the last one's response time
-    /// in µs.
+    /// in counter ticks.
     JobComplete = 10,
     /// Jobs of the vCPU missed their deadline.
     JobMiss = 11,

@@ -294,8 +294,9 @@ fn slice(name: String, from: f64, to: f64, pid: u32, tid: u32) -> TraceEvent {
     }
 }
 
-/// A counter of `event`'s vCPU's budget left (its argument, µs), on its VM's track.
-fn budget(vms: &[String], event: &Event, at: f64) -> TraceEvent {
+/// A counter of `event`'s vCPU's budget left (its argument, counter ticks at `frequency`),
+/// in µs, on its VM's track.
+fn budget(vms: &[String], event: &Event, at: f64, frequency: u64) -> TraceEvent {
     TraceEvent {
         name: format!("budget {} (µs)", vcpu_name(vms, event.vm, event.vcpu)),
         ph: "C".into(),
@@ -304,7 +305,10 @@ fn budget(vms: &[String], event: &Event, at: f64) -> TraceEvent {
         pid: vm_pid(event.vm),
         tid: 0,
         s: None,
-        args: BTreeMap::from([("left".into(), event.arg.into())]),
+        args: BTreeMap::from([(
+            "left".into(),
+            (f64::from(event.arg) * 1e6 / frequency.max(1) as f64).into(),
+        )]),
     }
 }
 
@@ -373,7 +377,7 @@ pub fn chrome_trace(traced: &Traced) -> TraceFile {
                 Kind::SwitchOut => {
                     end_run(&mut run, at, &mut events);
                     if event.arg != u32::MAX {
-                        events.push(budget(&traced.vms, event, at));
+                        events.push(budget(&traced.vms, event, at, ring.frequency));
                     }
                     let reason =
                         SwitchReason::from_u8(event.detail).map_or("?", SwitchReason::name);
@@ -409,11 +413,18 @@ pub fn chrome_trace(traced: &Traced) -> TraceFile {
                         at,
                         pid,
                         KEEL,
-                        args(&[("until_us", event.arg.into())]),
+                        args(&[(
+                            "until_us",
+                            if event.arg == u32::MAX {
+                                serde_json::Value::Null
+                            } else {
+                                us(u64::from(event.arg)).into()
+                            },
+                        )]),
                     ));
                 }
                 Kind::JobRelease if event.arg != u32::MAX => {
-                    events.push(budget(&traced.vms, event, at));
+                    events.push(budget(&traced.vms, event, at, ring.frequency));
                     events.push(instant(
                         "job-release".into(),
                         at,
@@ -432,6 +443,14 @@ pub fn chrome_trace(traced: &Traced) -> TraceFile {
                             args(&[("pcpu", ring.pcpu.into()), ("kind", "eoi".into())]),
                         ));
                     }
+                    let mut extra = vec![
+                        ("pcpu", ring.pcpu.into()),
+                        ("kind", kind.name().into()),
+                        ("arg", event.arg.into()),
+                    ];
+                    if kind == Kind::JobComplete {
+                        extra.push(("response_us", us(u64::from(event.arg)).into()));
+                    }
                     let name = match kind {
                         Kind::Inject => format!("inject {}", event.arg),
                         Kind::Eoi => format!("eoi {}", event.arg),
@@ -443,11 +462,7 @@ pub fn chrome_trace(traced: &Traced) -> TraceFile {
                         at,
                         vm_pid(event.vm),
                         u32::from(event.vcpu),
-                        args(&[
-                            ("pcpu", ring.pcpu.into()),
-                            ("kind", kind.name().into()),
-                            ("arg", event.arg.into()),
-                        ]),
+                        args(&extra),
                     ));
                 }
                 _ => {}

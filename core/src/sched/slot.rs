@@ -283,20 +283,26 @@ impl Slot {
 
     /// What happened since the last call (see [`Journal`]).
     pub(super) fn take_journal(&mut self) -> Journal {
-        let now = [
+        // Word by word: an array comparison would be a byte-wise `memcmp` call.
+        let [jobs, completed, missed, overruns] = self.seen;
+        if jobs == self.stats.jobs
+            && completed == self.completed
+            && missed == self.stats.deadline_misses
+            && overruns == self.stats.overruns
+        {
+            return Journal::default();
+        }
+        self.seen = [
             self.stats.jobs,
             self.completed,
             self.stats.deadline_misses,
             self.stats.overruns,
         ];
-        let [released, completed, missed, exhausted] =
-            core::array::from_fn(|i| now[i].saturating_sub(self.seen[i]));
-        self.seen = now;
         Journal {
-            released,
-            completed,
-            missed,
-            exhausted,
+            released: self.stats.jobs.saturating_sub(jobs),
+            completed: self.completed.saturating_sub(completed),
+            missed: self.stats.deadline_misses.saturating_sub(missed),
+            exhausted: self.stats.overruns.saturating_sub(overruns),
             last_response: self.stats.last_response,
         }
     }

@@ -1,8 +1,9 @@
 //! Trace-reader mode (`keel.mode=trace-reader`): a manager VM reading Keel's trace rings into
 //! its own memory with KEEL_TRACE_READ, as a Linux tool would stream them.
 //!
-//! Every 10 ms it copies what each pCPU's ring gained (`keel.pcpus=<n>` rings, default 2), at
-//! most one call's worth (`TRACE_READ_MAX` records) per pCPU and pass, and checks each record:
+//! Every 10 ms it copies what each pCPU's ring gained (`keel.pcpus=<n>` rings, default 2), a
+//! call's worth (`TRACE_READ_MAX` records) at a time until it has caught up or made
+//! [`CALLS_PER_PASS`] calls for that pCPU, and checks each record:
 //! a known kind, and a time never before the previous record's of that pCPU. Records the ring
 //! overwrote before they were read are counted as lost, not as errors. Each second it prints
 //! `trace-reader: s=<s> pcpu=<p> records=<n> lost=<n> marks=<n>` per pCPU; any record that fails
@@ -17,6 +18,9 @@ use keel_guest::{println, system_off, timer};
 
 /// Most pCPUs read.
 const MAX_PCPUS: usize = 8;
+/// Most calls for one pCPU in one pass (a ring filling faster than this reads is left for
+/// the next pass; what it overwrites meanwhile is counted lost).
+const CALLS_PER_PASS: usize = 128;
 
 /// What was read of one pCPU's ring.
 #[derive(Clone, Copy, Default)]
@@ -79,20 +83,25 @@ pub fn run(args: BootArgs<'_>) -> ! {
     let mut reported = 0;
     loop {
         for (pcpu, reading) in readings.iter_mut().enumerate().take(pcpus) {
-            match read(pcpu as u64, reading.next, &mut buffer) {
-                Ok(copied) => {
-                    if let Err((index, why)) = take(reading, &copied, &buffer) {
-                        println!("trace-reader: pcpu={pcpu} record {index} bad: {why}");
+            for _ in 0..CALLS_PER_PASS {
+                match read(pcpu as u64, reading.next, &mut buffer) {
+                    Ok(copied) => {
+                        if let Err((index, why)) = take(reading, &copied, &buffer) {
+                            println!("trace-reader: pcpu={pcpu} record {index} bad: {why}");
+                            system_off();
+                        }
+                        if copied.first + copied.count >= copied.head {
+                            break;
+                        }
+                    }
+                    Err(CallError::Denied) => {
+                        println!("trace-reader: denied");
                         system_off();
                     }
-                }
-                Err(CallError::Denied) => {
-                    println!("trace-reader: denied");
-                    system_off();
-                }
-                Err(error) => {
-                    println!("trace-reader: pcpu={pcpu} read failed: {error:?}");
-                    system_off();
+                    Err(error) => {
+                        println!("trace-reader: pcpu={pcpu} read failed: {error:?}");
+                        system_off();
+                    }
                 }
             }
         }

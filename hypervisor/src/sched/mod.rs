@@ -960,25 +960,29 @@ fn trace_switch_out(shared: &SharedCpu, reason: SwitchReason) {
             id,
             vcpu,
             reason as u8,
-            budget_us(budget),
+            budget_ticks(budget),
         );
     }
 }
 
-/// A budget in the trace: microseconds, `u32::MAX` for none (no reservation).
-fn budget_us(budget: Option<u64>) -> u32 {
+/// A budget in the trace: counter ticks, `u32::MAX` for none (no reservation).
+fn budget_ticks(budget: Option<u64>) -> u32 {
     budget.map_or(u32::MAX, |ticks| {
-        u32::try_from(timer::ticks_to_ns(ticks) / 1000).unwrap_or(u32::MAX - 1)
+        u32::try_from(ticks).unwrap_or(u32::MAX - 1)
     })
 }
 
-/// The scheduler's `decision`, in the trace: the vCPU it picked (or none) and the
-/// microseconds until it decides again; before it, what happened to each vCPU's jobs since
+/// The scheduler's `decision`, in the trace: the vCPU it picked (or none) and the counter
+/// ticks until it decides again; before it, what happened to each vCPU's jobs since
 /// the last decision (the scheduler's journal: releases, completions with their response
 /// time, budgets used up, deadline misses).
 #[inline(never)]
 fn trace_decision(shared: &mut SharedCpu, decision: Decision) {
-    for slot in 0..MAX_SLOTS {
+    // Only started slots have jobs; a stopped one's last counts wait for its next start.
+    let mut scan = shared.started;
+    while scan != 0 {
+        let slot = scan.trailing_zeros() as usize;
+        scan &= scan - 1;
         let Some(placed) = *at(&shared.placed, slot) else {
             continue;
         };
@@ -986,11 +990,14 @@ fn trace_decision(shared: &mut SharedCpu, decision: Decision) {
         if journal.is_empty() {
             continue;
         }
-        let response_us = timer::ticks_to_ns(journal.last_response) / 1000;
-        let budget = u64::from(budget_us(shared.scheduler.budget_left(slot)));
+        let budget = u64::from(budget_ticks(shared.scheduler.budget_left(slot)));
         for (kind, count, arg) in [
             (trace::Kind::JobRelease, journal.released, budget),
-            (trace::Kind::JobComplete, journal.completed, response_us),
+            (
+                trace::Kind::JobComplete,
+                journal.completed,
+                journal.last_response,
+            ),
             (trace::Kind::BudgetExhausted, journal.exhausted, 0),
             (trace::Kind::JobMiss, journal.missed, 0),
         ] {
@@ -1010,8 +1017,7 @@ fn trace_decision(shared: &mut SharedCpu, decision: Decision) {
             (placed.vm, placed.vcpu)
         });
     let until = decision.until.map_or(u32::MAX, |until| {
-        let ns = timer::ticks_to_ns(until.saturating_sub(timer::now()));
-        u32::try_from(ns / 1000).unwrap_or(u32::MAX - 1)
+        u32::try_from(until.saturating_sub(timer::now())).unwrap_or(u32::MAX - 1)
     });
     trace::record(trace::Kind::Decide, picked.0, picked.1, 0, until);
 }

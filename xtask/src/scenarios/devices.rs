@@ -102,8 +102,8 @@ fn boot_edu(attack: &str) -> Result<Ended> {
 
 /// What every edu run shows: the device found with its INTID, a DMA round trip with the VM's
 /// own memory, the interrupt flood taken (each interrupt one guest EOI, so bounded by the
-/// guest's pace), the attack refused with Keel's line and the VM stopped before it could go
-/// on, the victim's canary intact and its ticks whole, the prober stopped at the ECAM.
+/// guest's pace), the attack refused with Keel's line and the VM stopped before it could end
+/// its program, the victim's canary intact and its ticks whole, the prober stopped at the ECAM.
 fn check_edu(ended: &Ended, attack: &str, access: &str) -> Result<()> {
     expect_line(
         ended,
@@ -127,11 +127,18 @@ fn check_edu(ended: &Ended, attack: &str, access: &str) -> Result<()> {
             r"^\[keel\] vm 'edu' \(id 1\) stopped: DMA refused by the SMMU: translation fault: stream 8, {access} at 0x50800000$"
         ),
     )?;
-    if let Some(line) = lines_of(ended, "edu")
+    // The device reports an aborted transfer as done, and the guest, polling it on its own
+    // pCPU, may print that before Keel has served the SMMU's event interrupt on pCPU 0 (which
+    // way it falls moves with any change of either's instruction count). What it must never
+    // reach is the end of its program, its own SYSTEM_OFF: Keel stops it first.
+    if ended
+        .lines
         .iter()
-        .find(|line| line.starts_with(&format!("edu: DMA {attack}")) && line.ends_with("done"))
+        .any(|line| line == "[keel] vm 'edu' (id 1) powered off")
     {
-        return Err(format!("vm 'edu' went on after its attack: '{line}'"));
+        return Err(format!(
+            "vm 'edu' went on after its DMA {attack} and powered itself off"
+        ));
     }
     let canaries: Vec<&str> = lines_of(ended, "victim")
         .into_iter()
