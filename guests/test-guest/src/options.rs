@@ -14,6 +14,7 @@
 //! | `keel.fp` | pingpong mode: touch FP/SIMD before each yield |
 //! | `keel.iterations=<n>` | work mode: rounds of the workload (default 10,000,000) |
 //! | `keel.lateness` | ticks mode: also report each second's min/avg/max tick lateness in ns |
+//! | `keel.histogram` | ticks mode: after each report, print the histogram of every tick's lateness since the start (`hist: tick-lateness ...`, one line per tick), and all of it before `keel.off` |
 //! | `keel.control` | ticks mode: also run a control loop at the tick rate, commanded in lines over messages from `keel.peer` (see [`crate::control`]) |
 //! | `keel.peer=<vm id>` | the VM that commands `keel.control` and gets its answers (default 0); messages mode's peer |
 //! | `keel.max=<bytes>` | the largest message `keel.peer` takes (default 256, at least 1) |
@@ -111,6 +112,8 @@ pub struct Options<'a> {
     pub print_ms: u64,
     /// `keel.lateness`: ticks mode reports min/avg/max lateness too.
     pub lateness: bool,
+    /// `keel.histogram`: ticks mode prints its tick lateness histogram too.
+    pub histogram: bool,
     /// `keel.control`: ticks mode runs the control loop too.
     pub control: bool,
     /// `keel.peer`: the VM that commands the control loop.
@@ -235,6 +238,7 @@ impl<'a> Options<'a> {
             peer,
             max_message,
             lateness: args.has_flag("keel.lateness"),
+            histogram: args.has_flag("keel.histogram"),
             start_ms,
             print_ms,
             iterations,
