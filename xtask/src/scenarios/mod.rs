@@ -8,6 +8,7 @@ mod channels;
 mod devices;
 mod linux_devices;
 mod messages;
+mod plots;
 mod rootfs;
 mod sched;
 mod tasks;
@@ -1357,6 +1358,7 @@ pub fn all() -> Vec<Scenario> {
     scenarios.extend(devices::all());
     scenarios.extend(linux_devices::all());
     scenarios.extend(rootfs::all());
+    scenarios.extend(plots::all());
     scenarios.push(Scenario {
         name: format!(
             "benchmark figures (bench micro, the image, two switches, a 100-byte delivery on one and two pCPUs) within {} % of xtask/baseline.toml",
