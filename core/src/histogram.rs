@@ -3,10 +3,12 @@
 //!
 //! A guest records each sample (counter ticks) with a few instructions and no division, after
 //! the sample's own measurement; it prints the histogram as a few short lines when it is not
-//! measuring. Buckets are exact below [`EXACT`], then [`SUB_BUCKETS`] per power of two (each
-//! about 1.5 % of its values wide), up to [`MAX_VALUE`].
+//! measuring. Buckets are exact below [`EXACT`] (16 µs of QEMU's 62.5 MHz counter), then
+//! [`SUB_BUCKETS`] per power of two (each at most 0.2 % of its values wide: 128 ns at 100 µs),
+//! up to [`MAX_VALUE`]; 48 KiB of counts.
 //!
-//! The lines, each at most [`LINE_MAX`] bytes (Keel's console cuts lines of 256 into pieces):
+//! The lines, each at most [`LINE_MAX`] bytes (Keel's console cuts lines of 256 into pieces),
+//! or shorter if the guest asks ([`Printer::with_line_max`]):
 //!
 //! ```text
 //! hist: NAME LOW-HIGH:COUNT LOW-HIGH:COUNT ...
@@ -22,7 +24,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 use crate::text::{Decimal, Out, Show};
 
 /// Bits of a value below its leading one that pick its bucket within its power of two.
-const SUB_BUCKET_BITS: u32 = 6;
+const SUB_BUCKET_BITS: u32 = 9;
 /// Buckets per power of two above [`EXACT`].
 pub const SUB_BUCKETS: u64 = 1 << SUB_BUCKET_BITS;
 /// Values below this have a bucket each.
@@ -108,6 +110,7 @@ pub const LINE_MAX: usize = 200;
 pub const NAME_MAX: usize = 32;
 /// Longest `LOW-HIGH:COUNT` entry, with its space: a line always has room for one.
 const ENTRY_MAX: usize = 1 + 20 + 1 + 20 + 1 + 10;
+const _: () = assert!(6 + NAME_MAX + ENTRY_MAX <= LINE_MAX);
 
 /// One printed line, made without an allocator.
 pub struct Line {
@@ -159,18 +162,33 @@ pub struct Printer {
     done: bool,
     /// Units of the recorded values per second (the counter's frequency).
     units_per_second: u64,
+    /// Longest line made, unless one entry alone is longer.
+    line_max: usize,
 }
 
 impl Printer {
     /// A printer of a histogram whose values count units of which there are
-    /// `units_per_second` (the counter's frequency): printed in nanoseconds.
+    /// `units_per_second` (the counter's frequency): printed in nanoseconds, in lines of at
+    /// most [`LINE_MAX`] bytes.
     pub const fn new(units_per_second: u64) -> Self {
         Self {
             next: 0,
             printed: 0,
             done: false,
             units_per_second,
+            line_max: LINE_MAX,
         }
+    }
+
+    /// The same with lines of at most `line_max` bytes, but at least one bucket a line
+    /// (printing a line costs a guest about its length in console traps).
+    pub const fn with_line_max(mut self, line_max: usize) -> Self {
+        self.line_max = if line_max < LINE_MAX {
+            line_max
+        } else {
+            LINE_MAX
+        };
+        self
     }
 
     /// Whether the end line has been made.
@@ -192,16 +210,22 @@ impl Printer {
         line.put("hist: ");
         line.put_bytes(&name.as_bytes()[..name.len().min(NAME_MAX)]);
         let header = line.len;
-        while self.next < BUCKETS && line.len + ENTRY_MAX <= LINE_MAX {
+        let mut entry = Line::new();
+        while self.next < BUCKETS {
             let count = histogram.count(self.next);
             if count > 0 {
                 let (low, high) = bounds(self.next);
-                line.put(" ");
-                Decimal(self.nanoseconds(low), 0).show(line);
-                line.put("-");
-                Decimal(self.nanoseconds(high), 0).show(line);
-                line.put(":");
-                Decimal(u64::from(count), 0).show(line);
+                entry.clear();
+                entry.put(" ");
+                Decimal(self.nanoseconds(low), 0).show(&mut entry);
+                entry.put("-");
+                Decimal(self.nanoseconds(high), 0).show(&mut entry);
+                entry.put(":");
+                Decimal(u64::from(count), 0).show(&mut entry);
+                if line.len > header && line.len + entry.len > self.line_max {
+                    break;
+                }
+                line.put_bytes(&entry.bytes[..entry.len]);
                 self.printed += u64::from(count);
             }
             self.next += 1;
@@ -385,7 +409,7 @@ mod tests {
 
     #[test]
     fn buckets_cover_every_value_once_in_order() {
-        assert_eq!(BUCKETS, 1728);
+        assert_eq!(BUCKETS, 12_288);
         let mut expected_low = 0;
         for index in 0..BUCKETS {
             let (low, high) = bounds(index);
@@ -402,14 +426,14 @@ mod tests {
     }
 
     #[test]
-    fn buckets_are_exact_below_128_then_about_one_and_a_half_percent_wide() {
-        assert_eq!(bounds(bucket(127)), (127, 128));
-        assert_eq!(bounds(bucket(128)), (128, 130));
-        assert_eq!(bounds(bucket(1000)), (1000, 1008));
-        assert_eq!(bounds(bucket(1_000_000)), (999_424, 1_007_616));
-        for value in [128, 200, 1000, 65_535, 1 << 20, 3_000_000_000] {
+    fn buckets_are_exact_below_1024_then_at_most_a_512th_wide() {
+        assert_eq!(bounds(bucket(1023)), (1023, 1024));
+        assert_eq!(bounds(bucket(1024)), (1024, 1026));
+        assert_eq!(bounds(bucket(6250)), (6248, 6256));
+        assert_eq!(bounds(bucket(1_000_000)), (999_424, 1_000_448));
+        for value in [1024, 2000, 6250, 65_535, 1 << 20, 3_000_000_000] {
             let (low, high) = bounds(bucket(value));
-            assert!((high - low) * 64 <= low, "{value}: {low}-{high}");
+            assert!((high - low) * 512 <= low, "{value}: {low}-{high}");
         }
     }
 
@@ -435,7 +459,7 @@ mod tests {
     #[test]
     fn a_histogram_prints_its_buckets_in_nanoseconds_then_its_total() {
         let histogram = Histogram::new();
-        for value in [8, 8, 9, 200, 200, 201] {
+        for value in [8, 8, 9, 2000, 2000, 2001] {
             histogram.record(value);
         }
         assert_eq!(histogram.total(), 6);
@@ -443,7 +467,7 @@ mod tests {
         assert_eq!(
             print_all(&histogram, "tick-lateness", 62_500_000),
             [
-                "hist: tick-lateness 128-144:2 144-160:1 3200-3232:3",
+                "hist: tick-lateness 128-144:2 144-160:1 32000-32032:3",
                 "hist: tick-lateness end n=6"
             ]
         );
@@ -505,6 +529,7 @@ mod tests {
         assert_eq!(read.quantile(0.95).unwrap().low, 20);
         assert_eq!(read.quantile(0.99).unwrap().low, 20);
         assert_eq!(read.quantile(1.0).unwrap().low, 1000);
+        assert_eq!(read.quantile(1.0).unwrap().high, 1001);
         assert_eq!(Distribution::default().quantile(0.5), None);
     }
 
@@ -567,6 +592,36 @@ mod tests {
     }
 
     #[test]
+    fn short_lines_hold_as_many_buckets_as_fit_and_at_least_one() {
+        let histogram = Histogram::new();
+        for value in [1, 2, 3, 1000] {
+            histogram.record(value);
+        }
+        let mut printer = Printer::new(1_000_000_000).with_line_max(20);
+        let mut line = Line::new();
+        let mut lines = Vec::new();
+        while printer.next_line(&histogram, "short", &mut line) {
+            lines.push(line.as_str().to_string());
+        }
+        assert_eq!(
+            lines,
+            [
+                "hist: short 1-2:1",
+                "hist: short 2-3:1",
+                "hist: short 3-4:1",
+                "hist: short 1000-1001:1",
+                "hist: short end n=4"
+            ]
+        );
+        let mut printer = Printer::new(1_000_000_000).with_line_max(30);
+        printer.next_line(&histogram, "short", &mut line);
+        assert_eq!(line.as_str(), "hist: short 1-2:1 2-3:1 3-4:1");
+        let mut printer = Printer::new(1_000_000_000).with_line_max(10_000);
+        printer.next_line(&histogram, "short", &mut line);
+        assert_eq!(line.as_str(), "hist: short 1-2:1 2-3:1 3-4:1 1000-1001:1");
+    }
+
+    #[test]
     fn long_names_are_cut_and_still_leave_room_for_a_bucket() {
         let histogram = Histogram::new();
         histogram.record(MAX_VALUE);
@@ -576,7 +631,7 @@ mod tests {
         assert_eq!(
             lines[0],
             format!(
-                "hist: {} 4261412864000000000-4294967296000000000:1",
+                "hist: {} 4290772992000000000-4294967296000000000:1",
                 "n".repeat(NAME_MAX)
             )
         );

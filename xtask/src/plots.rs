@@ -66,12 +66,12 @@ fn shown(bucket: Bucket) -> String {
     }
 }
 
-/// A distribution in one line: samples, median, 99th percentile and maximum (each the bucket
-/// it falls in).
+/// A distribution in one line: samples, median, 99th percentile (p99) and maximum (each the
+/// bucket it falls in).
 pub fn summary(distribution: &Distribution) -> String {
     let at = |q: f64| distribution.quantile(q).map_or("-".into(), shown);
     format!(
-        "n = {}, median {}, 99th percentile {}, max {}",
+        "n = {}, median {}, p99 {}, max {}",
         thousands(distribution.total()),
         at(0.5),
         at(0.99),
@@ -462,7 +462,8 @@ mod tests {
         let directory = TemporaryDirectory::new("histograms");
         // Ticks of 16 ns: most at 992 ns, a tail, one far outlier.
         let tight = distribution((0..1000).map(|i| 62 + u64::from(i % 50 == 0)).chain([400]));
-        let wide = distribution((0..300).map(|i| 70 + i * 3));
+        // From exact buckets into ones 16 ticks wide: drawn in bins of 256 ns.
+        let wide = distribution((0..300).map(|i| 70 + i * 30));
         let empty = Distribution::default();
         let panels = [
             Panel {
@@ -492,7 +493,7 @@ mod tests {
             "Switch cost (test data)",
             "tight with an outlier",
             "nothing measured: no samples",
-            "n = 1,001, median 992 ns, 99th percentile 1,008 ns, max 6,400-6,464 ns",
+            "n = 1,001, median 992 ns, p99 1,008 ns, max 6,400 ns",
         ] {
             check(&plot, label).unwrap();
         }
@@ -576,10 +577,10 @@ mod tests {
 
     #[test]
     fn buckets_are_drawn_in_bins_of_the_widest_ones_width() {
-        // 62 and 63 ticks: one tick (16 ns) wide; 400 ticks: 4 ticks (64 ns) wide.
-        let bins = uniform_bins(&distribution([62, 62, 63, 400, 401]));
+        // 62 and 63 ticks: one tick (16 ns) wide; 4,000 ticks: 4 ticks (64 ns) wide.
+        let bins = uniform_bins(&distribution([62, 62, 63, 4000, 4001]));
         assert_eq!(bins.width, 64);
-        assert_eq!(bins.bins, [(960, 3), (6400, 2)]);
+        assert_eq!(bins.bins, [(960, 3), (64_000, 2)]);
         let bins = uniform_bins(&distribution([8, 9, 9]));
         assert_eq!(bins.width, 16);
         assert_eq!(bins.bins, [(128, 1), (144, 2)]);
@@ -592,14 +593,14 @@ mod tests {
         assert_eq!(thousands(999), "999");
         assert_eq!(thousands(1_000), "1,000");
         assert_eq!(thousands(12_345_678), "12,345,678");
-        let d = distribution([8, 8, 8, 200]);
+        let d = distribution([8, 8, 8, 2000]);
         assert_eq!(
             summary(&d),
-            "n = 4, median 128 ns, 99th percentile 3,200-3,232 ns, max 3,200-3,232 ns"
+            "n = 4, median 128 ns, p99 32,000-32,032 ns, max 32,000-32,032 ns"
         );
         assert_eq!(
             summary(&Distribution::default()),
-            "n = 0, median -, 99th percentile -, max -"
+            "n = 0, median -, p99 -, max -"
         );
     }
 }
