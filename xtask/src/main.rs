@@ -14,6 +14,7 @@ mod http;
 mod image;
 mod ipc_bench;
 mod layers;
+mod plots;
 mod process;
 mod qemu;
 mod scenarios;

@@ -5,9 +5,11 @@
 
 use std::time::Duration;
 
+use keel_core::histogram::{Collector, Distribution};
 use regex::Regex;
 
 use crate::image::{build_guests, build_system, guest_image, output_dir, SystemImage};
+use crate::plots::{Panel, Series};
 use crate::qemu::{Ended, Machine, Session};
 use crate::Result;
 
@@ -113,6 +115,22 @@ pub(crate) fn lateness(ended: &Ended, vm: &str) -> Result<(u64, u64, u64)> {
     ))
 }
 
+/// The last complete histogram `name` that VM `vm` printed (`hist:` lines, see
+/// `keel_core::histogram`).
+pub(crate) fn distribution(ended: &Ended, vm: &str, name: &str) -> Result<Distribution> {
+    let prefix = format!("[{vm}] ");
+    let mut collector = Collector::new();
+    for line in ended.lines.iter().filter_map(|l| l.strip_prefix(&prefix)) {
+        collector
+            .feed(line)
+            .map_err(|e| format!("vm '{vm}': {e}"))?;
+    }
+    collector
+        .get(name)
+        .cloned()
+        .ok_or(format!("vm '{vm}' printed no complete '{name}' histogram"))
+}
+
 /// Seconds between `KEEL-STEP <step> BEGIN t` and `END t` in `lines`.
 fn step_seconds(ended: &Ended, step: &str) -> Result<f64> {
     let pattern = Regex::new(&format!(r"KEEL-STEP {step} (BEGIN|END) ([\d.]+)")).unwrap();
@@ -167,11 +185,15 @@ fn linux_sharing() -> Result<()> {
              {schedule}cmdline = \"{cmdline}\"\n"
         )
     };
-    let alone = run_config(
+    let alone_run = run_config(
         "bench-rt-alone",
-        &(header("bench-rt-alone", "") + &rt("", "keel.mode=ticks keel.lateness keel.off=5")),
+        &(header("bench-rt-alone", "")
+            + &rt(
+                "",
+                "keel.mode=ticks keel.lateness keel.histogram keel.off=5",
+            )),
     )?;
-    let alone = lateness(&alone, "rt")?;
+    let alone = lateness(&alone_run, "rt")?;
 
     let shared_name = "bench-rt-linux";
     let text = header(
@@ -181,7 +203,7 @@ fn linux_sharing() -> Result<()> {
         + "schedule = [{ priority = 1 }]\ncmdline = \"console=ttyAMA0 keel.test=load\"\n"
         + &rt(
             "schedule = [{ priority = 10, period = \"1ms\", budget = \"500us\" }]\n",
-            "keel.mode=ticks keel.lateness",
+            "keel.mode=ticks keel.lateness keel.histogram",
         );
     let (shared, _) = run_until_linux_off(shared_name, &text)?;
     let with_linux = lateness(&shared, "rt")?;
@@ -195,6 +217,23 @@ fn linux_sharing() -> Result<()> {
         "  above Debian Linux (stress-ng --cpu 1), one pCPU: {} / {} / {}",
         with_linux.0, with_linux.1, with_linux.2
     );
+    let alone_distribution = distribution(&alone_run, "rt", "tick-lateness")?;
+    let shared_distribution = distribution(&shared, "rt", "tick-lateness")?;
+    crate::plots::publish_histograms(
+        "tick-lateness-linux",
+        "1 kHz partition's tick lateness (timer deadline to its handler)",
+        2,
+        &[
+            Panel {
+                title: "alone on a pinned pCPU, 5 s".into(),
+                distribution: &alone_distribution,
+            },
+            Panel {
+                title: "above Debian Linux (boot, stress-ng --cpu 1), one pCPU".into(),
+                distribution: &shared_distribution,
+            },
+        ],
+    )?;
 
     let throughput_name = "bench-linux-throughput";
     let text = header(throughput_name, "\n[[pcpu]]\nid = 1\npolicy = \"edf\"\n")
@@ -267,7 +306,11 @@ pub(crate) fn run_switch_pair(fp: bool) -> Result<Ended> {
 /// a few minutes).
 pub fn run(with_linux: bool) -> Result<()> {
     build_guests()?;
-    let switches = [switch_pair(false)?, switch_pair(true)?];
+    let runs = [run_switch_pair(false)?, run_switch_pair(true)?];
+    let switches = [
+        figure(&runs[0], "switch-pair")?,
+        figure(&runs[1], "switch-pair-fp")?,
+    ];
     println!();
     println!("Scheduling on a shared pCPU: QEMU 'virt' cortex-a72, -icount shift=0,sleep=off (1 instruction = 1 ns)");
     println!(
@@ -279,6 +322,23 @@ pub fn run(with_linux: bool) -> Result<()> {
         switches[1].1,
         switches[1].1.saturating_sub(switches[0].1) / 2
     );
+    let plain = distribution(&runs[0], "vm0", "switch-pair")?;
+    let fp = distribution(&runs[1], "vm0", "switch-pair-fp")?;
+    crate::plots::publish_histograms(
+        "switch-cost",
+        "Two vCPU switches: yields between two VMs on one pCPU, each timed alone",
+        2,
+        &[
+            Panel {
+                title: "neither VM uses FP/SIMD".into(),
+                distribution: &plain,
+            },
+            Panel {
+                title: "both VMs use FP/SIMD (lazy switch)".into(),
+                distribution: &fp,
+            },
+        ],
+    )?;
 
     let native = Machine {
         kernel: guest_image("test-guest").ok_or("no test-guest image")?,
@@ -316,8 +376,10 @@ pub fn run(with_linux: bool) -> Result<()> {
         "{:<10} {:>10} {:>10} {:>10} {:>10}",
         "quantum", "1 VM", "2 VMs", "4 VMs", "8 VMs"
     );
-    for quantum in [1, 5, 10] {
+    let mut series = Vec::new();
+    for (quantum, paper) in [(1, 1.74), (5, 0.34), (10, 0.17)] {
         let mut row = format!("{:<10}", format!("{quantum} ms"));
+        let mut points = Vec::new();
         for vms in [1, 2, 4, 8] {
             let name = format!("bench-m5150-{quantum}ms-{vms}");
             // Results printed after every VM is done (a quarter more than the work takes
@@ -344,9 +406,26 @@ pub fn run(with_linux: bool) -> Result<()> {
             let last = spans.iter().map(|s| s.1).max().unwrap_or(0);
             let overhead = (last - first) as f64 / (vms as u64 * single) as f64 - 1.0;
             row.push_str(&format!(" {:>9.3}%", overhead * 100.0));
+            // One VM has no other to switch to: nothing to draw on the plot's log scale.
+            if vms > 1 {
+                points.push((vms as f64, overhead * 100.0));
+            }
         }
         println!("{row}");
+        series.push(Series {
+            label: format!("Keel, {quantum} ms quantum"),
+            points,
+            reference: Some((format!("M5150 paper, {quantum} ms"), paper)),
+        });
     }
+    let plot = crate::plots::lines(
+        &crate::plots::directory(),
+        "m5150-overhead",
+        "Scheduling overhead of n VMs sharing one pCPU (round robin), M5150 experiment",
+        ("VMs sharing the pCPU", "overhead (%, log scale)"),
+        &series,
+    )?;
+    println!("  plot: {} and .png", plot.svg.display());
     if with_linux {
         linux_sharing()?;
     }

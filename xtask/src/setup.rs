@@ -63,8 +63,9 @@ pub fn llvm_tool(name: &str) -> Result<PathBuf> {
     ))
 }
 
-/// Makes sure the Rust target, llvm-tools, QEMU, dtc, the C cross compiler and mke2fs (for
-/// the Linux guests' root file system) are present, installing what is missing.
+/// Makes sure the Rust target, llvm-tools, QEMU, dtc, the C cross compiler, mke2fs (for
+/// the Linux guests' root file system) and the benchmark plots' font are present, installing
+/// what is missing.
 pub fn ensure_tools() -> Result<()> {
     let installed = Command::new("rustup")
         .args(["target", "list", "--installed"])
@@ -97,6 +98,9 @@ pub fn ensure_tools() -> Result<()> {
     }
     if mke2fs().is_err() {
         packages.push("e2fsprogs");
+    }
+    if !std::path::Path::new(crate::plots::FONT_FILE).exists() {
+        packages.push("fonts-dejavu-core");
     }
     if !packages.is_empty() {
         let root = Command::new("id")

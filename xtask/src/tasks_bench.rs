@@ -15,8 +15,9 @@ use regex::Regex;
 
 use crate::exec_trace::{self, Symbols};
 use crate::image::{build_guests, build_system, output_dir};
+use crate::plots::Panel;
 use crate::qemu::{Ended, ExecLog, Machine};
-use crate::sched_bench::{boot_generated, figure, lateness, run_config, LINUX_VM};
+use crate::sched_bench::{boot_generated, distribution, figure, lateness, run_config, LINUX_VM};
 use crate::{step, Result};
 
 fn header(name: &str, policy: &str) -> String {
@@ -37,9 +38,10 @@ fn control(cmdline: &str, pmu: bool) -> String {
 }
 
 /// The sample partition reporting the masked stretches of pCPU 1, which it shares with
-/// Linux: only a VM configured as a monitor may read a record of a pCPU another VM uses.
-fn masked_monitor() -> String {
-    control("control.masked=1", false) + "monitor_masked_stretch = true\n"
+/// Linux, with `cmdline` too: only a VM configured as a monitor may read a record of a pCPU
+/// another VM uses.
+fn masked_monitor(cmdline: &str) -> String {
+    control(&format!("control.masked=1 {cmdline}"), false) + "monitor_masked_stretch = true\n"
 }
 
 /// Boots a generated configuration until each `(pattern, count)` has matched `count` console
@@ -159,14 +161,14 @@ fn sample_and_masked() -> Result<()> {
     let name = "bench-tasks-alone";
     let alone = run_until(
         name,
-        &(header(name, "edf") + &control("control.seconds=5", false)),
+        &(header(name, "edf") + &control("control.seconds=5 control.histograms", false)),
         &[(r"^\[control\] control: done after 5 s$", 1)],
     )?;
     let name = "bench-tasks-linux";
     let text = header(name, "edf")
         + LINUX_VM
         + "cmdline = \"console=ttyAMA0 keel.test=load\"\n"
-        + &masked_monitor();
+        + &masked_monitor("control.histograms");
     let loaded = run_until(
         name,
         &text,
@@ -182,13 +184,41 @@ fn sample_and_masked() -> Result<()> {
         "sharing it with Debian Linux (boot, stress-ng --cpu 1 for 10 s)",
         &task_figures(&loaded)?,
     );
+    for (kind, what) in [
+        ("response", "response time (job end - ideal release)"),
+        ("jitter", "release jitter (job start - ideal release)"),
+    ] {
+        let mut distributions = Vec::new();
+        for (task, label) in ["1 ms", "5 ms", "20 ms"].iter().enumerate() {
+            let name = format!("task{task}-{kind}");
+            for (run, ended) in [("alone", &alone), ("beside Linux", &loaded)] {
+                distributions.push((
+                    format!("{label} task, {run}"),
+                    distribution(ended, "control", &name)?,
+                ));
+            }
+        }
+        let panels: Vec<Panel<'_>> = distributions
+            .iter()
+            .map(|(title, distribution)| Panel {
+                title: title.clone(),
+                distribution,
+            })
+            .collect();
+        crate::plots::publish_histograms(
+            &format!("task-{kind}"),
+            &format!("The sample partition's tasks (EDF): {what}"),
+            2,
+            &panels,
+        )?;
+    }
 
     let name = "bench-tasks-reset";
     let text = header(name, "edf")
         + "\n[[vm]]\nname = \"linux\"\nimage = { debian = \"cloud-arm64\" }\n\
            memory = { base = 0x4800_0000, size = \"256M\" }\npcpus = [1]\ndevices = [\"console\"]\n\
            cmdline = \"console=ttyAMA0 panic=1\"\n"
-        + &masked_monitor();
+        + &masked_monitor("");
     let reset = run_until(
         name,
         &text,
@@ -376,6 +406,7 @@ fn lateness_through_resets() -> Result<()> {
             (r"^\[keel\] vm 'linux' \(id 0\) resets$", 2),
             (r"^\[keel\] vm 'linux' \(id 0\) starts at ", 3),
             (r"^\[rt\] lateness: ", 6),
+            (r"^\[rt\] hist: tick-lateness end ", 6),
         ],
     )?;
     let (min, avg, max) = lateness(&ended, "rt")?;
@@ -387,9 +418,10 @@ fn lateness_through_resets() -> Result<()> {
              hypervisor = {{ base = 0x4000_0000, size = \"64M\" }}\npcpus = 2\n\n\
              [[vm]]\nname = \"rt\"\nimage = {{ guest = \"test-guest\" }}\n\
              memory = {{ base = 0x6800_0000, size = \"16M\" }}\npcpus = [1]\ndevices = [\"console\"]\n\
-             cmdline = \"keel.mode=ticks keel.lateness keel.off=5\"\n"
+             cmdline = \"keel.mode=ticks keel.lateness keel.histogram keel.off=5\"\n"
         ),
     )?;
+    let alone_distribution = distribution(&alone, "rt", "tick-lateness")?;
     let alone = lateness(&alone, "rt")?;
     println!();
     println!(
@@ -400,6 +432,22 @@ fn lateness_through_resets() -> Result<()> {
         alone.0, alone.1, alone.2
     );
     println!("  above Linux booting, resetting (27 MB reload) and rebooting, twice: {min} / {avg} / {max}");
+    let resets_distribution = distribution(&ended, "rt", "tick-lateness")?;
+    crate::plots::publish_histograms(
+        "tick-lateness-resets",
+        "1 kHz partition's tick lateness (timer deadline to its handler)",
+        2,
+        &[
+            Panel {
+                title: "alone on its pCPU, 5 s".into(),
+                distribution: &alone_distribution,
+            },
+            Panel {
+                title: "above Linux booting, resetting and rebooting, twice".into(),
+                distribution: &resets_distribution,
+            },
+        ],
+    )?;
     Ok(())
 }
 

@@ -4,6 +4,7 @@ use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use keel_guest::bootargs::BootArgs;
+use keel_guest::histogram::{Histogram, Line, Printer};
 use keel_guest::task::{self, Task, TaskSpec, TaskStart};
 use keel_guest::timer;
 use keel_guest::{println, system_off};
@@ -75,6 +76,14 @@ static RECORDS: [Record; TASKS + 1] = [const {
     }
 }; TASKS + 1];
 
+/// Each job's response time and release jitter (counter ticks), by task: recorded by the task
+/// after its job, printed by vCPU 0 with `control.histograms`.
+static RESPONSES: [Histogram; TASKS + 1] = [const { Histogram::new() }; TASKS + 1];
+static JITTERS: [Histogram; TASKS + 1] = [const { Histogram::new() }; TASKS + 1];
+/// The names they are printed as.
+const RESPONSE_NAMES: [&str; TASKS] = ["task0-response", "task1-response", "task2-response"];
+const JITTER_NAMES: [&str; TASKS] = ["task0-jitter", "task1-jitter", "task2-jitter"];
+
 /// The first release of every task (counter value), and each task's loop iterations per job.
 static PHASE: AtomicU64 = AtomicU64::new(0);
 static ITERATIONS: [AtomicU64; TASKS + 1] = [const { AtomicU64::new(0) }; TASKS + 1];
@@ -137,6 +146,8 @@ fn task_main(index: u64) -> ! {
         record
             .response_sum
             .fetch_add(end - release, Ordering::Relaxed);
+        RESPONSES[index].record(end - release);
+        JITTERS[index].record(start - release);
         if task::wait_next_period().is_err() {
             println!("control: task {index}: KEEL_TASK_WAIT refused");
         }
@@ -220,6 +231,7 @@ pub fn run(args: &BootArgs<'_>) -> ! {
     let seconds = number(args, "control.seconds");
     let overrun = number(args, "control.overrun").map(|i| i as usize);
     let masked = number(args, "control.masked");
+    let histograms = args.has_flag("control.histograms");
     let per_us = calibrate(&clock, pcpu);
     for (index, plan) in PLANS.iter().enumerate() {
         let factor = if overrun == Some(index) {
@@ -288,6 +300,9 @@ pub fn run(args: &BootArgs<'_>) -> ! {
             tasks[index] = delete_and_recreate(&clock, tasks[index], index, pcpu);
         }
         report(&clock, "t", second, &tasks);
+        if histograms {
+            print_histograms();
+        }
         if let Some(pcpu) = masked {
             match task::masked_stretch(pcpu, true) {
                 Ok(m) => println!(
@@ -337,6 +352,23 @@ fn delete_and_recreate(clock: &Clock, old: Task, index: usize, pcpu: u8) -> Task
         Err(error) => {
             println!("control: task {index} create again refused: {error:?}");
             old
+        }
+    }
+}
+
+/// Prints each task's response time and release jitter histograms since the start (`hist:
+/// task0-response ...`, see [`keel_guest::histogram`]).
+fn print_histograms() {
+    let mut line = Line::new();
+    for index in 0..TASKS {
+        for (histogram, name) in [
+            (&RESPONSES[index], RESPONSE_NAMES[index]),
+            (&JITTERS[index], JITTER_NAMES[index]),
+        ] {
+            let mut printer = Printer::new(timer::frequency());
+            while printer.next_line(histogram, name, &mut line) {
+                println!("{}", line.as_str());
+            }
         }
     }
 }

@@ -18,6 +18,8 @@
 //!   again (its vCPU and slot are reused);
 //! - `control.manage=VM`: be a manager instead: try to read, launch and delete the tasks of
 //!   VM `VM` and print what Keel answered;
+//! - `control.histograms`: each second, after the summary, print each task's histograms of
+//!   response time and release jitter since the start (`hist: task0-response ...`);
 //! - `control.masked=PCPU`: each second, also print pCPU PCPU's longest stretch with
 //!   interrupts masked at EL2 since the last report (KEEL_MASKED_STRETCH), and where;
 //! - `control.bench=PCPU`: measure the task services instead (see [`bench`]).

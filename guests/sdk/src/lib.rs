@@ -30,6 +30,8 @@ pub mod trace;
 pub use keel_core::abi;
 /// The device tree reader the SDK reads its blob with, for guests that look up their devices.
 pub use keel_core::fdt;
+/// Latency histograms guests record and print for the host's plots.
+pub use keel_core::histogram;
 
 pub use keel::{crash, keel_version, vm_id, yield_now};
 pub use psci::{psci_version, system_off, system_reset};

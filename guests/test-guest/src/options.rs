@@ -15,6 +15,7 @@
 //! | `keel.iterations=<n>` | work mode: rounds of the workload (default 10,000,000) |
 //! | `keel.lateness` | ticks mode: also report each second's min/avg/max tick lateness in ns |
 //! | `keel.ansi` | ticks mode: also print `ansi: s=N ` and a bold word in ANSI escape sequences at each report (for the console's raw mode) |
+//! | `keel.histogram` | ticks mode: after each report, print the histogram of every tick's lateness since the start (`hist: tick-lateness ...`, one line per tick), and all of it before `keel.off` |
 //! | `keel.control` | ticks mode: also run a control loop at the tick rate, commanded in lines over messages from `keel.peer` (see [`crate::control`]) |
 //! | `keel.peer=<vm id>` | the VM that commands `keel.control` and gets its answers (default 0); messages mode's peer |
 //! | `keel.max=<bytes>` | the largest message `keel.peer` takes (default 256, at least 1) |
@@ -117,6 +118,8 @@ pub struct Options<'a> {
     pub lateness: bool,
     /// `keel.ansi`: ticks mode prints a line with ANSI escape sequences at each report too.
     pub ansi: bool,
+    /// `keel.histogram`: ticks mode prints its tick lateness histogram too.
+    pub histogram: bool,
     /// `keel.control`: ticks mode runs the control loop too.
     pub control: bool,
     /// `keel.peer`: the VM that commands the control loop.
@@ -243,6 +246,7 @@ impl<'a> Options<'a> {
             max_message,
             lateness: args.has_flag("keel.lateness"),
             ansi: args.has_flag("keel.ansi"),
+            histogram: args.has_flag("keel.histogram"),
             start_ms,
             print_ms,
             iterations,

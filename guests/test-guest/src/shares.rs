@@ -1,6 +1,7 @@
 //! Modes for shared pCPUs: `job` (a periodic real-time job released by Keel's scheduler) and
 //! `share` (a best-effort CPU hog that measures the pCPU time it gets).
 
+use keel_guest::histogram::{Histogram, Line, Printer};
 use keel_guest::keel::{sched_stats, yield_now};
 use keel_guest::{println, timer};
 
@@ -81,6 +82,8 @@ pub fn share(report_seconds: u64) -> ! {
 const PINGPONG_YIELDS: u64 = 1000;
 /// Measured rounds.
 const PINGPONG_ROUNDS: usize = 5;
+/// Each yield of the round after the measured ones (counter ticks), for the distribution.
+static PINGPONG_HISTOGRAM: Histogram = Histogram::new();
 
 /// Lets EL1 and EL0 use FP/SIMD (CPACR_EL1.FPEN = 0b11; the entry state traps it).
 fn enable_fp() {
@@ -145,8 +148,10 @@ fn pingpong_yield(fp: bool, value: u64) -> bool {
 /// own value in D0 across its first [`PINGPONG_YIELDS`], counting those after which it was not
 /// there: `fp: <n> yields checked, <m> with D0 changed`), then powers off; with
 /// `measure` (the VM owns the PMU), counts the instructions of [`PINGPONG_YIELDS`] yields in
-/// each of [`PINGPONG_ROUNDS`] rounds and prints them per yield as a benchmark figure. With a
-/// partner vCPU doing the same on one round-robin pCPU, one yield is two vCPU switches.
+/// each of [`PINGPONG_ROUNDS`] rounds and prints them per yield as a benchmark figure, then
+/// times [`PINGPONG_YIELDS`] more one by one and prints their histogram (`hist:
+/// switch-pair ...`, see [`keel_guest::histogram`]). With a partner vCPU doing the same on one
+/// round-robin pCPU, one yield is two vCPU switches.
 pub fn pingpong(measure: bool, fp: bool) -> ! {
     if fp {
         enable_fp();
@@ -163,7 +168,7 @@ pub fn pingpong(measure: bool, fp: bool) -> ! {
     if !measure {
         // As many yields as the measuring vCPU makes, and some: then off, so that the system
         // ends (alone on the pCPU, a yield returns at once).
-        let yields = (PINGPONG_ROUNDS as u64 + 2) * PINGPONG_YIELDS;
+        let yields = (PINGPONG_ROUNDS as u64 + 3) * PINGPONG_YIELDS;
         for i in 0..PINGPONG_YIELDS {
             changed += u64::from(pingpong_yield(fp, marker | i));
         }
@@ -206,11 +211,25 @@ pub fn pingpong(measure: bool, fp: bool) -> ! {
         max = max.max(per_yield);
         total += per_yield;
     }
+    // The distribution: each yield timed alone (the counter's 16 ns ticks), the recording
+    // between two yields' brackets; after the measured rounds, so that they stay bare.
+    for i in 0..PINGPONG_YIELDS {
+        let start = keel_guest::timer::counter();
+        if fp {
+            touch_fp(i);
+        }
+        yield_now();
+        PINGPONG_HISTOGRAM.record(keel_guest::timer::counter() - start);
+    }
     let name = if fp { "switch-pair-fp" } else { "switch-pair" };
     println!(
         "bench: {name} min={min} avg={} max={max}",
         total / PINGPONG_ROUNDS as u64
     );
+    let (mut printer, mut line) = (Printer::new(per_second), Line::new());
+    while printer.next_line(&PINGPONG_HISTOGRAM, name, &mut line) {
+        println!("{}", line.as_str());
+    }
     if fp {
         println!("fp: {PINGPONG_YIELDS} yields checked, {changed} with D0 changed");
     }

@@ -9,6 +9,7 @@ mod console;
 mod devices;
 mod linux_devices;
 mod messages;
+mod plots;
 mod rootfs;
 mod sched;
 mod tasks;
@@ -1363,6 +1364,7 @@ pub fn all() -> Vec<Scenario> {
     scenarios.extend(linux_devices::all());
     scenarios.extend(rootfs::all());
     scenarios.extend(trace::all());
+    scenarios.extend(plots::all());
     scenarios.push(Scenario {
         name: format!(
             "benchmark figures (bench micro, the image, two switches, a 100-byte delivery on one and two pCPUs) within {} % of xtask/baseline.toml",
