@@ -22,8 +22,11 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use keel_core::histogram::{self, Bucket, Distribution};
 use keel_core::trace::{self, Event, Kind, SwitchReason, NO_VM};
 use serde::{Deserialize, Serialize};
+
+use crate::plots::{Panel, Plot};
 
 use crate::image::output_dir;
 use crate::{step, Result};
@@ -483,6 +486,16 @@ pub fn chrome_trace(traced: &Traced) -> TraceFile {
 pub fn command(config: &Path, seconds: f64) -> Result<PathBuf> {
     let traced = run(config, seconds)?;
     let (path, file) = write_json(config, &traced)?;
+    let stem = config
+        .file_stem()
+        .map_or("trace".into(), |stem| stem.to_string_lossy().into_owned());
+    for plot in plots(
+        &traced,
+        &crate::plots::directory(),
+        &format!("trace-{stem}"),
+    )? {
+        step(&format!("plot: {} and .png", plot.svg.display()));
+    }
     for ring in &traced.rings {
         let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
         for event in &ring.events {
@@ -506,6 +519,104 @@ pub fn command(config: &Path, seconds: f64) -> Result<PathBuf> {
         file.trace_events.len()
     ));
     Ok(path)
+}
+
+/// The distribution of `samples` (counter ticks at `frequency`), in ns, in the histogram
+/// buckets the guests' reports use.
+fn distribution(samples: impl Iterator<Item = u64>, frequency: u64) -> Distribution {
+    let mut counts: BTreeMap<usize, u64> = BTreeMap::new();
+    for ticks in samples {
+        *counts.entry(histogram::bucket(ticks)).or_default() += 1;
+    }
+    let ns = |ticks: u64| u128::from(ticks) * 1_000_000_000 / u128::from(frequency.max(1));
+    Distribution {
+        buckets: counts
+            .into_iter()
+            .map(|(index, count)| {
+                let (low, high) = histogram::bounds(index);
+                Bucket {
+                    low: ns(low) as u64,
+                    high: ns(high) as u64,
+                    count,
+                }
+            })
+            .collect(),
+    }
+}
+
+/// The panels of named distributions.
+fn panels(named: &[(String, Distribution)]) -> Vec<Panel<'_>> {
+    named
+        .iter()
+        .map(|(title, distribution)| Panel {
+            title: title.clone(),
+            distribution,
+        })
+        .collect()
+}
+
+/// The plots of a trace, as `<stem>-exits` (each pCPU's exits, from the exit to its end: what
+/// Keel spends on a trap or an interrupt) and `<stem>-responses` (each real-time vCPU's job
+/// response times, from its releases to its completions) in `directory`; the second only if
+/// a vCPU completed jobs.
+pub fn plots(traced: &Traced, directory: &Path, stem: &str) -> Result<Vec<Plot>> {
+    let mut exits = Vec::new();
+    let mut responses: BTreeMap<(u8, u8), (Vec<u64>, u64)> = BTreeMap::new();
+    for ring in &traced.rings {
+        let mut durations = Vec::new();
+        let mut exit = None;
+        for event in &ring.events {
+            match event.kind {
+                Kind::Exit => exit = Some(event.time),
+                Kind::ExitEnd => {
+                    if let Some(start) = exit.take() {
+                        durations.push(event.time - start);
+                    }
+                }
+                Kind::JobComplete => responses
+                    .entry((event.vm, event.vcpu))
+                    .or_insert_with(|| (Vec::new(), ring.frequency))
+                    .0
+                    .push(u64::from(event.arg)),
+                _ => {}
+            }
+        }
+        if !durations.is_empty() {
+            exits.push((
+                format!("pCPU {}: exit to its end", ring.pcpu),
+                distribution(durations.into_iter(), ring.frequency),
+            ));
+        }
+    }
+    let mut written = Vec::new();
+    if !exits.is_empty() {
+        written.push(crate::plots::histograms(
+            directory,
+            &format!("{stem}-exits"),
+            &format!("{stem}: Keel's exits, from the trace"),
+            2,
+            &panels(&exits),
+        )?);
+    }
+    let responses: Vec<(String, Distribution)> = responses
+        .into_iter()
+        .map(|((vm, vcpu), (samples, frequency))| {
+            (
+                format!("{}: job response time", vcpu_name(&traced.vms, vm, vcpu)),
+                distribution(samples.into_iter(), frequency),
+            )
+        })
+        .collect();
+    if !responses.is_empty() {
+        written.push(crate::plots::histograms(
+            directory,
+            &format!("{stem}-responses"),
+            &format!("{stem}: real-time vCPUs' job response times, from the trace"),
+            2,
+            &panels(&responses),
+        )?);
+    }
+    Ok(written)
 }
 
 /// Writes `traced`'s Chrome trace as `target/keel/trace/<config's stem>.json`; returns its path

@@ -92,9 +92,9 @@ fn missing(traced: &Traced, wanted: &[Kind]) -> Vec<&'static str> {
 
 /// The Gandalf arrangement traced for 2 s: Linux's and the partition's runs, exits (the
 /// interrupts that took the pCPU from a guest among them), injections, switches, decisions and
-/// jobs are all there, and at each of the partition's
-/// marks (its tick count, once a second) the timer interrupts listed for it so far are its
-/// ticks, or one more (listed, not yet taken).
+/// jobs are all there, and at each of the partition's marks (its tick count, once a second)
+/// the timer interrupts listed for it so far are its ticks, or one more (listed, not yet
+/// taken); the trace's plots (exits, the partition's response times) are written whole.
 fn gandalf() -> Result<()> {
     let traced = traced("configs/tests/gandalf.toml", 2.0)?;
     let wanted = [
@@ -144,6 +144,20 @@ fn gandalf() -> Result<()> {
     if marks == 0 {
         return Err("the partition made no mark in 2 s".into());
     }
+    // The trace's plots: every pCPU's exits, and the partition's job response times.
+    let plots = tracing::plots(&traced, &crate::plots::directory(), "trace-gandalf")?;
+    let [exits, responses] = plots.as_slice() else {
+        return Err(format!("{} plots of the trace, expected 2", plots.len()));
+    };
+    for (plot, label) in [
+        (exits, "pCPU 1: exit to its end"),
+        (responses, "rt.vcpu0: job response time"),
+    ] {
+        step(&format!(
+            "trace gandalf: {}",
+            crate::plots::check(plot, label)?
+        ));
+    }
     Ok(())
 }
 
@@ -191,7 +205,7 @@ fn every_kind() -> Result<()> {
 pub fn all() -> Vec<Scenario> {
     vec![
         Scenario {
-            name: "trace: the Gandalf arrangement traced for 2 s (cargo xtask trace): the Chrome trace parses back, each pCPU's records in time order, vCPU runs never overlap, the partition's timer interrupts match its ticks".into(),
+            name: "trace: the Gandalf arrangement traced for 2 s (cargo xtask trace): the Chrome trace parses back, each pCPU's records in time order, vCPU runs never overlap, the partition's timer interrupts match its ticks, its plots drawn".into(),
             run: Box::new(gandalf),
         },
         Scenario {
