@@ -18,7 +18,6 @@ mod qemu;
 mod scenarios;
 mod sched_bench;
 mod setup;
-mod sha256;
 mod tasks_bench;
 mod vms_bench;
 
