@@ -1,9 +1,11 @@
 //! `cargo xtask`: Keel's host tools. `run` boots a configuration in QEMU, `test` runs every
-//! test, `bench` prints the micro-benchmarks, `build` compiles a configuration into an image.
+//! test, `bench` prints the benchmarks, `fuzz` runs the core's fuzz targets, `build` compiles a
+//! configuration into an image. The command line is declared in `cli.rs`.
 #![forbid(unsafe_code)]
 
 mod baseline;
 mod bench;
+mod cli;
 mod debian;
 mod devices_bench;
 mod dtb;
@@ -21,9 +23,14 @@ mod setup;
 mod tasks_bench;
 mod vms_bench;
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::time::Instant;
+
+use clap::Parser;
+
+use cli::{Bench, Cli, Command, TestArgs};
 
 /// The crates built for `aarch64-unknown-none-softfloat` (the hypervisor and the guests): the
 /// workspace's default members are the host crates.
@@ -45,76 +52,17 @@ pub fn step(what: &str) {
     eprintln!("xtask: {what}");
 }
 
-const USAGE: &str = "usage: cargo xtask <command>
-  run [CONFIG]     build CONFIG (default configs/demo.toml) and boot it in QEMU, console on this terminal
-                   (Ctrl-A then 0-9 focus a VM, n next VM, x power off)
-  test [TEXT]      run every test: host unit tests, then QEMU scenarios (with TEXT: only the
-                   scenarios whose name contains it)
-  bench [micro]    print the micro-benchmarks (instructions, QEMU icount), Keel vs native, then the
-                   Linux benchmarks (native, Keel, Xen) unless `micro`
-  bench sched [--no-linux]  the shared-pCPU benchmarks: vCPU switch cost, lazy FP, the M5150 overhead table (--no-linux: without the Linux boots)
-  bench tasks      real-time task services, the sample partition's jitter, masked stretches, lateness through resets
-  bench devices    a passthrough interrupt (QEMU's edu behind the SMMU): native, Keel pinned, Keel shared
-  bench masked CONFIG [REGEX] [--path]  boot CONFIG under icount until QEMU ends (or a console
-                   line matches REGEX) and print each pCPU's longest stretch with interrupts
-                   masked at EL2 (--path: function by function)
-  bench messages   messages between VMs: send, receive and delivery of 20-100 byte messages, beside the M5150 paper
-  bench rootfs     Debian's kernel with its root on virtio-blk-pci and virtio-net-pci on QEMU user
-                   networking, natively, in a Keel VM given the PCI bridge behind the SMMU and
-                   as Xen's dom0: a 64 MiB dd, a 50 MB HTTP fetch and image saving, timed
-  bench vms        pipe and UNIX-socket bandwidth of 1-4 Linux VMs at once (own pCPUs, then one shared), beside the Xen on ARM paper
-  bench baseline [--update]  the figures the test command holds (xtask/baseline.toml) beside their
-                   baseline; with --update, written as the new baseline
-  fuzz [TARGET] [SECONDS]  run the core's fuzz targets (all, or TARGET) SECONDS each (default 10);
-                   `fuzz TARGET --replay FILE` runs one saved input
-  build CONFIG     compile CONFIG and build its image under target/keel/<name>/keel.bin";
-
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        Some("run") => run(args.get(1).map(PathBuf::from)),
-        Some("test") => return test(args.get(1).map(String::as_str)),
-        Some("bench") if args.get(1).is_some_and(|a| a == "sched") => setup::ensure_tools()
-            .and_then(|()| sched_bench::run(args.get(2).is_none_or(|a| a != "--no-linux"))),
-        Some("bench") if args.get(1).is_some_and(|a| a == "messages") => {
-            setup::ensure_tools().and_then(|()| ipc_bench::run_all())
-        }
-        Some("bench") if args.get(1).is_some_and(|a| a == "tasks") => {
-            setup::ensure_tools().and_then(|()| tasks_bench::run())
-        }
-        Some("bench") if args.get(1).is_some_and(|a| a == "rootfs") => {
-            setup::ensure_tools().and_then(|()| scenarios::rootfs_bench())
-        }
-        Some("bench") if args.get(1).is_some_and(|a| a == "vms") => {
-            setup::ensure_tools().and_then(|()| vms_bench::run())
-        }
-        Some("bench") if args.get(1).is_some_and(|a| a == "masked") => match args.get(2) {
-            Some(config) => setup::ensure_tools()
-                .and_then(|()| image::build_guests())
-                .and_then(|()| {
-                    let until = args[3..].iter().find(|a| *a != "--path");
-                    let path = args[3..].iter().any(|a| a == "--path");
-                    tasks_bench::masked_stretches(
-                        Path::new(config),
-                        until.map(String::as_str),
-                        path,
-                    )
-                }),
-            None => Err(USAGE.into()),
-        },
-        Some("bench") if args.get(1).is_some_and(|a| a == "devices") => {
-            setup::ensure_tools().and_then(|()| devices_bench::run())
-        }
-        Some("bench") if args.get(1).is_some_and(|a| a == "baseline") => setup::ensure_tools()
-            .and_then(|()| baseline::run(args.get(2).is_some_and(|a| a == "--update"))),
-        Some("bench") => setup::ensure_tools()
-            .and_then(|()| bench::run(args.get(1).is_some_and(|a| a == "micro"))),
-        Some("fuzz") => setup::ensure_tools().and_then(|()| fuzz::run(&args[1..])),
-        Some("build") => match args.get(1) {
-            Some(config) => setup::ensure_tools().and_then(|()| build(Path::new(config))),
-            None => Err(USAGE.into()),
-        },
-        _ => Err(USAGE.into()),
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run { config } => run(config),
+        Command::Test(args) => return test(&args),
+        Command::Bench(args) => setup::ensure_tools().and_then(|()| bench(args.which)),
+        Command::Fuzz(args) => setup::ensure_tools().and_then(|()| {
+            let (target, seconds) = args.target_and_seconds();
+            fuzz::run(target, seconds, args.replay.as_deref())
+        }),
+        Command::Build { config } => setup::ensure_tools().and_then(|()| build(&config)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -122,6 +70,27 @@ fn main() -> ExitCode {
             eprintln!("error: {message}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `cargo xtask bench [WHICH]`: every benchmark set but the others, or one.
+fn bench(which: Option<Bench>) -> Result<()> {
+    match which {
+        None => bench::run(false),
+        Some(Bench::Micro) => bench::run(true),
+        Some(Bench::Sched { no_linux }) => sched_bench::run(!no_linux),
+        Some(Bench::Tasks) => tasks_bench::run(),
+        Some(Bench::Devices) => devices_bench::run(),
+        Some(Bench::Masked {
+            config,
+            until,
+            path,
+        }) => image::build_guests()
+            .and_then(|()| tasks_bench::masked_stretches(&config, until.as_deref(), path)),
+        Some(Bench::Messages) => ipc_bench::run_all(),
+        Some(Bench::Rootfs) => scenarios::rootfs_bench(),
+        Some(Bench::Vms) => vms_bench::run(),
+        Some(Bench::Baseline { update }) => baseline::run(update),
     }
 }
 
@@ -164,7 +133,7 @@ struct Tally {
 impl Tally {
     /// Runs one standards check (formatting, lints): it passes when `command` exits 0; when it
     /// fails, its own output (which names each file and line) is shown.
-    fn check(&mut self, name: &str, command: &mut Command) {
+    fn check(&mut self, name: &str, command: &mut std::process::Command) {
         step(&format!("{name}: {}", process::command_line(command)));
         match command.current_dir(workspace()).output() {
             Ok(output) if output.status.success() => {
@@ -205,8 +174,24 @@ impl Tally {
 /// Runs the standards checks (`cargo fmt`, `cargo clippy` for the host and the aarch64
 /// crates, the hypervisor's module layers), cargo's own tests, then the QEMU scenarios; ends
 /// with `N passed, N failed`. With a `filter`, runs only the scenarios whose name contains it
-/// (for working on one).
-fn test(filter: Option<&str>) -> ExitCode {
+/// (for working on one); with `--list`, prints the names of the scenarios it would run and runs
+/// nothing.
+fn test(args: &TestArgs) -> ExitCode {
+    let filter = args.filter.as_deref();
+    let chosen: Vec<scenarios::Scenario> = scenarios::all()
+        .into_iter()
+        .filter(|scenario| filter.is_none_or(|text| scenario.name.contains(text)))
+        .collect();
+    if args.list {
+        // Stops quietly where the reader does (`| head`).
+        let mut stdout = std::io::stdout().lock();
+        for scenario in &chosen {
+            if writeln!(stdout, "{}", scenario.name).is_err() {
+                break;
+            }
+        }
+        return ExitCode::SUCCESS;
+    }
     let mut tally = Tally::default();
     if let Err(message) = setup::ensure_tools() {
         eprintln!("error: {message}");
@@ -215,15 +200,22 @@ fn test(filter: Option<&str>) -> ExitCode {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     tally.check(
         "formatting",
-        Command::new(&cargo).args(["fmt", "--all", "--check"]),
+        std::process::Command::new(&cargo).args(["fmt", "--all", "--check"]),
     );
     tally.check(
         "clippy (host crates)",
-        Command::new(&cargo).args(["clippy", "--quiet", "--all-targets", "--", "-D", "warnings"]),
+        std::process::Command::new(&cargo).args([
+            "clippy",
+            "--quiet",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]),
     );
     tally.check(
         "clippy (aarch64 crates)",
-        Command::new(&cargo)
+        std::process::Command::new(&cargo)
             .args(["clippy", "--quiet", "--target", setup::TARGET])
             .args(AARCH64_CRATES.iter().flat_map(|name| ["-p", name]))
             .args(["--", "-D", "warnings"]),
@@ -233,7 +225,7 @@ fn test(filter: Option<&str>) -> ExitCode {
     step("module cycles of core/src (xtask/src/layers.rs)");
     tally.outcome("core module cycles", layers::check_core_workspace());
     step("host tests: cargo test");
-    let output = Command::new(&cargo)
+    let output = std::process::Command::new(&cargo)
         .args(["test", "--quiet"])
         .args(filter.map(|_| "--no-run"))
         .current_dir(workspace())
@@ -266,9 +258,6 @@ fn test(filter: Option<&str>) -> ExitCode {
         println!("{} passed, {} failed", tally.passed, tally.failed + 1);
         return ExitCode::FAILURE;
     }
-    let chosen = scenarios::all()
-        .into_iter()
-        .filter(|scenario| filter.is_none_or(|text| scenario.name.contains(text)));
     for scenario in chosen {
         let started = Instant::now();
         let outcome = (scenario.run)();
