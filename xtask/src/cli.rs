@@ -50,6 +50,9 @@ pub struct TestArgs {
     /// Print the names of the scenarios (those TEXT selects), one per line, and run nothing
     #[arg(long)]
     pub list: bool,
+    /// How many scenarios run at once (each a QEMU, single-threaded under icount)
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    pub jobs: u32,
 }
 
 #[derive(Debug, Args)]
@@ -148,17 +151,25 @@ mod tests {
     }
 
     #[test]
-    fn test_takes_a_filter_and_list() {
+    fn test_takes_a_filter_list_and_jobs() {
         let Command::Test(args) = parse(&["test"]).unwrap().command else {
             panic!("not test")
         };
-        assert_eq!((args.filter, args.list), (None, false));
-        let Command::Test(args) = parse(&["test", "rootfs:", "--list"]).unwrap().command else {
+        assert_eq!((args.filter, args.list, args.jobs), (None, false, 2));
+        let Command::Test(args) = parse(&["test", "rootfs:", "--list", "--jobs", "3"])
+            .unwrap()
+            .command
+        else {
             panic!("not test")
         };
-        assert_eq!((args.filter.as_deref(), args.list), (Some("rootfs:"), true));
-        let error = parse(&["test", "--lst"]).unwrap_err();
-        assert!(error.contains("unexpected argument '--lst'"), "{error}");
+        assert_eq!(
+            (args.filter.as_deref(), args.list, args.jobs),
+            (Some("rootfs:"), true, 3)
+        );
+        let error = parse(&["test", "--jobs", "0"]).unwrap_err();
+        assert!(error.contains("'--jobs <N>'"), "{error}");
+        let error = parse(&["test", "--job", "2"]).unwrap_err();
+        assert!(error.contains("unexpected argument '--job'"), "{error}");
     }
 
     #[test]

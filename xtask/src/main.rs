@@ -5,6 +5,7 @@
 
 mod baseline;
 mod bench;
+mod build_lock;
 mod cli;
 mod debian;
 mod devices_bench;
@@ -16,25 +17,21 @@ mod image;
 mod ipc_bench;
 mod layers;
 mod process;
+mod progress;
 mod qemu;
 mod scenarios;
 mod sched_bench;
 mod setup;
 mod tasks_bench;
+mod test_command;
 mod vms_bench;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Instant;
 
 use clap::Parser;
 
-use cli::{Bench, Cli, Command, TestArgs};
-
-/// The crates built for `aarch64-unknown-none-softfloat` (the hypervisor and the guests): the
-/// workspace's default members are the host crates.
-const AARCH64_CRATES: [&str; 5] = ["keel", "keel-guest", "test-guest", "hostile", "rt-control"];
+use cli::{Bench, Cli, Command};
 
 /// Errors are messages for the user.
 pub type Result<T> = std::result::Result<T, String>;
@@ -47,16 +44,16 @@ pub fn workspace() -> PathBuf {
         .to_path_buf()
 }
 
-/// Announces a step.
+/// Announces a step (on stderr, above any progress bar).
 pub fn step(what: &str) {
-    eprintln!("xtask: {what}");
+    progress::err(&format!("xtask: {what}"));
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run { config } => run(config),
-        Command::Test(args) => return test(&args),
+        Command::Test(args) => return test_command::run(&args),
         Command::Bench(args) => setup::ensure_tools().and_then(|()| bench(args.which)),
         Command::Fuzz(args) => setup::ensure_tools().and_then(|()| {
             let (target, seconds) = args.target_and_seconds();
@@ -67,7 +64,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
-            eprintln!("error: {message}");
+            progress::err(&format!("error: {message}"));
             ExitCode::FAILURE
         }
     }
@@ -121,165 +118,4 @@ fn run(config: Option<PathBuf>) -> Result<()> {
     let outcome = machine.run_interactive();
     drop(server);
     outcome
-}
-
-/// Tallies checks for the closing `N passed, N failed` line.
-#[derive(Default)]
-struct Tally {
-    passed: u32,
-    failed: u32,
-}
-
-impl Tally {
-    /// Runs one standards check (formatting, lints): it passes when `command` exits 0; when it
-    /// fails, its own output (which names each file and line) is shown.
-    fn check(&mut self, name: &str, command: &mut std::process::Command) {
-        step(&format!("{name}: {}", process::command_line(command)));
-        match command.current_dir(workspace()).output() {
-            Ok(output) if output.status.success() => {
-                self.passed += 1;
-                println!("check {name} ... ok");
-            }
-            Ok(output) => {
-                self.failed += 1;
-                print!("{}", String::from_utf8_lossy(&output.stdout));
-                eprint!("{}", String::from_utf8_lossy(&output.stderr));
-                println!("check {name} ... FAILED ({})", output.status);
-            }
-            Err(error) => {
-                self.failed += 1;
-                println!("check {name} ... FAILED: cannot start: {error}");
-            }
-        }
-    }
-
-    /// Counts a check xtask makes itself: `result` is a summary when it passes, the problems
-    /// found (one a line, each naming its file and line) when it fails.
-    fn outcome(&mut self, name: &str, result: Result<String>) {
-        match result {
-            Ok(summary) => {
-                self.passed += 1;
-                step(&format!("{name}: {summary}"));
-                println!("check {name} ... ok");
-            }
-            Err(problems) => {
-                self.failed += 1;
-                println!("{problems}");
-                println!("check {name} ... FAILED");
-            }
-        }
-    }
-}
-
-/// Runs the standards checks (`cargo fmt`, `cargo clippy` for the host and the aarch64
-/// crates, the hypervisor's module layers), cargo's own tests, then the QEMU scenarios; ends
-/// with `N passed, N failed`. With a `filter`, runs only the scenarios whose name contains it
-/// (for working on one); with `--list`, prints the names of the scenarios it would run and runs
-/// nothing.
-fn test(args: &TestArgs) -> ExitCode {
-    let filter = args.filter.as_deref();
-    let chosen: Vec<scenarios::Scenario> = scenarios::all()
-        .into_iter()
-        .filter(|scenario| filter.is_none_or(|text| scenario.name.contains(text)))
-        .collect();
-    if args.list {
-        // Stops quietly where the reader does (`| head`).
-        let mut stdout = std::io::stdout().lock();
-        for scenario in &chosen {
-            if writeln!(stdout, "{}", scenario.name).is_err() {
-                break;
-            }
-        }
-        return ExitCode::SUCCESS;
-    }
-    let mut tally = Tally::default();
-    if let Err(message) = setup::ensure_tools() {
-        eprintln!("error: {message}");
-        return ExitCode::FAILURE;
-    }
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    tally.check(
-        "formatting",
-        std::process::Command::new(&cargo).args(["fmt", "--all", "--check"]),
-    );
-    tally.check(
-        "clippy (host crates)",
-        std::process::Command::new(&cargo).args([
-            "clippy",
-            "--quiet",
-            "--all-targets",
-            "--",
-            "-D",
-            "warnings",
-        ]),
-    );
-    tally.check(
-        "clippy (aarch64 crates)",
-        std::process::Command::new(&cargo)
-            .args(["clippy", "--quiet", "--target", setup::TARGET])
-            .args(AARCH64_CRATES.iter().flat_map(|name| ["-p", name]))
-            .args(["--", "-D", "warnings"]),
-    );
-    step("module layers of hypervisor/src (xtask/src/layers.rs)");
-    tally.outcome("module layers", layers::check_workspace());
-    step("module cycles of core/src (xtask/src/layers.rs)");
-    tally.outcome("core module cycles", layers::check_core_workspace());
-    step("host tests: cargo test");
-    let output = std::process::Command::new(&cargo)
-        .args(["test", "--quiet"])
-        .args(filter.map(|_| "--no-run"))
-        .current_dir(workspace())
-        .output();
-    let summary = regex::Regex::new(r"test result: \w+\. (\d+) passed; (\d+) failed").unwrap();
-    match output {
-        Ok(output) => {
-            let stdout = String::from_utf8_lossy(&output.stdout);
-            print!("{stdout}");
-            eprint!("{}", String::from_utf8_lossy(&output.stderr));
-            let mut failed = 0;
-            for c in summary.captures_iter(&stdout) {
-                tally.passed += c[1].parse::<u32>().unwrap();
-                failed += c[2].parse::<u32>().unwrap();
-            }
-            if !output.status.success() && failed == 0 {
-                failed += 1;
-                println!("cargo test failed to build or run");
-            }
-            tally.failed += failed;
-        }
-        Err(error) => {
-            tally.failed += 1;
-            println!("cargo test could not start: {error}");
-        }
-    }
-    step("building the guests");
-    if let Err(message) = image::build_guests() {
-        println!("building the guests failed: {message}");
-        println!("{} passed, {} failed", tally.passed, tally.failed + 1);
-        return ExitCode::FAILURE;
-    }
-    for scenario in chosen {
-        let started = Instant::now();
-        let outcome = (scenario.run)();
-        let seconds = started.elapsed().as_secs_f32();
-        match outcome {
-            Ok(()) => {
-                tally.passed += 1;
-                println!("scenario {} ... ok ({seconds:.1} s)", scenario.name);
-            }
-            Err(message) => {
-                tally.failed += 1;
-                println!(
-                    "scenario {} ... FAILED ({seconds:.1} s)\n    {message}",
-                    scenario.name
-                );
-            }
-        }
-    }
-    println!("{} passed, {} failed", tally.passed, tally.failed);
-    if tally.failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
 }

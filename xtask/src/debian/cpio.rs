@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use flate2::write::GzEncoder;
 use flate2::Compression;
 
+use crate::progress::Progress;
+
 /// Bumped when the image layout changes in a way the manifest would not show.
 const FORMAT: &str = "keel-debian-initramfs 1";
 
@@ -69,7 +71,9 @@ impl Tree {
     /// leave them out (a system that mounts devtmpfs on /dev needs none).
     pub(super) fn write_directory(&self, root: &Path) -> Result<(), String> {
         fs::create_dir(root).map_err(|e| format!("{}: {e}", root.display()))?;
+        let progress = Progress::bar(self.entries.len() as u64, "writing the root file system");
         for (path, (mode, node)) in &self.entries {
+            progress.inc();
             let target = root.join(path);
             let failed = |e: io::Error| format!("{}: {e}", target.display());
             match node {
@@ -100,8 +104,8 @@ impl Tree {
     /// Writes the tree as a newc cpio archive (the kernel's initramfs format,
     /// Documentation/driver-api/early-userspace/buffer-format.rst) with the `cpio` crate: each
     /// entry owned by root with mtime 0 and an inode number of its own, then the trailer;
-    /// returns the writer.
-    fn write_cpio<W: Write>(&self, mut out: W) -> io::Result<W> {
+    /// returns the writer. `written` is called after each entry.
+    fn write_cpio<W: Write>(&self, mut out: W, mut written: impl FnMut()) -> io::Result<W> {
         for (inode, (path, (mode, node))) in (1..).zip(&self.entries) {
             let file;
             let (links, device, data): (u32, (u32, u32), &[u8]) = match node {
@@ -128,6 +132,7 @@ impl Tree {
                 .write(out, size);
             entry.write_all(data)?;
             out = entry.finish()?;
+            written();
         }
         cpio::newc::trailer(out)
     }
@@ -137,8 +142,9 @@ impl Tree {
     pub(super) fn write_cpio_gzip(&self, partial: &Path, output: &Path) -> Result<(), String> {
         let file = fs::File::create(partial).map_err(|e| format!("{}: {e}", partial.display()))?;
         let gzip = GzEncoder::new(io::BufWriter::new(file), Compression::default());
+        let progress = Progress::bar(self.entries.len() as u64, "building the initramfs");
         let gzip = self
-            .write_cpio(gzip)
+            .write_cpio(gzip, || progress.inc())
             .map_err(|e| format!("{}: {e}", partial.display()))?;
         gzip.finish()
             .and_then(|mut buffered| buffered.flush())
@@ -185,7 +191,7 @@ mod tests {
     fn cpio_header_fields_name_and_padding() {
         let mut tree = Tree::default();
         tree.insert("init", 0o100755, Node::Data(b"hello".to_vec()));
-        let archive = tree.write_cpio(Vec::new()).unwrap();
+        let archive = tree.write_cpio(Vec::new(), || {}).unwrap();
         let header = std::str::from_utf8(&archive[..110]).unwrap();
         assert_eq!(
             header,
@@ -202,7 +208,7 @@ mod tests {
 
     #[test]
     fn cpio_ends_with_the_trailer() {
-        let archive = Tree::default().write_cpio(Vec::new()).unwrap();
+        let archive = Tree::default().write_cpio(Vec::new(), || {}).unwrap();
         // 110 + "TRAILER!!!\0" = 121, padded to 124.
         assert_eq!(archive.len(), 124);
         assert_eq!(&archive[110..124], b"TRAILER!!!\0\0\0\0");
@@ -223,7 +229,7 @@ mod tests {
             Node::CharDevice { major: 5, minor: 1 },
         );
         tree.insert("bin/sh", 0o120777, Node::Symlink("/bin/busybox".into()));
-        let archive = tree.write_cpio(Vec::new()).unwrap();
+        let archive = tree.write_cpio(Vec::new(), || {}).unwrap();
         let entries = read_cpio(&archive);
         let names: Vec<&str> = entries.iter().map(|entry| entry.0.as_str()).collect();
         assert_eq!(

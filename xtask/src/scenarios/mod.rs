@@ -29,8 +29,8 @@ pub use rootfs::bench as rootfs_bench;
 pub struct Scenario {
     /// Shown in the report.
     pub name: String,
-    /// Runs it.
-    pub run: Box<dyn Fn() -> Result<()>>,
+    /// Runs it (on any thread, beside other scenarios: see `test_command.rs`).
+    pub run: Box<dyn Fn() -> Result<()> + Send + Sync>,
 }
 
 /// Time a scenario may take before QEMU is killed (real time; icount runs need far less).
