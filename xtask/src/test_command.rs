@@ -253,3 +253,64 @@ fn run_scenarios(scenarios: Vec<Scenario>, jobs: usize, tally: &mut Tally) {
         }
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn scenario_lines_are_as_ci_reads_them() {
+        let mut tally = Tally::default();
+        let ok = Ended {
+            name: "two VMs".into(),
+            outcome: Ok(()),
+            seconds: 3.25,
+        };
+        assert_eq!(tally.scenario("", &ok), "scenario two VMs ... ok (3.2 s)");
+        let failed = Ended {
+            name: "reset".into(),
+            outcome: Err("vm 'rt-a' booted 1 times".into()),
+            seconds: 12.0,
+        };
+        assert_eq!(
+            tally.scenario("[2/57] ", &failed),
+            "[2/57] scenario reset ... FAILED (12.0 s)\n    vm 'rt-a' booted 1 times"
+        );
+        assert_eq!(tally.summary(), "1 passed, 1 failed");
+    }
+
+    #[test]
+    fn scenarios_run_jobs_at_a_time_and_each_is_counted() {
+        let inside = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let scenarios: Vec<Scenario> = (0..7)
+            .map(|i| {
+                let (inside, most) = (inside.clone(), most.clone());
+                Scenario {
+                    name: format!("scenario {i}"),
+                    run: Box::new(move || {
+                        let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        std::thread::sleep(Duration::from_millis(40));
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        if i == 3 {
+                            Err("the fourth fails".into())
+                        } else {
+                            Ok(())
+                        }
+                    }),
+                }
+            })
+            .collect();
+        let mut tally = Tally::default();
+        run_scenarios(scenarios, 2, &mut tally);
+        assert_eq!((tally.passed, tally.failed), (6, 1));
+        assert_eq!(most.load(Ordering::SeqCst), 2);
+        let mut tally = Tally::default();
+        run_scenarios(Vec::new(), 2, &mut tally);
+        assert_eq!((tally.passed, tally.failed), (0, 0));
+    }
+}
