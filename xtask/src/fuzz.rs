@@ -3,7 +3,7 @@
 //! crashes. A crashing input is saved under `target/keel/fuzz/crashes/` before the process
 //! aborts; replay it with `cargo xtask fuzz TARGET --replay FILE` and make it a regression test.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -61,33 +61,29 @@ fn install_crash_saver() {
     }));
 }
 
-/// Runs the chosen targets (all if `name` is None) for `seconds` each, or replays one input.
-pub fn run(args: &[String]) -> Result<()> {
-    let name = args
-        .first()
-        .filter(|a| a.parse::<u64>().is_err() && *a != "--replay");
+/// Runs the chosen targets (all if `name` is None) for `seconds` each, or replays the input in
+/// file `replay` through them.
+pub fn run(name: Option<&str>, seconds: u64, replay: Option<&Path>) -> Result<()> {
     let targets: Vec<&Target> = TARGETS
         .iter()
-        .filter(|t| name.is_none_or(|n| t.name == n.as_str()))
+        .filter(|t| name.is_none_or(|n| t.name == n))
         .collect();
     if targets.is_empty() {
         let names: Vec<&str> = TARGETS.iter().map(|t| t.name).collect();
         return Err(format!(
             "no fuzz target '{}': the targets are {}",
-            name.map_or("", |n| n.as_str()),
+            name.unwrap_or_default(),
             names.join(", ")
         ));
     }
-    if let Some(at) = args.iter().position(|a| a == "--replay") {
-        let file = args.get(at + 1).ok_or("--replay needs a file")?;
-        let input = std::fs::read(file).map_err(|e| format!("{file}: {e}"))?;
+    if let Some(file) = replay {
+        let input = std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
         for target in &targets {
             (target.run)(&input);
         }
         step("the input ran without a crash");
         return Ok(());
     }
-    let seconds: u64 = args.iter().find_map(|a| a.parse().ok()).unwrap_or(10);
     let (device_tree, configs) = external_seeds()?;
     install_crash_saver();
     println!(

@@ -10,6 +10,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use sha2::{Digest, Sha256};
+
 use crate::Result;
 
 /// How long a connection may take to send its request line and headers.
@@ -20,6 +22,15 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The host as QEMU's user-mode network shows it to the guest.
 const HOST_FROM_GUEST: &str = "10.0.2.2";
+
+/// The SHA-256 digest of `data` in lower-case hexadecimal, as busybox's `sha256sum` in the
+/// guest prints it.
+pub fn sha256_hex(data: &[u8]) -> String {
+    Sha256::digest(data)
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
 
 /// `size` bytes of the same pseudo-random contents on every run (xorshift64*, fixed seed): what
 /// [`FileServer`] serves.
@@ -83,7 +94,7 @@ impl FileServer {
             .map_err(|e| format!("HTTP server: its address: {e}"))?
             .port();
         let all: Vec<u8> = files.iter().flat_map(|(_, data)| data.clone()).collect();
-        let (size, sha256) = (all.len(), crate::sha256::hex_digest(&all));
+        let (size, sha256) = (all.len(), sha256_hex(&all));
         let files = Arc::new(files);
         let served = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
@@ -198,6 +209,23 @@ mod tests {
     }
 
     #[test]
+    fn sha256_is_shown_as_sha256sum_prints_it() {
+        // FIPS 180-4's examples: 64 lower-case hexadecimal digits, leading zeros kept.
+        assert_eq!(
+            sha256_hex(b""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(
+            sha256_hex(&[0u8; 56]),
+            "d4817aa5497628e7c77e6b606107042bbba3130888c5f47a375e6179be789fbb"
+        );
+    }
+
+    #[test]
     fn contents_are_reproducible_and_of_the_size_asked() {
         assert_eq!(contents(0), b"");
         assert_eq!(contents(13).len(), 13);
@@ -219,10 +247,7 @@ mod tests {
             "{header}"
         );
         assert_eq!(answer[header_end..], contents(100_003)[..]);
-        assert_eq!(
-            server.sha256,
-            crate::sha256::hex_digest(&answer[header_end..])
-        );
+        assert_eq!(server.sha256, sha256_hex(&answer[header_end..]));
         let other = get(&server.host_url().replace("keel-", "other-"));
         assert!(other.starts_with(b"HTTP/1.0 404 Not Found\r\n"));
         assert_eq!(server.served(), 1);

@@ -1,10 +1,13 @@
 //! Building bootable images: the guests of this workspace, then one Keel image per configuration.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 
 use keel_core::config;
 
+use crate::build_lock::exclusive;
 use crate::setup::{objcopy, C_COMPILER, TARGET};
 use crate::{step, workspace, Result};
 
@@ -56,7 +59,7 @@ pub fn guest_image(name: &str) -> Option<PathBuf> {
         }
     };
     built
-        .map_err(|error| eprintln!("error: {name}: {error}"))
+        .map_err(|error| crate::progress::err(&format!("error: {name}: {error}")))
         .ok()
 }
 
@@ -73,15 +76,25 @@ fn cargo() -> Command {
     command
 }
 
+/// Makes the raw image `binary` of `elf`, through a file beside it renamed once complete: a
+/// QEMU starting from the previous image reads it whole.
 fn to_binary(elf: &Path, binary: &Path) -> Result<()> {
     std::fs::create_dir_all(binary.parent().unwrap()).map_err(|e| e.to_string())?;
+    let partial = partial_path(binary);
     crate::process::output(
         Command::new(objcopy()?)
             .args(["-O", "binary"])
             .arg(elf)
-            .arg(binary),
-    )
-    .map(|_| ())
+            .arg(&partial),
+    )?;
+    std::fs::rename(&partial, binary).map_err(|e| format!("{}: {e}", binary.display()))
+}
+
+/// `path` with `.<process id>.partial` added: where a file is written before it is renamed.
+fn partial_path(path: &Path) -> PathBuf {
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(format!(".{}.partial", std::process::id()));
+    PathBuf::from(partial)
 }
 
 fn cargo_build(package: &str, env: &[(&str, &Path)]) -> Result<PathBuf> {
@@ -105,14 +118,16 @@ fn cargo_build(package: &str, env: &[(&str, &Path)]) -> Result<PathBuf> {
 
 /// Builds every workspace guest to a raw image.
 pub fn build_guests() -> Result<()> {
-    for guest in GUESTS {
-        let elf = cargo_build(guest, &[])?;
-        to_binary(&elf, &guest_image(guest).unwrap())?;
-    }
-    for guest in C_GUESTS {
-        build_c_guest(guest)?;
-    }
-    Ok(())
+    exclusive(|| {
+        for guest in GUESTS {
+            let elf = cargo_build(guest, &[])?;
+            to_binary(&elf, &guest_image(guest).unwrap())?;
+        }
+        for guest in C_GUESTS {
+            build_c_guest(guest)?;
+        }
+        Ok(())
+    })
 }
 
 /// Compiles and links the C guest `guests/<name>/` with Debian's cross compiler, then makes
@@ -176,8 +191,8 @@ pub struct SystemImage {
     pub system: config::System,
     /// The bootable image (arm64 Image format).
     pub path: PathBuf,
-    /// The hypervisor's ELF file, for its symbols (cargo's output: the next build of the
-    /// hypervisor replaces it).
+    /// The hypervisor's ELF file, for its symbols (a copy of cargo's output beside the image:
+    /// the next build of the hypervisor replaces cargo's).
     pub elf: PathBuf,
 }
 
@@ -192,23 +207,42 @@ pub fn board_tree(smmu: bool) -> std::result::Result<Vec<u8>, String> {
         "board-virt.dtb"
     };
     let path = output_dir().join(name);
-    if !path.exists() {
-        std::fs::create_dir_all(output_dir()).map_err(|e| e.to_string())?;
-        let machine = crate::qemu::Machine {
-            iommu: smmu,
-            ..crate::qemu::Machine::keel(&crate::workspace().join("README.md"), 1)
-        };
-        machine.dump_device_tree(&path)?;
-    }
-    std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))
+    exclusive(|| {
+        if !path.exists() {
+            std::fs::create_dir_all(output_dir()).map_err(|e| e.to_string())?;
+            let machine = crate::qemu::Machine {
+                iommu: smmu,
+                ..crate::qemu::Machine::keel(&crate::workspace().join("README.md"), 1)
+            };
+            let partial = partial_path(&path);
+            machine.dump_device_tree(&partial)?;
+            std::fs::rename(&partial, &path).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))
+    })
 }
 
-/// Compiles the configuration at `config_path` and builds Keel's image for it.
-/// Guests must be built first ([`build_guests`]).
+/// The tables of each system this process built, by name, once [`one_image_per_name`] is called.
+static TABLES_BY_NAME: Mutex<Option<BTreeMap<String, String>>> = Mutex::new(None);
+
+/// From now on, building a system whose name an earlier build of this process gave other tables
+/// is an error naming it: scenarios that run at once share `target/keel/<name>/keel.bin`, so
+/// one of them could boot the image the other built after it.
+pub fn one_image_per_name() {
+    *TABLES_BY_NAME.lock().unwrap() = Some(BTreeMap::new());
+}
+
+/// Compiles the configuration at `config_path` and builds Keel's image for it, under
+/// `target/keel/<name>/`. Guests must be built first ([`build_guests`]).
 pub fn build_system(config_path: &Path) -> Result<SystemImage> {
+    exclusive(|| build_system_now(config_path))
+}
+
+/// [`build_system`], its caller holding the build lock.
+fn build_system_now(config_path: &Path) -> Result<SystemImage> {
     let ring_bytes = TRACE_EVERY_BUILD.load(std::sync::atomic::Ordering::Relaxed);
     if ring_bytes != 0 {
-        return build_system_traced(config_path, ring_bytes);
+        return build_traced_now(config_path, ring_bytes);
     }
     let system = config::load_with_board(config_path, &guest_image, &board_tree)
         .map_err(|e| e.to_string())?;
@@ -230,6 +264,11 @@ pub fn trace_every_build(ring_bytes: u64) {
 /// rings of `default_bytes` per pCPU if it has none (then the system is named `<name>-trace`,
 /// so that its image does not replace the untraced one).
 pub fn build_system_traced(config_path: &Path, default_bytes: u64) -> Result<SystemImage> {
+    crate::build_lock::exclusive(|| build_traced_now(config_path, default_bytes))
+}
+
+/// [`build_system_traced`], its caller holding the build lock.
+fn build_traced_now(config_path: &Path, default_bytes: u64) -> Result<SystemImage> {
     let mut system = config::load_with_board(config_path, &guest_image, &board_tree)
         .map_err(|e| e.to_string())?;
     if system.trace_bytes == 0 {
@@ -250,9 +289,30 @@ fn build_compiled(system: config::System, config_path: &Path) -> Result<SystemIm
         std::fs::write(&path, blob).map_err(|e| e.to_string())?;
         dtbs.push(path);
     }
+    let text = config::emit_rust(&system, &dtbs);
+    if let Some(built) = TABLES_BY_NAME.lock().unwrap().as_mut() {
+        match built.get(&system.name) {
+            Some(earlier) if *earlier != text => {
+                return Err(format!(
+                    "{}: configuration '{}' was built earlier in this run with other contents: \
+                     scenarios running at once would boot each other's target/keel/{}/keel.bin \
+                     (give each configuration a name of its own)",
+                    config_path.display(),
+                    system.name,
+                    system.name
+                ))
+            }
+            _ => built.insert(system.name.clone(), text.clone()),
+        };
+    }
     let tables = dir.join("system.rs");
-    std::fs::write(&tables, config::emit_rust(&system, &dtbs)).map_err(|e| e.to_string())?;
-    let elf = cargo_build("keel", &[("KEEL_CONFIG_RS", &tables)])?;
+    std::fs::write(&tables, text).map_err(|e| e.to_string())?;
+    let cargo_elf = cargo_build("keel", &[("KEEL_CONFIG_RS", &tables)])?;
+    let elf = dir.join("keel.elf");
+    let partial = partial_path(&elf);
+    std::fs::copy(&cargo_elf, &partial)
+        .and_then(|_| std::fs::rename(&partial, &elf))
+        .map_err(|e| format!("{} -> {}: {e}", cargo_elf.display(), elf.display()))?;
     let path = dir.join("keel.bin");
     to_binary(&elf, &path)?;
     let size = std::fs::metadata(&path).map_err(|e| e.to_string())?.len();

@@ -1,9 +1,13 @@
 //! `cargo xtask`: Keel's host tools. `run` boots a configuration in QEMU, `test` runs every
-//! test, `bench` prints the micro-benchmarks, `build` compiles a configuration into an image.
+//! test, `bench` prints the benchmarks, `fuzz` runs the core's fuzz targets, `build` compiles a
+//! configuration into an image, `trace` traces a run, `docs` builds the book. The command line
+//! is declared in `cli.rs`.
 #![forbid(unsafe_code)]
 
 mod baseline;
 mod bench;
+mod build_lock;
+mod cli;
 mod debian;
 mod devices_bench;
 mod docs;
@@ -16,22 +20,22 @@ mod ipc_bench;
 mod layers;
 mod plots;
 mod process;
+mod progress;
 mod qemu;
 mod scenarios;
 mod sched_bench;
 mod setup;
-mod sha256;
 mod tasks_bench;
+mod test_command;
 mod trace;
 mod vms_bench;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
-use std::time::Instant;
+use std::process::ExitCode;
 
-/// The crates built for `aarch64-unknown-none-softfloat` (the hypervisor and the guests): the
-/// workspace's default members are the host crates.
-const AARCH64_CRATES: [&str; 5] = ["keel", "keel-guest", "test-guest", "hostile", "rt-control"];
+use clap::Parser;
+
+use cli::{Bench, Cli, Command};
 
 /// Errors are messages for the user.
 pub type Result<T> = std::result::Result<T, String>;
@@ -44,114 +48,55 @@ pub fn workspace() -> PathBuf {
         .to_path_buf()
 }
 
-/// Announces a step.
+/// Announces a step (on stderr, above any progress bar).
 pub fn step(what: &str) {
-    eprintln!("xtask: {what}");
+    progress::err(&format!("xtask: {what}"));
 }
 
-const USAGE: &str = "usage: cargo xtask <command>
-  run [CONFIG]     build CONFIG (default configs/demo.toml) and boot it in QEMU, console on this terminal
-                   (Ctrl-A then 0-9 focus a VM, n next VM, x power off)
-  test [TEXT]      run every test: host unit tests, the book's checks, then QEMU scenarios (with
-                   TEXT: only the book checks and scenarios whose name contains it)
-  bench [micro]    print the micro-benchmarks (instructions, QEMU icount), Keel vs native, then the
-                   Linux benchmarks (native, Keel, Xen) unless `micro`
-  bench sched [--no-linux]  the shared-pCPU benchmarks: vCPU switch cost, lazy FP, the M5150 overhead table (--no-linux: without the Linux boots)
-  bench tasks      real-time task services, the sample partition's jitter, masked stretches, lateness through resets
-  bench devices    a passthrough interrupt (QEMU's edu behind the SMMU): native, Keel pinned, Keel shared
-  bench masked CONFIG [REGEX] [--path]  boot CONFIG under icount until QEMU ends (or a console
-                   line matches REGEX) and print each pCPU's longest stretch with interrupts
-                   masked at EL2 (--path: function by function)
-  bench messages   messages between VMs: send, receive and delivery of 20-100 byte messages, beside the M5150 paper
-  bench rootfs     Debian's kernel with its root on virtio-blk-pci and virtio-net-pci on QEMU user
-                   networking, natively, in a Keel VM given the PCI bridge behind the SMMU and
-                   as Xen's dom0: a 64 MiB dd, a 50 MB HTTP fetch and image saving, timed
-  bench vms        pipe and UNIX-socket bandwidth of 1-4 Linux VMs at once (own pCPUs, then one shared), beside the Xen on ARM paper
-  bench trace      the figures the test command holds with Keel's trace off and on
-  bench baseline [--update]  the figures the test command holds (xtask/baseline.toml) beside their
-                   baseline; with --update, written as the new baseline
-  fuzz [TARGET] [SECONDS]  run the core's fuzz targets (all, or TARGET) SECONDS each (default 10);
-                   `fuzz TARGET --replay FILE` runs one saved input
-  trace CONFIG [--seconds N]  boot CONFIG with Keel's trace on under icount for N seconds of
-                   virtual time (default 2) and write target/keel/trace/<name>.json for ui.perfetto.dev
-  build CONFIG     compile CONFIG and build its image under target/keel/<name>/keel.bin
-  docs             build the book (docs/, mdBook) into target/book/";
-
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        Some("run") => run(args.get(1).map(PathBuf::from)),
-        Some("test") => return test(args.get(1).map(String::as_str)),
-        Some("bench") if args.get(1).is_some_and(|a| a == "sched") => setup::ensure_tools()
-            .and_then(|()| sched_bench::run(args.get(2).is_none_or(|a| a != "--no-linux"))),
-        Some("bench") if args.get(1).is_some_and(|a| a == "messages") => {
-            setup::ensure_tools().and_then(|()| ipc_bench::run_all())
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run { config } => run(config),
+        Command::Test(args) => return test_command::run(&args),
+        Command::Bench(args) => setup::ensure_tools().and_then(|()| bench(args.which)),
+        Command::Fuzz(args) => setup::ensure_tools().and_then(|()| {
+            let (target, seconds) = args.target_and_seconds();
+            fuzz::run(target, seconds, args.replay.as_deref())
+        }),
+        Command::Build { config } => setup::ensure_tools().and_then(|()| build(&config)),
+        Command::Trace { config, seconds } => {
+            setup::ensure_tools().and_then(|()| trace::command(&config, seconds).map(|_| ()))
         }
-        Some("bench") if args.get(1).is_some_and(|a| a == "tasks") => {
-            setup::ensure_tools().and_then(|()| tasks_bench::run())
-        }
-        Some("bench") if args.get(1).is_some_and(|a| a == "rootfs") => {
-            setup::ensure_tools().and_then(|()| scenarios::rootfs_bench())
-        }
-        Some("bench") if args.get(1).is_some_and(|a| a == "vms") => {
-            setup::ensure_tools().and_then(|()| vms_bench::run())
-        }
-        Some("bench") if args.get(1).is_some_and(|a| a == "masked") => match args.get(2) {
-            Some(config) => setup::ensure_tools()
-                .and_then(|()| image::build_guests())
-                .and_then(|()| {
-                    let until = args[3..].iter().find(|a| *a != "--path");
-                    let path = args[3..].iter().any(|a| a == "--path");
-                    tasks_bench::masked_stretches(
-                        Path::new(config),
-                        until.map(String::as_str),
-                        path,
-                    )
-                }),
-            None => Err(USAGE.into()),
-        },
-        Some("bench") if args.get(1).is_some_and(|a| a == "devices") => {
-            setup::ensure_tools().and_then(|()| devices_bench::run())
-        }
-        Some("bench") if args.get(1).is_some_and(|a| a == "trace") => setup::ensure_tools()
-            .and_then(|()| image::build_guests())
-            .and_then(|()| baseline::trace_cost()),
-        Some("bench") if args.get(1).is_some_and(|a| a == "baseline") => setup::ensure_tools()
-            .and_then(|()| baseline::run(args.get(2).is_some_and(|a| a == "--update"))),
-        Some("bench") => setup::ensure_tools()
-            .and_then(|()| bench::run(args.get(1).is_some_and(|a| a == "micro"))),
-        Some("fuzz") => setup::ensure_tools().and_then(|()| fuzz::run(&args[1..])),
-        Some("trace") => match args.get(1) {
-            Some(config) => {
-                let seconds = match args.get(2).map(String::as_str) {
-                    None => Ok(2.0),
-                    Some("--seconds") => args
-                        .get(3)
-                        .and_then(|value| value.parse::<f64>().ok())
-                        .filter(|value| *value > 0.0)
-                        .ok_or_else(|| "trace: --seconds takes a positive number".to_string()),
-                    Some(other) => Err(format!("trace: unknown argument '{other}'\n{USAGE}")),
-                };
-                seconds.and_then(|seconds| {
-                    setup::ensure_tools()
-                        .and_then(|()| trace::command(Path::new(config), seconds).map(|_| ()))
-                })
-            }
-            None => Err(USAGE.into()),
-        },
-        Some("build") => match args.get(1) {
-            Some(config) => setup::ensure_tools().and_then(|()| build(Path::new(config))),
-            None => Err(USAGE.into()),
-        },
-        Some("docs") => docs::build().map(|html| step(&format!("book: {}", html.display()))),
-        _ => Err(USAGE.into()),
+        Command::Docs => docs::build().map(|html| step(&format!("book: {}", html.display()))),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
-            eprintln!("error: {message}");
+            progress::err(&format!("error: {message}"));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `cargo xtask bench [WHICH]`: every benchmark set but the others, or one.
+fn bench(which: Option<Bench>) -> Result<()> {
+    match which {
+        None => bench::run(false),
+        Some(Bench::Micro) => bench::run(true),
+        Some(Bench::Sched { no_linux }) => sched_bench::run(!no_linux),
+        Some(Bench::Tasks) => tasks_bench::run(),
+        Some(Bench::Devices) => devices_bench::run(),
+        Some(Bench::Masked {
+            config,
+            until,
+            path,
+        }) => image::build_guests()
+            .and_then(|()| tasks_bench::masked_stretches(&config, until.as_deref(), path)),
+        Some(Bench::Messages) => ipc_bench::run_all(),
+        Some(Bench::Rootfs) => scenarios::rootfs_bench(),
+        Some(Bench::Vms) => vms_bench::run(),
+        Some(Bench::Trace) => image::build_guests().and_then(|()| baseline::trace_cost()),
+        Some(Bench::Baseline { update }) => baseline::run(update),
     }
 }
 
@@ -182,146 +127,4 @@ fn run(config: Option<PathBuf>) -> Result<()> {
     let outcome = machine.run_interactive();
     drop(server);
     outcome
-}
-
-/// Tallies checks for the closing `N passed, N failed` line.
-#[derive(Default)]
-struct Tally {
-    passed: u32,
-    failed: u32,
-}
-
-impl Tally {
-    /// Runs one standards check (formatting, lints): it passes when `command` exits 0; when it
-    /// fails, its own output (which names each file and line) is shown.
-    fn check(&mut self, name: &str, command: &mut Command) {
-        step(&format!("{name}: {}", process::command_line(command)));
-        match command.current_dir(workspace()).output() {
-            Ok(output) if output.status.success() => {
-                self.passed += 1;
-                println!("check {name} ... ok");
-            }
-            Ok(output) => {
-                self.failed += 1;
-                print!("{}", String::from_utf8_lossy(&output.stdout));
-                eprint!("{}", String::from_utf8_lossy(&output.stderr));
-                println!("check {name} ... FAILED ({})", output.status);
-            }
-            Err(error) => {
-                self.failed += 1;
-                println!("check {name} ... FAILED: cannot start: {error}");
-            }
-        }
-    }
-
-    /// Counts a check xtask makes itself: `result` is a summary when it passes, the problems
-    /// found (one a line, each naming its file and line) when it fails.
-    fn outcome(&mut self, name: &str, result: Result<String>) {
-        match result {
-            Ok(summary) => {
-                self.passed += 1;
-                step(&format!("{name}: {summary}"));
-                println!("check {name} ... ok");
-            }
-            Err(problems) => {
-                self.failed += 1;
-                println!("{problems}");
-                println!("check {name} ... FAILED");
-            }
-        }
-    }
-}
-
-/// Runs the standards checks (`cargo fmt`, `cargo clippy` for the host and the aarch64
-/// crates, the hypervisor's module layers), cargo's own tests, then the QEMU scenarios; ends
-/// with `N passed, N failed`. With a `filter`, runs only the scenarios whose name contains it
-/// (for working on one).
-fn test(filter: Option<&str>) -> ExitCode {
-    let mut tally = Tally::default();
-    if let Err(message) = setup::ensure_tools() {
-        eprintln!("error: {message}");
-        return ExitCode::FAILURE;
-    }
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    tally.check(
-        "formatting",
-        Command::new(&cargo).args(["fmt", "--all", "--check"]),
-    );
-    tally.check(
-        "clippy (host crates)",
-        Command::new(&cargo).args(["clippy", "--quiet", "--all-targets", "--", "-D", "warnings"]),
-    );
-    tally.check(
-        "clippy (aarch64 crates)",
-        Command::new(&cargo)
-            .args(["clippy", "--quiet", "--target", setup::TARGET])
-            .args(AARCH64_CRATES.iter().flat_map(|name| ["-p", name]))
-            .args(["--", "-D", "warnings"]),
-    );
-    step("module layers of hypervisor/src (xtask/src/layers.rs)");
-    tally.outcome("module layers", layers::check_workspace());
-    step("module cycles of core/src (xtask/src/layers.rs)");
-    tally.outcome("core module cycles", layers::check_core_workspace());
-    step("host tests: cargo test");
-    let output = Command::new(&cargo)
-        .args(["test", "--quiet"])
-        .args(filter.map(|_| "--no-run"))
-        .current_dir(workspace())
-        .output();
-    let summary = regex::Regex::new(r"test result: \w+\. (\d+) passed; (\d+) failed").unwrap();
-    match output {
-        Ok(output) => {
-            let stdout = String::from_utf8_lossy(&output.stdout);
-            print!("{stdout}");
-            eprint!("{}", String::from_utf8_lossy(&output.stderr));
-            let mut failed = 0;
-            for c in summary.captures_iter(&stdout) {
-                tally.passed += c[1].parse::<u32>().unwrap();
-                failed += c[2].parse::<u32>().unwrap();
-            }
-            if !output.status.success() && failed == 0 {
-                failed += 1;
-                println!("cargo test failed to build or run");
-            }
-            tally.failed += failed;
-        }
-        Err(error) => {
-            tally.failed += 1;
-            println!("cargo test could not start: {error}");
-        }
-    }
-    step("building the guests");
-    if let Err(message) = image::build_guests() {
-        println!("building the guests failed: {message}");
-        println!("{} passed, {} failed", tally.passed, tally.failed + 1);
-        return ExitCode::FAILURE;
-    }
-    docs::run_checks(filter, |name, outcome| tally.outcome(name, outcome));
-    let chosen = scenarios::all()
-        .into_iter()
-        .filter(|scenario| filter.is_none_or(|text| scenario.name.contains(text)));
-    for scenario in chosen {
-        let started = Instant::now();
-        let outcome = (scenario.run)();
-        let seconds = started.elapsed().as_secs_f32();
-        match outcome {
-            Ok(()) => {
-                tally.passed += 1;
-                println!("scenario {} ... ok ({seconds:.1} s)", scenario.name);
-            }
-            Err(message) => {
-                tally.failed += 1;
-                println!(
-                    "scenario {} ... FAILED ({seconds:.1} s)\n    {message}",
-                    scenario.name
-                );
-            }
-        }
-    }
-    println!("{} passed, {} failed", tally.passed, tally.failed);
-    if tally.failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
 }

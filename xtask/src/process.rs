@@ -1,6 +1,7 @@
 //! Running external programs: a failure names the command and carries the program's own words.
 
-use std::process::{Command, Output};
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Output, Stdio};
 
 use crate::Result;
 
@@ -46,6 +47,44 @@ pub fn output_quoting(command: &mut Command, lines: usize) -> Result<Output> {
     }
 }
 
+/// As [`output`], calling `on_line` with each line the program writes on stdout as it comes
+/// (to show its progress); the lines are in the output too.
+pub fn output_by_line(command: &mut Command, mut on_line: impl FnMut(&str)) -> Result<Output> {
+    let line = command_line(command);
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("`{line}` could not start: {e}"))?;
+    let mut stderr = child.stderr.take().expect("stderr is piped");
+    let stderr = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = stderr.read_to_end(&mut bytes);
+        bytes
+    });
+    let mut stdout = Vec::new();
+    let mut reader = BufReader::new(child.stdout.take().expect("stdout is piped"));
+    let mut text = Vec::new();
+    while reader.read_until(b'\n', &mut text).is_ok_and(|n| n > 0) {
+        on_line(String::from_utf8_lossy(&text).trim_end());
+        stdout.append(&mut text);
+    }
+    let status = child
+        .wait()
+        .map_err(|e| format!("`{line}`: waiting for it: {e}"))?;
+    let output = Output {
+        status,
+        stdout,
+        stderr: stderr.join().unwrap_or_default(),
+    };
+    if output.status.success() {
+        Ok(output)
+    } else {
+        Err(failed(&line, &output, STDERR_LINES))
+    }
+}
+
 /// The error for a command that ran and failed, quoting `lines` lines of its stderr.
 pub fn failed(line: &str, output: &Output, lines: usize) -> String {
     let tail = stderr_tail(&output.stderr, lines);
@@ -83,6 +122,28 @@ mod tests {
         assert_eq!(tail.lines().count(), STDERR_LINES + 1);
         assert!(tail.ends_with("line 39"));
         assert!(!tail.contains("line 27\n"));
+    }
+
+    #[test]
+    fn lines_are_seen_as_they_come_and_kept() {
+        let mut seen = Vec::new();
+        let output = output_by_line(
+            Command::new("sh").args(["-c", "echo one; echo two >&2; printf 'three'"]),
+            |line| seen.push(line.to_string()),
+        )
+        .unwrap();
+        assert_eq!(seen, ["one", "three"]);
+        assert_eq!(output.stdout, b"one\nthree");
+        assert_eq!(output.stderr, b"two\n");
+        let error = output_by_line(
+            Command::new("sh").args(["-c", "echo out; echo why >&2; exit 4"]),
+            |_| {},
+        )
+        .unwrap_err();
+        assert!(
+            error.ends_with("failed (exit status: 4):\n      why"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! Running QEMU's `virt` machine: interactively for the demo, or as a scripted session
 //! whose console output tests and benchmarks read.
 
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use keel_core::console::TERMINAL_RESET;
@@ -394,8 +396,10 @@ impl Machine {
         }
     }
 
-    /// Starts QEMU with its console on pipes.
+    /// Starts QEMU with its console on pipes, to be logged to `log` when it ends: a log that
+    /// another running session of this process writes is refused (scenarios run at once).
     pub fn spawn(&self, log: &Path) -> Result<Session> {
+        let log_claim = LogClaim::new(log)?;
         let mut child = Command::new("qemu-system-aarch64")
             .args(self.arguments())
             .args(["-serial", "stdio"])
@@ -430,7 +434,7 @@ impl Machine {
             child,
             lines,
             output: Vec::new(),
-            log: log.into(),
+            log: log_claim,
             stderr: Some(stderr),
         })
     }
@@ -446,12 +450,37 @@ fn visible_line(line: &[u8]) -> String {
         .replace('\r', "")
 }
 
+/// The console logs of the sessions running now in this process.
+static LOGS_IN_USE: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
+
+/// A session's claim on its log file, given back when the session ends.
+struct LogClaim(PathBuf);
+
+impl LogClaim {
+    fn new(log: &Path) -> Result<Self> {
+        if LOGS_IN_USE.lock().unwrap().insert(log.to_path_buf()) {
+            Ok(LogClaim(log.to_path_buf()))
+        } else {
+            Err(format!(
+                "{}: another QEMU of this run logs there now (two scenarios running at once use one log name)",
+                log.display()
+            ))
+        }
+    }
+}
+
+impl Drop for LogClaim {
+    fn drop(&mut self) {
+        LOGS_IN_USE.lock().unwrap().remove(&self.0);
+    }
+}
+
 /// A running QEMU whose console is read line by line.
 pub struct Session {
     child: Child,
     lines: Receiver<String>,
     output: Vec<String>,
-    log: PathBuf,
+    log: LogClaim,
     stderr: Option<std::thread::JoinHandle<String>>,
 }
 
@@ -584,8 +613,8 @@ impl Session {
             log.push_str("\n--- QEMU stderr ---\n");
             log.push_str(&stderr);
         }
-        let _ = std::fs::create_dir_all(self.log.parent().unwrap());
-        let _ = std::fs::write(&self.log, log);
+        let _ = std::fs::create_dir_all(self.log.0.parent().unwrap());
+        let _ = std::fs::write(&self.log.0, log);
         Ended {
             lines: std::mem::take(&mut self.output),
             exit_code,

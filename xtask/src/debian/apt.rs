@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::FLAVOURS;
+use crate::progress::Progress;
 use crate::step;
 
 /// The Debian architecture of the guests.
@@ -185,11 +186,22 @@ impl Apt {
                 "all" => format!("{}={}", info.name, info.version),
                 _ => format!("{}:{ARCH}={}", info.name, info.version),
             });
-            run(Command::new("apt-get")
-                .args(["download", "-q"])
-                .args(queries)
-                .current_dir(&download))
+            // apt-get says `Get:N <source> <package> <arch> <version> [<size>]` as it starts each.
+            let progress = Progress::bar(missing.len() as u64, "downloading Debian packages");
+            crate::process::output_by_line(
+                Command::new("apt-get")
+                    .args(["download", "-q"])
+                    .args(queries)
+                    .current_dir(&download),
+                |line| {
+                    if let Some(what) = line.strip_prefix("Get:") {
+                        progress.inc();
+                        progress.set_message(what.split_once(' ').map_or(what, |(_, rest)| rest));
+                    }
+                },
+            )
             .map_err(|e| format!("downloading packages {}: {e}", list.join(", ")))?;
+            drop(progress);
             for info in &missing {
                 let downloaded = download.join(info.deb_name());
                 fs::rename(&downloaded, self.debs.join(info.deb_name())).map_err(|e| {
@@ -203,12 +215,26 @@ impl Apt {
             let _ = fs::remove_dir_all(&download);
         }
         let mut unpacked = BTreeMap::new();
+        let unpacked_root = |info: &PackageInfo| {
+            let deb = self.debs.join(info.deb_name());
+            self.packages.join(deb.file_stem().unwrap_or_default())
+        };
+        let extract = infos
+            .values()
+            .filter(|info| !unpacked_root(info).is_dir())
+            .count();
+        let progress =
+            (extract > 0).then(|| Progress::bar(extract as u64, "extracting Debian packages"));
         for (name, info) in infos {
             let deb = self.debs.join(info.deb_name());
             let stem = deb.file_stem().unwrap_or_default().to_string_lossy();
             let root = self.packages.join(&*stem);
             if !root.is_dir() {
                 step(&format!("extracting {}", deb.display()));
+                if let Some(progress) = &progress {
+                    progress.inc();
+                    progress.set_message(name.clone());
+                }
                 let partial = self
                     .packages
                     .join(format!("{stem}.{}.partial", std::process::id()));
@@ -234,11 +260,13 @@ impl Apt {
 /// Fetches (apt-get download, cached) and extracts `package`; returns the path of `file`
 /// (relative to the package's root) in it.
 pub(super) fn package_file(cache: &Path, package: &str, file: &str) -> Result<PathBuf, String> {
-    let root = Apt::new(cache)?
-        .fetch(&[package.to_string()])?
-        .remove(package)
-        .ok_or_else(|| no_package(package))?
-        .root;
+    let root = crate::build_lock::exclusive(|| {
+        Ok(Apt::new(cache)?
+            .fetch(&[package.to_string()])?
+            .remove(package)
+            .ok_or_else(|| no_package(package))?
+            .root)
+    })?;
     let path = root.join(file);
     if path.is_file() {
         Ok(path)

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use flate2::write::GzEncoder;
 use flate2::Compression;
 
+use crate::progress::Progress;
+
 /// Bumped when the image layout changes in a way the manifest would not show.
 const FORMAT: &str = "keel-debian-initramfs 1";
 
@@ -69,7 +71,9 @@ impl Tree {
     /// leave them out (a system that mounts devtmpfs on /dev needs none).
     pub(super) fn write_directory(&self, root: &Path) -> Result<(), String> {
         fs::create_dir(root).map_err(|e| format!("{}: {e}", root.display()))?;
+        let progress = Progress::bar(self.entries.len() as u64, "writing the root file system");
         for (path, (mode, node)) in &self.entries {
+            progress.inc();
             let target = root.join(path);
             let failed = |e: io::Error| format!("{}: {e}", target.display());
             match node {
@@ -97,26 +101,40 @@ impl Tree {
         Ok(())
     }
 
-    /// Writes the tree as a newc cpio archive; returns the writer.
-    fn write_cpio<W: Write>(&self, out: W) -> io::Result<W> {
-        let mut cpio = CpioWriter::new(out);
-        for (path, (mode, node)) in &self.entries {
-            match node {
-                Node::Directory => cpio.entry(path, *mode, 2, (0, 0), &[])?,
+    /// Writes the tree as a newc cpio archive (the kernel's initramfs format,
+    /// Documentation/driver-api/early-userspace/buffer-format.rst) with the `cpio` crate: each
+    /// entry owned by root with mtime 0 and an inode number of its own, then the trailer;
+    /// returns the writer. `written` is called after each entry.
+    fn write_cpio<W: Write>(&self, mut out: W, mut written: impl FnMut()) -> io::Result<W> {
+        for (inode, (path, (mode, node))) in (1..).zip(&self.entries) {
+            let file;
+            let (links, device, data): (u32, (u32, u32), &[u8]) = match node {
+                Node::Directory => (2, (0, 0), &[]),
                 Node::File(source) => {
-                    let contents = fs::read(source).map_err(|e| {
+                    file = fs::read(source).map_err(|e| {
                         io::Error::new(e.kind(), format!("{}: {e}", source.display()))
                     })?;
-                    cpio.entry(path, *mode, 1, (0, 0), &contents)?
+                    (1, (0, 0), &file)
                 }
-                Node::Data(data) => cpio.entry(path, *mode, 1, (0, 0), data)?,
-                Node::Symlink(target) => cpio.entry(path, *mode, 1, (0, 0), target.as_bytes())?,
-                Node::CharDevice { major, minor } => {
-                    cpio.entry(path, *mode, 1, (*major, *minor), &[])?
-                }
-            }
+                Node::Data(data) => (1, (0, 0), data),
+                Node::Symlink(target) => (1, (0, 0), target.as_bytes()),
+                Node::CharDevice { major, minor } => (1, (*major, *minor), &[]),
+            };
+            let size = u32::try_from(data.len()).map_err(|_| {
+                io::Error::new(io::ErrorKind::InvalidInput, format!("{path}: over 4 GiB"))
+            })?;
+            let mut entry = cpio::NewcBuilder::new(path)
+                .ino(inode)
+                .mode(*mode)
+                .nlink(links)
+                .rdev_major(device.0)
+                .rdev_minor(device.1)
+                .write(out, size);
+            entry.write_all(data)?;
+            out = entry.finish()?;
+            written();
         }
-        cpio.finish()
+        cpio::newc::trailer(out)
     }
 
     /// Writes the tree to `output` as a gzip-compressed newc cpio archive, through `partial`
@@ -124,85 +142,14 @@ impl Tree {
     pub(super) fn write_cpio_gzip(&self, partial: &Path, output: &Path) -> Result<(), String> {
         let file = fs::File::create(partial).map_err(|e| format!("{}: {e}", partial.display()))?;
         let gzip = GzEncoder::new(io::BufWriter::new(file), Compression::default());
+        let progress = Progress::bar(self.entries.len() as u64, "building the initramfs");
         let gzip = self
-            .write_cpio(gzip)
+            .write_cpio(gzip, || progress.inc())
             .map_err(|e| format!("{}: {e}", partial.display()))?;
         gzip.finish()
             .and_then(|mut buffered| buffered.flush())
             .map_err(|e| format!("{}: {e}", partial.display()))?;
         fs::rename(partial, output).map_err(|e| format!("{}: {e}", output.display()))
-    }
-}
-
-/// A writer of the "new ASCII" (newc) cpio format the kernel unpacks an initramfs from
-/// (Documentation/driver-api/early-userspace/buffer-format.rst): a 110-byte header of "070701"
-/// and 13 eight-digit hexadecimal fields, the NUL-terminated name, padding to 4 bytes, the
-/// data, padding to 4 bytes; the archive ends with an entry named "TRAILER!!!".
-struct CpioWriter<W: Write> {
-    out: W,
-    written: u64,
-    next_inode: u32,
-}
-
-impl<W: Write> CpioWriter<W> {
-    fn new(out: W) -> Self {
-        CpioWriter {
-            out,
-            written: 0,
-            next_inode: 1,
-        }
-    }
-
-    /// One entry owned by root with mtime 0; `device` is the (major, minor) of a device node.
-    fn entry(
-        &mut self,
-        name: &str,
-        mode: u32,
-        links: u32,
-        device: (u32, u32),
-        data: &[u8],
-    ) -> io::Result<()> {
-        let name_size = name.len() + 1;
-        let data_size = u32::try_from(data.len()).map_err(|_| {
-            io::Error::new(io::ErrorKind::InvalidInput, format!("{name}: over 4 GiB"))
-        })?;
-        let inode = self.next_inode;
-        self.next_inode += 1;
-        let (major, minor) = device;
-        let header = format!(
-            "070701{inode:08X}{mode:08X}{uid:08X}{gid:08X}{links:08X}{mtime:08X}{data_size:08X}\
-             {file_system_major:08X}{file_system_minor:08X}{major:08X}{minor:08X}\
-             {name_size:08X}{check:08X}",
-            uid = 0,
-            gid = 0,
-            mtime = 0,
-            file_system_major = 0,
-            file_system_minor = 0,
-            check = 0,
-        );
-        self.put(header.as_bytes())?;
-        self.put(name.as_bytes())?;
-        self.put(&[0])?;
-        self.pad()?;
-        self.put(data)?;
-        self.pad()
-    }
-
-    /// Writes the trailer entry and returns the underlying writer.
-    fn finish(mut self) -> io::Result<W> {
-        self.next_inode = 0;
-        self.entry("TRAILER!!!", 0, 1, (0, 0), &[])?;
-        Ok(self.out)
-    }
-
-    fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.written += bytes.len() as u64;
-        self.out.write_all(bytes)
-    }
-
-    fn pad(&mut self) -> io::Result<()> {
-        let padding = (4 - self.written % 4) % 4;
-        self.put(&[0; 3][..padding as usize])
     }
 }
 
@@ -242,14 +189,14 @@ mod tests {
 
     #[test]
     fn cpio_header_fields_name_and_padding() {
-        let mut cpio = CpioWriter::new(Vec::new());
-        cpio.entry("init", 0o100755, 1, (0, 0), b"hello").unwrap();
-        let archive = cpio.finish().unwrap();
+        let mut tree = Tree::default();
+        tree.insert("init", 0o100755, Node::Data(b"hello".to_vec()));
+        let archive = tree.write_cpio(Vec::new(), || {}).unwrap();
         let header = std::str::from_utf8(&archive[..110]).unwrap();
         assert_eq!(
             header,
             concat!(
-                "070701", "00000001", "000081ED", "00000000", "00000000", "00000001", "00000000",
+                "070701", "00000001", "000081ed", "00000000", "00000000", "00000001", "00000000",
                 "00000005", "00000000", "00000000", "00000000", "00000000", "00000005", "00000000"
             )
         );
@@ -261,7 +208,7 @@ mod tests {
 
     #[test]
     fn cpio_ends_with_the_trailer() {
-        let archive = CpioWriter::new(Vec::new()).finish().unwrap();
+        let archive = Tree::default().write_cpio(Vec::new(), || {}).unwrap();
         // 110 + "TRAILER!!!\0" = 121, padded to 124.
         assert_eq!(archive.len(), 124);
         assert_eq!(&archive[110..124], b"TRAILER!!!\0\0\0\0");
@@ -282,7 +229,7 @@ mod tests {
             Node::CharDevice { major: 5, minor: 1 },
         );
         tree.insert("bin/sh", 0o120777, Node::Symlink("/bin/busybox".into()));
-        let archive = tree.write_cpio(Vec::new()).unwrap();
+        let archive = tree.write_cpio(Vec::new(), || {}).unwrap();
         let entries = read_cpio(&archive);
         let names: Vec<&str> = entries.iter().map(|entry| entry.0.as_str()).collect();
         assert_eq!(

@@ -1,110 +1,63 @@
-//! A reader of 64-bit little-endian ELF files: the sonames programs and libraries need
-//! (`DT_NEEDED`) and the dependencies of kernel modules (`.modinfo`).
+//! What the initramfs needs from ELF files, read with the `object` crate: the sonames programs
+//! and libraries need (`DT_NEEDED`) and the dependencies of kernel modules (`.modinfo`).
 
 use std::fs;
-use std::io;
 use std::path::Path;
 
-/// Whether the file starts with the ELF magic (rt-tests also has Python scripts).
+use object::elf::{FileHeader64, DT_NEEDED};
+use object::read::elf::{FileHeader, SectionHeader, SectionTable};
+use object::{Endianness, FileKind, ReadCache};
+
+/// Whether the file is an ELF file (rt-tests also has Python scripts); only its start is read.
 pub(super) fn is_elf(path: &Path) -> bool {
-    let mut magic = [0; 4];
-    fs::File::open(path)
-        .and_then(|mut file| io::Read::read_exact(&mut file, &mut magic))
-        .is_ok()
-        && magic == *b"\x7fELF"
+    fs::File::open(path).is_ok_and(|file| {
+        matches!(
+            FileKind::parse(&ReadCache::new(file)),
+            Ok(FileKind::Elf32 | FileKind::Elf64)
+        )
+    })
 }
 
-/// The parts of a 64-bit little-endian ELF file (System V gABI, "ELF Header" and "Sections")
-/// needed here: section headers, `.dynamic` with its string table, `.modinfo`.
+/// A 64-bit ELF file (every arm64 program, library and kernel module), its sections parsed.
 pub(super) struct Elf<'a> {
     data: &'a [u8],
-    sections: Vec<Section>,
+    endian: Endianness,
+    sections: SectionTable<'a, FileHeader64<Endianness>>,
 }
-
-/// One section header (`Elf64_Shdr`).
-struct Section {
-    name: u32,
-    kind: u32,
-    offset: u64,
-    size: u64,
-    link: u32,
-}
-
-const SHT_DYNAMIC: u32 = 6;
-const DT_NULL: u64 = 0;
-const DT_NEEDED: u64 = 1;
 
 impl<'a> Elf<'a> {
+    /// Parses the file header and the section headers; an error says what is malformed.
     pub(super) fn parse(data: &'a [u8]) -> Result<Self, String> {
-        if data.get(0..4) != Some(b"\x7fELF") {
-            return Err("not an ELF file".into());
-        }
-        // EI_CLASS 2 = ELFCLASS64, EI_DATA 1 = ELFDATA2LSB.
-        if data.get(4..6) != Some(&[2, 1]) {
-            return Err("not a 64-bit little-endian ELF file".into());
-        }
-        let truncated = || "truncated ELF header".to_string();
-        let section_offset = read_u64(data, 0x28).ok_or_else(truncated)?;
-        let entry_size = u64::from(read_u16(data, 0x3a).ok_or_else(truncated)?);
-        let count = u64::from(read_u16(data, 0x3c).ok_or_else(truncated)?);
-        let mut sections = Vec::new();
-        for index in 0..count {
-            let at = section_offset + index * entry_size;
-            let field32 = |offset: u64| read_u32(data, at + offset);
-            let field64 = |offset: u64| read_u64(data, at + offset);
-            sections.push(Section {
-                name: field32(0).ok_or("truncated section header")?,
-                kind: field32(4).ok_or("truncated section header")?,
-                offset: field64(24).ok_or("truncated section header")?,
-                size: field64(32).ok_or("truncated section header")?,
-                link: field32(40).ok_or("truncated section header")?,
-            });
-        }
-        Ok(Elf { data, sections })
+        let header = FileHeader64::<Endianness>::parse(data).map_err(|e| e.to_string())?;
+        let endian = header.endian().map_err(|e| e.to_string())?;
+        let sections = header.sections(endian, data).map_err(|e| e.to_string())?;
+        Ok(Elf {
+            data,
+            endian,
+            sections,
+        })
     }
 
-    fn contents(&self, section: &Section) -> Option<&'a [u8]> {
-        let start = usize::try_from(section.offset).ok()?;
-        let end = start.checked_add(usize::try_from(section.size).ok()?)?;
-        self.data.get(start..end)
-    }
-
-    /// The section called `name` (looked up in the section-name string table, e_shstrndx).
-    fn section(&self, name: &str) -> Option<&'a [u8]> {
-        let names = self.sections.get(usize::from(read_u16(self.data, 0x3e)?))?;
-        let names = self.contents(names)?;
-        self.sections
-            .iter()
-            .find(|section| c_string(names, u64::from(section.name)) == Some(name))
-            .and_then(|section| self.contents(section))
-    }
-
-    /// The DT_NEEDED entries of the dynamic section: the sonames this file is linked against.
+    /// The DT_NEEDED entries of the dynamic section, up to its DT_NULL: the sonames this file is
+    /// linked against (none for a statically linked file, which has no dynamic section).
     pub(super) fn needed(&self) -> Result<Vec<String>, String> {
-        let Some(dynamic) = self
+        let table = self
             .sections
-            .iter()
-            .find(|section| section.kind == SHT_DYNAMIC)
-        else {
-            return Ok(Vec::new()); // statically linked
-        };
-        let malformed = || "malformed dynamic section".to_string();
-        let entries = self.contents(dynamic).ok_or_else(malformed)?;
-        let strings = self
-            .sections
-            .get(dynamic.link as usize)
-            .and_then(|section| self.contents(section))
-            .ok_or_else(malformed)?;
+            .dynamic_table(self.endian, self.data)
+            .map_err(|e| format!("dynamic section: {e}"))?;
         let mut needed = Vec::new();
-        for entry in entries.chunks_exact(16) {
-            let tag = read_u64(entry, 0).ok_or_else(malformed)?;
-            let value = read_u64(entry, 8).ok_or_else(malformed)?;
-            match tag {
-                DT_NULL => break,
-                DT_NEEDED => {
-                    needed.push(c_string(strings, value).ok_or_else(malformed)?.to_string())
-                }
-                _ => {}
+        for entry in &table {
+            if entry.tag == DT_NEEDED {
+                let name = table
+                    .string(entry)
+                    .map_err(|e| format!("dynamic section: {e}"))?;
+                needed.push(
+                    std::str::from_utf8(name)
+                        .map_err(|_| {
+                            format!("dynamic section: a needed name is not UTF-8: {name:?}")
+                        })?
+                        .to_string(),
+                );
             }
         }
         Ok(needed)
@@ -112,7 +65,11 @@ impl<'a> Elf<'a> {
 
     /// The values of `key=value` strings in a kernel module's `.modinfo` section.
     pub(super) fn modinfo(&self, key: &str) -> Vec<&'a str> {
-        let Some(info) = self.section(".modinfo") else {
+        let Some(info) = self
+            .sections
+            .section_by_name(self.endian, b".modinfo")
+            .and_then(|(_, section)| section.data(self.endian, self.data).ok())
+        else {
             return Vec::new();
         };
         info.split(|&byte| byte == 0)
@@ -122,37 +79,12 @@ impl<'a> Elf<'a> {
     }
 }
 
-fn read_u16(data: &[u8], offset: u64) -> Option<u16> {
-    let start = usize::try_from(offset).ok()?;
-    Some(u16::from_le_bytes(
-        data.get(start..start.checked_add(2)?)?.try_into().ok()?,
-    ))
-}
-
-fn read_u32(data: &[u8], offset: u64) -> Option<u32> {
-    let start = usize::try_from(offset).ok()?;
-    Some(u32::from_le_bytes(
-        data.get(start..start.checked_add(4)?)?.try_into().ok()?,
-    ))
-}
-
-fn read_u64(data: &[u8], offset: u64) -> Option<u64> {
-    let start = usize::try_from(offset).ok()?;
-    Some(u64::from_le_bytes(
-        data.get(start..start.checked_add(8)?)?.try_into().ok()?,
-    ))
-}
-
-/// The NUL-terminated string at `offset` of a string table.
-fn c_string(table: &[u8], offset: u64) -> Option<&str> {
-    let rest = table.get(usize::try_from(offset).ok()?..)?;
-    let end = rest.iter().position(|&byte| byte == 0)?;
-    std::str::from_utf8(&rest[..end]).ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The section type of `.dynamic` (System V gABI, "Sections").
+    const SHT_DYNAMIC: u32 = 6;
 
     /// A little ELF64 file with the given sections (after the null one, before .shstrtab).
     fn elf(sections: &[(&str, u32, &[u8], u32)]) -> Vec<u8> {

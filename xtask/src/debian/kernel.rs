@@ -12,13 +12,15 @@ pub const FLAVOURS: &[&str] = &["cloud-arm64", "arm64", "rt-arm64"];
 
 /// Fetches (apt-get download, cached) and extracts the kernel package of `flavour`; returns the path of its arm64 Image (the package's /boot/vmlinuz-*, which on arm64 is an uncompressed Image; if it is gzip-compressed, decompress it).
 pub fn kernel(cache: &Path, flavour: &str) -> Result<PathBuf, String> {
-    let mut apt = Apt::new(cache)?;
-    let kernel = apt.kernel_package(flavour)?;
-    let boot = kernel.root.join("boot");
-    arm64_image(
-        &boot.join(format!("vmlinuz-{}", kernel.version)),
-        &boot.join(format!("Image-{}", kernel.version)),
-    )
+    crate::build_lock::exclusive(|| {
+        let mut apt = Apt::new(cache)?;
+        let kernel = apt.kernel_package(flavour)?;
+        let boot = kernel.root.join("boot");
+        arm64_image(
+            &boot.join(format!("vmlinuz-{}", kernel.version)),
+            &boot.join(format!("Image-{}", kernel.version)),
+        )
+    })
 }
 
 /// `vmlinuz` if it is an arm64 Image, or `decompressed` made from it if it is gzip-compressed.

@@ -14,16 +14,16 @@
 //! run (`xen.rs`).
 //!
 //! The initramfs carries busybox, rt-tests and stress-ng. Shared libraries are found from the
-//! ELF `DT_NEEDED` entries of the programs (read by `elf.rs`, never by running arm64 code), in
-//! the packages fetched so far; a library that none of them has is looked for in the
-//! dependencies of the package that needs it. Kernel module dependencies come from the modules'
-//! `.modinfo` sections: Debian's kernel packages leave `modules.dep` to `depmod` at install
-//! time, so `initramfs.rs` writes it for the subset we carry.
+//! ELF `DT_NEEDED` entries of the programs (read by `elf.rs` with the `object` crate, never by
+//! running arm64 code), in the packages fetched so far; a library that none of them has is
+//! looked for in the dependencies of the package that needs it. Kernel module dependencies come
+//! from the modules' `.modinfo` sections: Debian's kernel packages leave `modules.dep` to
+//! `depmod` at install time, so `initramfs.rs` writes it for the subset we carry.
 //!
 //! `kernel.rs` gives the kernel Image, `initramfs.rs` assembles the image from the packages
 //! that `apt.rs` fetches (reading their ELF files with `elf.rs`), `scripts.rs` has /init and
-//! the tests, and `cpio.rs` writes the archive (or a directory, which `rootfs.rs` makes an
-//! ext4 disk image of, for a root file system on a virtio-blk disk).
+//! the tests, and `cpio.rs` writes the archive (with the `cpio` crate) or a directory, which
+//! `rootfs.rs` makes an ext4 disk image of, for a root file system on a virtio-blk disk.
 
 mod apt;
 mod cpio;

@@ -35,6 +35,11 @@ const MARKER: &str = "etc/keel-rootfs";
 /// /dev). Files belong to the user who builds the image (root when xtask runs as root: mke2fs
 /// copies the owners of the directory it is given). Returns the image's path.
 pub fn rootfs(cache: &Path, flavour: &str) -> Result<PathBuf, String> {
+    crate::build_lock::exclusive(|| build_rootfs(cache, flavour))
+}
+
+/// [`rootfs`], its caller holding the build lock.
+fn build_rootfs(cache: &Path, flavour: &str) -> Result<PathBuf, String> {
     let (mut tree, kernel) = contents(cache, flavour)?;
     tree.entries
         .retain(|_, (_, node)| !matches!(node, Node::CharDevice { .. }));
@@ -99,6 +104,7 @@ fn make_ext4(root: &Path, image: &Path, size_mib: u64) -> Result<(), String> {
     file.set_len(size_mib << 20)
         .map_err(|e| format!("{}: {e}", image.display()))?;
     drop(file);
+    let _progress = crate::progress::Progress::spinner("making the ext4 root file system (mke2fs)");
     let mut command = Command::new(crate::setup::mke2fs()?);
     command
         .args(["-q", "-F", "-t", "ext4", "-b", "4096", "-L", "keel-root"])

@@ -32,8 +32,8 @@ pub use rootfs::bench as rootfs_bench;
 pub struct Scenario {
     /// Shown in the report.
     pub name: String,
-    /// Runs it.
-    pub run: Box<dyn Fn() -> Result<()>>,
+    /// Runs it (on any thread, beside other scenarios: see `test_command.rs`).
+    pub run: Box<dyn Fn() -> Result<()> + Send + Sync>,
 }
 
 /// Time a scenario may take before QEMU is killed (real time; icount runs need far less).
@@ -1180,11 +1180,12 @@ fn access_matrix() -> Result<()> {
     let mut report = String::new();
     let mut problems = Vec::new();
     for (boot, chunk) in ACCESS_PROBES.chunks(ATTACKERS_PER_BOOT).enumerate() {
-        let mut text = String::from(
-            "[system]\nname = \"attack-matrix\"\nram = { base = 0x4000_0000, size = \"1G\" }\n\
-             hypervisor = { base = 0x4000_0000, size = \"32M\" }\npcpus = 8\n\n\
-             [[vm]]\nname = \"victim\"\nimage = { guest = \"test-guest\" }\n\
-             memory = { base = 0x5000_0000, size = \"16M\" }\npcpus = [1]\ndevices = [\"console\"]\n\
+        // A system name per boot: one name is one image in a test run (image.rs).
+        let mut text = format!(
+            "[system]\nname = \"attack-matrix-{boot}\"\nram = {{ base = 0x4000_0000, size = \"1G\" }}\n\
+             hypervisor = {{ base = 0x4000_0000, size = \"32M\" }}\npcpus = 8\n\n\
+             [[vm]]\nname = \"victim\"\nimage = {{ guest = \"test-guest\" }}\n\
+             memory = {{ base = 0x5000_0000, size = \"16M\" }}\npcpus = [1]\ndevices = [\"console\"]\n\
              cmdline = \"keel.mode=ticks keel.off=2\"\n",
         );
         for (i, (_, probe, _)) in chunk.iter().enumerate() {
