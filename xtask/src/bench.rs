@@ -378,17 +378,7 @@ fn linux_under_xen(
 ) -> Result<LinuxFigures> {
     let xen = crate::debian::xen(&output_dir().join("debian"))
         .map_err(|e| format!("fetching Xen: {e}"))?;
-    let bootargs = cmdline
-        .split_whitespace()
-        .map(|word| {
-            if word.starts_with("console=") {
-                "console=hvc0"
-            } else {
-                word
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ");
+    let bootargs = crate::debian::dom0_bootargs(cmdline);
     // Timestamps on Xen's own lines (console only) say when it starts dom0.
     let xen_cmdline = format!(
         "dom0_mem={}M console=dtuart console_timestamps=boot",

@@ -486,9 +486,7 @@ pub fn chrome_trace(traced: &Traced) -> TraceFile {
 pub fn command(config: &Path, seconds: f64) -> Result<PathBuf> {
     let traced = run(config, seconds)?;
     let (path, file) = write_json(config, &traced)?;
-    let stem = config
-        .file_stem()
-        .map_or("trace".into(), |stem| stem.to_string_lossy().into_owned());
+    let stem = stem(config);
     for plot in plots(
         &traced,
         &crate::plots::directory(),
@@ -619,14 +617,20 @@ pub fn plots(traced: &Traced, directory: &Path, stem: &str) -> Result<Vec<Plot>>
     Ok(written)
 }
 
+/// What a trace of `config` is named by: its file's stem.
+fn stem(config: &Path) -> String {
+    config
+        .file_stem()
+        .map_or("trace".into(), |stem| stem.to_string_lossy().into_owned())
+}
+
 /// Writes `traced`'s Chrome trace as `target/keel/trace/<config's stem>.json`; returns its path
 /// and what it holds.
 pub fn write_json(config: &Path, traced: &Traced) -> Result<(PathBuf, TraceFile)> {
     let file = chrome_trace(traced);
-    let name = config
-        .file_stem()
-        .map_or("trace".into(), |stem| stem.to_string_lossy().into_owned());
-    let path = output_dir().join("trace").join(format!("{name}.json"));
+    let path = output_dir()
+        .join("trace")
+        .join(format!("{}.json", stem(config)));
     let json = serde_json::to_string(&file).map_err(|e| e.to_string())?;
     std::fs::write(&path, json).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok((path, file))

@@ -39,4 +39,4 @@ pub use firmware::firmware;
 pub use initramfs::initramfs;
 pub use kernel::{kernel, FLAVOURS};
 pub use rootfs::rootfs;
-pub use xen::xen;
+pub use xen::{dom0_bootargs, xen};

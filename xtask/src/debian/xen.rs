@@ -11,6 +11,22 @@ use super::apt::package_file;
 const PACKAGE: &str = "xen-hypervisor-4.17-arm64";
 const IMAGE: &str = "boot/xen-4.17-arm64";
 
+/// A Linux command line for dom0: its `console=` (the board's UART) becomes Xen's `hvc0`,
+/// every other word stays.
+pub fn dom0_bootargs(cmdline: &str) -> String {
+    cmdline
+        .split_whitespace()
+        .map(|word| {
+            if word.starts_with("console=") {
+                "console=hvc0"
+            } else {
+                word
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Fetches (apt-get download, cached) and extracts Debian's Xen 4.17 for arm64; returns the path
 /// of its arm64 Image.
 pub fn xen(cache: &Path) -> Result<PathBuf, String> {
@@ -24,4 +40,16 @@ pub fn xen(cache: &Path) -> Result<PathBuf, String> {
         ));
     }
     Ok(image)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn dom0_takes_xens_console_and_every_other_word() {
+        assert_eq!(
+            super::dom0_bootargs("console=ttyAMA0  keel.root=/dev/vda keel.test=net"),
+            "console=hvc0 keel.root=/dev/vda keel.test=net"
+        );
+        assert_eq!(super::dom0_bootargs("quiet"), "quiet");
+    }
 }

@@ -104,8 +104,7 @@ impl Host {
         }
         let xen = crate::debian::xen(&output_dir().join("debian"))
             .map_err(|e| format!("fetching Xen: {e}"))?;
-        let append = native.append.as_deref().unwrap_or_default();
-        let bootargs = append.replace("console=ttyAMA0", "console=hvc0");
+        let bootargs = crate::debian::dom0_bootargs(native.append.as_deref().unwrap_or_default());
         let initrd = native
             .initrd
             .as_deref()
