@@ -74,6 +74,31 @@ pub const KEEL_TRACE_READ: u32 = keel_call(0x22);
 /// 2,000 instructions; a reader behind calls again (each call a trap of its own).
 pub const TRACE_READ_MAX: usize = 32;
 
+/// Keeps the caller's VM's watchdog (see [`crate::health`]): the first call arms it, each
+/// call after puts its expiry one period ahead. Returns the period in nanoseconds;
+/// NOT_SUPPORTED unless the configuration gives the VM `health.watchdog.period`. Its expiry is
+/// a health event (the action its configuration names: restart, stop, or a line only).
+pub const KEEL_WATCHDOG: u32 = keel_call(0x40);
+/// VM x1's health as its managers see it: x0 = its state ([`crate::health::VmStatus`]),
+/// x1 = its restarts since boot, x2 = its last health event and the action taken
+/// (`event | action << 8`, 0: none yet), x3 = when (ns since boot). DENIED unless the caller
+/// is one of its `health.managers` or the VM itself; INVALID_PARAMETERS for no such VM.
+pub const KEEL_VM_STATUS: u32 = keel_call(0x41);
+/// Starts VM x1 from its pristine image if it is off or stopped (ALREADY_ON if it runs or is
+/// restarting). Returns 0. DENIED unless the caller is one of its managers.
+pub const KEEL_VM_START: u32 = keel_call(0x42);
+/// Stops VM x1 (every vCPU off, its devices' interrupts and DMA cut off) as a fault would.
+/// Returns 0 (also if it had ended already). DENIED unless the caller is one of its managers.
+pub const KEEL_VM_STOP: u32 = keel_call(0x43);
+/// Restarts VM x1 from its pristine image in bounded steps, whatever its state (a restart
+/// under way already: nothing more). Returns 0. DENIED unless the caller is one of its managers.
+pub const KEEL_VM_RESTART: u32 = keel_call(0x44);
+/// Scheduling statistics of vCPU x2 of VM x1 (a task's vCPU too), as KEEL_SCHED_STATS gives
+/// the caller its own: x0 = jobs released, x1 = deadline misses, x2 = budget overruns, x3 =
+/// worst response time (ns). DENIED unless the caller is one of its managers or the VM itself;
+/// NOT_SUPPORTED for a vCPU on a pinned pCPU (nothing is counted there) or not started.
+pub const KEEL_VM_SCHED_STATS: u32 = keel_call(0x45);
+
 /// Sends a message (see [`crate::ipc`]): x1 = destination VM, x2 = its vCPU (a task: the
 /// VM's configured vCPUs plus the task's index, as KEEL_VM_ID tells the task), x3 = the
 /// message's guest-physical address, x4 = its length. Keel copies it into the destination's
@@ -238,6 +263,39 @@ pub mod layout {
     pub const MAINTENANCE_INTID: u32 = 25;
     /// EL2 physical timer PPI (Keel's own).
     pub const HYP_TIMER_INTID: u32 = 26;
+    /// Emulated SP805 watchdog (`devices = ["watchdog"]`; `arm,sp805`), in a hole of QEMU
+    /// `virt`'s map.
+    pub const WATCHDOG_BASE: u64 = 0x0b00_0000;
+    /// Size of the SP805 frame.
+    pub const WATCHDOG_SIZE: u64 = 0x1000;
+    /// The management window of a VM that manages others (`health.managers` names it): the
+    /// KEEL_VM_* services as registers, for a guest that cannot make hypercalls from where it
+    /// runs (a Linux command through `/dev/mem`). See [`super::manager_window`].
+    pub const MANAGER_BASE: u64 = 0x0b01_0000;
+    /// Size of the management window.
+    pub const MANAGER_SIZE: u64 = 0x1000;
+}
+
+/// The management window's registers ([`layout::MANAGER_BASE`]), 64-bit each: a write of a
+/// function id to [`FUNCTION`](manager_window::FUNCTION) makes the call with `ARGS` as x1..x6,
+/// as an HVC would, and leaves x0..x7 in `RESULTS`. The functions are KEEL_VM_STATUS, _START,
+/// _STOP, _RESTART, _SCHED_STATS, KEEL_VM_ID, and KEEL_MSG_RECV, which takes the next message
+/// (at most [`MESSAGE_BYTES`](manager_window::MESSAGE_BYTES)) into RESULTS: x0 = its length,
+/// x1 = sender VM, x2 = sender vCPU, x3 = messages still queued, x4..x7 = its bytes; a longer
+/// one is refused (BUFFER_TOO_SMALL) and stays queued. Any other function: NOT_SUPPORTED.
+pub mod manager_window {
+    /// Offset of the function register (write only).
+    pub const FUNCTION: u64 = 0x00;
+    /// Offset of the first argument (x1); x2..x6 follow every 8 bytes.
+    pub const ARGS: u64 = 0x08;
+    /// Arguments.
+    pub const ARG_COUNT: u64 = 6;
+    /// Offset of the first result (x0); x1..x7 follow every 8 bytes.
+    pub const RESULTS: u64 = 0x40;
+    /// Results.
+    pub const RESULT_COUNT: u64 = 8;
+    /// Longest message KEEL_MSG_RECV takes through the window (x4..x7).
+    pub const MESSAGE_BYTES: usize = 32;
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ pub mod cpu_features;
 pub mod devices;
 pub mod esr;
 pub mod fdt;
+pub mod health;
 pub mod histogram;
 pub mod hypercall;
 pub mod ipc;

@@ -66,6 +66,11 @@ pub struct VmDesc {
     /// Whether the VM may copy Keel's trace rings into its memory (KEEL_TRACE_READ): they show
     /// every VM's exits and interrupts, so only a manager the integrator trusts.
     pub trace_reader: bool,
+    /// Its health policy: the action on each event, its watchdog, miss threshold, restart
+    /// limit and managers (see [`crate::health`]).
+    pub health: crate::health::Policy,
+    /// Whether it has the emulated SP805 watchdog.
+    pub watchdog_device: bool,
     /// Real-time task services: `None` if the VM may not create tasks.
     pub tasks: Option<TaskGrant>,
     /// Incoming messages (KEEL_MSG_*): `None` if no VM may send to this one.
@@ -346,6 +351,8 @@ pub(crate) fn test_vm(id: u16, phys: u64, vcpus: usize) -> VmDesc {
         pmu: false,
         monitor_masked_stretch: false,
         trace_reader: false,
+        health: crate::health::Policy::DEFAULT,
+        watchdog_device: false,
         tasks: None,
         messages: None,
         virtio_console: None,
@@ -386,6 +393,8 @@ mod tests {
             pmu: false,
             monitor_masked_stretch: false,
             trace_reader: false,
+            health: crate::health::Policy::DEFAULT,
+            watchdog_device: false,
             tasks: None,
             messages: None,
             virtio_console: None,

@@ -490,7 +490,7 @@ fn rule_1_toml_syntax_error_has_line_and_column() {
 fn rule_1_unknown_field() {
     assert_rejected(
         "toml-unknown-field.toml",
-        "14:1: unknown field `memroy`, expected one of `name`, `image`, `initrd`, `memory`, `ipa`, `flash`, `pcpus`, `schedule`, `tasks`, `messages`, `virtio_console`, `devices`, `console`, `passthrough`, `cmdline`, `wfi`, `pmu`, `monitor_masked_stretch`, `trace_reader`",
+        "14:1: unknown field `memroy`, expected one of `name`, `image`, `initrd`, `memory`, `ipa`, `flash`, `pcpus`, `schedule`, `tasks`, `messages`, `virtio_console`, `devices`, `console`, `passthrough`, `cmdline`, `wfi`, `pmu`, `monitor_masked_stretch`, `trace_reader`, `health`",
     );
 }
 
@@ -794,7 +794,7 @@ fn rule_8_empty_image() {
 fn rule_9_unknown_device() {
     assert_rejected(
         "device-unknown.toml",
-        "vm 'rt-a': devices: unknown device 'gpu' (known devices: 'console')",
+        "vm 'rt-a': devices: unknown device 'gpu' (known devices: 'console', 'watchdog')",
     );
 }
 

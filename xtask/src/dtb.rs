@@ -356,6 +356,11 @@ mod tests {
             pmu: false,
             monitor_masked_stretch: false,
             trace_reader: false,
+            health: keel_core::config::Health {
+                policy: keel_core::health::Policy::DEFAULT,
+                managers: Vec::new(),
+            },
+            watchdog_device: false,
             tasks: None,
             messages: None,
             virtio_console: None,

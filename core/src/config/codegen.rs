@@ -128,6 +128,11 @@ pub fn emit_rust(system: &System, dtb_paths: &[PathBuf]) -> String {
             vm.monitor_masked_stretch
         ));
         line(format!("            trace_reader: {},", vm.trace_reader));
+        line(format!("            health: {},", health(&vm.health)));
+        line(format!(
+            "            watchdog_device: {},",
+            vm.watchdog_device
+        ));
         line(format!("            tasks: {},", tasks(vm.tasks.as_ref())));
         line(format!(
             "            messages: {},",
@@ -205,6 +210,51 @@ fn policy(policy: Policy) -> String {
         Policy::Edf { quantum } => format!("{path}::Edf {{ quantum: {quantum} }}"),
         Policy::RoundRobin { quantum } => format!("{path}::RoundRobin {{ quantum: {quantum} }}"),
     }
+}
+
+/// A VM's health policy as a Rust expression.
+fn health(health: &super::model::Health) -> String {
+    use crate::health::Action;
+    let action = |action: Action| {
+        let name = match action {
+            Action::Ignore => "Ignore",
+            Action::Stop => "Stop",
+            Action::Restart => "Restart",
+            Action::StopAtLimit => "StopAtLimit",
+        };
+        format!("::keel_core::health::Action::{name}")
+    };
+    let policy = &health.policy;
+    let watchdog = policy.watchdog.map_or("None".into(), |w| {
+        format!(
+            "Some(::keel_core::health::Watchdog {{ period_ns: {}, action: {} }})",
+            w.period_ns,
+            action(w.action)
+        )
+    });
+    let misses = policy.misses.map_or("None".into(), |m| {
+        format!(
+            "Some(::keel_core::health::Misses {{ count: {}, window_ns: {}, action: {} }})",
+            m.count,
+            m.window_ns,
+            action(m.action)
+        )
+    });
+    let restarts = policy.restarts.map_or("None".into(), |r| {
+        format!(
+            "Some(::keel_core::health::RestartLimit {{ max: {}, window_ns: {} }})",
+            r.max, r.window_ns
+        )
+    });
+    let managers: Vec<String> = health.managers.iter().map(u8::to_string).collect();
+    format!(
+        "::keel_core::health::Policy {{ fault: {}, power_off: {}, reset: {}, watchdog: {watchdog}, \
+         misses: {misses}, restarts: {restarts}, managers: &[{}] }}",
+        action(policy.fault),
+        action(policy.power_off),
+        action(policy.reset),
+        managers.join(", ")
+    )
 }
 
 /// A VM's task grant as a Rust expression (`None` without a `tasks` table).
@@ -331,6 +381,11 @@ mod tests {
             pmu: id == 0,
             monitor_masked_stretch: id == 1,
             trace_reader: id == 0,
+            health: crate::config::Health {
+                policy: crate::health::Policy::DEFAULT,
+                managers: Vec::new(),
+            },
+            watchdog_device: false,
             passthrough: Vec::new(),
             cmdline: "keel.mode=ticks".to_string(),
         };

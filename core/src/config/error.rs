@@ -691,6 +691,43 @@ pub enum Problem {
         /// Half of `system.hypervisor`'s size.
         half: u64,
     },
+    /// `"<given>" is not an action here: give <allowed>`.
+    BadAction {
+        /// The text given.
+        given: String,
+        /// The actions this field takes, spelled out.
+        allowed: &'static str,
+    },
+    /// `the emulated watchdog needs [vm.health] watchdog = { action = ... }: what its expiry does`.
+    WatchdogDeviceWithoutAction,
+    /// `needs a period (KEEL_WATCHDOG's) unless the VM has the emulated watchdog (devices = ["watchdog"])`.
+    WatchdogWithoutPeriod,
+    /// `<value> is outside 1..=<max>`: a miss count or restart limit.
+    HealthCountOutOfRange {
+        /// The value given.
+        value: i64,
+        /// [`MAX_COUNT`](crate::health::MAX_COUNT).
+        max: usize,
+    },
+    /// `'<name>' is this VM: a VM's manager is another VM`.
+    HealthManagerIsItself {
+        /// The VM's own name.
+        name: String,
+    },
+    /// `manages '<managed>', whose health notices come as messages of <size> bytes: give it a
+    /// messages table whose size is at least <size>`.
+    ManagerWithoutMessages {
+        /// The VM it manages.
+        managed: String,
+        /// [`Notice::LEN`](crate::health::Notice::LEN).
+        size: usize,
+    },
+    /// `manages '<managed>', whose health notices come as messages to its vCPU 0, which its
+    /// virtio console takes as input: a manager has no virtio console`.
+    ManagerHasVirtioConsole {
+        /// The VM it manages.
+        managed: String,
+    },
     /// `used by two channels (#<first> and #<second>)`.
     DuplicateChannelName {
         /// Index of the first channel with the name.
@@ -1086,6 +1123,33 @@ impl fmt::Display for Problem {
             Self::TraceRingsTooLarge { total, pcpus, half } => write!(
                 f,
                 "the trace rings take {total} bytes ({pcpus} pCPUs, each ring with its 64-byte header), above half of Keel's region ({half})"
+            ),
+            Self::BadAction { given, allowed } => {
+                write!(f, "\"{given}\" is not an action here: give {allowed}")
+            }
+            Self::WatchdogDeviceWithoutAction => f.write_str(
+                "the emulated watchdog needs [vm.health] watchdog = { action = ... }: what its \
+                 expiry does",
+            ),
+            Self::WatchdogWithoutPeriod => f.write_str(
+                "needs a period (KEEL_WATCHDOG's) unless the VM has the emulated watchdog \
+                 (devices = [\"watchdog\"])",
+            ),
+            Self::HealthCountOutOfRange { value, max } => {
+                write!(f, "{value} is outside 1..={max}")
+            }
+            Self::HealthManagerIsItself { name } => {
+                write!(f, "'{name}' is this VM: a VM's manager is another VM")
+            }
+            Self::ManagerWithoutMessages { managed, size } => write!(
+                f,
+                "manages '{managed}', whose health notices come as messages of {size} bytes: \
+                 give it a messages table whose size is at least {size}"
+            ),
+            Self::ManagerHasVirtioConsole { managed } => write!(
+                f,
+                "manages '{managed}', whose health notices come as messages to its vCPU 0, \
+                 which its virtio console takes as input: a manager has no virtio console"
             ),
             Self::DuplicateChannelName { first, second } => {
                 write!(f, "used by two channels (#{first} and #{second})")

@@ -17,6 +17,7 @@ mod codegen;
 mod decimal;
 mod duration;
 mod error;
+mod health;
 mod image;
 mod keys;
 mod load;
@@ -40,8 +41,8 @@ pub use image::{inspect as inspect_image, ImageLayout};
 pub use keys::{accepted_keys, KeyTable};
 pub use load::{load, load_with_board, parse_str, parse_str_with_board};
 pub use model::{
-    Channel, ChannelMember, DeviceInterrupt, DeviceNode, Flash, ImageSource, Initrd, Messages,
-    Passthrough, System, Tasks, Vm, DEFAULT_IPA, DEVICE_WINDOW_END, DEVICE_WINDOW_START,
+    Channel, ChannelMember, DeviceInterrupt, DeviceNode, Flash, Health, ImageSource, Initrd,
+    Messages, Passthrough, System, Tasks, Vm, DEFAULT_IPA, DEVICE_WINDOW_END, DEVICE_WINDOW_START,
     DTB_REGION_SIZE, FLASH_WINDOW_SIZE, HYPERVISOR_IMAGE_OFFSET, IPA_BITS, KNOWN_DEVICES,
     LINUX_IMAGE_BASE_ALIGN, MAX_PCPUS, MAX_VCPUS, MAX_VMS, MIN_VM_MEMORY, PAGE_SIZE,
     VM_GIC_PHANDLE,

@@ -38,7 +38,7 @@ pub const FLASH_WINDOW_SIZE: u64 = 0x0800_0000;
 /// Phandle of the GIC in every VM's generated device tree (the interrupt parent of its devices).
 pub const VM_GIC_PHANDLE: u32 = 1;
 /// Device names a `[[vm]]` may list.
-pub const KNOWN_DEVICES: &[&str] = &["console"];
+pub const KNOWN_DEVICES: &[&str] = &["console", "watchdog"];
 
 /// A whole validated system.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,6 +187,10 @@ pub struct Vm {
     pub monitor_masked_stretch: bool,
     /// Whether the VM may copy Keel's trace rings (KEEL_TRACE_READ).
     pub trace_reader: bool,
+    /// Its health policy and managers.
+    pub health: Health,
+    /// Whether it has the emulated SP805 watchdog (`devices = ["watchdog"]`).
+    pub watchdog_device: bool,
     /// Kernel command line, for `/chosen/bootargs`.
     pub cmdline: String,
     /// The board's devices it is given, in the order written.
@@ -364,4 +368,13 @@ impl System {
     pub fn message_pool_len(&self) -> usize {
         self.vms.iter().map(Vm::message_pool_len).sum()
     }
+}
+
+/// A VM's `[vm.health]`: the policy (its `managers` empty: they are in [`Health::managers`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Health {
+    /// The actions, watchdog, threshold and limit.
+    pub policy: crate::health::Policy,
+    /// The VMs (by id) that manage it.
+    pub managers: Vec<u8>,
 }

@@ -216,6 +216,70 @@ pub struct VmTable {
     /// no). The trace shows every VM's exits and interrupts: a manager the integrator trusts.
     #[serde(default)]
     pub trace_reader: bool,
+    /// Its health monitoring: the action on each event, its watchdog, its miss threshold, its
+    /// restart limit and its managers (default: faults and power-off stop it, its own reset
+    /// restarts it).
+    pub health: Option<HealthTable>,
+}
+
+/// A `[vm.health]` table.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthTable {
+    /// On a fault (stage-2 fault, forbidden access, crash report, refused DMA): `"stop"`
+    /// (default) or `"restart"`.
+    pub fault: Option<ActionText>,
+    /// On the VM's own power-off: `"stop"` (default) or `"restart"`.
+    pub power_off: Option<ActionText>,
+    /// On the VM's own reset: `"restart"` (default) or `"stop"`.
+    pub reset: Option<ActionText>,
+    /// Its watchdog: KEEL_WATCHDOG's period, or its emulated SP805 (`devices`), and the action.
+    pub watchdog: Option<WatchdogTable>,
+    /// A threshold of deadline misses and budget overruns over a window, and the action.
+    pub misses: Option<MissesTable>,
+    /// At most `max` restarts (by policy) within `window`; then it is stopped.
+    pub restarts: Option<RestartsTable>,
+    /// Names of the VMs that may start, stop, restart and read this VM, and receive its health
+    /// notices as messages.
+    #[serde(default)]
+    pub managers: Vec<String>,
+}
+
+/// An action's name, checked later so that the message names the VM and the field.
+#[derive(Debug, Deserialize)]
+#[serde(transparent)]
+pub struct ActionText(pub String);
+
+/// `watchdog = { period = "500ms", action = "restart" }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WatchdogTable {
+    /// KEEL_WATCHDOG's period (optional with the emulated SP805, which the guest programs).
+    pub period: Option<DurationText>,
+    /// `"restart"`, `"stop"` or `"ignore"` (a line and a notice only).
+    pub action: ActionText,
+}
+
+/// `misses = { count = 3, window = "1s", action = "restart" }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MissesTable {
+    /// Misses and overruns, 1..=16 (an integer of any width, so the range check names the VM).
+    pub count: i64,
+    /// Within this long.
+    pub window: DurationText,
+    /// `"restart"`, `"stop"` or `"ignore"`.
+    pub action: ActionText,
+}
+
+/// `restarts = { max = 3, window = "10s" }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestartsTable {
+    /// Most restarts within the window, 1..=16.
+    pub max: i64,
+    /// The window.
+    pub window: DurationText,
 }
 
 /// One `[[vm.passthrough]]` table: `{ path = "/pl031@9010000" }`, optionally with `ipa`.

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use super::board::{self, Board, BoardTree};
 use super::channels;
 use super::error::{AddressRange, Backing, ConfigErrorKind, Problem, Subject};
+use super::health;
 use super::image;
 use super::messages;
 use super::model::{
@@ -433,6 +434,8 @@ fn check_vm(
         messages::check_messages(table, &subject, console, context.earlier, context.names)?;
     let virtio_console =
         messages::check_virtio_console(table, index, &subject, messages.as_ref(), context.names)?;
+    let watchdog_device = table.devices.iter().any(|device| device == "watchdog");
+    let health = health::check_health(table, index, &subject, watchdog_device, context.names)?;
     let wfi = check_wfi(table.wfi.as_deref()).map_err(|problem| at("wfi", problem))?;
     if table.wfi.as_deref() == Some("native") {
         if let Some(&pcpu) = table
@@ -500,6 +503,8 @@ fn check_vm(
         pmu: table.pmu,
         monitor_masked_stretch: table.monitor_masked_stretch,
         trace_reader: table.trace_reader,
+        health,
+        watchdog_device,
         cmdline: table.cmdline.clone(),
         passthrough: Vec::new(),
     };
@@ -563,6 +568,7 @@ pub fn validate(
         vms.push(vm);
     }
     messages::check_virtio_peers(&vms)?;
+    health::check_managers(&vms)?;
     schedule::check_shared_pcpus(&policies, &vms, switch_cost_ns)?;
     let channels = channels::check_channels(&file.channel, &vms, ram, hypervisor)?;
     let trace_bytes = check_trace(&file.system, hypervisor)?;
