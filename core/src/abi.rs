@@ -98,6 +98,12 @@ pub const KEEL_VM_RESTART: u32 = keel_call(0x44);
 /// worst response time (ns). DENIED unless the caller is one of its managers or the VM itself;
 /// NOT_SUPPORTED for a vCPU on a pinned pCPU (nothing is counted there) or not started.
 pub const KEEL_VM_SCHED_STATS: u32 = keel_call(0x45);
+/// Keel's resource counters of VM x1, which a restart must bring back to what they were at its
+/// boot: x0 = messages queued in its queues, x1 = its live tasks, x2 = scheduler slots of its
+/// vCPUs and tasks started on shared pCPUs, x3 = its virtual interrupts raised and not done
+/// with (pending, active or listed; bits 0-31), whether its devices' DMA translates (bit 32)
+/// and whether its watchdog is armed (bit 33). DENIED unless the caller manages it or is it.
+pub const KEEL_VM_RESOURCES: u32 = keel_call(0x46);
 
 /// Sends a message (see [`crate::ipc`]): x1 = destination VM, x2 = its vCPU (a task: the
 /// VM's configured vCPUs plus the task's index, as KEEL_VM_ID tells the task), x3 = the

@@ -1169,6 +1169,27 @@ pub fn running_has_work(id: usize, vcpu: usize) -> bool {
     vm::vm(id).vgic.lock().next_pending(vcpu).is_some()
 }
 
+/// Scheduler slots of VM `id`'s vCPUs and tasks started on the shared pCPUs (a resource
+/// counter: each pCPU's scheduler locked in turn, briefly).
+pub fn started_slots(id: usize) -> u64 {
+    let mut started = 0;
+    for (pcpu, shared) in SHARED.iter().enumerate().take(SYSTEM.pcpus as usize) {
+        if !vm::is_shared_pcpu(pcpu as u32) {
+            continue;
+        }
+        let shared = shared.lock_cold();
+        started += shared
+            .placed
+            .iter()
+            .enumerate()
+            .filter(|(slot, placed)| {
+                placed.is_some_and(|placed| placed.vm == id) && shared.is_started(*slot)
+            })
+            .count() as u64;
+    }
+    started
+}
+
 /// Statistics of configured vCPU `vcpu` of VM `id` on its shared pCPU, if it is started there
 /// (a manager's KEEL_VM_SCHED_STATS: that pCPU's scheduler locked briefly; none is held by
 /// the caller).
