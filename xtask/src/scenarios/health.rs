@@ -14,7 +14,7 @@ use crate::Result;
 pub fn all() -> Vec<Scenario> {
     vec![
         Scenario {
-            name: "health: a VM that faults is restarted by policy and comes back, pristine, 3 times, then stopped at its limit; a hung VM's watchdog restarts it, then stops it; the real-time VM on the same pCPU keeps every tick".into(),
+            name: "health: a VM that faults is restarted by policy and comes back, pristine, 3 times, then stopped at its limit; a hung VM's watchdog restarts it, then stops it; one that overruns its budget is stopped at its miss threshold; the real-time VM on the same pCPU keeps every tick".into(),
             run: Box::new(restart_by_policy),
         },
         Scenario {
@@ -125,6 +125,11 @@ fn restart_by_policy() -> Result<()> {
                 "vm 'hung' booted {hung_boots} times and hung {hangs} times, expected 2 and 2"
             ));
         }
+        // "greedy" overruns its budget every period: stopped at its threshold.
+        expect_line(
+            &ended,
+            r"^\[keel\] vm 'greedy' \(id 3\) stopped: 3 deadline misses or overruns within 1000 ms$",
+        )?;
         // "steady" shares pCPU 1 with "flaky": every second's ticks, no gap, none late.
         check_ticks(&ended, "steady", 13)?;
         Ok(())
