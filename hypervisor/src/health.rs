@@ -230,7 +230,10 @@ pub fn serve() {
     let here = crate::arch::cpu::index();
     let pending = vm::this_cpu().health_pending.swap(0, Ordering::AcqRel);
     for id in 0..SYSTEM.vms.len() {
-        if pending & (1 << id) != 0 && vm::vm(id).state() == VmState::Running {
+        if pending & (1 << id) != 0
+            && vm::vm(id).state() == VmState::Running
+            && !vm::vm(id).is_resetting()
+        {
             let misses = policy(id).misses.map_or(0, |m| m.count);
             let window = policy(id).misses.map_or(0, |m| m.window_ns);
             let reason: &[&dyn Show] = &[

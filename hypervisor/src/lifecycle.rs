@@ -454,6 +454,8 @@ pub fn restart(id: usize) {
     ipc::clear_vm(id);
     vm::set_watchdog_expiry(id, None);
     *vm::entry(&RELOADS, id).lock_cold() = Reload::RESTART;
+    // Only now may its vCPU 0's pCPU take the reload: it finds the state just set.
+    vm.hand_reload();
     // Every pCPU of it, its vCPU 0's too even when that is this one: a pinned one parks at the
     // kick and takes the reload in its idle loop.
     vm::kick_vm(id);
