@@ -28,6 +28,11 @@ use crate::console::VmLabel;
 use crate::vm::{self, VmState, MAX_VMS};
 use crate::{iommu, ipc, keel_println, keel_println_limited, lifecycle};
 
+/// Whether health monitoring is built in: some VM has a policy other than the default, a
+/// manager or a watchdog. Without, every event takes today's action with no record, notice or
+/// service, and the code is left out (as the trace is).
+pub const ON: bool = crate::config::HEALTH;
+
 /// Each VM's health record.
 static RECORDS: [Mutex<Record>; MAX_VMS] = [const { Mutex::new(Record::NEW) }; MAX_VMS];
 
@@ -45,7 +50,7 @@ pub fn init() {
 /// Whether the scheduler is to report misses ([`note_misses`]).
 #[inline(always)]
 pub fn misses_watched() -> bool {
-    WATCH_MISSES.load(Ordering::Relaxed)
+    ON && WATCH_MISSES.load(Ordering::Relaxed)
 }
 
 fn policy(id: usize) -> &'static Policy {
@@ -60,6 +65,9 @@ fn now_ns() -> u64 {
 /// label, `reason` saying what happened), and sends the notice to its managers. The caller
 /// carries the action out: [`carry_out`] from anywhere, or on the VM's own vCPU.
 pub fn decide(id: usize, event: Event, reason: &dyn Show) -> Action {
+    if !ON {
+        return Policy::DEFAULT.action(event);
+    }
     let decision = {
         let mut record = vm::entry(&RECORDS, id).lock_cold();
         record.decide(policy(id), event, now_ns())
@@ -127,7 +135,7 @@ fn notify(id: usize, event: Event, action: Action) {
     }
     let (restarts, time_ns) = {
         let record = vm::entry(&RECORDS, id).lock_cold();
-        (record.restarts, record.last.map_or(0, |(_, _, at)| at))
+        (record.restarts, record.last().map_or(0, |(_, _, at)| at))
     };
     let notice = Notice {
         vm: id as u16,
@@ -200,6 +208,9 @@ pub fn stop(id: usize, action: Action, event: Event, reason: &dyn Show) {
 /// KEEL_WATCHDOG from VM `id`: its watchdog expires one period from now. Returns the period
 /// (ns).
 pub fn keep_watchdog(id: usize) -> Result<u64, CallError> {
+    if !ON {
+        return Err(CallError::NotSupported);
+    }
     let period_ns = policy(id)
         .watchdog
         .map(|watchdog| watchdog.period_ns)
@@ -226,6 +237,9 @@ pub fn note_misses(id: usize, count: u32) {
 /// vCPU 0 runs here that has expired, and each event noted here, is decided and carried out;
 /// then the deadline is set for what is left.
 pub fn serve() {
+    if !ON {
+        return;
+    }
     let now = timer::now();
     let here = crate::arch::cpu::index();
     let pending = vm::this_cpu().health_pending.swap(0, Ordering::AcqRel);
@@ -271,7 +285,7 @@ pub fn status(id: usize) -> (VmStatus, u32, u64, u64) {
         }
     };
     let record = vm::entry(&RECORDS, id).lock_cold();
-    let (last, at) = record.last.map_or((0, 0), |(event, action, at)| {
+    let (last, at) = record.last().map_or((0, 0), |(event, action, at)| {
         (u64::from(event as u8) | u64::from(action as u8) << 8, at)
     });
     (state, record.restarts, last, at)

@@ -130,7 +130,7 @@ fn handle_from(first: u32, mut handled: Handled) -> Handled {
             // list register) is dealt with: sync now, or it would fire again at once.
             layout::MAINTENANCE_INTID => sync_list_registers(),
             vm::KICK_SGI => {
-                if vm::this_cpu().watchdog_moved.load(Ordering::Acquire) {
+                if crate::config::HEALTH && vm::this_cpu().watchdog_moved.load(Ordering::Acquire) {
                     vm::rearm_watchdogs();
                 }
                 vm::mark_stale(vm::Stale::Kicked);
@@ -177,7 +177,7 @@ fn hyp_timer() -> Handled {
     if timers::is_due(due, Deadline::VirtualTimers) {
         vm::mark_stale(vm::Stale::TimerDue);
     }
-    if timers::is_due(due, Deadline::Health) {
+    if crate::config::HEALTH && timers::is_due(due, Deadline::Health) {
         // A VM stopped or restarted here stops its vCPU on this pCPU at once (a pinned one
         // parks, a shared one's scheduler takes the kick).
         if let Some(serve) = hook(&HEALTH) {

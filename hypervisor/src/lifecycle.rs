@@ -171,14 +171,17 @@ const STEP_BYTES: usize = 4096;
 /// What a (re)load of a VM does, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
+    /// Say that the VM resets (a reset only). First, so that [`Reload::START`] is all zero
+    /// bytes (the table of reloads takes no image space).
+    Announce,
     /// A restart asked from outside the VM ([`restart`]): wait until none of its vCPUs runs
     /// guest code any more (each was kicked and stops at its next exit), forget its tasks.
     Quiesce,
+    /// A restart's: end the line the VM was writing on the console.
+    EndLine,
     /// A restart's: zero its RAM, so that it finds its memory as it was at boot (a reset of
     /// its own keeps it, as a warm reset of a board does).
     Zero,
-    /// Say that the VM resets (a reset only).
-    Announce,
     /// Erase the flash (all ones).
     Flash,
     /// Copy the kernel image.
@@ -259,7 +262,10 @@ impl Reload {
                 let id = desc.id.0 as usize;
                 wait_until_stopped(id);
                 vm::forget_tasks(id);
-                console::end_vm_line(id);
+                true
+            }
+            Phase::EndLine => {
+                console::end_vm_line(desc.id.0 as usize);
                 true
             }
             Phase::Announce => {
@@ -318,7 +324,8 @@ impl Reload {
                 Phase::Initrd if self.boot => Phase::Done,
                 Phase::Initrd => Phase::Devices,
                 Phase::Devices => Phase::Report,
-                Phase::Quiesce => Phase::Zero,
+                Phase::Quiesce => Phase::EndLine,
+                Phase::EndLine => Phase::Zero,
                 Phase::Announce | Phase::Zero => Phase::Flash,
                 Phase::Report | Phase::Done => Phase::Done,
             };

@@ -25,6 +25,10 @@ fn refused(error: CallError) -> Results {
 
 /// Makes service `function` for vCPU `caller_vcpu` of VM `caller`, with `args` as x1..x6.
 pub fn call(caller: usize, caller_vcpu: usize, function: u32, args: &[u64; 6]) -> Results {
+    if !health::ON {
+        // No VM manages another, has a watchdog or a policy: the services are left out.
+        return refused(CallError::NotSupported);
+    }
     if function == abi::KEEL_VM_ID {
         return [
             u64::from(vm::vm_id(caller).0),

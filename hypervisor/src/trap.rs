@@ -375,7 +375,11 @@ fn finish(id: usize, vcpu: usize, esr: Esr, next: Next, regs: &mut GuestRegs) {
             end_by_policy(id, Event::Fault, &reason)
         }
         Next::PowerOff => end_by_policy(id, Event::PowerOff, &"powered off"),
-        Next::Reset => match health::decide(id, Event::Reset, &"reset") {
+        Next::Reset => match if health::ON {
+            health::decide(id, Event::Reset, &"reset")
+        } else {
+            Action::Restart
+        } {
             Action::Restart => {
                 if lifecycle::reset_begin(id) {
                     if vm::this_cpu_is_shared() {
@@ -401,6 +405,11 @@ fn finish(id: usize, vcpu: usize, esr: Esr, next: Next, regs: &mut GuestRegs) {
 /// whether it stops or restarts ([`lifecycle::restart`]: its vCPU 0's pCPU reloads it); this
 /// vCPU parks either way.
 fn end_by_policy(id: usize, event: Event, reason: &dyn Show) -> ! {
+    if !health::ON {
+        // Without health monitoring, today's action: the VM stops (or is off).
+        health::stop(id, Action::Stop, event, reason);
+        park_after_line()
+    }
     let action = health::decide(id, event, reason);
     match action {
         Action::Restart => {

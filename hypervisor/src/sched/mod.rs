@@ -1061,7 +1061,10 @@ fn trace_decision(shared: &mut SharedCpu, decision: Decision) {
         if journal.is_empty() {
             continue;
         }
-        if journal.missed + journal.exhausted > 0 && !shared.has(slot, Flags::RELOADING) {
+        if crate::health::misses_watched()
+            && journal.missed + journal.exhausted > 0
+            && !shared.has(slot, Flags::RELOADING)
+        {
             crate::health::note_misses(
                 placed.vm,
                 u32::try_from(journal.missed + journal.exhausted).unwrap_or(u32::MAX),
