@@ -9,6 +9,7 @@ mod console;
 mod devices;
 mod health;
 mod linux_devices;
+mod manager_linux;
 mod messages;
 mod plots;
 mod rootfs;
@@ -490,6 +491,16 @@ fn console_focus() -> Result<()> {
     Ok(())
 }
 
+/// Types `line` and a newline on the console, in pieces, so that no burst outruns the emulated
+/// PL011's 32-byte receive FIFO.
+fn type_line(session: &mut Session, line: &str) -> Result<()> {
+    for piece in format!("{line}\n").as_bytes().chunks(16) {
+        session.send(piece)?;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
 /// The demo as a user meets it (`configs/demo.toml`, under icount): Linux's shell answers
 /// what is typed; the real-time partition's control loop answers the commands the shell writes
 /// to /dev/hvc0 (a setpoint, then the plant's value moved toward it, an unknown command
@@ -506,14 +517,6 @@ fn demo() -> Result<()> {
             .captures(line)
             .ok_or_else(|| format!("not a telemetry line: {line}"))?;
         captures[2].parse().map_err(|e| format!("{line}: {e}"))
-    };
-    // Typed in pieces, so that no burst outruns the emulated PL011's 32-byte receive FIFO.
-    let type_line = |session: &mut Session, line: &str| -> Result<()> {
-        for piece in format!("{line}\n").as_bytes().chunks(16) {
-            session.send(piece)?;
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(())
     };
     let mut steps = || -> Result<()> {
         // Linux's root is the disk on the PCI bridge given to it (behind the SMMU).
@@ -1364,6 +1367,7 @@ pub fn all() -> Vec<Scenario> {
     scenarios.extend(budget::all());
     scenarios.extend(devices::all());
     scenarios.extend(linux_devices::all());
+    scenarios.extend(manager_linux::all());
     scenarios.extend(rootfs::all());
     scenarios.extend(trace::all());
     scenarios.extend(health::all());
