@@ -9,7 +9,7 @@ mod console;
 mod devices;
 mod health;
 mod linux_devices;
-mod manager_linux;
+mod manager_window;
 mod messages;
 mod plots;
 mod rootfs;
@@ -1367,7 +1367,7 @@ pub fn all() -> Vec<Scenario> {
     scenarios.extend(budget::all());
     scenarios.extend(devices::all());
     scenarios.extend(linux_devices::all());
-    scenarios.extend(manager_linux::all());
+    scenarios.extend(manager_window::all());
     scenarios.extend(rootfs::all());
     scenarios.extend(trace::all());
     scenarios.extend(health::all());

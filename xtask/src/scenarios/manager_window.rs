@@ -1,15 +1,18 @@
-//! Debian Linux as the system partition (`configs/tests/linux-manager.toml`): from its shell,
-//! the `keel` command (`guests/keel-ctl`, `/bin/keel` in the initramfs) reads the real-time
-//! partition's status, restarts it, reads its scheduling statistics and takes the health
-//! notices Keel queued, all through Keel's management window; the partition comes back and
-//! ticks, a VM Linux does not manage is refused, and the bystander on its own pCPU ticks on.
+//! Keel's management window. Debian Linux as the system partition
+//! (`configs/tests/linux-manager.toml`): from its shell, the `keel` command (`guests/keel-ctl`,
+//! `/bin/keel` in the initramfs) reads the real-time partition's status, restarts it, reads its
+//! scheduling statistics and takes the health notices Keel queued, all through the window; the
+//! partition comes back and ticks, a VM Linux does not manage is refused, and the bystander on
+//! its own pCPU ticks on. And the window's edges (`configs/tests/manager-window.toml`): what a
+//! manager may and may not access there, and a VM that manages none without it.
 
 use std::time::Duration;
 
 use regex::Regex;
 
 use super::{
-    boot, check_tick_counts, check_ticks, lines_of, type_line, with_console_tail, Scenario,
+    boot, boot_to_end, check_tick_counts, check_ticks, expect_clean_exit, expect_line, lines_of,
+    type_line, with_console_tail, Scenario,
 };
 use crate::qemu::Session;
 use crate::Result;
@@ -21,10 +24,74 @@ const WAIT: Duration = Duration::from_secs(600);
 const RT_BOOT: &str = r"test-guest: vm 1 vcpu 0 keel \d+\.\d+ mode ticks entry clean";
 
 pub fn all() -> Vec<Scenario> {
-    vec![Scenario {
-        name: "health: Debian Linux manages the real-time partition from its shell (keel status, restart, stats, events through the management window); the partition comes back and ticks, a VM Linux does not manage is refused".into(),
-        run: Box::new(linux_manages_rt),
-    }]
+    vec![
+        Scenario {
+            name: "health: Debian Linux manages the real-time partition from its shell (keel status, restart, stats, events through the management window); the partition comes back and ticks, a VM Linux does not manage is refused".into(),
+            run: Box::new(linux_manages_rt),
+        },
+        Scenario {
+            name: "health: the management window serves a manager's 64-bit register accesses, stops one that makes any other with the window's name, and is not there in a VM that manages none".into(),
+            run: Box::new(window_edges),
+        },
+    ]
+}
+
+/// Each hostile VM's probe of the window, and the end Keel gives it (`None`: it survives).
+const EDGES: [(&str, Option<&str>); 6] = [
+    (
+        "h0",
+        Some("management window at IPA 0xb010008: 4-byte access to register at offset 0x8 is not supported"),
+    ),
+    (
+        "h1",
+        Some("management window at IPA 0xb010000: no register to read at offset 0x0"),
+    ),
+    (
+        "h2",
+        Some("management window at IPA 0xb010040: no register to write at offset 0x40"),
+    ),
+    (
+        "h3",
+        Some("management window at IPA 0xb010038: no register to read at offset 0x38"),
+    ),
+    (
+        "h4",
+        Some("stage-2 fault: 8-byte read at IPA 0xb010040, outside its memory and devices"),
+    ),
+    ("h5", None),
+];
+
+fn window_edges() -> Result<()> {
+    let ended = boot_to_end("manager-window")?;
+    let check = || -> Result<()> {
+        for (id, (vm, stop)) in EDGES.iter().enumerate() {
+            let id = id + 1;
+            match stop {
+                Some(diagnostic) => {
+                    let pattern = format!(
+                        r"^\[keel\] vm '{vm}' \(id {id}\) stopped: {} \(ESR ",
+                        regex::escape(diagnostic)
+                    );
+                    expect_line(&ended, &pattern)?;
+                    if lines_of(&ended, vm).contains(&"hostile: probe survived") {
+                        return Err(format!("vm '{vm}' survived its probe"));
+                    }
+                }
+                None => {
+                    let lines = lines_of(&ended, vm);
+                    for expected in ["hostile: read 0x0", "hostile: probe survived"] {
+                        if !lines.contains(&expected) {
+                            return Err(format!("vm '{vm}' did not print '{expected}'"));
+                        }
+                    }
+                }
+            }
+        }
+        check_ticks(&ended, "victim", 2)?;
+        Ok(())
+    };
+    check().map_err(|message| with_console_tail(message, &ended))?;
+    expect_clean_exit(&ended)
 }
 
 /// Types `command` in Linux's shell, then a line with its exit status, and waits for that line:
