@@ -24,6 +24,8 @@ pub enum Refusal {
     NotSupported,
     /// ALREADY_ON: a start of a VM that runs.
     AlreadyOn,
+    /// ON_PENDING: a stop of a VM being restarted (its restart would run it again).
+    OnPending,
     /// Another code.
     Other(i64),
 }
@@ -40,6 +42,7 @@ impl Refusal {
             c if c == CallError::InvalidParameters as i64 => Refusal::InvalidParameters,
             c if c == CallError::NotSupported as i64 => Refusal::NotSupported,
             c if c == CallError::AlreadyOn as i64 => Refusal::AlreadyOn,
+            c if c == CallError::OnPending as i64 => Refusal::OnPending,
             c => Refusal::Other(c),
         })
     }
@@ -65,6 +68,9 @@ impl Refusal {
                 "not supported (this Keel does not have the service)".into()
             }
             (Refusal::AlreadyOn, _) => format!("already on (vm {vm} runs or is restarting)"),
+            (Refusal::OnPending, _) => {
+                format!("on pending (vm {vm} is restarting: ask again once it runs)")
+            }
             (Refusal::Other(code), _) => format!("refused with code {code}"),
         }
     }
@@ -249,6 +255,14 @@ pub(crate) mod tests {
         assert_eq!(
             Refusal::from_x0(CallError::InvalidParameters.to_x0()),
             Some(Refusal::InvalidParameters)
+        );
+        assert_eq!(
+            Refusal::from_x0(CallError::OnPending.to_x0()),
+            Some(Refusal::OnPending)
+        );
+        assert_eq!(
+            Refusal::OnPending.explained("stop", 1, None),
+            "on pending (vm 1 is restarting: ask again once it runs)"
         );
         assert_eq!(Refusal::from_x0(-40i64 as u64), Some(Refusal::Other(-40)));
     }
