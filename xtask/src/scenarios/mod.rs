@@ -502,8 +502,8 @@ fn type_line(session: &mut Session, line: &str) -> Result<()> {
 }
 
 /// The demo as a user meets it (`configs/demo.toml`, under icount): Linux's shell answers
-/// what is typed; the real-time partition's control loop answers the commands the shell writes
-/// to /dev/hvc0 (a setpoint, then the plant's value moved toward it, an unknown command
+/// what is typed (`keel` says there is no management window: this Linux manages no VM); the
+/// real-time partition's control loop answers the commands the shell writes to /dev/hvc0 (a setpoint, then the plant's value moved toward it, an unknown command
 /// refused); and its heartbeat comes once a minute, not through it.
 fn demo() -> Result<()> {
     let mut session = boot_config(&workspace().join("configs/demo.toml"), "demo")?;
@@ -524,6 +524,11 @@ fn demo() -> Result<()> {
         session.wait_for(r"^\[linux\] KEEL-INIT-END shell$", wait)?;
         session.send(b"echo demo-$((6 * 7))\n")?;
         session.wait_for(r"^\[linux\] demo-42$", wait)?;
+        // `keel` in a VM that manages none finds no management window in its device tree and
+        // maps nothing (an access there would stop the VM): a line and exit status 3.
+        type_line(&mut session, "keel status 1; echo \"keel-exit=$?\"")?;
+        session.wait_for(r"^\[linux\] keel: this VM has no management window: ", wait)?;
+        session.wait_for(r"^\[linux\] keel-exit=3$", wait)?;
         type_line(&mut session, "echo 'setpoint 42.5' > /dev/hvc0")?;
         type_line(&mut session, "head -n 1 /dev/hvc0")?;
         let first = session.wait_for(r"^\[linux\] telemetry: .* setpoint=42\.500 ", wait)?;
