@@ -108,7 +108,10 @@ pub fn has_window(id: usize) -> bool {
 
 /// Serves a data abort of `size` bytes at `ipa` (`write`: a store's value, cut to `size`) from
 /// vCPU `vcpu` of VM `id`: a load's value (0 for a store), or the refusal; `None` if `ipa` is
-/// not in a window of this VM (the access faults as at any unmapped address).
+/// not in a window of this VM (the access faults as at any unmapped address). Out of line and
+/// cold: the trap's path to the devices, tried first, carries none of it.
+#[cold]
+#[inline(never)]
 pub fn access(
     id: usize,
     vcpu: usize,
