@@ -26,7 +26,7 @@ use crate::arch::timer;
 use crate::config::SYSTEM;
 use crate::console::VmLabel;
 use crate::vm::{self, VmState, MAX_VMS};
-use crate::{ipc, keel_println, keel_println_limited, lifecycle};
+use crate::{iommu, ipc, keel_println, keel_println_limited, lifecycle};
 
 /// Each VM's health record.
 static RECORDS: [Mutex<Record>; MAX_VMS] = [const { Mutex::new(Record::NEW) }; MAX_VMS];
@@ -230,7 +230,10 @@ pub fn serve() {
     let here = crate::arch::cpu::index();
     let pending = vm::this_cpu().health_pending.swap(0, Ordering::AcqRel);
     for id in 0..SYSTEM.vms.len() {
-        if pending & (1 << id) != 0 && vm::vm(id).state() == VmState::Running {
+        if pending & (1 << id) != 0
+            && vm::vm(id).state() == VmState::Running
+            && !vm::vm(id).is_resetting()
+        {
             let misses = policy(id).misses.map_or(0, |m| m.count);
             let window = policy(id).misses.map_or(0, |m| m.window_ns);
             let reason: &[&dyn Show] = &[
@@ -277,4 +280,52 @@ pub fn status(id: usize) -> (VmStatus, u32, u64, u64) {
 /// Whether VM `caller` may manage VM `id`.
 pub fn manages(caller: usize, id: usize) -> bool {
     u8::try_from(caller).is_ok_and(|caller| policy(id).is_manager(caller))
+}
+
+/// Faults the SMMU reported at most: a queue's worth per interrupt (more stay queued for the
+/// next).
+const FAULTS_PER_SERVE: usize = 32;
+
+/// The SMMU's interrupt (installed in `irq` by `main`): each fault it recorded names a stream,
+/// whose VM's policy decides what the fault does (stopped by default, or restarted), said with
+/// the fault in Keel's line (`DMA refused by the SMMU: translation fault: stream 8, read at
+/// 0x40100000`); its streams then abort without recording until it runs again, and the first
+/// fault of a VM in a batch is the one acted on, so one line per VM. A fault of no VM's stream,
+/// or a global error, is reported as such.
+pub fn serve_device_faults() {
+    let mut faults = [None; FAULTS_PER_SERVE];
+    let mut count = 0;
+    let global = iommu::take_faults(&mut |event| {
+        if let Some(slot) = faults.get_mut(count) {
+            *slot = Some(*event);
+            count += 1;
+        }
+    });
+    // Acted on with the SMMU's lock released: stopping a VM takes it to cut its streams off.
+    let mut acted = 0u32;
+    for event in faults.iter().flatten() {
+        match iommu::stream_owner(event.stream_id) {
+            Some(id) if acted & 1 << id != 0 => {}
+            Some(id) if vm::vm(id).state() != VmState::Running || vm::vm(id).is_resetting() => {}
+            Some(id) => {
+                acted |= 1 << id;
+                let reason = DmaFault(event);
+                let action = decide(id, Event::Fault, &reason);
+                carry_out(id, action, Event::Fault, &reason);
+            }
+            None => keel_println!("SMMU: ", event, " (no VM's stream)"),
+        }
+    }
+    if let Some(error) = global {
+        keel_println!("SMMU global error: ", error);
+    }
+}
+
+/// A VM's stop reason: its device's DMA that the SMMU refused.
+struct DmaFault<'a>(&'a keel_core::smmu::Event);
+
+impl Show for DmaFault<'_> {
+    fn show(&self, out: &mut dyn Out) {
+        keel_core::text!(out, "DMA refused by the SMMU: ", *self.0);
+    }
 }

@@ -621,7 +621,7 @@ pub fn set_wake_here(wake: fn(usize, usize) -> bool) {
     WAKE_HERE.store(wake as *mut (), Ordering::Release);
 }
 
-/// The life cycle's "device faults" (`lifecycle::serve_device_faults`, installed once at boot
+/// Health's "device faults" (`health::serve_device_faults`, installed once at boot
 /// by [`set_device_faults`] before any guest runs): the SMMU's interrupt came, its faults stop
 /// the VMs they name. The second place this layer reaches up. Null until installed.
 static DEVICE_FAULTS: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());

@@ -13,7 +13,7 @@
 //! inlined: the end of the masked stretch, no cost), and interrupt delivery wakes a vCPU
 //! sharing this pCPU through the scheduler's function that `main` installs at boot
 //! ([`irq::set_wake_here`] with `sched::wake_here`: an indirect call, 7 instructions more
-//! per wake), and the SMMU's interrupt reaches the life cycle's [`lifecycle::serve_device_faults`]
+//! per wake), and the SMMU's interrupt reaches health's [`health::serve_device_faults`]
 //! the same way ([`irq::set_device_faults`]), as each pCPU's health deadline reaches
 //! [`health::serve`] ([`irq::set_health`]).
 //!
@@ -216,7 +216,7 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
         boot_failure(uart, &[&"SMMU: ", &error]);
     }
     if let Some(iommu) = &SYSTEM.iommu {
-        irq::set_device_faults(lifecycle::serve_device_faults);
+        irq::set_device_faults(health::serve_device_faults);
         for intid in [iommu.event_intid, iommu.gerror_intid] {
             distributor.reset_spi(intid, false, platform.cpus[0]);
             distributor.set_spi_enabled(intid, true);

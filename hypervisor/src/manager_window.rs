@@ -164,7 +164,8 @@ fn call(id: usize, vcpu: usize, function: u64) {
             | abi::KEEL_VM_START
             | abi::KEEL_VM_STOP
             | abi::KEEL_VM_RESTART
-            | abi::KEEL_VM_SCHED_STATS),
+            | abi::KEEL_VM_SCHED_STATS
+            | abi::KEEL_VM_RESOURCES),
         ) => manager::call(id, vcpu, function, &args),
         Ok(abi::KEEL_MSG_RECV) => receive(id, vcpu),
         _ => refused(CallError::NotSupported.to_x0()),
