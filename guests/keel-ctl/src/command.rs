@@ -11,6 +11,7 @@ usage: keel COMMAND
   keel stop VM          stop VM (every vCPU off, its devices cut off)
   keel restart VM       restart VM from its pristine image
   keel stats VM VCPU    scheduling statistics of VM's vCPU VCPU (on a shared pCPU)
+  keel resources VM     Keel's resource counters of VM (as at its boot after each restart)
   keel events           print and take the health notices (and messages) queued for this VM
   keel help             this text
 VM is a VM's id (as Keel's lines number it) or, for a VM this VM manages, its name.
@@ -44,6 +45,8 @@ pub enum Command {
         /// Its vCPU.
         vcpu: u16,
     },
+    /// `keel resources VM`.
+    Resources(VmRef),
     /// `keel events`.
     Events,
     /// `keel help`.
@@ -81,13 +84,14 @@ pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<Command, UsageError> {
         }
     };
     let command = match verb {
-        "status" | "start" | "stop" | "restart" => {
+        "status" | "start" | "stop" | "restart" | "resources" => {
             arity(1, "one VM")?;
             let vm = vm_ref(rest[0])?;
             match verb {
                 "status" => Command::Status(vm),
                 "start" => Command::Start(vm),
                 "stop" => Command::Stop(vm),
+                "resources" => Command::Resources(vm),
                 _ => Command::Restart(vm),
             }
         }
@@ -148,6 +152,10 @@ mod tests {
                 vm: VmRef::Name("rt".into()),
                 vcpu: 3
             })
+        );
+        assert_eq!(
+            parse(&["resources", "2"]),
+            Ok(Command::Resources(VmRef::Id(2)))
         );
         assert_eq!(parse(&["events"]), Ok(Command::Events));
         assert_eq!(parse(&["help"]), Ok(Command::Help));

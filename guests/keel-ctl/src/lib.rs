@@ -161,6 +161,12 @@ pub fn run(
             ))?;
             line(out, report::stats_line(id, name_of(id), *vcpu, &stats))
         }
+        Command::Resources(vm) => {
+            let id = resolve(vm)?;
+            let resources =
+                services::resources(window, id).map_err(refused("resources", id, None))?;
+            line(out, report::resources_line(id, name_of(id), &resources))
+        }
         Command::Events => {
             let mut taken = 0;
             while taken < MAX_EVENTS {

@@ -12,7 +12,7 @@
 
 use keel_core::health::{Action, Event, Notice};
 
-use crate::services::{LastEvent, SchedStats, Status};
+use crate::services::{LastEvent, Resources, SchedStats, Status};
 
 /// `vm 1` or `vm 1 (rt)`.
 fn vm_label(id: u16, name: Option<&str>) -> String {
@@ -110,6 +110,21 @@ pub fn stats_line(id: u16, name: Option<&str>, vcpu: u16, stats: &SchedStats) ->
     )
 }
 
+/// `keel resources`'s line.
+pub fn resources_line(id: u16, name: Option<&str>, resources: &Resources) -> String {
+    let on_off = |on: bool| if on { "on" } else { "off" };
+    format!(
+        "{}: {} queued, {}, {}, {} raised, DMA {}, watchdog {}",
+        vm_label(id, name),
+        counted(resources.messages, "message"),
+        counted(resources.tasks, "task"),
+        counted(resources.slots, "scheduler slot"),
+        counted(u64::from(resources.raised), "interrupt"),
+        on_off(resources.dma),
+        on_off(resources.watchdog)
+    )
+}
+
 /// A health notice's line (`name`: the VM's, if known).
 pub fn notice_line(notice: &Notice, name: Option<&str>) -> String {
     format!(
@@ -182,6 +197,23 @@ mod tests {
         assert_eq!(
             status_line(2, Some("bare"), &newer),
             "vm 2 (bare): state 7, 1 restart, last: event 9 -> stopped at 2.500 s"
+        );
+    }
+
+    #[test]
+    fn resources_name_each_counter() {
+        let resources = Resources {
+            messages: 0,
+            tasks: 3,
+            slots: 1,
+            raised: 2,
+            dma: false,
+            watchdog: true,
+        };
+        assert_eq!(
+            resources_line(1, Some("rt"), &resources),
+            "vm 1 (rt): 0 messages queued, 3 tasks, 1 scheduler slot, 2 interrupts raised, \
+             DMA off, watchdog on"
         );
     }
 

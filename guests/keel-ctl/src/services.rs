@@ -111,6 +111,24 @@ pub struct SchedStats {
     pub worst_ns: u64,
 }
 
+/// A VM's resource counters (KEEL_VM_RESOURCES): what a restart brings back to their values at
+/// its boot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Resources {
+    /// Messages queued in its queues.
+    pub messages: u64,
+    /// Its live tasks.
+    pub tasks: u64,
+    /// Scheduler slots its vCPUs and tasks hold started on shared pCPUs.
+    pub slots: u64,
+    /// Its virtual interrupts raised and not done with (pending, active or listed).
+    pub raised: u32,
+    /// Whether its devices' DMA translates.
+    pub dma: bool,
+    /// Whether its watchdog is armed.
+    pub watchdog: bool,
+}
+
 /// What KEEL_MSG_RECV through the window took.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Received {
@@ -189,6 +207,19 @@ pub fn sched_stats(window: &mut dyn Window, vm: u16, vcpu: u16) -> Result<SchedS
         misses: x[1],
         overruns: x[2],
         worst_ns: x[3],
+    })
+}
+
+/// KEEL_VM_RESOURCES of VM `vm`.
+pub fn resources(window: &mut dyn Window, vm: u16) -> Result<Resources, Refusal> {
+    let x = window.call(abi::KEEL_VM_RESOURCES, &[u64::from(vm)], 4);
+    Ok(Resources {
+        messages: answer(x[0])?,
+        tasks: x[1],
+        slots: x[2],
+        raised: x[3] as u32,
+        dma: x[3] >> 32 & 1 != 0,
+        watchdog: x[3] >> 33 & 1 != 0,
     })
 }
 
@@ -292,6 +323,33 @@ pub(crate) mod tests {
         assert_eq!(unknown.state, Err(9));
         assert_eq!(unknown.last.unwrap().event, Err(0x63));
         assert_eq!(window.calls[0], (abi::KEEL_VM_STATUS, vec![4]));
+    }
+
+    #[test]
+    fn resources_split_x3_into_interrupts_dma_and_watchdog() {
+        let mut window = Scripted::answering(&[
+            [2, 3, 4, 5 | 1 << 32, 0, 0, 0, 0],
+            [0, 0, 1, 1 << 33, 0, 0, 0, 0],
+            [CallError::Denied.to_x0(), 0, 0, 0, 0, 0, 0, 0],
+        ]);
+        assert_eq!(
+            resources(&mut window, 1),
+            Ok(Resources {
+                messages: 2,
+                tasks: 3,
+                slots: 4,
+                raised: 5,
+                dma: true,
+                watchdog: false
+            })
+        );
+        let second = resources(&mut window, 1).unwrap();
+        assert_eq!(
+            (second.raised, second.dma, second.watchdog),
+            (0, false, true)
+        );
+        assert_eq!(resources(&mut window, 1), Err(Refusal::Denied));
+        assert_eq!(window.calls[0], (abi::KEEL_VM_RESOURCES, vec![1]));
     }
 
     #[test]

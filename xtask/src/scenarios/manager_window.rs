@@ -1,7 +1,8 @@
 //! Keel's management window. Debian Linux as the system partition
 //! (`configs/tests/linux-manager.toml`): from its shell, the `keel` command (`guests/keel-ctl`,
 //! `/bin/keel` in the initramfs) reads the real-time partition's status, restarts it, reads its
-//! scheduling statistics and takes the health notices Keel queued, all through the window; the
+//! resource counters and scheduling statistics and takes the health notices Keel queued, all
+//! through the window; the
 //! partition comes back and ticks, a VM Linux does not manage is refused, and the bystander on
 //! its own pCPU ticks on. And the window's edges (`configs/tests/manager-window.toml`): what a
 //! manager may and may not access there, and a VM that manages none without it.
@@ -26,7 +27,7 @@ const RT_BOOT: &str = r"test-guest: vm 1 vcpu 0 keel \d+\.\d+ mode ticks entry c
 pub fn all() -> Vec<Scenario> {
     vec![
         Scenario {
-            name: "health: Debian Linux manages the real-time partition from its shell (keel status, restart, stats, events through the management window); the partition comes back and ticks, a VM Linux does not manage is refused".into(),
+            name: "health: Debian Linux manages the real-time partition from its shell (keel status, restart, resources, stats, events through the management window); the partition comes back and ticks, a VM Linux does not manage is refused".into(),
             run: Box::new(linux_manages_rt),
         },
         Scenario {
@@ -145,6 +146,14 @@ fn linux_manages_rt() -> Result<()> {
             &mut session,
             "keel status rt",
             r"vm 1 \(rt\): running, 1 restart, last: restart asked by a manager -> restarting at \d+\.\d{3} s",
+        )?;
+        // What its restart must have left as at its boot: no message, no task, its one vCPU's
+        // slot started on the shared pCPU, no DMA, no watchdog (its timer interrupt may be
+        // raised at any instant).
+        expect_output(
+            &mut session,
+            "keel resources 1",
+            r"vm 1 \(rt\): 0 messages queued, 0 tasks, 1 scheduler slot, \d+ interrupts? raised, DMA off, watchdog off",
         )?;
         let stats = expect_output(
             &mut session,
