@@ -287,10 +287,11 @@ pub mod layout {
 /// The management window's registers ([`layout::MANAGER_BASE`]), 64-bit each: a write of a
 /// function id to [`FUNCTION`](manager_window::FUNCTION) makes the call with `ARGS` as x1..x6,
 /// as an HVC would, and leaves x0..x7 in `RESULTS`. The functions are KEEL_VM_STATUS, _START,
-/// _STOP, _RESTART, _SCHED_STATS, KEEL_VM_ID, and KEEL_MSG_RECV, which takes the next message
-/// (at most [`MESSAGE_BYTES`](manager_window::MESSAGE_BYTES)) into RESULTS: x0 = its length,
-/// x1 = sender VM, x2 = sender vCPU, x3 = messages still queued, x4..x7 = its bytes; a longer
-/// one is refused (BUFFER_TOO_SMALL) and stays queued. Any other function: NOT_SUPPORTED.
+/// _STOP, _RESTART, _SCHED_STATS, _RESOURCES, KEEL_VM_ID, and KEEL_MSG_RECV, which takes the
+/// next message (at most [`MESSAGE_BYTES`](manager_window::MESSAGE_BYTES)) into RESULTS:
+/// x0 = its length, x1 = sender VM, x2 = sender vCPU, x3 = messages still queued, x4..x7 = its
+/// bytes; a longer one is refused (BUFFER_TOO_SMALL) and stays queued. Any other function:
+/// NOT_SUPPORTED.
 pub mod manager_window {
     /// Offset of the function register (write only).
     pub const FUNCTION: u64 = 0x00;

@@ -52,9 +52,11 @@
 //! - layer 9, `sched`: what runs on each pCPU: a pinned vCPU's start, park and idle loop; a
 //!   shared pCPU's run loop, switches and scheduler; the task services.
 //! - layer 10, `manager`: a manager VM's services (KEEL_VM_*) on the VMs it manages.
-//! - layer 11, `trap`: the dispatcher of guest exits: hypercalls, system registers, data
+//! - layer 11, `manager_window`: the management window of a manager VM (its registers, the
+//!   services and KEEL_MSG_RECV through them), mapped only in a VM that manages another.
+//! - layer 12, `trap`: the dispatcher of guest exits: hypercalls, system registers, data
 //!   aborts, interrupts.
-//! - layer 12, `main`: boot, each pCPU's bring-up, and the wiring of the upward interfaces.
+//! - layer 13, `main`: boot, each pCPU's bring-up, and the wiring of the upward interfaces.
 #![no_std]
 #![no_main]
 
@@ -68,6 +70,7 @@ mod ipc;
 mod irq;
 mod lifecycle;
 mod manager;
+mod manager_window;
 mod masked;
 mod messages;
 mod platform;
