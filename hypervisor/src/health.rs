@@ -68,14 +68,45 @@ pub fn decide(id: usize, event: Event, reason: &dyn Show) -> Action {
     if !ON {
         return Policy::DEFAULT.action(event);
     }
+    let action = decide_and_say(id, event, reason);
+    notify(id, event, action);
+    action
+}
+
+/// [`decide`] without the notices (the caller sends them, or hands them on).
+fn decide_and_say(id: usize, event: Event, reason: &dyn Show) -> Action {
     let decision = {
         let mut record = vm::entry(&RECORDS, id).lock_cold();
         record.decide(policy(id), event, now_ns())
     };
     say(id, event, decision, reason);
-    notify(id, event, decision.action);
     decision.action
 }
+
+/// A manager's request (`manager`): decided and said at once, in the manager's trap; its
+/// notices and action are handed to the VM's vCPU 0's pCPU, which carries them out from its
+/// timer ([`serve`]), so that neither is in one masked stretch with the other.
+pub fn request(id: usize, event: Event, manager: usize) {
+    let reason = ByManager(manager);
+    let action = decide_and_say(id, event, &reason);
+    let packed = u32::from(event as u8) | u32::from(action as u8) << 8 | (manager as u32) << 16;
+    vm::entry(&REQUESTS, id).store(packed, Ordering::Release);
+    vm::note_health_event_on(vm::home_pcpu(id), id);
+}
+
+/// The reason a manager's request gives: `asked by 'linux'`.
+pub struct ByManager(pub usize);
+
+impl Show for ByManager {
+    fn show(&self, out: &mut dyn Out) {
+        keel_core::text!(out, "asked by '", vm::desc(self.0).name, "'");
+    }
+}
+
+/// Each VM's manager request handed to its vCPU 0's pCPU ([`request`]): event, action (bits
+/// 8-15) and manager (bits 16-31); 0: none.
+static REQUESTS: [core::sync::atomic::AtomicU32; MAX_VMS] =
+    [const { core::sync::atomic::AtomicU32::new(0) }; MAX_VMS];
 
 /// The line for `decision` on `event`. Today's lines stay as they were for today's actions:
 /// a stop says `stopped: <reason>`, a power-off that stops says `powered off` (said by the
@@ -244,7 +275,22 @@ pub fn serve() {
     let here = crate::arch::cpu::index();
     let pending = vm::this_cpu().health_pending.swap(0, Ordering::AcqRel);
     for id in 0..SYSTEM.vms.len() {
-        if pending & (1 << id) != 0
+        let request = if pending & (1 << id) != 0 {
+            vm::entry(&REQUESTS, id).swap(0, Ordering::AcqRel)
+        } else {
+            0
+        };
+        if let (Some(event), Some(action)) = (
+            Event::from_code(request as u8),
+            Action::from_code((request >> 8) as u8),
+        ) {
+            let reason = ByManager((request >> 16) as usize);
+            carry_out(id, action, event, &reason);
+            // The action, then its notices (a manager reading the VM's state on one finds it
+            // done or under way), each a masked stretch of its own.
+            let _ = crate::irq::serve_between_steps(keel_core::abi::MaskedSite::GuestIrq);
+            notify(id, event, action);
+        } else if pending & (1 << id) != 0
             && vm::vm(id).state() == VmState::Running
             && !vm::vm(id).is_resetting()
         {

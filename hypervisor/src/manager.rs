@@ -8,7 +8,6 @@
 
 use keel_core::abi::{self, CallError};
 use keel_core::health::Event;
-use keel_core::text::{Out, Show};
 
 use crate::config::SYSTEM;
 use crate::vm::{self, VmState};
@@ -110,9 +109,7 @@ pub fn call(caller: usize, caller_vcpu: usize, function: u32, args: &[u64; 6]) -
                 return refused(CallError::OnPending);
             }
             if vm.state() == VmState::Running {
-                let reason = ByManager(caller);
-                let action = health::decide(target, Event::ManagerStop, &reason);
-                health::stop(target, action, Event::ManagerStop, &reason);
+                health::request(target, Event::ManagerStop, caller);
             }
             [0; 8]
         }
@@ -126,19 +123,8 @@ pub fn call(caller: usize, caller_vcpu: usize, function: u32, args: &[u64; 6]) -
     }
 }
 
-/// A manager's restart of VM `target` (or start, when it had ended): decided (counted, a line,
-/// the notices) and begun.
+/// A manager's restart of VM `target` (or start, when it had ended): decided (counted, a line)
+/// here, its notices and the restart handed to its vCPU 0's pCPU.
 fn restart(caller: usize, target: usize) {
-    let reason = ByManager(caller);
-    let action = health::decide(target, Event::ManagerRestart, &reason);
-    health::carry_out(target, action, Event::ManagerRestart, &reason);
-}
-
-/// The reason a manager's request gives: `asked by 'linux'`.
-struct ByManager(usize);
-
-impl Show for ByManager {
-    fn show(&self, out: &mut dyn Out) {
-        keel_core::text!(out, "asked by '", vm::desc(self.0).name, "'");
-    }
+    health::request(target, Event::ManagerRestart, caller);
 }

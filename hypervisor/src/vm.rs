@@ -358,8 +358,9 @@ pub struct PerCpu {
     /// Health events noted here to be acted on from this pCPU's timer (bit n = VM n; see
     /// `health`): noted where locks are held, acted on where none is.
     pub health_pending: AtomicU32,
-    /// A watchdog of a VM whose vCPU 0 runs here was armed or moved earlier by another pCPU:
-    /// the timer queue's health deadline is to be computed again ([`rearm_watchdogs`]).
+    /// A watchdog of a VM whose vCPU 0 runs here was armed or moved earlier by another pCPU, or
+    /// a health event was noted here by one: the timer queue's health deadline is to be
+    /// computed again ([`rearm_watchdogs`]).
     pub watchdog_moved: AtomicBool,
 }
 
@@ -640,6 +641,18 @@ pub fn note_health_event(id: usize) {
         .health_pending
         .fetch_or(1 << id, Ordering::AcqRel);
     crate::timers::set(crate::timers::Deadline::Health, 0);
+}
+
+/// [`note_health_event`] for pCPU `pcpu`'s timer: here, or there by a kick.
+pub fn note_health_event_on(pcpu: usize, id: usize) {
+    if pcpu == cpu::index() {
+        return note_health_event(id);
+    }
+    if let Some(cpu) = CPUS.get(pcpu) {
+        cpu.health_pending.fetch_or(1 << id, Ordering::AcqRel);
+        cpu.watchdog_moved.store(true, Ordering::Release);
+        kick_pcpu(pcpu, id);
+    }
 }
 
 /// Sets this pCPU's health deadline: at once if events are noted, otherwise the earliest

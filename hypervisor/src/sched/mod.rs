@@ -751,6 +751,8 @@ fn run_reload(slot: usize, id: usize) -> ! {
             if next != Some(slot) {
                 switch_to(next)
             }
+            // A poll point again before the step: the decision is a stretch of its own.
+            continue;
         }
         if lifecycle::reload_step(id) {
             {
