@@ -258,13 +258,14 @@ impl Reload {
         self.steps += 1;
         let offset = self.offset;
         let phase_done = match self.phase {
-            Phase::Quiesce => {
+            // A restart's phases (only health monitoring restarts a VM from elsewhere).
+            Phase::Quiesce if crate::config::HEALTH => {
                 let id = desc.id.0 as usize;
                 wait_until_stopped(id);
                 vm::forget_tasks(id);
                 true
             }
-            Phase::EndLine => {
+            Phase::EndLine if crate::config::HEALTH => {
                 console::end_vm_line(desc.id.0 as usize);
                 true
             }
@@ -277,7 +278,10 @@ impl Reload {
                 );
                 true
             }
-            Phase::Zero => self.fill(desc, desc.memory.ipa, desc.memory.size as usize, 0),
+            Phase::Zero if crate::config::HEALTH => {
+                self.fill(desc, desc.memory.ipa, desc.memory.size as usize, 0)
+            }
+            Phase::Quiesce | Phase::EndLine | Phase::Zero => true,
             Phase::Flash => desc
                 .flash
                 .is_none_or(|flash| self.fill(desc, flash.ipa, flash.size as usize, 0xff)),

@@ -574,6 +574,7 @@ fn hypercall(id: usize, vcpu: usize, regs: &mut GuestRegs) -> Next {
             buffer,
             len,
         } => trace_read(id, pcpu, from, buffer, len, regs),
+        Call::Watchdog | Call::Manager { .. } if !health::ON => CallError::NotSupported.to_x0(),
         Call::Watchdog => match crate::health::keep_watchdog(id) {
             Ok(period) => period,
             Err(error) => error.to_x0(),

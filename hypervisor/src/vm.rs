@@ -558,6 +558,7 @@ pub fn kick_vcpu(id: usize, vcpu: usize) {
 
 /// Sends the kick SGI to pCPU `pcpu` (also this one: it is then taken at the next exit) for
 /// something that changed about VM `id`'s vCPUs there.
+#[inline(always)]
 pub fn kick_pcpu(pcpu: usize, id: usize) {
     if let Some(target) = CPUS.get(pcpu) {
         target.kicked_vms.fetch_or(1 << id, Ordering::Release);

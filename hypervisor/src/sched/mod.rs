@@ -860,7 +860,7 @@ fn refresh_slot(
     now: u64,
 ) -> bool {
     let vm = vm::vm(id);
-    if vcpu == 0 && vm.take_reload() {
+    if crate::config::HEALTH && vcpu == 0 && vm.take_reload() {
         // A restart asked from elsewhere ([`lifecycle::restart`]): vCPU 0's slot runs the
         // reload's steps in its time, as a reset's does ([`run_reload`]).
         if shared.is_started(slot) {

@@ -48,7 +48,7 @@ pub fn idle() -> ! {
         if let Some((id, vcpu)) = vm::current() {
             let vm = vm::vm(id);
             // A restart of its VM asked from elsewhere: vCPU 0's pCPU reloads it.
-            if vcpu == 0 {
+            if crate::config::HEALTH && vcpu == 0 {
                 lifecycle::take_restart_here(id);
             }
             if vm.state() == VmState::Running {
