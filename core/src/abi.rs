@@ -222,6 +222,8 @@ pub enum CallError {
     Denied = -3,
     /// The target vCPU is already on (PSCI ALREADY_ON: -4).
     AlreadyOn = -4,
+    /// What is asked waits on something under way (PSCI ON_PENDING: -5).
+    OnPending = -5,
     /// The address given is not in the caller's memory (PSCI INVALID_ADDRESS: -9).
     InvalidAddress = -9,
 }

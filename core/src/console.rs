@@ -550,6 +550,24 @@ impl ConsoleMux {
         accepted
     }
 
+    /// Ends VM `vm`'s line being written, if any (it restarts: its next output begins a line
+    /// of its own); false if its buffer is full (the end is then refused and counted, as a
+    /// byte would be).
+    pub fn end_line(&mut self, vm: usize) -> bool {
+        let Some(output) = self.vms[..self.count].get_mut(vm) else {
+            return false;
+        };
+        output.cr_pending = false;
+        if output.line_len == 0 {
+            return true;
+        }
+        let ended = output.end_line();
+        if !ended {
+            output.dropped += 1;
+        }
+        ended
+    }
+
     /// Whether some VM has a partial line waiting for [`flush_partial`](Self::flush_partial).
     pub fn partial_waiting(&self) -> bool {
         self.vms[..self.count]
@@ -961,6 +979,20 @@ mod tests {
 
     /// A sink that bounds the composing gets the same output over more drains, each of
     /// which composes at most one line or piece and says whether output still waits.
+    #[test]
+    fn a_restarting_vms_line_is_ended_once() {
+        let mut mux = ConsoleMux::new(&["a", "b"], &[true, true]);
+        let mut out = uart();
+        for b in "t".bytes() {
+            mux.output(0, b);
+        }
+        assert!(mux.end_line(0));
+        assert!(mux.end_line(0), "nothing to end: nothing added");
+        assert!(mux.end_line(1));
+        print(&mut mux, 0, "test-guest\n", &mut out);
+        assert_eq!(text(&out), "[a] t\r\n[a] test-guest\r\n");
+    }
+
     #[test]
     fn bounded_composing_drains_in_order() {
         let feed = |mux: &mut ConsoleMux| {

@@ -49,6 +49,16 @@ pub enum Call {
         buffer: u64,
         len: u64,
     },
+    /// [`abi::KEEL_WATCHDOG`].
+    Watchdog,
+    /// A manager's service ([`abi::KEEL_VM_STATUS`] ... [`abi::KEEL_VM_SCHED_STATS`]): the
+    /// function id and x1 (the VM), x2 (a vCPU).
+    Manager {
+        /// The function id.
+        function: u32,
+        /// x1..x6.
+        args: [u64; 6],
+    },
     /// [`abi::KEEL_MASKED_STRETCH`].
     MaskedStretch {
         /// The pCPU asked about.
@@ -168,6 +178,15 @@ pub fn decode(regs: &[u64; 8]) -> Call {
             from: regs[2],
             buffer: regs[3],
             len: regs[4],
+        },
+        abi::KEEL_WATCHDOG => Call::Watchdog,
+        abi::KEEL_VM_STATUS
+        | abi::KEEL_VM_START
+        | abi::KEEL_VM_STOP
+        | abi::KEEL_VM_RESTART
+        | abi::KEEL_VM_SCHED_STATS => Call::Manager {
+            function,
+            args: [regs[1], regs[2], regs[3], regs[4], regs[5], regs[6]],
         },
         abi::KEEL_MASKED_STRETCH => Call::MaskedStretch {
             pcpu: regs[1],
@@ -300,6 +319,24 @@ mod tests {
                 elr: 2,
                 far: 3
             }
+        );
+    }
+
+    #[test]
+    fn decodes_health_services() {
+        assert_eq!(decode(&[0xC600_0040, 9, 0, 0, 0, 0, 0, 0]), Call::Watchdog);
+        for function in 0xC600_0041..=0xC600_0045u32 {
+            assert_eq!(
+                decode(&[u64::from(function), 1, 2, 3, 4, 5, 6, 7]),
+                Call::Manager {
+                    function,
+                    args: [1, 2, 3, 4, 5, 6]
+                }
+            );
+        }
+        assert_eq!(
+            decode(&[0xC600_0046, 1, 0, 0, 0, 0, 0, 0]),
+            Call::Unknown(0xC600_0046)
         );
     }
 

@@ -382,6 +382,17 @@ pub fn vm_output(vm: usize, byte: u8) {
     drain(&mut console.mux, uart);
 }
 
+/// VM `vm` restarts: the line it was writing ends here, so that its next boot's output begins
+/// a line of its own.
+pub fn end_vm_line(vm: usize) {
+    let mut console = CONSOLE.lock();
+    let Some(uart) = console.uart else {
+        return;
+    };
+    console.mux.end_line(vm);
+    drain(&mut console.mux, uart);
+}
+
 /// The EL2 timer fired: write out what the UART could not take yet, and waiting partial lines
 /// once they are due.
 /// A vCPU start's line waiting is queued instead (written out at the next call, in a masked

@@ -130,6 +130,9 @@ fn handle_from(first: u32, mut handled: Handled) -> Handled {
             // list register) is dealt with: sync now, or it would fire again at once.
             layout::MAINTENANCE_INTID => sync_list_registers(),
             vm::KICK_SGI => {
+                if vm::this_cpu().watchdog_moved.load(Ordering::Acquire) {
+                    vm::rearm_watchdogs();
+                }
                 vm::mark_stale(vm::Stale::Kicked);
                 handled.reschedule = true;
             }
@@ -173,6 +176,15 @@ fn hyp_timer() -> Handled {
     }
     if timers::is_due(due, Deadline::VirtualTimers) {
         vm::mark_stale(vm::Stale::TimerDue);
+    }
+    if timers::is_due(due, Deadline::Health) {
+        // A VM stopped or restarted here stops its vCPU on this pCPU at once (a pinned one
+        // parks, a shared one's scheduler takes the kick).
+        if let Some(serve) = hook(&HEALTH) {
+            serve();
+        }
+        handled.reschedule = true;
+        handled.sync = true;
     }
     handled
 }
@@ -619,10 +631,20 @@ pub fn set_device_faults(serve: fn()) {
     DEVICE_FAULTS.store(serve as *mut (), Ordering::Release);
 }
 
-/// The function installed in `slot` ([`DEVICE_FAULTS`]), if any.
+/// Health's service of expired watchdogs and noted events (`health::serve`, installed once at
+/// boot by [`set_health`]): this pCPU's health deadline came. The third place this layer
+/// reaches up. Null until installed.
+static HEALTH: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Installs health's [`HEALTH`] function (at boot, before any guest runs).
+pub fn set_health(serve: fn()) {
+    HEALTH.store(serve as *mut (), Ordering::Release);
+}
+
+/// The function installed in `slot` ([`DEVICE_FAULTS`], [`HEALTH`]), if any.
 fn hook(slot: &AtomicPtr<()>) -> Option<fn()> {
     let hook = slot.load(Ordering::Acquire);
-    // SAFETY: a non-null hook was stored by `set_device_faults` from a `fn()`, which has the
+    // SAFETY: a non-null hook was stored by `set_device_faults` or `set_health` from a `fn()`, which has the
     // size of a pointer.
     (!hook.is_null()).then(|| unsafe { core::mem::transmute::<*mut (), fn()>(hook) })
 }

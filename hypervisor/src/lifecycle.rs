@@ -171,6 +171,12 @@ const STEP_BYTES: usize = 4096;
 /// What a (re)load of a VM does, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
+    /// A restart asked from outside the VM ([`restart`]): wait until none of its vCPUs runs
+    /// guest code any more (each was kicked and stops at its next exit), forget its tasks.
+    Quiesce,
+    /// A restart's: zero its RAM, so that it finds its memory as it was at boot (a reset of
+    /// its own keeps it, as a warm reset of a board does).
+    Zero,
     /// Say that the VM resets (a reset only).
     Announce,
     /// Erase the flash (all ones).
@@ -215,6 +221,16 @@ impl Reload {
         began: 0,
     };
 
+    /// At the start of a restart's reload (its line said by `health`).
+    const RESTART: Reload = Reload {
+        phase: Phase::Quiesce,
+        boot: false,
+        offset: 0,
+        steps: 0,
+        bytes: 0,
+        began: 0,
+    };
+
     /// At the start of a reset's reload.
     const START: Reload = Reload {
         phase: Phase::Announce,
@@ -239,6 +255,13 @@ impl Reload {
         self.steps += 1;
         let offset = self.offset;
         let phase_done = match self.phase {
+            Phase::Quiesce => {
+                let id = desc.id.0 as usize;
+                wait_until_stopped(id);
+                vm::forget_tasks(id);
+                console::end_vm_line(id);
+                true
+            }
             Phase::Announce => {
                 keel_println_limited!(
                     DiagnosticKind::Reset,
@@ -248,9 +271,10 @@ impl Reload {
                 );
                 true
             }
+            Phase::Zero => self.fill(desc, desc.memory.ipa, desc.memory.size as usize, 0),
             Phase::Flash => desc
                 .flash
-                .is_none_or(|flash| self.fill(desc, flash.ipa, flash.size as usize)),
+                .is_none_or(|flash| self.fill(desc, flash.ipa, flash.size as usize, 0xff)),
             Phase::Image => self.copy(desc, desc.image_ipa, desc.image),
             Phase::DeviceTree => self.copy(desc, desc.dtb_ipa, desc.dtb),
             Phase::Seeds(n) => {
@@ -294,7 +318,8 @@ impl Reload {
                 Phase::Initrd if self.boot => Phase::Done,
                 Phase::Initrd => Phase::Devices,
                 Phase::Devices => Phase::Report,
-                Phase::Announce => Phase::Flash,
+                Phase::Quiesce => Phase::Zero,
+                Phase::Announce | Phase::Zero => Phase::Flash,
                 Phase::Report | Phase::Done => Phase::Done,
             };
             self.offset = 0;
@@ -312,12 +337,12 @@ impl Reload {
         end == bytes.len()
     }
 
-    /// Fills the next chunk of `[ipa, ipa + size)` with 0xff; whether all of it is filled.
-    fn fill(&mut self, desc: &VmDesc, ipa: GuestPhysAddr, size: usize) -> bool {
+    /// Fills the next chunk of `[ipa, ipa + size)` with `value`; whether all of it is filled.
+    fn fill(&mut self, desc: &VmDesc, ipa: GuestPhysAddr, size: usize, value: u8) -> bool {
         let end = size.min(self.offset + STEP_BYTES);
         let at = GuestPhysAddr(ipa.0 + self.offset as u64);
         if let Some(bytes) = vm::guest_bytes(desc, at, end - self.offset) {
-            bytes.fill(0xff);
+            bytes.fill(value);
             cpu::clean_to_poc(bytes.as_ptr() as usize, bytes.len());
         }
         self.offset = end;
@@ -401,11 +426,47 @@ pub fn reset_begin(id: usize) -> bool {
         vm.set_vcpu_power(vcpu, VcpuPower::Off);
     }
     ipc::clear_vm(id);
+    vm::set_watchdog_expiry(id, None);
     vm::this_cpu().in_guest.store(false, Ordering::Release);
     vm::kick_vm(id);
     wait_until_stopped(id);
     vm::forget_tasks(id);
     *vm::entry(&RELOADS, id).lock_cold() = Reload::START;
+    true
+}
+
+/// Restarts VM `id` from its pristine image, from anywhere but its own vCPUs' traps (a health
+/// action, a manager), whatever its state: a new generation (its vCPUs stop at their next
+/// exit, the kick making that at once), its messages forgotten, its watchdog disarmed, and the
+/// reload left to its vCPU 0's pCPU ([`take_restart_here`] on a pinned pCPU, the scheduler's
+/// reload on a shared one), which runs it in bounded steps and starts vCPU 0 afresh; the VM
+/// runs again even if it had ended. A reset or restart already under way: nothing more.
+pub fn restart(id: usize) {
+    let vm = vm::vm(id);
+    if !vm.begin_restart() {
+        return;
+    }
+    trace::record(trace::Kind::VmReset, id, 0, 1, 0);
+    let desc = vm::desc(id);
+    for vcpu in 0..vm::vcpu_count(desc) {
+        vm.set_vcpu_power(vcpu, VcpuPower::Off);
+    }
+    ipc::clear_vm(id);
+    vm::set_watchdog_expiry(id, None);
+    *vm::entry(&RELOADS, id).lock_cold() = Reload::RESTART;
+    // Every pCPU of it, its vCPU 0's too even when that is this one: a pinned one parks at the
+    // kick and takes the reload in its idle loop.
+    vm::kick_vm(id);
+    vm::kick_pcpu(vm::home_pcpu(id), id);
+}
+
+/// On a pinned pCPU running vCPU 0 of VM `id` (parked): takes a restart's reload if one is
+/// pending and runs it here ([`reload_here`]). Whether it did.
+pub fn take_restart_here(id: usize) -> bool {
+    if !vm::vm(id).take_reload() {
+        return false;
+    }
+    reload_here(id);
     true
 }
 
@@ -463,6 +524,7 @@ fn wait_until_stopped(id: usize) {
 
 fn after_vm_ended(id: usize) {
     vm::forget_tasks(id);
+    vm::set_watchdog_expiry(id, None);
     // Its devices' interrupts off (and none left active), and their DMA cut off, until it
     // runs again.
     irq::reset_device_interrupts(id);

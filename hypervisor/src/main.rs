@@ -14,7 +14,8 @@
 //! sharing this pCPU through the scheduler's function that `main` installs at boot
 //! ([`irq::set_wake_here`] with `sched::wake_here`: an indirect call, 7 instructions more
 //! per wake), and the SMMU's interrupt reaches the life cycle's [`lifecycle::serve_device_faults`]
-//! the same way ([`irq::set_device_faults`]).
+//! the same way ([`irq::set_device_faults`]), as each pCPU's health deadline reaches
+//! [`health::serve`] ([`irq::set_health`]).
 //!
 //! - layer 0, `arch`: the hardware at EL2, all of Keel's `asm!`: boot, MMU, exception
 //!   vectors, GICv3 and the list registers, timers, stage 2, PSCI, vCPU contexts, the PMU.
@@ -46,11 +47,14 @@
 //! - layer 7, `channel`: channel doorbells.
 //! - layer 7, `lifecycle`: building, stopping, powering off and resetting VMs; a reload in
 //!   bounded steps.
-//! - layer 8, `sched`: what runs on each pCPU: a pinned vCPU's start, park and idle loop; a
+//! - layer 8, `health`: health events decided by each VM's policy, said, sent to its
+//!   managers and carried out (stop, restart); watchdogs; the misses the scheduler notes.
+//! - layer 9, `sched`: what runs on each pCPU: a pinned vCPU's start, park and idle loop; a
 //!   shared pCPU's run loop, switches and scheduler; the task services.
-//! - layer 9, `trap`: the dispatcher of guest exits: hypercalls, system registers, data
+//! - layer 10, `manager`: a manager VM's services (KEEL_VM_*) on the VMs it manages.
+//! - layer 11, `trap`: the dispatcher of guest exits: hypercalls, system registers, data
 //!   aborts, interrupts.
-//! - layer 10, `main`: boot, each pCPU's bring-up, and the wiring of the upward interfaces.
+//! - layer 12, `main`: boot, each pCPU's bring-up, and the wiring of the upward interfaces.
 #![no_std]
 #![no_main]
 
@@ -58,10 +62,12 @@ mod arch;
 mod channel;
 mod console;
 mod devices;
+mod health;
 mod iommu;
 mod ipc;
 mod irq;
 mod lifecycle;
+mod manager;
 mod masked;
 mod messages;
 mod platform;
@@ -214,6 +220,8 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
         }
     }
     ipc::init();
+    health::init();
+    irq::set_health(health::serve);
     if trace::ON {
         let (address, rings, bytes) = trace::rings();
         keel_println!(

@@ -23,9 +23,12 @@ pub enum Deadline {
     /// A pinned vCPU waiting in KEEL_MSG_RECV: the end of its wait (its pCPU sleeps until then
     /// or an interrupt).
     MessageWait = 3,
+    /// The earliest watchdog of the VMs whose vCPU 0 runs here, or at once for health events
+    /// noted here (see `health`).
+    Health = 4,
 }
 
-const KINDS: usize = 4;
+const KINDS: usize = 5;
 const NONE: u64 = u64::MAX;
 
 struct Queue {
@@ -109,7 +112,7 @@ pub fn is_due(due: u32, kind: Deadline) -> bool {
 fn program() {
     let queue = this_queue();
     let load = |kind: usize| queue.at[kind].load(Ordering::Relaxed);
-    let earliest = load(0).min(load(1)).min(load(2).min(load(3)));
+    let earliest = load(0).min(load(1)).min(load(2).min(load(3))).min(load(4));
     queue.armed.store(earliest, Ordering::Relaxed);
     if earliest == NONE {
         timer::disarm_hyp_timer();

@@ -5,6 +5,7 @@ use keel_core::abi::{self, psci, CallError, MaskedSite};
 use keel_core::cpu_features;
 use keel_core::devices::DeviceError;
 use keel_core::esr::{sysregs, DataAbort, Esr, ExceptionClass, SysRegAccess};
+use keel_core::health::{Action, Event};
 use keel_core::hypercall::{self, Call};
 use keel_core::ratelimit::DiagnosticKind;
 use keel_core::text::{Fill, Hex, Out, Show};
@@ -13,7 +14,7 @@ use crate::arch::cpu;
 use crate::arch::regs::{read_id_register, read_sysreg};
 use crate::arch::vectors::{self, GuestRegs};
 use crate::vm::{self, VcpuPower};
-use crate::{irq, keel_println_limited, lifecycle, sched, trace, vcpu};
+use crate::{health, irq, keel_println_limited, lifecycle, sched, trace, vcpu};
 
 /// Why a VM is stopped.
 enum Fault {
@@ -371,25 +372,44 @@ fn finish(id: usize, vcpu: usize, esr: Esr, next: Next, regs: &mut GuestRegs) {
                 &fault,
                 &Fill(" (ESR {}, PC {})", &[&Hex(esr.0, 8), &Hex(pc, 0)]),
             ];
-            lifecycle::stop(id, &reason);
-            park_after_line()
+            end_by_policy(id, Event::Fault, &reason)
         }
-        Next::PowerOff => {
-            lifecycle::power_off(id);
-            park_after_line()
-        }
-        Next::Reset => {
-            if lifecycle::reset_begin(id) {
-                if vm::this_cpu_is_shared() {
-                    sched::reload(id);
+        Next::PowerOff => end_by_policy(id, Event::PowerOff, &"powered off"),
+        Next::Reset => match health::decide(id, Event::Reset, &"reset") {
+            Action::Restart => {
+                if lifecycle::reset_begin(id) {
+                    if vm::this_cpu_is_shared() {
+                        sched::reload(id);
+                    }
+                    lifecycle::reload_here(id);
                 }
-                lifecycle::reload_here(id);
+                sched::pinned::park();
             }
-            sched::pinned::park();
-        }
+            action => {
+                health::stop(id, action, Event::Reset, &"reset");
+                park_after_line()
+            }
+        },
         Next::VcpuOff => {
             vm::vm(id).set_vcpu_power(vcpu, VcpuPower::Off);
             sched::pinned::park();
+        }
+    }
+}
+
+/// A fault or power-off of VM `id` from its own vCPU: its health policy decides (one line)
+/// whether it stops or restarts ([`lifecycle::restart`]: its vCPU 0's pCPU reloads it); this
+/// vCPU parks either way.
+fn end_by_policy(id: usize, event: Event, reason: &dyn Show) -> ! {
+    let action = health::decide(id, event, reason);
+    match action {
+        Action::Restart => {
+            lifecycle::restart(id);
+            sched::pinned::park()
+        }
+        _ => {
+            health::stop(id, action, event, reason);
+            park_after_line()
         }
     }
 }
@@ -545,6 +565,17 @@ fn hypercall(id: usize, vcpu: usize, regs: &mut GuestRegs) -> Next {
             buffer,
             len,
         } => trace_read(id, pcpu, from, buffer, len, regs),
+        Call::Watchdog => match crate::health::keep_watchdog(id) {
+            Ok(period) => period,
+            Err(error) => error.to_x0(),
+        },
+        Call::Manager { function, args } => {
+            let results = crate::manager::call(id, vcpu, function, &args);
+            regs.x[1] = results[1];
+            regs.x[2] = results[2];
+            regs.x[3] = results[3];
+            results[0]
+        }
         Call::MaskedStretch { pcpu, reset } => {
             crate::masked::query(id, pcpu, reset, regs, |pcpu| &vm::percpu(pcpu).masked)
         }

@@ -70,6 +70,11 @@ pub struct Vcpu {
 /// [`Vm::status`]: the bits of its [`VmState`], the reset flag, and where the generation is.
 const STATE_MASK: u64 = 0xff;
 const RESETTING: u64 = 1 << 8;
+/// A restart asked from outside the VM ([`Vm::begin_restart`]) waits for its vCPU 0's pCPU to
+/// take the reload ([`Vm::take_reload`]).
+const RELOAD_PENDING: u64 = 1 << 9;
+/// The restarting VM runs again once reloaded, whatever state it had ended in.
+const REVIVE: u64 = 1 << 10;
 const GENERATION_SHIFT: u32 = 32;
 
 /// A VM's run-time state.
@@ -169,9 +174,43 @@ impl Vm {
             .is_ok()
     }
 
-    /// The reset is complete: vCPUs of the VM may start again.
+    /// Marks the VM as being restarted from outside it (a health action, a manager) and begins
+    /// a new generation, its reload left to its vCPU 0's pCPU ([`Vm::take_reload`]), after
+    /// which it runs again whatever state it had ended in; false if a reset or restart is
+    /// already under way (and then changes nothing). SeqCst as [`Vm::begin_reset`].
+    pub fn begin_restart(&self) -> bool {
+        self.status
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |status| {
+                (status & RESETTING == 0).then(|| {
+                    (status | RESETTING | RELOAD_PENDING | REVIVE)
+                        .wrapping_add(1 << GENERATION_SHIFT)
+                })
+            })
+            .is_ok()
+    }
+
+    /// Takes a pending restart's reload (its vCPU 0's pCPU, once): whether there was one.
+    pub fn take_reload(&self) -> bool {
+        self.status.fetch_and(!RELOAD_PENDING, Ordering::AcqRel) & RELOAD_PENDING != 0
+    }
+
+    /// Whether the VM is being reset or restarted.
+    pub fn is_resetting(&self) -> bool {
+        self.status.load(Ordering::Acquire) & RESETTING != 0
+    }
+
+    /// The reset is complete: vCPUs of the VM may start again (a restarted VM runs again).
     pub fn end_reset(&self) {
-        self.status.fetch_and(!RESETTING, Ordering::Release);
+        let _ = self
+            .status
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |status| {
+                let revived = if status & REVIVE != 0 {
+                    status & !STATE_MASK | VmState::Running as u64
+                } else {
+                    status
+                };
+                Some(revived & !(RESETTING | REVIVE))
+            });
     }
 
     /// A vCPU's PSCI power state.
@@ -312,6 +351,12 @@ pub struct PerCpu {
     /// guest could take it (at boot, and when it fires with none loaded), and a shared pCPU
     /// enables it again when it next loads a vCPU, and only then.
     pub vtimer_on: AtomicBool,
+    /// Health events noted here to be acted on from this pCPU's timer (bit n = VM n; see
+    /// `health`): noted where locks are held, acted on where none is.
+    pub health_pending: AtomicU32,
+    /// A watchdog of a VM whose vCPU 0 runs here was armed or moved earlier by another pCPU:
+    /// the timer queue's health deadline is to be computed again ([`rearm_watchdogs`]).
+    pub watchdog_moved: AtomicBool,
 }
 
 impl PerCpu {
@@ -340,6 +385,8 @@ static CPUS: [PerCpu; MAX_CPUS] = [const {
         stale: AtomicU8::new(0),
         kicked_vms: AtomicU32::new(0),
         vtimer_on: AtomicBool::new(false),
+        health_pending: AtomicU32::new(0),
+        watchdog_moved: AtomicBool::new(false),
     }
 }; MAX_CPUS];
 
@@ -530,4 +577,81 @@ pub fn task_tables() -> &'static Mutex<[TaskTable; MAX_VMS]> {
 /// when the kick that says so arrives (their generation or VM state no longer matches).
 pub fn forget_tasks(id: usize) {
     TASK_TABLES.lock_cold()[id].clear();
+}
+
+/// Each VM's watchdog expiry: the counter value at which it expires (`u64::MAX`, or 0 in the
+/// all-zero static before [`init_watchdogs`]: none). Written by the VM's pCPUs (KEEL_WATCHDOG,
+/// its SP805), read by its vCPU 0's pCPU, whose timer queue serves it (`health`).
+static WATCHDOGS: [AtomicU64; MAX_VMS] = [const { AtomicU64::new(0) }; MAX_VMS];
+
+/// Disarms every watchdog (once, at boot, before any guest runs).
+pub fn init_watchdogs() {
+    for watchdog in &WATCHDOGS {
+        watchdog.store(u64::MAX, Ordering::Relaxed);
+    }
+}
+
+/// The pCPU that serves VM `id`'s watchdog and health events: its vCPU 0's.
+pub fn home_pcpu(id: usize) -> usize {
+    desc(id).pcpus.first().map_or(0, |&pcpu| pcpu as usize)
+}
+
+/// Sets VM `id`'s watchdog to expire when the counter reaches `at` (`None`: disarmed). An
+/// expiry moved later leaves the home pCPU's timer to fire early once and find it not due;
+/// one moved earlier (or armed) re-arms it, here or by a kick.
+pub fn set_watchdog_expiry(id: usize, at: Option<u64>) {
+    let at = at.unwrap_or(u64::MAX);
+    let before = entry(&WATCHDOGS, id).swap(at, Ordering::AcqRel);
+    if at >= before {
+        return;
+    }
+    let home = home_pcpu(id);
+    if home == cpu::index() {
+        rearm_watchdogs();
+    } else if let Some(cpu) = CPUS.get(home) {
+        cpu.watchdog_moved.store(true, Ordering::Release);
+        kick_pcpu(home, id);
+    }
+}
+
+/// VM `id`'s watchdog expiry, if armed.
+pub fn watchdog_expiry(id: usize) -> Option<u64> {
+    let at = entry(&WATCHDOGS, id).load(Ordering::Acquire);
+    (at != u64::MAX).then_some(at)
+}
+
+/// Takes VM `id`'s watchdog if it has expired at `now` (disarming it): whether it had.
+pub fn take_expired_watchdog(id: usize, now: u64) -> bool {
+    entry(&WATCHDOGS, id)
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |at| {
+            (at <= now).then_some(u64::MAX)
+        })
+        .is_ok()
+}
+
+/// Notes a health event of VM `id` for this pCPU's timer to act on at once (see
+/// [`PerCpu::health_pending`]).
+pub fn note_health_event(id: usize) {
+    this_cpu()
+        .health_pending
+        .fetch_or(1 << id, Ordering::AcqRel);
+    crate::timers::set(crate::timers::Deadline::Health, 0);
+}
+
+/// Sets this pCPU's health deadline: at once if events are noted, otherwise the earliest
+/// watchdog of the VMs whose vCPU 0 runs here.
+pub fn rearm_watchdogs() {
+    let here = cpu::index();
+    let cpu = this_cpu();
+    cpu.watchdog_moved.store(false, Ordering::Relaxed);
+    let earliest = if cpu.health_pending.load(Ordering::Acquire) != 0 {
+        0
+    } else {
+        (0..SYSTEM.vms.len())
+            .filter(|&id| home_pcpu(id) == here)
+            .filter_map(watchdog_expiry)
+            .min()
+            .unwrap_or(u64::MAX)
+    };
+    crate::timers::set(crate::timers::Deadline::Health, earliest);
 }

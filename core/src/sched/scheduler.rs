@@ -665,6 +665,16 @@ impl Scheduler {
             .map_or(Stats::ZERO, |s| s.stats)
     }
 
+    /// Forgets `slot`'s statistics and journal (its VM restarted: the new incarnation's
+    /// counts start from zero).
+    pub fn clear_stats(&mut self, slot: usize) {
+        if let Some(slot) = self.slots[..self.len].get_mut(slot) {
+            slot.stats = Stats::ZERO;
+            slot.completed = 0;
+            slot.seen = [0; 4];
+        }
+    }
+
     /// What happened to `slot`'s jobs since this was last asked (nothing for a slot out of
     /// range): for a trace, read after each decision.
     pub fn take_journal(&mut self, slot: usize) -> super::slot::Journal {

@@ -16,6 +16,7 @@ pub mod environment;
 pub mod exceptions;
 pub mod fatal;
 pub mod gicv3;
+pub mod health;
 pub mod keel;
 pub mod message;
 pub mod mmio;

@@ -34,6 +34,7 @@ pub fn error_from_x0(x0: u64) -> Option<CallError> {
         CallError::InvalidParameters,
         CallError::Denied,
         CallError::AlreadyOn,
+        CallError::OnPending,
         CallError::InvalidAddress,
     ]
     .into_iter()

@@ -12,6 +12,7 @@ mod control;
 mod edu;
 mod hostile;
 mod interrupts;
+mod manager;
 mod messages;
 mod options;
 mod rtc;
@@ -88,6 +89,7 @@ fn main(device_tree_address: usize) -> ! {
         Mode::Rtc => rtc::run(&tree, BootArgs::new(info.bootargs), &redistributor),
         Mode::Edu => edu::run(&tree, BootArgs::new(info.bootargs), &redistributor),
         Mode::TraceReader => trace_reader::run(BootArgs::new(info.bootargs)),
+        Mode::Manager => manager::run(BootArgs::new(info.bootargs)),
         Mode::Pingpong => shares::pingpong(
             info.bootargs.contains("keel.pingpong=measure"),
             info.bootargs.split_whitespace().any(|t| t == "keel.fp"),

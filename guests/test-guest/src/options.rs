@@ -27,6 +27,10 @@
 //! | `keel.hostile=<mode>` | ticks mode: misbehave (see [`crate::hostile`]) |
 //! | `keel.hostile-after=<seconds>` | when to misbehave (default 2) |
 //! | `keel.target=<hex ipa>` | the address `read-other` loads from |
+//! | `keel.watchdog` | ticks mode: keep Keel's watchdog (KEEL_WATCHDOG) every 100 ticks |
+//! | `keel.hang=<seconds>` | ticks mode: after that many seconds, mask interrupts and spin for ever (a hang) |
+//! | `keel.pristine=<hex ipa>` | ticks mode: at boot, say whether the 4 KiB there are all zero (`pristine: clean` or `pristine: dirty`), then fill them |
+//! | `keel.mode=manager` with `keel.managed=<vm id>` | the manager's services on that VM (see [`crate::manager`]) |
 
 use core::fmt;
 
@@ -61,6 +65,8 @@ pub enum Mode {
     Edu,
     /// A manager reading Keel's trace rings (see [`crate::trace_reader`]).
     TraceReader,
+    /// A manager using Keel's health services on another VM (see [`crate::manager`]).
+    Manager,
 }
 
 impl fmt::Display for Mode {
@@ -78,6 +84,7 @@ impl fmt::Display for Mode {
             Mode::Rtc => "rtc",
             Mode::Edu => "edu",
             Mode::TraceReader => "trace-reader",
+            Mode::Manager => "manager",
         })
     }
 }
@@ -106,6 +113,12 @@ pub struct Options<'a> {
     pub target: Option<u64>,
     /// `keel.canary`: ticks mode's canary page.
     pub canary: Option<u64>,
+    /// `keel.watchdog`: ticks mode keeps Keel's watchdog.
+    pub watchdog: bool,
+    /// `keel.hang`, in seconds: ticks mode hangs (interrupts masked) after that long.
+    pub hang_after_seconds: Option<u64>,
+    /// `keel.pristine`: ticks mode's page checked for zeros at boot, then filled.
+    pub pristine: Option<u64>,
     /// `keel.work`: job mode's work per job in microseconds; `None` for `forever`.
     pub work_us: Option<u64>,
     /// `keel.iterations`: work mode's rounds.
@@ -162,12 +175,15 @@ impl<'a> Options<'a> {
             Some("rtc") => Mode::Rtc,
             Some("edu") => Mode::Edu,
             Some("trace-reader") => Mode::TraceReader,
-            Some(value) => return Err(OptionError {
-                key: "keel.mode",
-                value,
-                expected:
-                    "ticks, bench, spin, job, share, pingpong, work, messages, channel, rtc or edu",
-            }),
+            Some("manager") => Mode::Manager,
+            Some(value) => {
+                return Err(OptionError {
+                    key: "keel.mode",
+                    value,
+                    expected: "ticks, bench, spin, job, share, pingpong, work, messages, channel, \
+                           rtc, edu, trace-reader or manager",
+                })
+            }
         };
         let number =
             |key: &'static str, expected: &'static str| -> Result<Option<u64>, OptionError<'a>> {
@@ -195,16 +211,21 @@ impl<'a> Options<'a> {
                 })
             })
             .transpose()?;
-        let canary = args
-            .value("keel.canary")
-            .map(|value| {
-                u64::from_str_radix(value.trim_start_matches("0x"), 16).map_err(|_| OptionError {
-                    key: "keel.canary",
-                    value,
-                    expected: "a hexadecimal address",
+        let hex = |key: &'static str| {
+            args.value(key)
+                .map(|value| {
+                    u64::from_str_radix(value.trim_start_matches("0x"), 16).map_err(|_| {
+                        OptionError {
+                            key,
+                            value,
+                            expected: "a hexadecimal address",
+                        }
+                    })
                 })
-            })
-            .transpose()?;
+                .transpose()
+        };
+        let canary = hex("keel.canary")?;
+        let pristine = hex("keel.pristine")?;
         let report_every_seconds = match seconds("keel.report")? {
             None => 1,
             Some(0) => {
@@ -261,6 +282,9 @@ impl<'a> Options<'a> {
                 .unwrap_or(DEFAULT_HOSTILE_AFTER_SECONDS),
             target,
             canary,
+            watchdog: args.has_flag("keel.watchdog"),
+            hang_after_seconds: seconds("keel.hang")?,
+            pristine,
         })
     }
 }

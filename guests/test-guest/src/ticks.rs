@@ -131,6 +131,13 @@ pub fn run(options: &Options<'_>, info: &BootInfo<'_>, redistributor: &Redistrib
         }
     }
 
+    if let Some(page) = options.pristine {
+        let bytes = canary_page(page);
+        let clean = bytes.iter().all(|&byte| byte == 0);
+        println!("pristine: {}", if clean { "clean" } else { "dirty" });
+        bytes.fill(0xa5);
+    }
+
     let start = timer::counter();
     PERIOD.store(period, Ordering::Relaxed);
     NEXT_DEADLINE.store(start + period, Ordering::Relaxed);
@@ -156,8 +163,25 @@ pub fn run(options: &Options<'_>, info: &BootInfo<'_>, redistributor: &Redistrib
     // The lateness histogram being printed: one line per wake-up (each tick), so that no line
     // written with IRQs masked delays the next tick.
     let mut histogram: Option<Printer> = None;
+    let mut watchdog_kept = 0;
+    if options.watchdog {
+        match keel_guest::health::keep_watchdog() {
+            Ok(period) => println!(
+                "watchdog: kept every 100 ms, period {} ms",
+                period / 1_000_000
+            ),
+            Err(error) => println!("watchdog: {error:?}"),
+        }
+    }
     loop {
         wait_for_interrupt();
+        if options.watchdog {
+            let tick = ticks_taken();
+            if tick >= watchdog_kept + 100 {
+                watchdog_kept = tick;
+                let _ = keel_guest::health::keep_watchdog();
+            }
+        }
         while let Some(byte) = console::read_byte() {
             echo(byte);
         }
@@ -221,6 +245,16 @@ pub fn run(options: &Options<'_>, info: &BootInfo<'_>, redistributor: &Redistrib
             }
             println!("off: system_off");
             system_off();
+        }
+        if options
+            .hang_after_seconds
+            .is_some_and(|after| seconds >= after)
+        {
+            println!("hang: interrupts masked, spinning");
+            keel_guest::cpu::disable_irqs();
+            loop {
+                core::hint::spin_loop();
+            }
         }
         if let Some(mode) = hostile_pending {
             if seconds >= options.hostile_after_seconds {

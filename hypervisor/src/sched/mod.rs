@@ -757,6 +757,8 @@ fn run_reload(slot: usize, id: usize) -> ! {
                 let mut shared = this_shared().lock_cold();
                 shared.clear(slot, Flags::RELOADING);
                 shared.scheduler.stop(slot, timer::now());
+                // The reloaded VM's counts start afresh (the reload's own jobs included).
+                shared.scheduler.clear_stats(slot);
                 shared.started &= !(1 << slot);
             }
             lifecycle::reset_finish(id);
@@ -820,11 +822,23 @@ fn refresh(shared: &mut SharedCpu, now: u64) {
             continue;
         }
         let vm = vm::vm(id);
-        let running = vm.state() == VmState::Running;
         let current_generation = vm.generation() == shared.generations[slot];
         if shared.loaded == Some(slot) || shared.has(slot, Flags::RELOADING) {
             continue;
         }
+        if vcpu == 0 && vm.take_reload() {
+            // A restart asked from elsewhere ([`lifecycle::restart`]): vCPU 0's slot runs the
+            // reload's steps in its time, as a reset's does ([`run_reload`]).
+            if shared.is_started(slot) {
+                discard_saved(shared, slot);
+                shared.scheduler.stop(slot, now);
+            }
+            shared.set(slot, Flags::RELOADING);
+            shared.scheduler.start(slot, now);
+            shared.started |= 1 << slot;
+            continue;
+        }
+        let running = vm.state() == VmState::Running;
         if shared.task_gone(slot) {
             shared.remove_task(slot, now);
             continue;
@@ -934,6 +948,8 @@ fn wait_ends(shared: &SharedCpu, slot: usize, now: u64) -> bool {
 fn program(shared: &mut SharedCpu, decision: Decision) {
     if trace::ON {
         trace_decision(shared, decision);
+    } else if crate::health::misses_watched() {
+        note_misses(shared);
     }
     let scan = shared.waiting & shared.started;
     let earliest = if scan == 0 {
@@ -972,6 +988,27 @@ fn budget_ticks(budget: Option<u64>) -> u32 {
     })
 }
 
+/// The misses and overruns since the last decision of each started vCPU, counted against its
+/// VM's threshold (without a trace, which does this as it records them: [`trace_decision`]).
+#[inline(never)]
+fn note_misses(shared: &mut SharedCpu) {
+    let mut scan = shared.started;
+    while scan != 0 {
+        let slot = scan.trailing_zeros() as usize;
+        scan &= scan - 1;
+        let Some(placed) = *at(&shared.placed, slot) else {
+            continue;
+        };
+        let journal = shared.scheduler.take_journal(slot);
+        if journal.missed + journal.exhausted > 0 && !shared.has(slot, Flags::RELOADING) {
+            crate::health::note_misses(
+                placed.vm,
+                u32::try_from(journal.missed + journal.exhausted).unwrap_or(u32::MAX),
+            );
+        }
+    }
+}
+
 /// The scheduler's `decision`, in the trace: the vCPU it picked (or none) and the counter
 /// ticks until it decides again; before it, what happened to each vCPU's jobs since
 /// the last decision (the scheduler's journal: releases, completions with their response
@@ -989,6 +1026,12 @@ fn trace_decision(shared: &mut SharedCpu, decision: Decision) {
         let journal = shared.scheduler.take_journal(slot);
         if journal.is_empty() {
             continue;
+        }
+        if journal.missed + journal.exhausted > 0 && !shared.has(slot, Flags::RELOADING) {
+            crate::health::note_misses(
+                placed.vm,
+                u32::try_from(journal.missed + journal.exhausted).unwrap_or(u32::MAX),
+            );
         }
         let budget = u64::from(budget_ticks(shared.scheduler.budget_left(slot)));
         for (kind, count, arg) in [
@@ -1124,6 +1167,21 @@ pub fn running_has_work(id: usize, vcpu: usize) -> bool {
         }
     }
     vm::vm(id).vgic.lock().next_pending(vcpu).is_some()
+}
+
+/// Statistics of configured vCPU `vcpu` of VM `id` on its shared pCPU, if it is started there
+/// (a manager's KEEL_VM_SCHED_STATS: that pCPU's scheduler locked briefly; none is held by
+/// the caller).
+pub fn stats_of(id: usize, vcpu: usize) -> Option<Stats> {
+    let &pcpu = vm::desc(id).pcpus.get(vcpu)?;
+    if !vm::is_shared_pcpu(pcpu) {
+        return None;
+    }
+    let shared = SHARED.get(pcpu as usize)?.lock_cold();
+    shared
+        .slot_of(id, vcpu)
+        .filter(|&slot| shared.is_started(slot))
+        .map(|slot| shared.scheduler.stats(slot))
 }
 
 /// Statistics of vCPU `vcpu` of VM `id` on this pCPU's scheduler, if it is placed here.

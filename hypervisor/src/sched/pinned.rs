@@ -9,7 +9,7 @@ use keel_core::abi::MaskedSite;
 use super::{run_loop, stop_running};
 use crate::arch::cpu;
 use crate::vm::{self, VmState};
-use crate::{irq, vcpu};
+use crate::{irq, lifecycle, vcpu};
 
 /// Enters vCPU `vcpu` of VM `id` at `entry` with `x0`, from its power-on state.
 pub fn start(id: usize, vcpu: usize, entry: u64, x0: u64) -> ! {
@@ -47,6 +47,10 @@ pub fn idle() -> ! {
     loop {
         if let Some((id, vcpu)) = vm::current() {
             let vm = vm::vm(id);
+            // A restart of its VM asked from elsewhere: vCPU 0's pCPU reloads it.
+            if vcpu == 0 {
+                lifecycle::take_restart_here(id);
+            }
             if vm.state() == VmState::Running {
                 if let Some((entry, context)) = vm.take_start(vcpu) {
                     start(id, vcpu, entry, context);

@@ -7,6 +7,7 @@ mod budget;
 mod channels;
 mod console;
 mod devices;
+mod health;
 mod linux_devices;
 mod messages;
 mod plots;
@@ -1365,6 +1366,7 @@ pub fn all() -> Vec<Scenario> {
     scenarios.extend(linux_devices::all());
     scenarios.extend(rootfs::all());
     scenarios.extend(trace::all());
+    scenarios.extend(health::all());
     scenarios.extend(plots::all());
     scenarios.push(Scenario {
         name: format!(

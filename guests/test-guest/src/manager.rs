@@ -1,0 +1,130 @@
+//! Manager mode (`keel.mode=manager keel.managed=<vm id>`): Keel's health services on another
+//! VM, each step printed as one line a scenario checks, and the health notices Keel sends as
+//! they arrive. A VM the configuration does not make the other's manager runs the same steps
+//! and is refused each (`denied`). Steps, about a second apart:
+//!
+//! 1. `manager: status vm=<id> <state> restarts=<n> last=<event> -> <action>`
+//! 2. `manager: restart vm=<id>: ok`, its notice, then its status (running, 1 restart)
+//! 3. `manager: stats vm=<id> vcpu=0 jobs=<n> misses=<n> overruns=<n>` (a shared pCPU's)
+//! 4. `manager: stop vm=<id>: ok`, its notice, its status (stopped)
+//! 5. `manager: start vm=<id>: ok`, its notice, its status (running, 2 restarts)
+//!
+//! then the notices that arrive within `keel.seconds` (default 10) of boot, and SYSTEM_OFF.
+//! A notice: `manager: notice vm=<id> event=<event> action=<action> restarts=<n>`.
+
+use keel_guest::abi::CallError;
+use keel_guest::bootargs::BootArgs;
+use keel_guest::health::{self, Notice, Status, KEEL_SENDER};
+use keel_guest::message::{receive, ReceiveError};
+use keel_guest::{println, system_off, timer};
+
+fn result(step: &str, vm: u64, outcome: Result<(), CallError>) {
+    match outcome {
+        Ok(()) => println!("manager: {step} vm={vm}: ok"),
+        Err(error) => println!("manager: {step} vm={vm}: {}", name(error)),
+    }
+}
+
+fn name(error: CallError) -> &'static str {
+    match error {
+        CallError::Denied => "denied",
+        CallError::NotSupported => "not supported",
+        CallError::InvalidParameters => "invalid parameters",
+        CallError::AlreadyOn => "already running",
+        CallError::OnPending => "restart under way",
+        CallError::InvalidAddress => "invalid address",
+    }
+}
+
+fn status(vm: u64) {
+    match health::status(vm) {
+        Ok(Status {
+            state,
+            restarts,
+            last,
+        }) => match last {
+            Some((event, action, _)) => println!(
+                "manager: status vm={vm} {} restarts={restarts} last={} -> {}",
+                state.name(),
+                event.name(),
+                action.name()
+            ),
+            None => println!(
+                "manager: status vm={vm} {} restarts={restarts} last=none",
+                state.name()
+            ),
+        },
+        Err(error) => println!("manager: status vm={vm}: {}", name(error)),
+    }
+}
+
+/// Prints the notices that arrive until the counter reaches `until`.
+fn notices(until: u64) {
+    let mut buffer = [0u8; 64];
+    loop {
+        match receive(&mut buffer, until) {
+            Ok(message) if message.vm == u64::from(KEEL_SENDER) => {
+                match Notice::from_bytes(buffer.get(..message.len).unwrap_or_default()) {
+                    Some(notice) => println!(
+                        "manager: notice vm={} event={} action={} restarts={}",
+                        notice.vm,
+                        notice.event.name(),
+                        notice.action.name(),
+                        notice.restarts
+                    ),
+                    None => println!("manager: malformed notice of {} bytes", message.len),
+                }
+            }
+            Ok(message) => println!("manager: message from vm {}", message.vm),
+            Err(ReceiveError::Refused(_)) => {
+                if timer::counter() >= until {
+                    return;
+                }
+            }
+            Err(ReceiveError::BufferTooSmall { len }) => {
+                println!("manager: a message of {len} bytes is too long");
+                return;
+            }
+        }
+    }
+}
+
+/// Runs the steps on `keel.managed`, then SYSTEM_OFF.
+pub fn run(args: BootArgs<'_>) -> ! {
+    let frequency = timer::frequency();
+    let start = timer::counter();
+    let at = |ms: u64| start + ms * frequency / 1000;
+    let Some(vm) = args
+        .value("keel.managed")
+        .and_then(|v| v.parse::<u64>().ok())
+    else {
+        println!("manager: keel.managed=<vm id> is missing");
+        system_off();
+    };
+    let seconds = args
+        .value("keel.seconds")
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(10);
+
+    notices(at(1000));
+    status(vm);
+    result("restart", vm, health::restart(vm));
+    notices(at(2500));
+    status(vm);
+    match health::sched_stats(vm, 0) {
+        Ok(stats) => println!(
+            "manager: stats vm={vm} vcpu=0 jobs={} misses={} overruns={}",
+            stats.jobs, stats.deadline_misses, stats.overruns
+        ),
+        Err(error) => println!("manager: stats vm={vm} vcpu=0: {}", name(error)),
+    }
+    result("stop", vm, health::stop(vm));
+    notices(at(3500));
+    status(vm);
+    result("start", vm, health::start(vm));
+    notices(at(5000));
+    status(vm);
+    notices(at(seconds * 1000));
+    println!("manager: done");
+    system_off()
+}

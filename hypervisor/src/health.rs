@@ -1,0 +1,280 @@
+//! Health monitoring: each VM's health events (a fault, its watchdog's expiry, deadline misses
+//! over its threshold, its own power-off or reset, a manager's request) decided by its
+//! `[vm.health]` policy ([`keel_core::health`]), said in one diagnostic line, sent as a notice
+//! to each of its managers, and carried out: a line only, a stop, or a restart from its
+//! pristine image ([`lifecycle::restart`]), at most so many within a window.
+//!
+//! Where events come from: a trap of the VM's own (a fault, SYSTEM_OFF, SYSTEM_RESET: the
+//! caller carries out what [`decide`] returns on its own vCPU), its watchdog's expiry and
+//! the misses the scheduler noted (acted on from the EL2 timer of the VM's vCPU 0's pCPU,
+//! [`serve`], where no lock is held), and a manager's call (`manager`).
+//!
+//! Ownership and locks: each VM's [`Record`] sits behind a lock of its own, a leaf (held for
+//! a decision, never while printing, sending or stopping). The watchdog expiries and the
+//! pending events are `vm`'s atomics.
+
+use core::sync::atomic::Ordering;
+
+use keel_core::abi::CallError;
+use keel_core::health::{Action, Decision, Event, Notice, Policy, Record, VmStatus, KEEL_SENDER};
+use keel_core::ipc::{MessageError, Sender};
+use keel_core::ratelimit::DiagnosticKind;
+use keel_core::text::{Out, Show};
+
+use crate::arch::cpu::Mutex;
+use crate::arch::timer;
+use crate::config::SYSTEM;
+use crate::console::VmLabel;
+use crate::vm::{self, VmState, MAX_VMS};
+use crate::{ipc, keel_println, keel_println_limited, lifecycle};
+
+/// Each VM's health record.
+static RECORDS: [Mutex<Record>; MAX_VMS] = [const { Mutex::new(Record::NEW) }; MAX_VMS];
+
+/// Whether any VM has a miss threshold (set once at boot by [`init`]): the scheduler drains its
+/// journal of misses only then.
+static WATCH_MISSES: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// At boot, before any guest runs: no watchdog armed; whether misses are watched.
+pub fn init() {
+    vm::init_watchdogs();
+    let watch = SYSTEM.vms.iter().any(|desc| desc.health.misses.is_some());
+    WATCH_MISSES.store(watch, Ordering::Relaxed);
+}
+
+/// Whether the scheduler is to report misses ([`note_misses`]).
+#[inline(always)]
+pub fn misses_watched() -> bool {
+    WATCH_MISSES.load(Ordering::Relaxed)
+}
+
+fn policy(id: usize) -> &'static Policy {
+    &vm::desc(id).health
+}
+
+fn now_ns() -> u64 {
+    timer::ticks_to_ns(timer::now())
+}
+
+/// Decides what `event` of VM `id` does, says it in one line (the reason after the VM's
+/// label, `reason` saying what happened), and sends the notice to its managers. The caller
+/// carries the action out: [`carry_out`] from anywhere, or on the VM's own vCPU.
+pub fn decide(id: usize, event: Event, reason: &dyn Show) -> Action {
+    let decision = {
+        let mut record = vm::entry(&RECORDS, id).lock_cold();
+        record.decide(policy(id), event, now_ns())
+    };
+    say(id, event, decision, reason);
+    notify(id, event, decision.action);
+    decision.action
+}
+
+/// The line for `decision` on `event`. Today's lines stay as they were for today's actions:
+/// a stop says `stopped: <reason>`, a power-off that stops says `powered off` (said by the
+/// life cycle), a reset that restarts `resets` (said by the reload).
+fn say(id: usize, event: Event, decision: Decision, reason: &dyn Show) {
+    let desc = vm::desc(id);
+    let label = VmLabel(desc.name, id);
+    let limit = policy(id).restarts;
+    match decision.action {
+        Action::Stop if event == Event::PowerOff => {}
+        Action::Stop => {}
+        Action::Restart if event == Event::Reset => {}
+        Action::Restart => match limit {
+            Some(limit) if event != Event::ManagerRestart => keel_println_limited!(
+                DiagnosticKind::Reset,
+                id,
+                label,
+                " restarts: ",
+                reason,
+                " (restart ",
+                decision.in_window,
+                " of at most ",
+                limit.max,
+                " within ",
+                Millis(limit.window_ns),
+                ")"
+            ),
+            _ => keel_println_limited!(DiagnosticKind::Reset, id, label, " restarts: ", reason),
+        },
+        Action::StopAtLimit => {}
+        Action::Ignore => keel_println_limited!(
+            DiagnosticKind::Reset,
+            id,
+            label,
+            " health: ",
+            reason,
+            " (ignored)"
+        ),
+    }
+}
+
+/// Nanoseconds shown as milliseconds (`10000 ms`).
+struct Millis(u64);
+
+impl Show for Millis {
+    fn show(&self, out: &mut dyn Out) {
+        keel_core::text!(out, self.0 / 1_000_000, " ms");
+    }
+}
+
+/// Sends the notice of `event` and `action` of VM `id` to each of its managers' vCPU 0. A full
+/// queue refuses it: that is said in a line and counted (nothing is dropped silently).
+fn notify(id: usize, event: Event, action: Action) {
+    let managers = policy(id).managers;
+    if managers.is_empty() {
+        return;
+    }
+    let (restarts, time_ns) = {
+        let record = vm::entry(&RECORDS, id).lock_cold();
+        (record.restarts, record.last.map_or(0, |(_, _, at)| at))
+    };
+    let notice = Notice {
+        vm: id as u16,
+        event,
+        action,
+        restarts,
+        time_ns,
+    };
+    let from = Sender {
+        vm: KEEL_SENDER,
+        vcpu: 0,
+    };
+    for &manager in managers {
+        let manager = usize::from(manager);
+        if let Err(error) = ipc::send_bytes(from, manager, 0, &notice.to_bytes()) {
+            vm::entry(&RECORDS, id).lock_cold().notices_refused += 1;
+            keel_println!(
+                VmLabel(vm::desc(id).name, id),
+                ": health notice to '",
+                vm::desc(manager).name,
+                "' refused: ",
+                RefusedNotice(error)
+            );
+        }
+    }
+}
+
+/// Why a manager's queue refused a notice.
+struct RefusedNotice(MessageError);
+
+impl Show for RefusedNotice {
+    fn show(&self, out: &mut dyn Out) {
+        out.put(match self.0 {
+            MessageError::QueueFull => "its queue is full",
+            MessageError::DestinationStopped => "it is not running",
+            _ => "its queue refused it",
+        });
+    }
+}
+
+/// Carries out `action` on VM `id` from anywhere but the VM's own trap (a watchdog, misses, a
+/// manager): a stop (its line said here), or a restart begun (its vCPU 0's pCPU reloads it).
+pub fn carry_out(id: usize, action: Action, event: Event, reason: &dyn Show) {
+    match action {
+        Action::Ignore => {}
+        Action::Stop | Action::StopAtLimit => stop(id, action, event, reason),
+        Action::Restart => lifecycle::restart(id),
+    }
+}
+
+/// Stops VM `id` for `event` with its line (`stopped: <reason>`, and the limit if that is why).
+pub fn stop(id: usize, action: Action, event: Event, reason: &dyn Show) {
+    match (action, policy(id).restarts) {
+        (Action::StopAtLimit, Some(limit)) => {
+            let parts: &[&dyn Show] = &[
+                reason,
+                &" (",
+                &limit.max,
+                &" restarts within ",
+                &Millis(limit.window_ns),
+                &": its limit)",
+            ];
+            lifecycle::stop(id, &parts);
+        }
+        _ if event == Event::PowerOff => lifecycle::power_off(id),
+        _ => lifecycle::stop(id, reason),
+    }
+}
+
+/// KEEL_WATCHDOG from VM `id`: its watchdog expires one period from now. Returns the period
+/// (ns).
+pub fn keep_watchdog(id: usize) -> Result<u64, CallError> {
+    let period_ns = policy(id)
+        .watchdog
+        .map(|watchdog| watchdog.period_ns)
+        .filter(|&period| period > 0)
+        .ok_or(CallError::NotSupported)?;
+    let ticks = period_ns.saturating_mul(timer::frequency()) / 1_000_000_000;
+    vm::set_watchdog_expiry(id, Some(timer::now().saturating_add(ticks.max(1))));
+    Ok(period_ns)
+}
+
+/// The scheduler saw `count` new deadline misses or budget overruns of a vCPU or task of VM
+/// `id` (its lock held): counted against the VM's threshold; an event crossing it is acted on
+/// from this pCPU's timer at once ([`serve`]).
+pub fn note_misses(id: usize, count: u32) {
+    let crossed = vm::entry(&RECORDS, id)
+        .lock_cold()
+        .misses(policy(id), count, now_ns());
+    if crossed {
+        vm::note_health_event(id);
+    }
+}
+
+/// This pCPU's health deadline came (installed in `irq` by `main`): each watchdog of a VM whose
+/// vCPU 0 runs here that has expired, and each event noted here, is decided and carried out;
+/// then the deadline is set for what is left.
+pub fn serve() {
+    let now = timer::now();
+    let here = crate::arch::cpu::index();
+    let pending = vm::this_cpu().health_pending.swap(0, Ordering::AcqRel);
+    for id in 0..SYSTEM.vms.len() {
+        if pending & (1 << id) != 0 && vm::vm(id).state() == VmState::Running {
+            let misses = policy(id).misses.map_or(0, |m| m.count);
+            let window = policy(id).misses.map_or(0, |m| m.window_ns);
+            let reason: &[&dyn Show] = &[
+                &misses,
+                &" deadline misses or overruns within ",
+                &Millis(window),
+            ];
+            let action = decide(id, Event::Misses, &reason);
+            carry_out(id, action, Event::Misses, &reason);
+        }
+        if vm::home_pcpu(id) == here && vm::take_expired_watchdog(id, now) {
+            // A VM that ended or restarts meanwhile keeps no watchdog (its new boot arms it).
+            if vm::vm(id).state() != VmState::Running || vm::vm(id).is_resetting() {
+                continue;
+            }
+            let reason = "watchdog expired";
+            let action = decide(id, Event::Watchdog, &reason);
+            carry_out(id, action, Event::Watchdog, &reason);
+        }
+    }
+    vm::rearm_watchdogs();
+}
+
+/// What KEEL_VM_STATUS reports of VM `id`: its state, restarts, last event and action, and
+/// when (ns).
+pub fn status(id: usize) -> (VmStatus, u32, u64, u64) {
+    let vm = vm::vm(id);
+    let state = if vm.is_resetting() {
+        VmStatus::Restarting
+    } else {
+        match vm.state() {
+            VmState::Running => VmStatus::Running,
+            VmState::Off => VmStatus::Off,
+            VmState::Stopped => VmStatus::Stopped,
+        }
+    };
+    let record = vm::entry(&RECORDS, id).lock_cold();
+    let (last, at) = record.last.map_or((0, 0), |(event, action, at)| {
+        (u64::from(event as u8) | u64::from(action as u8) << 8, at)
+    });
+    (state, record.restarts, last, at)
+}
+
+/// Whether VM `caller` may manage VM `id`.
+pub fn manages(caller: usize, id: usize) -> bool {
+    u8::try_from(caller).is_ok_and(|caller| policy(id).is_manager(caller))
+}

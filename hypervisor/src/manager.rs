@@ -1,0 +1,122 @@
+//! A manager VM's services (KEEL_VM_STATUS, _START, _STOP, _RESTART, _SCHED_STATS): what the
+//! VMs that name it in `health.managers` let it do to them, as a hypercall or through the
+//! management window. Each checks the grant first and changes nothing when refused.
+//!
+//! Ownership and locks: none of its own; a service takes `health`'s record lock, or one
+//! shared pCPU's scheduler lock for the statistics, each alone and briefly.
+
+use keel_core::abi::{self, CallError};
+use keel_core::health::Event;
+use keel_core::text::{Out, Show};
+
+use crate::config::SYSTEM;
+use crate::vm::{self, VmState};
+use crate::{health, sched};
+
+/// Results of a service: x0..x7 (the hypercall returns x0..x3; the window shows all).
+pub type Results = [u64; 8];
+
+fn refused(error: CallError) -> Results {
+    let mut results = [0; 8];
+    results[0] = error.to_x0();
+    results
+}
+
+/// Makes service `function` for vCPU `caller_vcpu` of VM `caller`, with `args` as x1..x6.
+pub fn call(caller: usize, caller_vcpu: usize, function: u32, args: &[u64; 6]) -> Results {
+    if function == abi::KEEL_VM_ID {
+        return [
+            u64::from(vm::vm_id(caller).0),
+            caller_vcpu as u64,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+        ];
+    }
+    let Some(target) = usize::try_from(args[0])
+        .ok()
+        .filter(|&target| target < SYSTEM.vms.len())
+    else {
+        return refused(CallError::InvalidParameters);
+    };
+    let manages = health::manages(caller, target);
+    let reads = manages || target == caller;
+    match function {
+        abi::KEEL_VM_STATUS if reads => {
+            let (state, restarts, last, at) = health::status(target);
+            [state as u64, u64::from(restarts), last, at, 0, 0, 0, 0]
+        }
+        abi::KEEL_VM_SCHED_STATS if reads => {
+            let Some(stats) = usize::try_from(args[1])
+                .ok()
+                .and_then(|vcpu| sched::stats_of(target, vcpu))
+            else {
+                return refused(CallError::NotSupported);
+            };
+            let ns = crate::arch::timer::ticks_to_ns;
+            [
+                stats.jobs,
+                stats.deadline_misses,
+                stats.overruns,
+                ns(stats.worst_response),
+                0,
+                0,
+                0,
+                0,
+            ]
+        }
+        abi::KEEL_VM_START if manages => {
+            let vm = vm::vm(target);
+            if vm.state() == VmState::Running || vm.is_resetting() {
+                return refused(CallError::AlreadyOn);
+            }
+            restart(caller, target);
+            [0; 8]
+        }
+        abi::KEEL_VM_RESTART if manages => {
+            if !vm::vm(target).is_resetting() {
+                restart(caller, target);
+            }
+            [0; 8]
+        }
+        abi::KEEL_VM_STOP if manages => {
+            let vm = vm::vm(target);
+            if vm.is_resetting() {
+                // Its restart would run it again: asked again once it runs.
+                return refused(CallError::OnPending);
+            }
+            if vm.state() == VmState::Running {
+                let reason = ByManager(caller);
+                let action = health::decide(target, Event::ManagerStop, &reason);
+                health::stop(target, action, Event::ManagerStop, &reason);
+            }
+            [0; 8]
+        }
+        abi::KEEL_VM_STATUS
+        | abi::KEEL_VM_SCHED_STATS
+        | abi::KEEL_VM_START
+        | abi::KEEL_VM_RESTART
+        | abi::KEEL_VM_STOP => refused(CallError::Denied),
+        _ => refused(CallError::NotSupported),
+    }
+}
+
+/// A manager's restart of VM `target` (or start, when it had ended): decided (counted, a line,
+/// the notices) and begun.
+fn restart(caller: usize, target: usize) {
+    let reason = ByManager(caller);
+    let action = health::decide(target, Event::ManagerRestart, &reason);
+    health::carry_out(target, action, Event::ManagerRestart, &reason);
+}
+
+/// The reason a manager's request gives: `asked by 'linux'`.
+struct ByManager(usize);
+
+impl Show for ByManager {
+    fn show(&self, out: &mut dyn Out) {
+        keel_core::text!(out, "asked by '", vm::desc(self.0).name, "'");
+    }
+}
