@@ -15,6 +15,7 @@ mod rootfs;
 mod sched;
 mod tasks;
 mod trace;
+mod watchdog;
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -1367,6 +1368,7 @@ pub fn all() -> Vec<Scenario> {
     scenarios.extend(rootfs::all());
     scenarios.extend(trace::all());
     scenarios.extend(health::all());
+    scenarios.extend(watchdog::all());
     scenarios.extend(plots::all());
     scenarios.push(Scenario {
         name: format!(
