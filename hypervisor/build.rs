@@ -41,4 +41,5 @@ pub static SYSTEM: keel_core::system::SystemDesc = keel_core::system::SystemDesc
 pub const MESSAGE_POOL: usize = 0;
 pub const TRACE_RING_BYTES: usize = 0;
 pub const TRACE_RINGS: usize = 0;
+pub const HEALTH: bool = false;
 "#;

@@ -98,6 +98,12 @@ pub const KEEL_VM_RESTART: u32 = keel_call(0x44);
 /// worst response time (ns). DENIED unless the caller is one of its managers or the VM itself;
 /// NOT_SUPPORTED for a vCPU on a pinned pCPU (nothing is counted there) or not started.
 pub const KEEL_VM_SCHED_STATS: u32 = keel_call(0x45);
+/// Keel's resource counters of VM x1, which a restart must bring back to what they were at its
+/// boot: x0 = messages queued in its queues, x1 = its live tasks, x2 = scheduler slots of its
+/// vCPUs and tasks started on shared pCPUs, x3 = its virtual interrupts raised and not done
+/// with (pending, active or listed; bits 0-31), whether its devices' DMA translates (bit 32)
+/// and whether its watchdog is armed (bit 33). DENIED unless the caller manages it or is it.
+pub const KEEL_VM_RESOURCES: u32 = keel_call(0x46);
 
 /// Sends a message (see [`crate::ipc`]): x1 = destination VM, x2 = its vCPU (a task: the
 /// VM's configured vCPUs plus the task's index, as KEEL_VM_ID tells the task), x3 = the
@@ -285,10 +291,11 @@ pub mod layout {
 /// The management window's registers ([`layout::MANAGER_BASE`]), 64-bit each: a write of a
 /// function id to [`FUNCTION`](manager_window::FUNCTION) makes the call with `ARGS` as x1..x6,
 /// as an HVC would, and leaves x0..x7 in `RESULTS`. The functions are KEEL_VM_STATUS, _START,
-/// _STOP, _RESTART, _SCHED_STATS, KEEL_VM_ID, and KEEL_MSG_RECV, which takes the next message
-/// (at most [`MESSAGE_BYTES`](manager_window::MESSAGE_BYTES)) into RESULTS: x0 = its length,
-/// x1 = sender VM, x2 = sender vCPU, x3 = messages still queued, x4..x7 = its bytes; a longer
-/// one is refused (BUFFER_TOO_SMALL) and stays queued. Any other function: NOT_SUPPORTED.
+/// _STOP, _RESTART, _SCHED_STATS, _RESOURCES, KEEL_VM_ID, and KEEL_MSG_RECV, which takes the
+/// next message (at most [`MESSAGE_BYTES`](manager_window::MESSAGE_BYTES)) into RESULTS:
+/// x0 = its length, x1 = sender VM, x2 = sender vCPU, x3 = messages still queued, x4..x7 = its
+/// bytes; a longer one is refused (BUFFER_TOO_SMALL) and stays queued. Any other function:
+/// NOT_SUPPORTED.
 pub mod manager_window {
     /// Offset of the function register (write only).
     pub const FUNCTION: u64 = 0x00;

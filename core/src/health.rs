@@ -223,15 +223,18 @@ impl Times {
     }
 }
 
-/// What happened to a VM, kept by Keel for its diagnostics and its managers.
+/// What happened to a VM, kept by Keel for its diagnostics and its managers. All zero bytes
+/// when new, so that Keel's table of them takes no image space.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Record {
     /// Restarts since boot (by policy or by a manager; its own resets not counted).
     pub restarts: u32,
-    /// The last event and the action taken, and when (ns since boot).
-    pub last: Option<(Event, Action, u64)>,
     /// Notices a manager's full queue refused (each said in a diagnostic line).
     pub notices_refused: u32,
+    /// The last event's and action's codes (event 0: none yet) and when (ns since boot).
+    last_event: u8,
+    last_action: u8,
+    last_at: u64,
     recent_restarts: Times,
     recent_misses: Times,
 }
@@ -250,11 +253,22 @@ impl Record {
     /// Nothing happened yet.
     pub const NEW: Record = Record {
         restarts: 0,
-        last: None,
         notices_refused: 0,
+        last_event: 0,
+        last_action: 0,
+        last_at: 0,
         recent_restarts: Times::EMPTY,
         recent_misses: Times::EMPTY,
     };
+
+    /// The last event and the action taken, and when (ns since boot).
+    pub fn last(&self) -> Option<(Event, Action, u64)> {
+        Some((
+            Event::from_code(self.last_event)?,
+            Action::from_code(self.last_action)?,
+            self.last_at,
+        ))
+    }
 
     /// Decides what `event` at `now` (ns) does under `policy`, and records it. Only a restart
     /// the policy or a manager asks for counts against the limit (the VM's own reset is a
@@ -277,7 +291,9 @@ impl Record {
                 self.restarts = self.restarts.saturating_add(1);
             }
         }
-        self.last = Some((event, action, now));
+        self.last_event = event as u8;
+        self.last_action = action as u8;
+        self.last_at = now;
         Decision { action, in_window }
     }
 
@@ -422,7 +438,7 @@ mod tests {
             Action::Stop
         );
         assert_eq!(record.restarts, 0, "its own reset is not counted");
-        assert_eq!(record.last, Some((Event::PowerOff, Action::Stop, 7)));
+        assert_eq!(record.last(), Some((Event::PowerOff, Action::Stop, 7)));
     }
 
     #[test]

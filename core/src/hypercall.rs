@@ -184,7 +184,8 @@ pub fn decode(regs: &[u64; 8]) -> Call {
         | abi::KEEL_VM_START
         | abi::KEEL_VM_STOP
         | abi::KEEL_VM_RESTART
-        | abi::KEEL_VM_SCHED_STATS => Call::Manager {
+        | abi::KEEL_VM_SCHED_STATS
+        | abi::KEEL_VM_RESOURCES => Call::Manager {
             function,
             args: [regs[1], regs[2], regs[3], regs[4], regs[5], regs[6]],
         },
@@ -325,7 +326,7 @@ mod tests {
     #[test]
     fn decodes_health_services() {
         assert_eq!(decode(&[0xC600_0040, 9, 0, 0, 0, 0, 0, 0]), Call::Watchdog);
-        for function in 0xC600_0041..=0xC600_0045u32 {
+        for function in 0xC600_0041..=0xC600_0046u32 {
             assert_eq!(
                 decode(&[u64::from(function), 1, 2, 3, 4, 5, 6, 7]),
                 Call::Manager {
@@ -335,8 +336,8 @@ mod tests {
             );
         }
         assert_eq!(
-            decode(&[0xC600_0046, 1, 0, 0, 0, 0, 0, 0]),
-            Call::Unknown(0xC600_0046)
+            decode(&[0xC600_0047, 1, 0, 0, 0, 0, 0, 0]),
+            Call::Unknown(0xC600_0047)
         );
     }
 

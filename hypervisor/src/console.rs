@@ -383,14 +383,9 @@ pub fn vm_output(vm: usize, byte: u8) {
 }
 
 /// VM `vm` restarts: the line it was writing ends here, so that its next boot's output begins
-/// a line of its own.
+/// a line of its own. Only queued (a step of a reload): the next line or drain writes it out.
 pub fn end_vm_line(vm: usize) {
-    let mut console = CONSOLE.lock();
-    let Some(uart) = console.uart else {
-        return;
-    };
-    console.mux.end_line(vm);
-    drain(&mut console.mux, uart);
+    CONSOLE.lock().mux.end_line(vm);
 }
 
 /// The EL2 timer fired: write out what the UART could not take yet, and waiting partial lines

@@ -26,7 +26,12 @@ use crate::arch::timer;
 use crate::config::SYSTEM;
 use crate::console::VmLabel;
 use crate::vm::{self, VmState, MAX_VMS};
-use crate::{ipc, keel_println, keel_println_limited, lifecycle};
+use crate::{iommu, ipc, keel_println, keel_println_limited, lifecycle};
+
+/// Whether health monitoring is built in: some VM has a policy other than the default, a
+/// manager or a watchdog. Without, every event takes today's action with no record, notice or
+/// service, and the code is left out (as the trace is).
+pub const ON: bool = crate::config::HEALTH;
 
 /// Each VM's health record.
 static RECORDS: [Mutex<Record>; MAX_VMS] = [const { Mutex::new(Record::NEW) }; MAX_VMS];
@@ -45,7 +50,7 @@ pub fn init() {
 /// Whether the scheduler is to report misses ([`note_misses`]).
 #[inline(always)]
 pub fn misses_watched() -> bool {
-    WATCH_MISSES.load(Ordering::Relaxed)
+    ON && WATCH_MISSES.load(Ordering::Relaxed)
 }
 
 fn policy(id: usize) -> &'static Policy {
@@ -60,6 +65,9 @@ fn now_ns() -> u64 {
 /// label, `reason` saying what happened), and sends the notice to its managers. The caller
 /// carries the action out: [`carry_out`] from anywhere, or on the VM's own vCPU.
 pub fn decide(id: usize, event: Event, reason: &dyn Show) -> Action {
+    if !ON {
+        return Policy::DEFAULT.action(event);
+    }
     let decision = {
         let mut record = vm::entry(&RECORDS, id).lock_cold();
         record.decide(policy(id), event, now_ns())
@@ -127,7 +135,7 @@ fn notify(id: usize, event: Event, action: Action) {
     }
     let (restarts, time_ns) = {
         let record = vm::entry(&RECORDS, id).lock_cold();
-        (record.restarts, record.last.map_or(0, |(_, _, at)| at))
+        (record.restarts, record.last().map_or(0, |(_, _, at)| at))
     };
     let notice = Notice {
         vm: id as u16,
@@ -200,6 +208,9 @@ pub fn stop(id: usize, action: Action, event: Event, reason: &dyn Show) {
 /// KEEL_WATCHDOG from VM `id`: its watchdog expires one period from now. Returns the period
 /// (ns).
 pub fn keep_watchdog(id: usize) -> Result<u64, CallError> {
+    if !ON {
+        return Err(CallError::NotSupported);
+    }
     let period_ns = policy(id)
         .watchdog
         .map(|watchdog| watchdog.period_ns)
@@ -226,11 +237,17 @@ pub fn note_misses(id: usize, count: u32) {
 /// vCPU 0 runs here that has expired, and each event noted here, is decided and carried out;
 /// then the deadline is set for what is left.
 pub fn serve() {
+    if !ON {
+        return;
+    }
     let now = timer::now();
     let here = crate::arch::cpu::index();
     let pending = vm::this_cpu().health_pending.swap(0, Ordering::AcqRel);
     for id in 0..SYSTEM.vms.len() {
-        if pending & (1 << id) != 0 && vm::vm(id).state() == VmState::Running {
+        if pending & (1 << id) != 0
+            && vm::vm(id).state() == VmState::Running
+            && !vm::vm(id).is_resetting()
+        {
             let misses = policy(id).misses.map_or(0, |m| m.count);
             let window = policy(id).misses.map_or(0, |m| m.window_ns);
             let reason: &[&dyn Show] = &[
@@ -268,7 +285,7 @@ pub fn status(id: usize) -> (VmStatus, u32, u64, u64) {
         }
     };
     let record = vm::entry(&RECORDS, id).lock_cold();
-    let (last, at) = record.last.map_or((0, 0), |(event, action, at)| {
+    let (last, at) = record.last().map_or((0, 0), |(event, action, at)| {
         (u64::from(event as u8) | u64::from(action as u8) << 8, at)
     });
     (state, record.restarts, last, at)
@@ -277,4 +294,52 @@ pub fn status(id: usize) -> (VmStatus, u32, u64, u64) {
 /// Whether VM `caller` may manage VM `id`.
 pub fn manages(caller: usize, id: usize) -> bool {
     u8::try_from(caller).is_ok_and(|caller| policy(id).is_manager(caller))
+}
+
+/// Faults the SMMU reported at most: a queue's worth per interrupt (more stay queued for the
+/// next).
+const FAULTS_PER_SERVE: usize = 32;
+
+/// The SMMU's interrupt (installed in `irq` by `main`): each fault it recorded names a stream,
+/// whose VM's policy decides what the fault does (stopped by default, or restarted), said with
+/// the fault in Keel's line (`DMA refused by the SMMU: translation fault: stream 8, read at
+/// 0x40100000`); its streams then abort without recording until it runs again, and the first
+/// fault of a VM in a batch is the one acted on, so one line per VM. A fault of no VM's stream,
+/// or a global error, is reported as such.
+pub fn serve_device_faults() {
+    let mut faults = [None; FAULTS_PER_SERVE];
+    let mut count = 0;
+    let global = iommu::take_faults(&mut |event| {
+        if let Some(slot) = faults.get_mut(count) {
+            *slot = Some(*event);
+            count += 1;
+        }
+    });
+    // Acted on with the SMMU's lock released: stopping a VM takes it to cut its streams off.
+    let mut acted = 0u32;
+    for event in faults.iter().flatten() {
+        match iommu::stream_owner(event.stream_id) {
+            Some(id) if acted & 1 << id != 0 => {}
+            Some(id) if vm::vm(id).state() != VmState::Running || vm::vm(id).is_resetting() => {}
+            Some(id) => {
+                acted |= 1 << id;
+                let reason = DmaFault(event);
+                let action = decide(id, Event::Fault, &reason);
+                carry_out(id, action, Event::Fault, &reason);
+            }
+            None => keel_println!("SMMU: ", event, " (no VM's stream)"),
+        }
+    }
+    if let Some(error) = global {
+        keel_println!("SMMU global error: ", error);
+    }
+}
+
+/// A VM's stop reason: its device's DMA that the SMMU refused.
+struct DmaFault<'a>(&'a keel_core::smmu::Event);
+
+impl Show for DmaFault<'_> {
+    fn show(&self, out: &mut dyn Out) {
+        keel_core::text!(out, "DMA refused by the SMMU: ", *self.0);
+    }
 }

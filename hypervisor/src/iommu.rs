@@ -4,6 +4,8 @@
 //! (abort, no event), and a VM that restarts gets them back. The SMMU's faults are read here
 //! for `lifecycle`, which stops the VM they name.
 
+use core::sync::atomic::{AtomicBool, Ordering};
+
 use keel_core::smmu::{Event, GlobalError, Stage1Error, StreamAssignment};
 use keel_core::system::MAX_VMS;
 
@@ -53,6 +55,10 @@ pub fn init() -> Result<(), SmmuError> {
     unsafe { smmu::init(iommu.base.0, &assignments[..count], &memory) }
 }
 
+/// Whether each VM's devices' DMA translates (given back) or aborts (cut off): a resource
+/// counter, written with the streams.
+static TRANSLATING: [AtomicBool; MAX_VMS] = [const { AtomicBool::new(false) }; MAX_VMS];
+
 /// Cuts VM `id`'s devices off (their streams abort) or, with `translate`, gives them back.
 pub fn set_vm_streams(id: usize, translate: bool) -> Result<(), SmmuError> {
     for device in vm::desc(id).devices {
@@ -60,7 +66,14 @@ pub fn set_vm_streams(id: usize, translate: bool) -> Result<(), SmmuError> {
             smmu::set_streams(first, last, id, translate)?;
         }
     }
+    let has_streams = vm::desc(id).devices.iter().any(|d| !d.streams.is_empty());
+    vm::entry(&TRANSLATING, id).store(translate && has_streams, Ordering::Relaxed);
     Ok(())
+}
+
+/// Whether VM `id`'s devices' DMA translates (false for a VM without DMA-capable devices).
+pub fn vm_streams_translate(id: usize) -> bool {
+    vm::entry(&TRANSLATING, id).load(Ordering::Relaxed)
 }
 
 /// The VM whose device masters DMA with stream `stream`, if any.

@@ -108,6 +108,14 @@ pub fn clear_vm(id: usize) {
     }
 }
 
+/// Messages queued for VM `id`, over its vCPUs and tasks (a resource counter).
+pub fn queued(id: usize) -> u64 {
+    (0..vm::desc(id).vcpu_count())
+        .filter_map(|vcpu| queues(id).get(vcpu))
+        .map(|queue| queue.lock_cold().queue.len() as u64)
+        .sum()
+}
+
 /// Copies `message` from `from` into the queue of vCPU `to_vcpu` of VM `to`, if it runs;
 /// returns the number queued there. Raises nothing: the caller does.
 pub fn enqueue(

@@ -130,7 +130,7 @@ fn handle_from(first: u32, mut handled: Handled) -> Handled {
             // list register) is dealt with: sync now, or it would fire again at once.
             layout::MAINTENANCE_INTID => sync_list_registers(),
             vm::KICK_SGI => {
-                if vm::this_cpu().watchdog_moved.load(Ordering::Acquire) {
+                if crate::config::HEALTH && vm::this_cpu().watchdog_moved.load(Ordering::Acquire) {
                     vm::rearm_watchdogs();
                 }
                 vm::mark_stale(vm::Stale::Kicked);
@@ -177,7 +177,7 @@ fn hyp_timer() -> Handled {
     if timers::is_due(due, Deadline::VirtualTimers) {
         vm::mark_stale(vm::Stale::TimerDue);
     }
-    if timers::is_due(due, Deadline::Health) {
+    if crate::config::HEALTH && timers::is_due(due, Deadline::Health) {
         // A VM stopped or restarted here stops its vCPU on this pCPU at once (a pinned one
         // parks, a shared one's scheduler takes the kick).
         if let Some(serve) = hook(&HEALTH) {
@@ -621,7 +621,7 @@ pub fn set_wake_here(wake: fn(usize, usize) -> bool) {
     WAKE_HERE.store(wake as *mut (), Ordering::Release);
 }
 
-/// The life cycle's "device faults" (`lifecycle::serve_device_faults`, installed once at boot
+/// Health's "device faults" (`health::serve_device_faults`, installed once at boot
 /// by [`set_device_faults`] before any guest runs): the SMMU's interrupt came, its faults stop
 /// the VMs they name. The second place this layer reaches up. Null until installed.
 static DEVICE_FAULTS: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());

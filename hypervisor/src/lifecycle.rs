@@ -173,14 +173,17 @@ const STEP_BYTES: usize = 4096;
 /// What a (re)load of a VM does, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
+    /// Say that the VM resets (a reset only). First, so that [`Reload::START`] is all zero
+    /// bytes (the table of reloads takes no image space).
+    Announce,
     /// A restart asked from outside the VM ([`restart`]): wait until none of its vCPUs runs
     /// guest code any more (each was kicked and stops at its next exit), forget its tasks.
     Quiesce,
+    /// A restart's: end the line the VM was writing on the console.
+    EndLine,
     /// A restart's: zero its RAM, so that it finds its memory as it was at boot (a reset of
     /// its own keeps it, as a warm reset of a board does).
     Zero,
-    /// Say that the VM resets (a reset only).
-    Announce,
     /// Erase the flash (all ones).
     Flash,
     /// Copy the kernel image.
@@ -261,7 +264,10 @@ impl Reload {
                 let id = desc.id.0 as usize;
                 wait_until_stopped(id);
                 vm::forget_tasks(id);
-                console::end_vm_line(id);
+                true
+            }
+            Phase::EndLine => {
+                console::end_vm_line(desc.id.0 as usize);
                 true
             }
             Phase::Announce => {
@@ -320,7 +326,8 @@ impl Reload {
                 Phase::Initrd if self.boot => Phase::Done,
                 Phase::Initrd => Phase::Devices,
                 Phase::Devices => Phase::Report,
-                Phase::Quiesce => Phase::Zero,
+                Phase::Quiesce => Phase::EndLine,
+                Phase::EndLine => Phase::Zero,
                 Phase::Announce | Phase::Zero => Phase::Flash,
                 Phase::Report | Phase::Done => Phase::Done,
             };
@@ -456,6 +463,8 @@ pub fn restart(id: usize) {
     ipc::clear_vm(id);
     vm::set_watchdog_expiry(id, None);
     *vm::entry(&RELOADS, id).lock_cold() = Reload::RESTART;
+    // Only now may its vCPU 0's pCPU take the reload: it finds the state just set.
+    vm.hand_reload();
     // Every pCPU of it, its vCPU 0's too even when that is this one: a pinned one parks at the
     // kick and takes the reload in its idle loop.
     vm::kick_vm(id);
@@ -539,43 +548,5 @@ fn after_vm_ended(id: usize) {
         keel_println!("all VMs have ended: powering off");
         console::flush_before_power_off();
         psci::system_off();
-    }
-}
-
-/// Faults the SMMU reported at most: a queue's worth per interrupt (more stay queued for the
-/// next).
-const FAULTS_PER_SERVE: usize = 32;
-
-/// The SMMU's interrupt (installed in `irq` by `main`): each fault it recorded names a stream,
-/// whose VM is stopped with the fault in Keel's line (`DMA refused by the SMMU: translation
-/// fault: stream 8, read at 0x40100000`); its streams then abort without recording, so one
-/// line per VM. A fault of no VM's stream, or a global error, is reported as such.
-pub fn serve_device_faults() {
-    let mut faults = [None; FAULTS_PER_SERVE];
-    let mut count = 0;
-    let global = iommu::take_faults(&mut |event| {
-        if let Some(slot) = faults.get_mut(count) {
-            *slot = Some(*event);
-            count += 1;
-        }
-    });
-    // Acted on with the SMMU's lock released: stopping a VM takes it to cut its streams off.
-    for event in faults.iter().flatten() {
-        match iommu::stream_owner(event.stream_id) {
-            Some(id) => stop(id, &DmaFault(event)),
-            None => keel_println!("SMMU: ", event, " (no VM's stream)"),
-        }
-    }
-    if let Some(error) = global {
-        keel_println!("SMMU global error: ", error);
-    }
-}
-
-/// A VM's stop reason: its device's DMA that the SMMU refused.
-struct DmaFault<'a>(&'a keel_core::smmu::Event);
-
-impl Show for DmaFault<'_> {
-    fn show(&self, out: &mut dyn Out) {
-        keel_core::text!(out, "DMA refused by the SMMU: ", *self.0);
     }
 }

@@ -13,7 +13,7 @@
 //! inlined: the end of the masked stretch, no cost), and interrupt delivery wakes a vCPU
 //! sharing this pCPU through the scheduler's function that `main` installs at boot
 //! ([`irq::set_wake_here`] with `sched::wake_here`: an indirect call, 7 instructions more
-//! per wake), and the SMMU's interrupt reaches the life cycle's [`lifecycle::serve_device_faults`]
+//! per wake), and the SMMU's interrupt reaches health's [`health::serve_device_faults`]
 //! the same way ([`irq::set_device_faults`]), as each pCPU's health deadline reaches
 //! [`health::serve`] ([`irq::set_health`]).
 //!
@@ -53,9 +53,11 @@
 //! - layer 9, `sched`: what runs on each pCPU: a pinned vCPU's start, park and idle loop; a
 //!   shared pCPU's run loop, switches and scheduler; the task services.
 //! - layer 10, `manager`: a manager VM's services (KEEL_VM_*) on the VMs it manages.
-//! - layer 11, `trap`: the dispatcher of guest exits: hypercalls, system registers, data
+//! - layer 11, `manager_window`: the management window of a manager VM (its registers, the
+//!   services and KEEL_MSG_RECV through them), mapped only in a VM that manages another.
+//! - layer 12, `trap`: the dispatcher of guest exits: hypercalls, system registers, data
 //!   aborts, interrupts.
-//! - layer 12, `main`: boot, each pCPU's bring-up, and the wiring of the upward interfaces.
+//! - layer 13, `main`: boot, each pCPU's bring-up, and the wiring of the upward interfaces.
 #![no_std]
 #![no_main]
 
@@ -69,6 +71,7 @@ mod ipc;
 mod irq;
 mod lifecycle;
 mod manager;
+mod manager_window;
 mod masked;
 mod messages;
 mod platform;
@@ -214,7 +217,7 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
         boot_failure(uart, &[&"SMMU: ", &error]);
     }
     if let Some(iommu) = &SYSTEM.iommu {
-        irq::set_device_faults(lifecycle::serve_device_faults);
+        irq::set_device_faults(health::serve_device_faults);
         for intid in [iommu.event_intid, iommu.gerror_intid] {
             distributor.reset_spi(intid, false, platform.cpus[0]);
             distributor.set_spi_enabled(intid, true);

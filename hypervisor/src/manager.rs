@@ -1,4 +1,5 @@
-//! A manager VM's services (KEEL_VM_STATUS, _START, _STOP, _RESTART, _SCHED_STATS): what the
+//! A manager VM's services (KEEL_VM_STATUS, _START, _STOP, _RESTART, _SCHED_STATS,
+//! _RESOURCES): what the
 //! VMs that name it in `health.managers` let it do to them, as a hypercall or through the
 //! management window. Each checks the grant first and changes nothing when refused.
 //!
@@ -24,6 +25,10 @@ fn refused(error: CallError) -> Results {
 
 /// Makes service `function` for vCPU `caller_vcpu` of VM `caller`, with `args` as x1..x6.
 pub fn call(caller: usize, caller_vcpu: usize, function: u32, args: &[u64; 6]) -> Results {
+    if !health::ON {
+        // No VM manages another, has a watchdog or a policy: the services are left out.
+        return refused(CallError::NotSupported);
+    }
     if function == abi::KEEL_VM_ID {
         return [
             u64::from(vm::vm_id(caller).0),
@@ -68,6 +73,22 @@ pub fn call(caller: usize, caller_vcpu: usize, function: u32, args: &[u64; 6]) -
                 0,
             ]
         }
+        abi::KEEL_VM_RESOURCES if reads => {
+            let raised = u64::from(vm::vm(target).vgic.lock_cold().raised_count());
+            let translating = u64::from(crate::iommu::vm_streams_translate(target));
+            let watchdog = u64::from(vm::watchdog_expiry(target).is_some());
+            let tasks = vm::task_tables().lock_cold()[target].count() as u64;
+            [
+                crate::ipc::queued(target),
+                tasks,
+                sched::started_slots(target),
+                raised | translating << 32 | watchdog << 33,
+                0,
+                0,
+                0,
+                0,
+            ]
+        }
         abi::KEEL_VM_START if manages => {
             let vm = vm::vm(target);
             if vm.state() == VmState::Running || vm.is_resetting() {
@@ -97,6 +118,7 @@ pub fn call(caller: usize, caller_vcpu: usize, function: u32, args: &[u64; 6]) -
         }
         abi::KEEL_VM_STATUS
         | abi::KEEL_VM_SCHED_STATS
+        | abi::KEEL_VM_RESOURCES
         | abi::KEEL_VM_START
         | abi::KEEL_VM_RESTART
         | abi::KEEL_VM_STOP => refused(CallError::Denied),

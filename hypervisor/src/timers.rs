@@ -112,7 +112,10 @@ pub fn is_due(due: u32, kind: Deadline) -> bool {
 fn program() {
     let queue = this_queue();
     let load = |kind: usize| queue.at[kind].load(Ordering::Relaxed);
-    let earliest = load(0).min(load(1)).min(load(2).min(load(3))).min(load(4));
+    let mut earliest = load(0).min(load(1)).min(load(2).min(load(3)));
+    if crate::config::HEALTH {
+        earliest = earliest.min(load(4));
+    }
     queue.armed.store(earliest, Ordering::Relaxed);
     if earliest == NONE {
         timer::disarm_hyp_timer();

@@ -254,7 +254,7 @@ fn sgi1r_trap(id: usize, vcpu: usize, register: u8, regs: &GuestRegs) {
 #[inline(never)]
 fn data_abort_trap(id: usize, vcpu: usize, esr: Esr, regs: &mut GuestRegs) {
     // The dispatcher calls it for EC 0x24 only.
-    match data_abort(id, esr.data_abort_syndrome(), regs) {
+    match data_abort(id, vcpu, esr.data_abort_syndrome(), regs) {
         Ok(false) => {}
         Ok(true) => irq::sync_list_registers(),
         Err(fault) => stop(id, vcpu, esr, fault, regs),
@@ -375,7 +375,11 @@ fn finish(id: usize, vcpu: usize, esr: Esr, next: Next, regs: &mut GuestRegs) {
             end_by_policy(id, Event::Fault, &reason)
         }
         Next::PowerOff => end_by_policy(id, Event::PowerOff, &"powered off"),
-        Next::Reset => match health::decide(id, Event::Reset, &"reset") {
+        Next::Reset => match if health::ON {
+            health::decide(id, Event::Reset, &"reset")
+        } else {
+            Action::Restart
+        } {
             Action::Restart => {
                 if lifecycle::reset_begin(id) {
                     if vm::this_cpu_is_shared() {
@@ -401,6 +405,11 @@ fn finish(id: usize, vcpu: usize, esr: Esr, next: Next, regs: &mut GuestRegs) {
 /// whether it stops or restarts ([`lifecycle::restart`]: its vCPU 0's pCPU reloads it); this
 /// vCPU parks either way.
 fn end_by_policy(id: usize, event: Event, reason: &dyn Show) -> ! {
+    if !health::ON {
+        // Without health monitoring, today's action: the VM stops (or is off).
+        health::stop(id, Action::Stop, event, reason);
+        park_after_line()
+    }
     let action = health::decide(id, event, reason);
     match action {
         Action::Restart => {
@@ -749,11 +758,18 @@ fn send_virtual_sgi(id: usize, vcpu: usize, value: u64) -> bool {
     targets & (1 << vcpu) != 0
 }
 
-/// Emulates a data abort's access to the device whose window holds it. Returns whether the
-/// guest's virtual interrupts must be looked at again (a store, which may change an interrupt's
+/// Emulates a data abort's access (from vCPU `vcpu` of VM `id`) to the device whose window
+/// holds it, or to the management window of a manager VM (tried after the devices: it is
+/// rarely used, so the devices' accesses pay nothing for it). Returns whether the guest's
+/// virtual interrupts must be looked at again (a store, which may change an interrupt's
 /// state), or the fault that stops the VM.
 #[inline(always)]
-fn data_abort(id: usize, abort: DataAbort, regs: &mut GuestRegs) -> Result<bool, Fault> {
+fn data_abort(
+    id: usize,
+    vcpu: usize,
+    abort: DataAbort,
+    regs: &mut GuestRegs,
+) -> Result<bool, Fault> {
     let ipa = faulting_ipa();
     if !abort.isv {
         return Err(Fault::NoSyndrome {
@@ -768,13 +784,23 @@ fn data_abort(id: usize, abort: DataAbort, regs: &mut GuestRegs) -> Result<bool,
     let loaded = match crate::devices::access(vm::desc(id), id, ipa, size, write) {
         Some(Ok(loaded)) => loaded,
         Some(Err((device, error))) => return Err(Fault::Device { device, ipa, error }),
-        None => {
-            return Err(Fault::Stage2 {
-                ipa,
-                write: abort.write,
-                size,
-            })
-        }
+        None => match crate::manager_window::access(id, vcpu, ipa, size, write) {
+            Some(Ok(loaded)) => loaded,
+            Some(Err(error)) => {
+                return Err(Fault::Device {
+                    device: crate::manager_window::NAME,
+                    ipa,
+                    error,
+                })
+            }
+            None => {
+                return Err(Fault::Stage2 {
+                    ipa,
+                    write: abort.write,
+                    size,
+                })
+            }
+        },
     };
     if !abort.write {
         regs.set(abort.register, abort.loaded_value(loaded));

@@ -175,18 +175,22 @@ impl Vm {
     }
 
     /// Marks the VM as being restarted from outside it (a health action, a manager) and begins
-    /// a new generation, its reload left to its vCPU 0's pCPU ([`Vm::take_reload`]), after
-    /// which it runs again whatever state it had ended in; false if a reset or restart is
-    /// already under way (and then changes nothing). SeqCst as [`Vm::begin_reset`].
+    /// a new generation, after which it runs again whatever state it had ended in; false if a
+    /// reset or restart is already under way (and then changes nothing). SeqCst as
+    /// [`Vm::begin_reset`]. Its reload is then handed to its vCPU 0's pCPU by
+    /// [`Vm::hand_reload`], once the reload's state is set.
     pub fn begin_restart(&self) -> bool {
         self.status
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |status| {
-                (status & RESETTING == 0).then(|| {
-                    (status | RESETTING | RELOAD_PENDING | REVIVE)
-                        .wrapping_add(1 << GENERATION_SHIFT)
-                })
+                (status & RESETTING == 0)
+                    .then(|| (status | RESETTING | REVIVE).wrapping_add(1 << GENERATION_SHIFT))
             })
             .is_ok()
+    }
+
+    /// Leaves a restart's reload for its vCPU 0's pCPU to take ([`Vm::take_reload`]).
+    pub fn hand_reload(&self) {
+        self.status.fetch_or(RELOAD_PENDING, Ordering::Release);
     }
 
     /// Takes a pending restart's reload (its vCPU 0's pCPU, once): whether there was one.

@@ -36,10 +36,11 @@ const SECURE_PHYS_TIMER_INTID: u32 = 29;
 /// Third cell: level-sensitive, active high.
 const IRQ_TYPE_LEVEL_HIGH: u32 = 4;
 
-/// Builds VM `vm`'s device tree blob (`channels`: the system's, of which it describes those
-/// `vm` is a member); it must fit the [`DTB_REGION_SIZE`] reserved for it.
-pub fn guest_dtb(vm: &Vm, channels: &[Channel]) -> Result<Vec<u8>, String> {
-    let blob = write_tree(vm, channels)
+/// Builds VM `vm`'s device tree blob (`vms`: the system's VMs, of which it names those it
+/// manages; `channels`: the system's, of which it describes those `vm` is a member); it must
+/// fit the [`DTB_REGION_SIZE`] reserved for it.
+pub fn guest_dtb(vm: &Vm, vms: &[Vm], channels: &[Channel]) -> Result<Vec<u8>, String> {
+    let blob = write_tree(vm, vms, channels)
         .map_err(|error| format!("vm '{}': device tree: {error}", vm.name))?;
     if blob.len() as u64 > DTB_REGION_SIZE {
         return Err(format!(
@@ -58,7 +59,7 @@ fn timer_flags(vcpu_count: usize) -> u32 {
     mask << 8 | IRQ_TYPE_LEVEL_HIGH
 }
 
-fn write_tree(vm: &Vm, channels: &[Channel]) -> Result<Vec<u8>, vm_fdt::Error> {
+fn write_tree(vm: &Vm, vms: &[Vm], channels: &[Channel]) -> Result<Vec<u8>, vm_fdt::Error> {
     let mut fdt = FdtWriter::new()?;
     let vcpu_count = vm.vcpu_count();
     let uart_path = format!("/pl011@{:x}", layout::UART_BASE);
@@ -190,6 +191,7 @@ fn write_tree(vm: &Vm, channels: &[Channel]) -> Result<Vec<u8>, vm_fdt::Error> {
     }
 
     write_channels(&mut fdt, vm, channels)?;
+    write_manager_window(&mut fdt, vm, vms)?;
     write_assigned_devices(&mut fdt, vm, &device_clocks)?;
 
     let chosen = fdt.begin_node("chosen")?;
@@ -362,6 +364,34 @@ fn write_channels(fdt: &mut FdtWriter, vm: &Vm, channels: &[Channel]) -> Result<
     fdt.end_node(node)
 }
 
+/// The management window of a VM that manages others (another VM's `health.managers` names
+/// it): `reg` is the window (Keel's `layout::MANAGER_BASE`, one page), `keel,managed` the ids
+/// of the VMs it manages and `keel,managed-names` their names, in the same order (the `keel`
+/// command finds the window here, and takes the names for ids). Nothing is written for a VM
+/// that manages none: it has no window. Keel's own binding.
+fn write_manager_window(fdt: &mut FdtWriter, vm: &Vm, vms: &[Vm]) -> Result<(), vm_fdt::Error> {
+    let Ok(manager) = u8::try_from(vm.id) else {
+        return Ok(());
+    };
+    let managed: Vec<&Vm> = vms
+        .iter()
+        .filter(|other| other.health.managers.contains(&manager))
+        .collect();
+    if managed.is_empty() {
+        return Ok(());
+    }
+    let node = fdt.begin_node(&format!("keel-manager@{:x}", layout::MANAGER_BASE))?;
+    fdt.property_string("compatible", "keel,manager")?;
+    fdt.property_array_u64("reg", &[layout::MANAGER_BASE, layout::MANAGER_SIZE])?;
+    let ids: Vec<u32> = managed.iter().map(|other| u32::from(other.id)).collect();
+    fdt.property_array_u32("keel,managed", &ids)?;
+    fdt.property_string_list(
+        "keel,managed-names",
+        managed.iter().map(|other| other.name.clone()).collect(),
+    )?;
+    fdt.end_node(node)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -414,7 +444,7 @@ mod tests {
             ipa: 0x40c0_0000,
             size: 0x1_2345,
         });
-        let blob = guest_dtb(&with_initrd, &[]).unwrap();
+        let blob = guest_dtb(&with_initrd, &[], &[]).unwrap();
         let fdt = keel_core::fdt::Fdt::new(&blob).unwrap();
         let chosen = fdt.find_node("/chosen").unwrap().unwrap();
         assert_eq!(
@@ -425,7 +455,7 @@ mod tests {
             chosen.property_u64("linux,initrd-end").unwrap(),
             Some(0x40c1_2345)
         );
-        let without = guest_dtb(&vm(true, vec![1]), &[]).unwrap();
+        let without = guest_dtb(&vm(true, vec![1]), &[], &[]).unwrap();
         let fdt = keel_core::fdt::Fdt::new(&without).unwrap();
         let chosen = fdt.find_node("/chosen").unwrap().unwrap();
         assert_eq!(chosen.property("linux,initrd-start").unwrap(), None);
@@ -433,7 +463,7 @@ mod tests {
 
     #[test]
     fn chosen_reserves_the_rng_seed_keel_fills() {
-        let blob = guest_dtb(&vm(false, vec![1]), &[]).unwrap();
+        let blob = guest_dtb(&vm(false, vec![1]), &[], &[]).unwrap();
         let key = keel_core::seed::SeedKey::from_platform(&[3; 32]).unwrap();
         for seed in SEED_PROPERTIES {
             let patch = keel_core::seed::seed_patch(&blob, seed, Some(&key), VmId(0), 0)
@@ -508,7 +538,7 @@ mod tests {
 
     #[test]
     fn blob_header_is_valid() {
-        let blob = guest_dtb(&vm(true, vec![1, 2]), &[]).unwrap();
+        let blob = guest_dtb(&vm(true, vec![1, 2]), &[], &[]).unwrap();
         assert_eq!(be32(&blob, 0), 0xd00d_feed, "FDT magic");
         assert_eq!(be32(&blob, 4) as usize, blob.len(), "totalsize");
         assert_eq!(be32(&blob, 20), 17, "version");
@@ -523,7 +553,7 @@ mod tests {
 
     #[test]
     fn decompiled_tree_describes_the_platform() {
-        let blob = guest_dtb(&vm(true, vec![1, 2]), &[]).unwrap();
+        let blob = guest_dtb(&vm(true, vec![1, 2]), &[], &[]).unwrap();
         let source = decompile(&blob, "console");
         let lines: Vec<&str> = source.lines().map(str::trim).collect();
         let expected_lines = [
@@ -592,7 +622,7 @@ mod tests {
             ),
         ];
         let source = decompile(
-            &guest_dtb(&vm(true, vec![1]), &channels).unwrap(),
+            &guest_dtb(&vm(true, vec![1]), &[], &channels).unwrap(),
             "channels",
         );
         let lines: Vec<&str> = source.lines().map(str::trim).collect();
@@ -621,15 +651,50 @@ mod tests {
             ..vm(true, vec![1])
         };
         let alone = decompile(
-            &guest_dtb(&outsider, &channels[..1]).unwrap(),
+            &guest_dtb(&outsider, &[], &channels[..1]).unwrap(),
             "no-channels",
         );
         assert!(!alone.contains("keel-channels"));
     }
 
     #[test]
+    fn a_manager_has_the_window_and_the_names_of_the_vms_it_manages() {
+        let managed_by = |id: u16, name: &str, managers: Vec<u8>| Vm {
+            id,
+            name: name.into(),
+            health: keel_core::config::Health {
+                policy: keel_core::health::Policy::DEFAULT,
+                managers,
+            },
+            ..vm(true, vec![1])
+        };
+        let vms = [
+            managed_by(0, "linux", vec![]),
+            managed_by(1, "rt", vec![0]),
+            managed_by(2, "bare", vec![]),
+            managed_by(3, "logger", vec![2, 0]),
+        ];
+        let source = decompile(&guest_dtb(&vms[0], &vms, &[]).unwrap(), "manager");
+        let expected = [
+            "compatible = \"keel,manager\";",
+            "reg = <0x00 0xb010000 0x00 0x1000>;",
+            "keel,managed = <0x01 0x03>;",
+            "keel,managed-names = \"rt\\0logger\";",
+        ];
+        assert_eq!(
+            node_lines(&source, "keel-manager@b010000"),
+            expected.map(normalize_hex)
+        );
+        // VM 2 manages only vm 3; vm 1 manages none, and has no window.
+        let bare = decompile(&guest_dtb(&vms[2], &vms, &[]).unwrap(), "manager-bare");
+        assert!(bare.contains("keel,managed-names = \"logger\";"), "{bare}");
+        let managed = decompile(&guest_dtb(&vms[1], &vms, &[]).unwrap(), "managed");
+        assert!(!managed.contains("keel-manager"), "{managed}");
+    }
+
+    #[test]
     fn no_console_means_no_uart() {
-        let blob = guest_dtb(&vm(false, vec![1]), &[]).unwrap();
+        let blob = guest_dtb(&vm(false, vec![1]), &[], &[]).unwrap();
         let source = decompile(&blob, "headless");
         assert!(!source.contains("pl011"));
         assert!(!source.contains("stdout-path"));
@@ -709,7 +774,7 @@ ipa = 0x1c01_0000
             &crate::image::board_tree,
         )
         .unwrap();
-        let source = decompile(&guest_dtb(&system.vms[0], &[]).unwrap(), "assigned");
+        let source = decompile(&guest_dtb(&system.vms[0], &[], &[]).unwrap(), "assigned");
         let node = |name: &str| node_lines(&source, name);
         let expected_rtc = [
             "clock-names = \"apb_pclk\";",

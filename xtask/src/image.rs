@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use keel_core::config;
 
 use crate::build_lock::exclusive;
-use crate::setup::{objcopy, C_COMPILER, TARGET};
+use crate::setup::{objcopy, C_COMPILER, LINUX_TARGET, TARGET};
 use crate::{step, workspace, Result};
 
 /// Guests of this workspace that configurations may name with `image = { guest = "..." }`.
@@ -114,6 +114,33 @@ fn cargo_build(package: &str, env: &[(&str, &Path)]) -> Result<PathBuf> {
     crate::process::output_quoting(&mut command, 60)
         .map_err(|e| format!("building {package}: {e}"))?;
     Ok(target_dir().join(TARGET).join("release").join(package))
+}
+
+/// Builds `keel`, the manager VM's Linux command (`guests/keel-ctl`), for [`LINUX_TARGET`]: a
+/// static program, linked by Debian's cross compiler (its musl and C runtime objects are the
+/// target's own), its symbols stripped (the release profile keeps debug information for Keel's
+/// images). Returns the program's path.
+pub fn build_linux_command() -> Result<PathBuf> {
+    let linker_variable = format!(
+        "CARGO_TARGET_{}_LINKER",
+        LINUX_TARGET.to_uppercase().replace('-', "_")
+    );
+    let mut command = cargo();
+    command
+        .args([
+            "build",
+            "--quiet",
+            "--release",
+            "--target",
+            LINUX_TARGET,
+            "-p",
+            "keel-ctl",
+        ])
+        .env(linker_variable, C_COMPILER)
+        .env("CARGO_PROFILE_RELEASE_STRIP", "symbols");
+    crate::process::output_quoting(&mut command, 60)
+        .map_err(|e| format!("building keel-ctl: {e}"))?;
+    Ok(target_dir().join(LINUX_TARGET).join("release").join("keel"))
 }
 
 /// Builds every workspace guest to a raw image.
@@ -284,7 +311,7 @@ fn build_compiled(system: config::System, config_path: &Path) -> Result<SystemIm
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let mut dtbs = Vec::new();
     for vm in &system.vms {
-        let blob = crate::dtb::guest_dtb(vm, &system.channels)?;
+        let blob = crate::dtb::guest_dtb(vm, &system.vms, &system.channels)?;
         let path = dir.join(format!("{}.dtb", vm.name));
         std::fs::write(&path, blob).map_err(|e| e.to_string())?;
         dtbs.push(path);

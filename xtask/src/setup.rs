@@ -8,6 +8,10 @@ use crate::{step, Result};
 /// The target Keel and its guests are built for (no FP/SIMD instructions in the hypervisor).
 pub const TARGET: &str = "aarch64-unknown-none-softfloat";
 
+/// The target of `keel`, the manager VM's Linux command (`guests/keel-ctl`): a static aarch64
+/// Linux program, musl and Rust's standard library from the target's own self-contained parts.
+pub const LINUX_TARGET: &str = "aarch64-unknown-linux-musl";
+
 /// Debian's cross compiler for the C guests (package `gcc-aarch64-linux-gnu`, which brings
 /// the cross binutils: `aarch64-linux-gnu-objcopy` and the rest).
 pub const C_COMPILER: &str = "aarch64-linux-gnu-gcc";
@@ -63,23 +67,25 @@ pub fn llvm_tool(name: &str) -> Result<PathBuf> {
     ))
 }
 
-/// Makes sure the Rust target, llvm-tools, QEMU, dtc, the C cross compiler, mke2fs (for
-/// the Linux guests' root file system) and the benchmark plots' font are present, installing
-/// what is missing.
+/// Makes sure the Rust targets (Keel's, and the Linux command's), llvm-tools, QEMU, dtc, the C
+/// cross compiler, mke2fs (for the Linux guests' root file system) and the benchmark plots'
+/// font are present, installing what is missing.
 pub fn ensure_tools() -> Result<()> {
     let installed = Command::new("rustup")
         .args(["target", "list", "--installed"])
         .output();
-    let has_target = installed.as_ref().is_ok_and(|o| {
-        String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .any(|l| l.trim() == TARGET)
-    });
-    if !has_target {
-        step(&format!(
-            "installing the Rust target {TARGET} (rustup target add)"
-        ));
-        run(Command::new("rustup").args(["target", "add", TARGET]))?;
+    for target in [TARGET, LINUX_TARGET] {
+        let has_target = installed.as_ref().is_ok_and(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .any(|l| l.trim() == target)
+        });
+        if !has_target {
+            step(&format!(
+                "installing the Rust target {target} (rustup target add)"
+            ));
+            run(Command::new("rustup").args(["target", "add", target]))?;
+        }
     }
     if objcopy().is_err() {
         step("installing llvm-tools (rustup component add llvm-tools)");

@@ -95,7 +95,7 @@ impl Tally {
 }
 
 /// Runs the standards checks (`cargo fmt`, `cargo clippy` for the host and the aarch64
-/// crates, the hypervisor's module layers), cargo's own tests, then the QEMU scenarios; ends
+/// crates and for the Linux command's target, the hypervisor's module layers), cargo's own tests, then the QEMU scenarios; ends
 /// with `N passed, N failed`. With a filter, runs only the scenarios whose name contains it
 /// (for working on one), and builds cargo's tests without running them; with `--list`, prints
 /// the names of the scenarios it would run and runs nothing.
@@ -135,6 +135,12 @@ pub fn run(args: &TestArgs) -> ExitCode {
             .args(["clippy", "--quiet", "--target", setup::TARGET])
             .args(AARCH64_CRATES.iter().flat_map(|name| ["-p", name]))
             .args(["--", "-D", "warnings"]),
+    );
+    tally.check(
+        "clippy (the Linux command, aarch64)",
+        Command::new(&cargo)
+            .args(["clippy", "--quiet", "--target", setup::LINUX_TARGET])
+            .args(["-p", "keel-ctl", "--", "-D", "warnings"]),
     );
     step("module layers of hypervisor/src (xtask/src/layers.rs)");
     tally.outcome("module layers", layers::check_workspace());

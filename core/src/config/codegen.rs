@@ -10,7 +10,9 @@ use crate::system::WfiPolicy;
 /// Emits Rust source defining `pub static SYSTEM: ::keel_core::system::SystemDesc` (its VMs
 /// and its channels), `pub const MESSAGE_POOL: usize`, the bytes of every VM's message
 /// queue rings, `pub const TRACE_RING_BYTES: usize`, the bytes of records in each pCPU's
-/// trace ring, and `pub const TRACE_RINGS: usize`, how many (0 and 0: no trace).
+/// trace ring, `pub const TRACE_RINGS: usize`, how many (0 and 0: no trace), and
+/// `pub const HEALTH: bool`, whether some VM has a health policy other than the default, a
+/// manager or a watchdog (otherwise the hypervisor leaves health monitoring out).
 ///
 /// Images and device trees are embedded with `include_bytes!` of absolute paths
 /// (`dtb_paths[i]` is VM `i`'s generated device tree; a relative one is made absolute against
@@ -190,6 +192,12 @@ pub fn emit_rust(system: &System, dtb_paths: &[PathBuf]) -> String {
         system.pcpus
     };
     line(format!("pub const TRACE_RINGS: usize = {rings};"));
+    let health = system.vms.iter().any(|vm| {
+        vm.health.policy != crate::health::Policy::DEFAULT
+            || !vm.health.managers.is_empty()
+            || vm.watchdog_device
+    });
+    line(format!("pub const HEALTH: bool = {health};"));
     out
 }
 
@@ -519,7 +527,7 @@ mod tests {
              senders: &[1, 0], pool_offset: 0 }),",
             "messages: None,",
             // rt-a's one vCPU and three tasks: four rings of 8 * (8 + 256) bytes.
-            "};\npub const MESSAGE_POOL: usize = 8448;\npub const TRACE_RING_BYTES: usize = 0;\npub const TRACE_RINGS: usize = 0;\n",
+            "};\npub const MESSAGE_POOL: usize = 8448;\npub const TRACE_RING_BYTES: usize = 0;\npub const TRACE_RINGS: usize = 0;\npub const HEALTH: bool = false;\n",
             "trace_reader: true,",
             "trace_reader: false,",
             "sched: &[::keel_core::sched::Params { priority: 0, reservation: \
@@ -542,13 +550,14 @@ mod tests {
     #[test]
     fn emitted_source_parses_as_the_system_and_its_message_pool() {
         let file = syn::parse_file(&emitted()).expect("emitted Rust parses");
-        assert_eq!(file.items.len(), 4);
+        assert_eq!(file.items.len(), 5);
         assert!(matches!(&file.items[0], syn::Item::Static(item) if item.ident == "SYSTEM"));
         assert!(matches!(&file.items[1], syn::Item::Const(item) if item.ident == "MESSAGE_POOL"));
         assert!(
             matches!(&file.items[2], syn::Item::Const(item) if item.ident == "TRACE_RING_BYTES")
         );
         assert!(matches!(&file.items[3], syn::Item::Const(item) if item.ident == "TRACE_RINGS"));
+        assert!(matches!(&file.items[4], syn::Item::Const(item) if item.ident == "HEALTH"));
     }
 
     #[test]

@@ -315,6 +315,18 @@ impl Vgic {
         pending & self.group_enabled_mask(bank)
     }
 
+    /// Interrupts raised and not yet done with: pending (or a level high), active or held in a
+    /// list register, over every vCPU's SGIs and PPIs and the SPIs: what a VM restarted from
+    /// its pristine image must find at zero.
+    pub fn raised_count(&self) -> u32 {
+        let count = |bank: &Bank| (bank.pending() | bank.active | bank.listed).count_ones();
+        self.private[..self.vcpus.min(MAX_VCPUS)]
+            .iter()
+            .map(count)
+            .sum::<u32>()
+            + count(&self.spis)
+    }
+
     /// The highest-priority interrupt that should be put in a list register for `vcpu`:
     /// `(intid, priority, group1)`. Ties go to the lowest interrupt id.
     pub fn next_pending(&self, vcpu: usize) -> Option<(u32, u8, bool)> {
@@ -794,8 +806,14 @@ mod tests {
         gic.raise(1, 27);
         gic.raise(0, 3);
         let _ = gic.take_if_deliverable(0, 3);
+        assert_eq!(
+            gic.raised_count(),
+            2,
+            "one pending, one taken (active or listed)"
+        );
         gic.reset(3, &[UART, 40]);
         assert_eq!(std::format!("{gic:?}"), fresh);
+        assert_eq!(gic.raised_count(), 0);
     }
 
     #[test]

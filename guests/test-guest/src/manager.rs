@@ -14,7 +14,7 @@
 
 use keel_guest::abi::CallError;
 use keel_guest::bootargs::BootArgs;
-use keel_guest::health::{self, Notice, Status, KEEL_SENDER};
+use keel_guest::health::{self, Notice, Resources, Status, KEEL_SENDER};
 use keel_guest::message::{receive, ReceiveError};
 use keel_guest::{println, system_off, timer};
 
@@ -89,7 +89,84 @@ fn notices(until: u64) {
     }
 }
 
-/// Runs the steps on `keel.managed`, then SYSTEM_OFF.
+fn show(resources: &Resources) -> impl core::fmt::Display + '_ {
+    struct Shown<'a>(&'a Resources);
+    impl core::fmt::Display for Shown<'_> {
+        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+            let r = self.0;
+            write!(
+                f,
+                "messages={} tasks={} slots={} raised={} dma={} watchdog={}",
+                r.messages, r.tasks, r.slots, r.raised, r.dma, r.watchdog
+            )
+        }
+    }
+    Shown(resources)
+}
+
+/// Sleeps until the counter reaches `until`.
+fn sleep_until(until: u64) {
+    while timer::counter() < until {
+        timer::sleep_until(until);
+    }
+}
+
+/// `keel.restarts=<n>`: Keel's resource counters of the managed VM read once it has run a
+/// second, then after each of `n` restarts (each waited for, then a second of running), each
+/// compared with the first: `manager: resources vm=<id> restart <i>: <counters>` and at the
+/// end `manager: resources unchanged after <n> restarts` or `manager: resources changed`; then
+/// the managed VM is stopped.
+fn leak_check(vm: u64, restarts: u64) -> ! {
+    let frequency = timer::frequency();
+    let second = frequency;
+    sleep_until(timer::counter() + second);
+    let first = match health::resources(vm) {
+        Ok(resources) => resources,
+        Err(error) => {
+            println!("manager: resources vm={vm}: {}", name(error));
+            system_off();
+        }
+    };
+    println!("manager: resources vm={vm} at boot: {}", show(&first));
+    let mut changed = false;
+    for restart in 1..=restarts {
+        if let Err(error) = health::restart(vm) {
+            println!("manager: restart vm={vm}: {}", name(error));
+            system_off();
+        }
+        // Until it runs again, then a second of its running.
+        loop {
+            sleep_until(timer::counter() + second / 100);
+            if health::status(vm).is_ok_and(|s| s.state == keel_guest::health::VmStatus::Running) {
+                break;
+            }
+        }
+        sleep_until(timer::counter() + second);
+        match health::resources(vm) {
+            Ok(now) => {
+                println!(
+                    "manager: resources vm={vm} restart {restart}: {}",
+                    show(&now)
+                );
+                changed |= now != first;
+            }
+            Err(error) => {
+                println!("manager: resources vm={vm}: {}", name(error));
+                system_off();
+            }
+        }
+    }
+    if changed {
+        println!("manager: resources changed");
+    } else {
+        println!("manager: resources unchanged after {restarts} restarts");
+    }
+    result("stop", vm, health::stop(vm));
+    system_off()
+}
+
+/// Runs the steps on `keel.managed` (or the leak check, with `keel.restarts`), then
+/// SYSTEM_OFF.
 pub fn run(args: BootArgs<'_>) -> ! {
     let frequency = timer::frequency();
     let start = timer::counter();
@@ -101,6 +178,12 @@ pub fn run(args: BootArgs<'_>) -> ! {
         println!("manager: keel.managed=<vm id> is missing");
         system_off();
     };
+    if let Some(restarts) = args
+        .value("keel.restarts")
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        leak_check(vm, restarts);
+    }
     let seconds = args
         .value("keel.seconds")
         .and_then(|v| v.parse::<u64>().ok())

@@ -814,6 +814,11 @@ fn refresh(shared: &mut SharedCpu, now: u64) {
     // Only the slots of the VMs kicked here: a kick for one VM (a message, a start) does not
     // look at the other VMs' slots (a partition's tasks beside a Linux that restarts).
     let kicked_vms = vm::take_kicked_vms();
+    // Each slot started, stopped or removed costs several hundred instructions: one per pass,
+    // so that a VM whose vCPU and tasks all stop at once (a restart) is never one long masked
+    // stretch. The kicks are handed back and the pCPU kicks itself, so that the next pass
+    // comes right after the interrupts that wait are served.
+    let mut changes = 0;
     for slot in 0..MAX_SLOTS {
         let Some(Placed { vm: id, vcpu }) = shared.placed[slot] else {
             continue;
@@ -821,50 +826,79 @@ fn refresh(shared: &mut SharedCpu, now: u64) {
         if kicked_vms & (1 << id) == 0 {
             continue;
         }
-        let vm = vm::vm(id);
-        let current_generation = vm.generation() == shared.generations[slot];
+        let current_generation = vm::vm(id).generation() == shared.generations[slot];
         if shared.loaded == Some(slot) || shared.has(slot, Flags::RELOADING) {
             continue;
         }
-        if vcpu == 0 && vm.take_reload() {
-            // A restart asked from elsewhere ([`lifecycle::restart`]): vCPU 0's slot runs the
-            // reload's steps in its time, as a reset's does ([`run_reload`]).
-            if shared.is_started(slot) {
-                discard_saved(shared, slot);
-                shared.scheduler.stop(slot, now);
-            }
-            shared.set(slot, Flags::RELOADING);
-            shared.scheduler.start(slot, now);
-            shared.started |= 1 << slot;
-            continue;
+        if changes >= CHANGES_PER_PASS {
+            vm::this_cpu()
+                .kicked_vms
+                .fetch_or(kicked_vms, Ordering::Release);
+            vm::kick_pcpu(cpu::index(), id);
+            return;
         }
-        let running = vm.state() == VmState::Running;
-        if shared.task_gone(slot) {
-            shared.remove_task(slot, now);
-            continue;
-        }
-        // The kick may have raised an interrupt for it in its vGIC.
-        shared.set(slot, Flags::NEEDS_SYNC);
-        if (!running || !current_generation) && shared.is_started(slot) {
-            discard_saved(shared, slot);
-            shared.scheduler.stop(slot, now);
-            shared.started &= !(1 << slot);
-            vm.power_off_if_on(vcpu);
-        }
-        if !running {
-            continue;
-        }
-        if let Some((entry, x0)) = vm.take_start(vcpu) {
-            start_slot(shared, slot, id, vcpu, entry, x0, now);
-            continue;
-        }
-        if shared.is_started(slot)
-            && !shared.scheduler.is_runnable(slot)
-            && has_pending(shared, slot, id, vcpu, now)
-        {
-            shared.scheduler.wake(slot, now);
+        if refresh_slot(shared, slot, id, vcpu, current_generation, now) {
+            changes += 1;
         }
     }
+}
+
+/// Slots started, stopped or removed in one [`refresh`] pass.
+const CHANGES_PER_PASS: usize = 1;
+
+/// [`refresh`] of one kicked slot, placed for vCPU `vcpu` of VM `id` and neither running nor
+/// reloading: whether it was started, stopped or removed.
+#[inline(always)]
+fn refresh_slot(
+    shared: &mut SharedCpu,
+    slot: usize,
+    id: usize,
+    vcpu: usize,
+    current_generation: bool,
+    now: u64,
+) -> bool {
+    let vm = vm::vm(id);
+    if vcpu == 0 && vm.take_reload() {
+        // A restart asked from elsewhere ([`lifecycle::restart`]): vCPU 0's slot runs the
+        // reload's steps in its time, as a reset's does ([`run_reload`]).
+        if shared.is_started(slot) {
+            discard_saved(shared, slot);
+            shared.scheduler.stop(slot, now);
+        }
+        shared.set(slot, Flags::RELOADING);
+        shared.scheduler.start(slot, now);
+        shared.started |= 1 << slot;
+        return true;
+    }
+    let running = vm.state() == VmState::Running;
+    if shared.task_gone(slot) {
+        shared.remove_task(slot, now);
+        return true;
+    }
+    // The kick may have raised an interrupt for it in its vGIC.
+    shared.set(slot, Flags::NEEDS_SYNC);
+    let mut changed = false;
+    if (!running || !current_generation) && shared.is_started(slot) {
+        discard_saved(shared, slot);
+        shared.scheduler.stop(slot, now);
+        shared.started &= !(1 << slot);
+        vm.power_off_if_on(vcpu);
+        changed = true;
+    }
+    if !running {
+        return changed;
+    }
+    if let Some((entry, x0)) = vm.take_start(vcpu) {
+        start_slot(shared, slot, id, vcpu, entry, x0, now);
+        return true;
+    }
+    if shared.is_started(slot)
+        && !shared.scheduler.is_runnable(slot)
+        && has_pending(shared, slot, id, vcpu, now)
+    {
+        shared.scheduler.wake(slot, now);
+    }
+    changed
 }
 
 /// Gives a stopping, switched-out vCPU's listed SPIs back to its vGIC (unless its VM was
@@ -1027,7 +1061,10 @@ fn trace_decision(shared: &mut SharedCpu, decision: Decision) {
         if journal.is_empty() {
             continue;
         }
-        if journal.missed + journal.exhausted > 0 && !shared.has(slot, Flags::RELOADING) {
+        if crate::health::misses_watched()
+            && journal.missed + journal.exhausted > 0
+            && !shared.has(slot, Flags::RELOADING)
+        {
             crate::health::note_misses(
                 placed.vm,
                 u32::try_from(journal.missed + journal.exhausted).unwrap_or(u32::MAX),
@@ -1167,6 +1204,27 @@ pub fn running_has_work(id: usize, vcpu: usize) -> bool {
         }
     }
     vm::vm(id).vgic.lock().next_pending(vcpu).is_some()
+}
+
+/// Scheduler slots of VM `id`'s vCPUs and tasks started on the shared pCPUs (a resource
+/// counter: each pCPU's scheduler locked in turn, briefly).
+pub fn started_slots(id: usize) -> u64 {
+    let mut started = 0;
+    for (pcpu, shared) in SHARED.iter().enumerate().take(SYSTEM.pcpus as usize) {
+        if !vm::is_shared_pcpu(pcpu as u32) {
+            continue;
+        }
+        let shared = shared.lock_cold();
+        started += shared
+            .placed
+            .iter()
+            .enumerate()
+            .filter(|(slot, placed)| {
+                placed.is_some_and(|placed| placed.vm == id) && shared.is_started(*slot)
+            })
+            .count() as u64;
+    }
+    started
 }
 
 /// Statistics of configured vCPU `vcpu` of VM `id` on its shared pCPU, if it is started there

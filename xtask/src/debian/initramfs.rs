@@ -1,5 +1,6 @@
 //! Assembling a flavour's initramfs: busybox and its applet links, rt-tests and stress-ng with
-//! their shared libraries, the virtio kernel modules, device nodes, /etc, /init and /tests.
+//! their shared libraries, the virtio kernel modules, device nodes, /etc, /init and /tests,
+//! and Keel's own programs (`keel-lat`, and `keel`, a manager VM's command).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -115,6 +116,7 @@ pub(super) fn contents(cache: &Path, flavour: &str) -> Result<(Tree, KernelPacka
     user_space(&mut apt, &mut image)?;
     kernel_modules(&kernel, &mut image)?;
     latency_program(cache, &mut image)?;
+    manager_command(&mut image)?;
     Ok((image, kernel))
 }
 
@@ -141,6 +143,14 @@ fn latency_program(cache: &Path, image: &mut Tree) -> Result<(), String> {
     let program = fs::read(&output).map_err(|e| format!("{}: {e}", output.display()))?;
     let _ = fs::remove_file(&output);
     image.insert("bin/keel-lat", 0o100755, Node::Data(program));
+    Ok(())
+}
+
+/// `/bin/keel`, a manager VM's command for Keel's management window (`guests/keel-ctl`).
+fn manager_command(image: &mut Tree) -> Result<(), String> {
+    let path = crate::image::build_linux_command()?;
+    let program = fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    image.insert("bin/keel", 0o100755, Node::Data(program));
     Ok(())
 }
 

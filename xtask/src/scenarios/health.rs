@@ -14,14 +14,48 @@ use crate::Result;
 pub fn all() -> Vec<Scenario> {
     vec![
         Scenario {
-            name: "health: a VM that faults is restarted by policy and comes back, pristine, 3 times, then stopped at its limit; a hung VM's watchdog restarts it, then stops it; the real-time VM on the same pCPU keeps every tick".into(),
+            name: "health: a VM that faults is restarted by policy and comes back, pristine, 3 times, then stopped at its limit; a hung VM's watchdog restarts it, then stops it; one that overruns its budget is stopped at its miss threshold; the real-time VM on the same pCPU keeps every tick".into(),
             run: Box::new(restart_by_policy),
         },
         Scenario {
             name: "health: a manager restarts, stops, starts and reads a VM, gets every notice; a VM without the grant is refused each service".into(),
             run: Box::new(manager),
         },
+        Scenario {
+            name: "health: nothing leaks: Keel's resource counters of the sample partition (messages, tasks, scheduler slots, raised interrupts, DMA, watchdog) are as at boot after 5 restarts; its neighbour keeps every tick".into(),
+            run: Box::new(leaks),
+        },
     ]
+}
+
+fn leaks() -> Result<()> {
+    let ended = boot_to_end("health-leaks")?;
+    let check = || -> Result<()> {
+        // Its three tasks at boot: the counters are read with the partition running.
+        expect_line(
+            &ended,
+            r"^\[mgr\] manager: resources vm=0 at boot: messages=0 tasks=3 slots=[1-9]\d* raised=\d+ dma=false watchdog=false$",
+        )?;
+        let after = count(&ended, r"^\[mgr\] manager: resources vm=0 restart \d: ");
+        if after != 5 {
+            return Err(format!("{after} readings after a restart, expected 5"));
+        }
+        expect_line(
+            &ended,
+            r"^\[mgr\] manager: resources unchanged after 5 restarts$",
+        )?;
+        let restarts = count(
+            &ended,
+            r"^\[keel\] vm 'control' \(id 0\) restarts: asked by 'mgr'$",
+        );
+        if restarts != 5 {
+            return Err(format!("Keel said {restarts} restarts, expected 5"));
+        }
+        check_ticks(&ended, "steady", 13)?;
+        Ok(())
+    };
+    check().map_err(|m| with_console_tail(m, &ended))?;
+    expect_clean_exit(&ended)
 }
 
 /// How many times VM `vm` booted (its test guest's first line).
@@ -91,6 +125,11 @@ fn restart_by_policy() -> Result<()> {
                 "vm 'hung' booted {hung_boots} times and hung {hangs} times, expected 2 and 2"
             ));
         }
+        // "greedy" overruns its budget every period: stopped at its threshold.
+        expect_line(
+            &ended,
+            r"^\[keel\] vm 'greedy' \(id 3\) stopped: 3 deadline misses or overruns within 1000 ms$",
+        )?;
         // "steady" shares pCPU 1 with "flaky": every second's ticks, no gap, none late.
         check_ticks(&ended, "steady", 13)?;
         Ok(())

@@ -9,6 +9,7 @@ mod console;
 mod devices;
 mod health;
 mod linux_devices;
+mod manager_window;
 mod messages;
 mod plots;
 mod rootfs;
@@ -491,9 +492,19 @@ fn console_focus() -> Result<()> {
     Ok(())
 }
 
+/// Types `line` and a newline on the console, in pieces, so that no burst outruns the emulated
+/// PL011's 32-byte receive FIFO.
+fn type_line(session: &mut Session, line: &str) -> Result<()> {
+    for piece in format!("{line}\n").as_bytes().chunks(16) {
+        session.send(piece)?;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
 /// The demo as a user meets it (`configs/demo.toml`, under icount): Linux's shell answers
-/// what is typed; the real-time partition's control loop answers the commands the shell writes
-/// to /dev/hvc0 (a setpoint, then the plant's value moved toward it, an unknown command
+/// what is typed (`keel` says there is no management window: this Linux manages no VM); the
+/// real-time partition's control loop answers the commands the shell writes to /dev/hvc0 (a setpoint, then the plant's value moved toward it, an unknown command
 /// refused); and its heartbeat comes once a minute, not through it.
 fn demo() -> Result<()> {
     let mut session = boot_config(&workspace().join("configs/demo.toml"), "demo")?;
@@ -508,20 +519,17 @@ fn demo() -> Result<()> {
             .ok_or_else(|| format!("not a telemetry line: {line}"))?;
         captures[2].parse().map_err(|e| format!("{line}: {e}"))
     };
-    // Typed in pieces, so that no burst outruns the emulated PL011's 32-byte receive FIFO.
-    let type_line = |session: &mut Session, line: &str| -> Result<()> {
-        for piece in format!("{line}\n").as_bytes().chunks(16) {
-            session.send(piece)?;
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(())
-    };
     let mut steps = || -> Result<()> {
         // Linux's root is the disk on the PCI bridge given to it (behind the SMMU).
         session.wait_for(r"^\[linux\] KEEL-ROOT /dev/vda / ext4 rw", wait)?;
         session.wait_for(r"^\[linux\] KEEL-INIT-END shell$", wait)?;
         session.send(b"echo demo-$((6 * 7))\n")?;
         session.wait_for(r"^\[linux\] demo-42$", wait)?;
+        // `keel` in a VM that manages none finds no management window in its device tree and
+        // maps nothing (an access there would stop the VM): a line and exit status 3.
+        type_line(&mut session, "keel status 1; echo \"keel-exit=$?\"")?;
+        session.wait_for(r"^\[linux\] keel: this VM has no management window: ", wait)?;
+        session.wait_for(r"^\[linux\] keel-exit=3$", wait)?;
         type_line(&mut session, "echo 'setpoint 42.5' > /dev/hvc0")?;
         type_line(&mut session, "head -n 1 /dev/hvc0")?;
         let first = session.wait_for(r"^\[linux\] telemetry: .* setpoint=42\.500 ", wait)?;
@@ -1365,6 +1373,7 @@ pub fn all() -> Vec<Scenario> {
     scenarios.extend(budget::all());
     scenarios.extend(devices::all());
     scenarios.extend(linux_devices::all());
+    scenarios.extend(manager_window::all());
     scenarios.extend(rootfs::all());
     scenarios.extend(trace::all());
     scenarios.extend(health::all());
