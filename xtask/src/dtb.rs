@@ -709,7 +709,7 @@ mod tests {
             watchdog_device: true,
             ..vm(false, vec![1])
         };
-        let source = decompile(&guest_dtb(&with, &[]).unwrap(), "watchdog");
+        let source = decompile(&guest_dtb(&with, &[], &[]).unwrap(), "watchdog");
         let node = |name: &str| node_lines(&source, name);
         let expected_watchdog = [
             "compatible = \"arm,sp805\\0arm,primecell\";",
@@ -734,7 +734,10 @@ mod tests {
         }
         assert!(node("apb-pclk").contains(&normalize_hex("phandle = <0x02>;").as_str()));
         assert!(!source.contains("pl011"));
-        let without = decompile(&guest_dtb(&vm(true, vec![1]), &[]).unwrap(), "no-watchdog");
+        let without = decompile(
+            &guest_dtb(&vm(true, vec![1]), &[], &[]).unwrap(),
+            "no-watchdog",
+        );
         assert!(!without.contains("sp805"));
         assert!(!without.contains("clock-1000000"));
     }
