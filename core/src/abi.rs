@@ -276,6 +276,10 @@ pub mod layout {
     pub const WATCHDOG_BASE: u64 = 0x0b00_0000;
     /// Size of the SP805 frame.
     pub const WATCHDOG_SIZE: u64 = 0x1000;
+    /// The SP805's counting clock (WDOGCLK) as the device tree tells the guest: 1 MHz, so
+    /// that the 32-bit WdogLoad holds a period of up to 71 minutes in microseconds (Linux's
+    /// `sp805_wdt` loads half its timeout: 30 s is 14,999,999, 1 s is 499,999).
+    pub const WATCHDOG_CLOCK_HZ: u32 = 1_000_000;
     /// The management window of a VM that manages others (`health.managers` names it): the
     /// KEEL_VM_* services as registers, for a guest that cannot make hypercalls from where it
     /// runs (a Linux command through `/dev/mem`). See [`super::manager_window`].

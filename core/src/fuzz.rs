@@ -10,7 +10,7 @@ use crate::devices::virtio::memory::TestMemory;
 use crate::devices::virtio::mmio::{register, STATUS_DEVICE_NEEDS_RESET};
 use crate::devices::virtio::queue::max_accesses;
 use crate::devices::virtio::VirtioConsole;
-use crate::devices::{pl011::Pl011, vgic::Vgic};
+use crate::devices::{pl011::Pl011, sp805::Sp805, vgic::Vgic};
 use crate::esr::{Esr, ExceptionClass};
 use crate::fdt::Fdt;
 use crate::hypercall::{self, Call};
@@ -43,6 +43,10 @@ pub const TARGETS: &[Target] = &[
     Target {
         name: "pl011-mmio",
         run: pl011_mmio,
+    },
+    Target {
+        name: "sp805-mmio",
+        run: sp805_mmio,
     },
     Target {
         name: "virtio-mmio",
@@ -217,6 +221,55 @@ pub fn pl011_mmio(data: &[u8]) {
             }
         }
         let _ = uart.interrupt_level();
+    }
+}
+
+/// The emulated SP805 watchdog, at any WDOGCLK and counter rates: reads and writes at any
+/// offset and width (mostly its registers, with any values), time moving on by any amount.
+/// The counter never exceeds WdogLoad; when the reset comes depends on the writes alone, not
+/// on when it is asked; a locked watchdog takes no write but to WdogLock; a reload (WdogLoad,
+/// WdogIntClr) puts the reset after the time of the write.
+pub fn sp805_mmio(data: &[u8]) {
+    use crate::devices::sp805::UNLOCK_KEY;
+    const REGISTERS: [u64; 10] = [0, 4, 8, 0xc, 0x10, 0x14, 0xc00, 0xf00, 0xf04, 0xfe0];
+    let mut input = Reader { data };
+    let clock_hz = input.u64() as u32;
+    let counter_hz = input.u64() as u32;
+    let mut wdt = Sp805::new(clock_hz, counter_hz);
+    let mut now = input.u64() >> (input.u8() % 64);
+    while !input.is_empty() {
+        let op = input.u8();
+        let size = if op & 0x80 == 0 { 4 } else { width(&mut input) };
+        let offset = match REGISTERS.get(usize::from(op & 0x0f)) {
+            Some(&register) => register,
+            None => u64::from(input.u8()) << 4 | u64::from(op >> 4 & 3) << 2,
+        };
+        let value = match input.u8() % 4 {
+            0 => UNLOCK_KEY,
+            1 => input.u8().into(),
+            _ => input.u64() as u32,
+        };
+        now = now.saturating_add(input.u64() >> (input.u8() % 64));
+        let reset_at = wdt.reset_at();
+        assert_eq!(wdt.at(now).reset_at(), reset_at, "asking moved the reset");
+        if op & 0x40 == 0 {
+            let before = wdt;
+            let locked = wdt.read(0xc00, 4, now) == Ok(1);
+            let integration = wdt.read(0xf00, 4, now) == Ok(1);
+            if wdt.write(offset, size, value, now).is_ok() {
+                if locked && offset != 0xc00 {
+                    assert_eq!(wdt, before, "a locked watchdog took a write");
+                }
+                if !locked && !integration && matches!(offset, 0 | 0xc) {
+                    assert!(wdt.reset_at().is_none_or(|at| at > now || at == u64::MAX));
+                }
+            }
+        } else {
+            let _ = wdt.read(offset, size, now);
+        }
+        let load = wdt.read(0, 4, now).expect("a word read");
+        assert!(wdt.value(now) <= load, "the counter above WdogLoad");
+        let _ = (wdt.interrupt_level(now), wdt.interrupt_raised(now));
     }
 }
 
@@ -656,6 +709,31 @@ pub fn seeds(target: &str, device_tree: &[u8], config_files: &[Vec<u8>]) -> Vec<
         "pl011-mmio" => vec![vec![
             1, 2, 0x30, 1, 3, 0, 0, 0, 1, 2, 0, 0x41, 0, 0, 0, 0, 2, 0, 0, 0x42,
         ]],
+        // Rates 1 MHz and 62.5 MHz, at 1 s: Linux's enable (unlock, load, clear, enable,
+        // lock), a second later a ping, then time passing and the value read.
+        "sp805-mmio" => {
+            let mut seed = words(&[1_000_000, 62_500_000, 62_500_000]);
+            seed.push(0);
+            let key = u64::from(crate::devices::sp805::UNLOCK_KEY);
+            for (register, value, later) in [
+                (6, key, 0),
+                (0, 14_999_999, 0),
+                (3, 1, 0),
+                (2, 3, 0),
+                (6, 1, 0),
+                (6, key, 62_500_000),
+                (0, 14_999_999, 0),
+                (3, 1, 0),
+                (6, 1, 0),
+                (0x41, 0, 2_000_000_000),
+            ] {
+                seed.extend([register, 2]);
+                seed.extend(value.to_le_bytes());
+                seed.extend(u64::to_le_bytes(later));
+                seed.push(0);
+            }
+            vec![seed]
+        }
         "virtio-mmio" => vec![virtio_mmio_seed()],
         "console" => vec![b"\x00h\x00i\x00\n\x01x\x02\r\x03\x01\x03r\x00\x1b\x05\x40".to_vec()],
         "device-tree" => vec![device_tree.to_vec()],

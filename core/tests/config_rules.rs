@@ -2398,6 +2398,20 @@ fn passthrough_registers_are_clear_of_what_the_vm_sees() {
 }
 
 #[test]
+fn passthrough_registers_are_clear_of_the_vms_sp805() {
+    let with_watchdog = (
+        "devices = [\"console\"]\n\n[[vm.passthrough]]",
+        "devices = [\"console\", \"watchdog\"]\n\n[vm.health]\nwatchdog = { action = \"stop\" }\n\n[[vm.passthrough]]",
+    );
+    assert!(passthrough_with_all(&[with_watchdog]).is_ok());
+    assert_passthrough_refused(
+        passthrough_with_all(&[with_watchdog, ("ipa = 0x0c03_0000", "ipa = 0x0b00_0000")]),
+        "vm 'rtc': passthrough: '/pl061@9030000' at 0xb000000..0xb001000 overlaps the emulated \
+         SP805 0xb000000..0xb001000",
+    );
+}
+
+#[test]
 fn passthrough_gives_a_device_to_one_vm() {
     assert_passthrough_refused(
         passthrough_with(

@@ -3,11 +3,12 @@
 //! serves the accesses that fault there. A data abort in no window stops the VM.
 //!
 //! Ownership and locks: each model of a VM has its own lock (`Vm::vgic`, `Vm::uart`, the
-//! virtio console's [`virtio::console`]), taken by the device for the one access; a model
+//! virtio console's [`virtio::console`], the SP805's [`sp805::watchdog`]), taken by the device for the one access; a model
 //! that drives an interrupt line sets its level in the vGIC under its own lock (lock order:
 //! the model, then the vGIC; see [`crate::vm`]), so that levels are never applied out of
 //! order. No lock is held while the console is written.
 
+pub mod sp805;
 pub mod virtio;
 
 use core::sync::atomic::Ordering;
@@ -63,6 +64,7 @@ pub fn access(
         .or_else(|| serve(&Distributor, request))
         .or_else(|| serve(&Redistributors, request))
         .or_else(|| serve(&virtio::VirtioConsoleDevice, request))
+        .or_else(|| serve(&sp805::Sp805Device, request))
 }
 
 /// [`access`] by `device`, if VM `desc` has it and `ipa` lies in its window.

@@ -8,8 +8,8 @@
 //! (`RELOADS`) is used by the resetting pCPU alone, while its VM is marked resetting; where
 //! the seed properties sit in a VM's device tree (`SEED_OFFSETS`) is written once by
 //! [`build`] and only read after. A reset of the devices takes the virtio console's lock, the
-//! PL011's, then the vGIC's (the device models' order, see [`crate::vm`]); no lock is held
-//! while it waits for a VM's vCPUs to stop.
+//! PL011's, the SP805's, then the vGIC's (the device models' order, see [`crate::vm`]); no
+//! lock is held while it waits for a VM's vCPUs to stop.
 
 use core::sync::atomic::{AtomicUsize, Ordering};
 
@@ -27,7 +27,7 @@ use crate::arch::cpu::{self, Mutex};
 use crate::arch::{psci, stage2};
 use crate::config::SYSTEM;
 use crate::console::VmLabel;
-use crate::devices::virtio;
+use crate::devices::{sp805, virtio};
 use crate::vm::{self, VcpuPower, VmState, MAX_VMS};
 use crate::{console, iommu, ipc, irq, keel_println, keel_println_limited, trace};
 
@@ -142,9 +142,11 @@ fn reset_devices(id: usize) {
         let vm = vm::vm(id);
         let mut virtio = virtio::console(id).lock_cold();
         let mut uart = vm.uart.lock_cold();
+        let mut watchdog = sp805::watchdog(id).lock_cold();
         let mut vgic = vm.vgic.lock_cold();
         virtio.reset();
         *uart = Pl011::new();
+        watchdog.reset(id);
         vgic.reset(desc.pcpus.len(), at(&owned, ..count));
         vm.gic_writes.fetch_add(1, Ordering::Relaxed);
     }

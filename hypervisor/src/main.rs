@@ -39,7 +39,8 @@
 //! - layer 5, `ipc`: the message queues: each destination's bounded queue, a copy into it
 //!   (raising the receiver's interrupt), a copy out of it.
 //! - layer 6, `devices`: the emulated devices behind one interface: the GICv3 distributor and
-//!   redistributors, the PL011, the virtio console (its port backed by message queues).
+//!   redistributors, the PL011, the virtio console (its port backed by message queues), the
+//!   SP805 watchdog (its reset output a VM's watchdog expiry).
 //! - layer 6, `iommu`: DMA isolation: the SMMU's stream table from the VMs' assigned devices,
 //!   their streams cut off and given back, its faults read.
 //! - layer 7, `messages`: KEEL_MSG_SEND and KEEL_MSG_RECV (a message for a VM whose virtio

@@ -1,10 +1,12 @@
 //! Guest device trees: the platform a VM sees, described as QEMU `virt` would describe it to Linux.
 //!
 //! Only what Keel presents is listed: the vCPUs (PSCI over HVC), the VM's memory, the emulated
-//! GICv3, the architected timer, with the `console` device the emulated PL011, and the VM's
-//! windows on shared-memory channels (`/keel-channels/<name>`, see [`write_channels`]).
+//! GICv3, the architected timer, with the `console` device the emulated PL011, with the
+//! `watchdog` device the emulated SP805, and the VM's windows on shared-memory channels
+//! (`/keel-channels/<name>`, see [`write_channels`]).
 //! Bindings: Linux `Documentation/devicetree/bindings/` (`arm/cpus.yaml`, `arm/psci.yaml`,
-//! `interrupt-controller/arm,gic-v3.yaml`, `timer/arm,arch_timer.yaml`, `serial/pl011.yaml`).
+//! `interrupt-controller/arm,gic-v3.yaml`, `timer/arm,arch_timer.yaml`, `serial/pl011.yaml`,
+//! `watchdog/arm,sp805.yaml`).
 
 use keel_core::abi::layout;
 use keel_core::config::{Channel, Vm, DTB_REGION_SIZE};
@@ -184,6 +186,10 @@ fn write_tree(vm: &Vm, vms: &[Vm], channels: &[Channel]) -> Result<Vec<u8>, vm_f
         fdt.end_node(virtio)?;
     }
 
+    if vm.watchdog_device {
+        write_watchdog(&mut fdt, &device_clocks)?;
+    }
+
     write_channels(&mut fdt, vm, channels)?;
     write_manager_window(&mut fdt, vm, vms)?;
     write_assigned_devices(&mut fdt, vm, &device_clocks)?;
@@ -208,26 +214,31 @@ fn write_tree(vm: &Vm, vms: &[Vm], channels: &[Channel]) -> Result<Vec<u8>, vm_f
     fdt.finish()
 }
 
-/// The VM's fixed clocks: `apb-pclk` (QEMU `virt`'s, 24 MHz) if the PL011 or an assigned
-/// device takes it, and one `clock-<hz>` per other frequency an assigned device's clock has.
-/// Returns each frequency with its phandle.
+/// The VM's fixed clocks: `apb-pclk` (QEMU `virt`'s, 24 MHz) if the PL011, the SP805 or an
+/// assigned device takes it, and one `clock-<hz>` per other frequency the SP805's WDOGCLK or
+/// an assigned device's clock has. Returns each frequency with its phandle.
 fn write_clocks(fdt: &mut FdtWriter, vm: &Vm) -> Result<Vec<(u32, u32)>, vm_fdt::Error> {
     let mut clocks: Vec<(u32, u32)> = Vec::new();
-    if vm.console {
+    if vm.console || vm.watchdog_device {
         clocks.push((APB_CLOCK_HZ, APB_CLOCK_PHANDLE));
     }
-    for hz in vm
-        .passthrough
-        .iter()
-        .filter_map(|device| device.node.clock_hz)
-    {
+    let watchdog_clock = vm.watchdog_device.then_some(layout::WATCHDOG_CLOCK_HZ);
+    for hz in watchdog_clock.into_iter().chain(
+        vm.passthrough
+            .iter()
+            .filter_map(|device| device.node.clock_hz),
+    ) {
         if clocks.iter().any(|&(known, _)| known == hz) {
             continue;
         }
         let phandle = if hz == APB_CLOCK_HZ {
             APB_CLOCK_PHANDLE
         } else {
-            FIRST_DEVICE_CLOCK_PHANDLE + clocks.len() as u32
+            let others = clocks
+                .iter()
+                .filter(|&&(_, phandle)| phandle != APB_CLOCK_PHANDLE)
+                .count();
+            FIRST_DEVICE_CLOCK_PHANDLE + others as u32
         };
         clocks.push((hz, phandle));
     }
@@ -249,6 +260,31 @@ fn write_clocks(fdt: &mut FdtWriter, vm: &Vm) -> Result<Vec<(u32, u32)>, vm_fdt:
         fdt.end_node(clock)?;
     }
     Ok(clocks)
+}
+
+/// The emulated SP805 (`watchdog/arm,sp805.yaml`): an AMBA PrimeCell, whose registers Linux's
+/// bus reads with `apb_pclk` on, and whose `sp805_wdt` driver counts with the first clock,
+/// `wdog_clk` ([`layout::WATCHDOG_CLOCK_HZ`], `clocks`' entry of that frequency). No interrupt:
+/// the driver takes none (the reset output is what Keel acts on).
+fn write_watchdog(fdt: &mut FdtWriter, clocks: &[(u32, u32)]) -> Result<(), vm_fdt::Error> {
+    let phandle = |hz: u32| {
+        clocks
+            .iter()
+            .find(|&&(known, _)| known == hz)
+            .map_or(APB_CLOCK_PHANDLE, |&(_, phandle)| phandle)
+    };
+    let watchdog = fdt.begin_node(&format!("watchdog@{:x}", layout::WATCHDOG_BASE))?;
+    fdt.property_string_list(
+        "compatible",
+        vec!["arm,sp805".into(), "arm,primecell".into()],
+    )?;
+    fdt.property_array_u64("reg", &[layout::WATCHDOG_BASE, layout::WATCHDOG_SIZE])?;
+    fdt.property_array_u32(
+        "clocks",
+        &[phandle(layout::WATCHDOG_CLOCK_HZ), phandle(APB_CLOCK_HZ)],
+    )?;
+    fdt.property_string_list("clock-names", vec!["wdog_clk".into(), "apb_pclk".into()])?;
+    fdt.end_node(watchdog)
 }
 
 /// The board devices given to the VM: each the board's node as the compiler copied it
@@ -663,6 +699,47 @@ mod tests {
         assert!(!source.contains("pl011"));
         assert!(!source.contains("stdout-path"));
         assert!(source.contains("bootargs = \"keel.mode=ticks keel.off=6\";"));
+    }
+
+    /// The SP805 of a VM with `devices = ["watchdog"]` and no console: the PrimeCell node with
+    /// its two clocks (WDOGCLK at 1 MHz first, then `apb-pclk`), no interrupt; none without it.
+    #[test]
+    fn a_watchdog_device_is_an_sp805_with_its_clocks() {
+        let with = Vm {
+            watchdog_device: true,
+            ..vm(false, vec![1])
+        };
+        let source = decompile(&guest_dtb(&with, &[], &[]).unwrap(), "watchdog");
+        let node = |name: &str| node_lines(&source, name);
+        let expected_watchdog = [
+            "compatible = \"arm,sp805\\0arm,primecell\";",
+            "reg = <0x00 0xb000000 0x00 0x1000>;",
+            "clocks = <0x03 0x02>;",
+            "clock-names = \"wdog_clk\\0apb_pclk\";",
+        ];
+        assert_eq!(
+            node("watchdog@b000000"),
+            expected_watchdog.map(normalize_hex)
+        );
+        let wdog_clock = node("clock-1000000");
+        for line in [
+            "compatible = \"fixed-clock\";",
+            "clock-frequency = <0xf4240>;",
+            "phandle = <0x03>;",
+        ] {
+            assert!(
+                wdog_clock.contains(&normalize_hex(line).as_str()),
+                "{line} in {source}"
+            );
+        }
+        assert!(node("apb-pclk").contains(&normalize_hex("phandle = <0x02>;").as_str()));
+        assert!(!source.contains("pl011"));
+        let without = decompile(
+            &guest_dtb(&vm(true, vec![1]), &[], &[]).unwrap(),
+            "no-watchdog",
+        );
+        assert!(!without.contains("sp805"));
+        assert!(!without.contains("clock-1000000"));
     }
 
     /// The board's PL031 given to a VM without a console: the compiler reads QEMU's own tree

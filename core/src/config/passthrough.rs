@@ -246,7 +246,7 @@ fn reg_property(regions: &[MemoryRegion]) -> (String, Vec<u8>) {
 }
 
 /// What VM `vm` already sees in its guest-physical space, each with its name in messages:
-/// its memory, its flash, the emulated GIC, PL011 and virtio console it has.
+/// its memory, its flash, the emulated GIC, PL011, virtio console and SP805 it has.
 fn guest_view(vm: &Vm) -> Vec<(String, AddressRange)> {
     let range = |start: u64, size: u64| AddressRange {
         start,
@@ -279,6 +279,12 @@ fn guest_view(vm: &Vm) -> Vec<(String, AddressRange)> {
         view.push((
             "the virtio console".to_string(),
             range(layout::VIRTIO_BASE, PAGE_SIZE),
+        ));
+    }
+    if vm.watchdog_device {
+        view.push((
+            "the emulated SP805".to_string(),
+            range(layout::WATCHDOG_BASE, layout::WATCHDOG_SIZE),
         ));
     }
     view

@@ -1,6 +1,7 @@
 //! Emulated device models: pure state machines driven by trapped guest accesses.
 
 pub mod pl011;
+pub mod sp805;
 pub mod vgic;
 pub mod virtio;
 

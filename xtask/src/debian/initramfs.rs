@@ -36,7 +36,9 @@ const LIBRARY_DIRECTORIES: &[&str] = &[
 /// the virtio transports (MMIO for Keel's console, PCI for QEMU's disk and network cards), the
 /// console, disk and network drivers, and ext4 for a root file system on the disk, with the
 /// CRC32C its checksums need (which ext4 asks the crypto API for, not a module dependency:
-/// Debian's generic kernel has both as modules, its cloud kernel has them built in).
+/// Debian's generic kernel has both as modules, its cloud kernel has them built in), and the
+/// SP805 watchdog's driver for Keel's emulated one (with the watchdog core, a module of the
+/// cloud kernel).
 const MODULES: &[&str] = &[
     "virtio_mmio",
     "virtio_pci",
@@ -45,6 +47,7 @@ const MODULES: &[&str] = &[
     "virtio_net",
     "crc32c_generic",
     "ext4",
+    "sp805_wdt",
 ];
 
 /// The applets of Debian bookworm's busybox-static 1.35 that go in /sbin (the rest go in /bin).

@@ -3,7 +3,9 @@
 
 /// /init: mounts, then with `keel.root=DEVICE` on the kernel command line (and not yet on that
 /// disk, which has /etc/keel-rootfs) the disk's drivers, DEVICE mounted read-write on /mnt and
-/// `switch_root` into it, where the disk's /init (this same script) starts over; then
+/// `switch_root` into it, where the disk's /init (this same script) starts over; Keel's virtio
+/// console if the device tree has one; with an SP805 in the device tree, its driver and
+/// busybox's `watchdog` daemon (timeout `keel.watchdog=SECONDS`, default 30); then
 /// `KEEL-INIT-START` (with `KEEL-ROOT <its /proc/mounts line>` on the disk), and the test named
 /// by `keel.test=NAME` (ending with `KEEL-INIT-END status=N` and a power-off) or a shell.
 pub(super) const INIT: &str = r#"#!/bin/sh
@@ -54,6 +56,22 @@ if [ -d /sys/firmware/devicetree/base/virtio_mmio@a000000 ] && modprobe virtio_m
     done
     sleep 2147483647 < /dev/hvc0 &
     stty -F /dev/hvc0 raw -echo && echo "keel: virtio console at /dev/hvc0"
+fi
+# Keel's emulated SP805 watchdog (`devices = ["watchdog"]`): Debian's own sp805_wdt driver, and
+# busybox's watchdog daemon keeping /dev/watchdog with the timeout `keel.watchdog=SECONDS`
+# (default 30, the driver's), written every third of it. A daemon killed without its magic
+# close leaves the watchdog running: it expires one timeout after the last write.
+if [ -d /sys/firmware/devicetree/base/watchdog@b000000 ] && modprobe sp805_wdt; then
+    watchdog_timeout=$(sed -n 's/.*keel\.watchdog=\([0-9][0-9]*\).*/\1/p' /proc/cmdline)
+    watchdog_timeout=${watchdog_timeout:-30}
+    i=0
+    while [ ! -e /dev/watchdog ] && [ $i -lt 50 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    if watchdog -T "$watchdog_timeout" -t "$((watchdog_timeout * 1000 / 3))ms" /dev/watchdog; then
+        echo "keel: watchdog daemon on /dev/watchdog, timeout $watchdog_timeout s"
+    fi
 fi
 echo KEEL-INIT-START
 if [ -e /etc/keel-rootfs ]; then

@@ -16,6 +16,7 @@ mod rootfs;
 mod sched;
 mod tasks;
 mod trace;
+mod watchdog;
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -1376,6 +1377,7 @@ pub fn all() -> Vec<Scenario> {
     scenarios.extend(rootfs::all());
     scenarios.extend(trace::all());
     scenarios.extend(health::all());
+    scenarios.extend(watchdog::all());
     scenarios.extend(plots::all());
     scenarios.push(Scenario {
         name: format!(
