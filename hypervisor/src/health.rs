@@ -290,6 +290,9 @@ pub fn serve() {
             // done or under way), each a masked stretch of its own.
             let _ = crate::irq::serve_between_steps(keel_core::abi::MaskedSite::GuestIrq);
             notify(id, event, action);
+            // And the scheduler's look at the VM's stopped vCPUs that follows (the caller
+            // reschedules: what these poll points served needs nothing else).
+            let _ = crate::irq::serve_between_steps(keel_core::abi::MaskedSite::GuestIrq);
         } else if pending & (1 << id) != 0
             && vm::vm(id).state() == VmState::Running
             && !vm::vm(id).is_resetting()
