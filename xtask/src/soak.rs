@@ -154,6 +154,36 @@ impl Run {
     }
 }
 
+/// A bar on a terminal, and a line on stderr at each tenth of the work (a log has no bar).
+struct Advance {
+    bar: Progress,
+    what: &'static str,
+    total: u64,
+    done: u64,
+}
+
+impl Advance {
+    fn new(total: u64, what: &'static str) -> Self {
+        Self {
+            bar: Progress::bar(total, &format!("soak: {what}")),
+            what,
+            total,
+            done: 0,
+        }
+    }
+
+    fn inc(&mut self) {
+        self.bar.inc();
+        self.done += 1;
+        if (self.done * 10 / self.total.max(1)) > ((self.done - 1) * 10 / self.total.max(1)) {
+            progress::err(&format!(
+                "xtask: soak: {} {} of {}",
+                self.what, self.done, self.total
+            ));
+        }
+    }
+}
+
 /// Minimum, average and maximum of some values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Stats {
@@ -381,7 +411,7 @@ fn bare_metal(count: u64) -> Result<()> {
         &text,
         Duration::from_secs(600 + virtual_seconds * REAL_PER_VIRTUAL),
     )?;
-    let bar = Progress::bar(count, "soak: bare-metal restarts");
+    let mut bar = Advance::new(count, "bare-metal restarts");
     let restart_line = r"^\[mgr\] manager: restart vm=0 \d+: running after \d+ us$";
     let mut steps = || -> Result<()> {
         for done in 1..=count {
@@ -471,7 +501,7 @@ fn linux(count: u64) -> Result<()> {
         &text,
         Duration::from_secs(1200 + virtual_seconds * REAL_PER_VIRTUAL),
     )?;
-    let bar = Progress::bar(count, "soak: Linux restarts");
+    let mut bar = Advance::new(count, "Linux restarts");
     let mut steps = || -> Result<()> {
         let manager = vm_id(&mut run, "mgr")?;
         let linux = vm_id(&mut run, "linux")?;
@@ -530,9 +560,20 @@ fn linux(count: u64) -> Result<()> {
                 count + 1
             ));
         }
-        progress::out("  Linux's own time from its start to its init (ms, min / avg / max), then to its shell's answer:");
+        progress::out("  Linux's own time from its start to its init, by its printk clock (ms, min / avg / max):");
         for (first, last, stats) in groups(&init) {
             progress::out(&format!("    boots {first:>4}-{last:<4} {stats}"));
+        }
+        // Each restart until running, then the next boot until its init.
+        let to_init: Vec<u64> = figures
+            .times_us
+            .iter()
+            .zip(&init[1..])
+            .map(|(us, init_ms)| us / 1000 + init_ms)
+            .collect();
+        progress::out("  restart to Linux's init: the two above added (ms, min / avg / max):");
+        for (first, last, stats) in groups(&to_init) {
+            progress::out(&format!("    restarts {first:>4}-{last:<4} {stats}"));
         }
         if ticks.expected != ticks.ticks {
             return Err(format!(
@@ -625,7 +666,7 @@ fn stress(minutes: u64) -> Result<()> {
         };
         let mut mark = run.session.lines_read();
         let first = second(&run.wait_after(mark, report, STEP)?);
-        let bar = Progress::bar(seconds, "soak: virtual seconds of stress-ng");
+        let mut bar = Advance::new(seconds, "virtual seconds of stress-ng");
         loop {
             mark = run.session.lines_read();
             let line = run.wait_after(mark, &format!("{report}|{end}"), STEP)?;
@@ -659,10 +700,10 @@ fn stress(minutes: u64) -> Result<()> {
                 last.saturating_sub(first)
             ));
         }
-        if let Some(line) = lines_of(&ended, "linux")
-            .into_iter()
-            .find(|l| l.contains("successful run completed"))
-        {
+        // stress-ng's own account: each stressor's work, and its verdict.
+        for line in lines_of(&ended, "linux").into_iter().filter(|l| {
+            l.starts_with("stress-ng: metrc: ") || l.contains("successful run completed")
+        }) {
             progress::out(&format!("  {line}"));
         }
         progress::out("  per task, over the whole run (Linux's boot and stress-ng's run): Keel's jobs, misses, overruns, worst response and worst release lateness (KEEL_TASK_STATS); the task's own worst release jitter and response:");
