@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Keel's host tools: build a configuration into an image and boot it in QEMU, run every test,
 /// print the benchmarks.
@@ -48,8 +48,39 @@ pub enum Command {
         #[arg(long, value_name = "N", default_value_t = 2.0, value_parser = positive_seconds)]
         seconds: f64,
     },
+    /// The long runs outside the test command, under icount (virtual time), each with its
+    /// figures: a bare-metal VM restarted by a manager, Debian Linux restarted by one, both
+    /// beside a 1 kHz real-time partition; Linux under stress-ng beside the sample partition
+    Soak(SoakArgs),
     /// Build the book (docs/, mdBook) into target/book/
     Docs,
+}
+
+#[derive(Debug, Args)]
+pub struct SoakArgs {
+    /// Restarts of the bare-metal VM
+    #[arg(long, value_name = "N", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub restarts: u64,
+    /// Restarts of Debian Linux, each once its shell answers
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    pub linux_restarts: u64,
+    /// Minutes (virtual time) of stress-ng in Linux beside the sample partition
+    #[arg(long, value_name = "M", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pub minutes: u64,
+    /// Run only this part
+    #[arg(long, value_enum, value_name = "PART")]
+    pub only: Option<SoakPart>,
+}
+
+/// A part of the soak.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SoakPart {
+    /// The bare-metal VM's restarts
+    BareMetal,
+    /// Debian Linux's restarts
+    Linux,
+    /// Linux under stress-ng beside the sample partition
+    Stress,
 }
 
 /// A number of seconds above 0.
@@ -244,6 +275,38 @@ mod tests {
             error.contains("'ten'") && error.contains("[SECONDS]"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn soak_takes_counts_minutes_and_one_part() {
+        let soak = |line: &[&str]| match parse(line).unwrap().command {
+            Command::Soak(args) => args,
+            other => panic!("not soak: {other:?}"),
+        };
+        let args = soak(&["soak"]);
+        assert_eq!(
+            (args.restarts, args.linux_restarts, args.minutes, args.only),
+            (1000, 100, 60, None)
+        );
+        let args = soak(&[
+            "soak",
+            "--restarts",
+            "50",
+            "--linux-restarts",
+            "5",
+            "--minutes",
+            "5",
+            "--only",
+            "bare-metal",
+        ]);
+        assert_eq!(
+            (args.restarts, args.linux_restarts, args.minutes, args.only),
+            (50, 5, 5, Some(SoakPart::BareMetal))
+        );
+        let error = parse(&["soak", "--minutes", "0"]).unwrap_err();
+        assert!(error.contains("'--minutes <M>'"), "{error}");
+        let error = parse(&["soak", "--only", "xen"]).unwrap_err();
+        assert!(error.contains("'xen'"), "{error}");
     }
 
     #[test]

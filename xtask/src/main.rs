@@ -1,6 +1,7 @@
 //! `cargo xtask`: Keel's host tools. `run` boots a configuration in QEMU, `test` runs every
 //! test, `bench` prints the benchmarks, `fuzz` runs the core's fuzz targets, `build` compiles a
-//! configuration into an image, `trace` traces a run, `docs` builds the book. The command line
+//! configuration into an image, `trace` traces a run, `soak` runs the long restart and
+//! stress runs, `docs` builds the book. The command line
 //! is declared in `cli.rs`.
 #![forbid(unsafe_code)]
 
@@ -25,6 +26,7 @@ mod qemu;
 mod scenarios;
 mod sched_bench;
 mod setup;
+mod soak;
 mod tasks_bench;
 mod test_command;
 mod trace;
@@ -67,6 +69,7 @@ fn main() -> ExitCode {
         Command::Trace { config, seconds } => {
             setup::ensure_tools().and_then(|()| trace::command(&config, seconds).map(|_| ()))
         }
+        Command::Soak(args) => setup::ensure_tools().and_then(|()| soak::run(&args)),
         Command::Docs => docs::build().map(|html| step(&format!("book: {}", html.display()))),
     };
     match result {

@@ -11,6 +11,11 @@
 //!
 //! then the notices that arrive within `keel.seconds` (default 10) of boot, and SYSTEM_OFF.
 //! A notice: `manager: notice vm=<id> event=<event> action=<action> restarts=<n>`.
+//!
+//! With `keel.restarts=<n>` it runs the restart loop instead ([`restart_loop`]: the leak
+//! check of the test command, and `cargo xtask soak`): n restarts, each timed, Keel's
+//! resource counters of the managed VM compared with those at its boot after each;
+//! `keel.running=<ms>` or `keel.restart-on-key` say how long the VM runs between two.
 
 use keel_guest::abi::CallError;
 use keel_guest::bootargs::BootArgs;
@@ -111,15 +116,92 @@ fn sleep_until(until: u64) {
     }
 }
 
-/// `keel.restarts=<n>`: Keel's resource counters of the managed VM read once it has run a
-/// second, then after each of `n` restarts (each waited for, then a second of running), each
-/// compared with the first: `manager: resources vm=<id> restart <i>: <counters>` and at the
-/// end `manager: resources unchanged after <n> restarts` or `manager: resources changed`; then
-/// the managed VM is stopped.
-fn leak_check(vm: u64, restarts: u64) -> ! {
+/// How long the managed VM runs before each reading of its counters and each restart:
+/// `keel.running=<ms>` of it (default 1000), or, with `keel.restart-on-key`, until a byte is
+/// typed on this VM's console (the host types one once the managed VM is where it should be,
+/// Linux at its shell).
+#[derive(Clone, Copy)]
+enum Settle {
+    Running { ticks: u64 },
+    Key,
+}
+
+impl Settle {
+    fn from_args(args: &BootArgs<'_>) -> Self {
+        if args.has_flag("keel.restart-on-key") {
+            // Polled (the manager takes no interrupts): the receiver on, its interrupt not.
+            keel_guest::console::CONSOLE.enable();
+            Settle::Key
+        } else {
+            let ms = args
+                .value("keel.running")
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(1000);
+            Settle::Running {
+                ticks: ms * timer::frequency() / 1000,
+            }
+        }
+    }
+
+    fn wait(self) {
+        match self {
+            Settle::Running { ticks } => sleep_until(timer::counter() + ticks),
+            Settle::Key => {
+                let poll = timer::frequency() / 1000;
+                while keel_guest::console::CONSOLE.try_getc().is_none() {
+                    sleep_until(timer::counter() + poll);
+                }
+            }
+        }
+    }
+}
+
+/// How often the time until a restarted VM runs again is polled: every 50 us (a finer poll
+/// would take virtual time from the restart itself under QEMU's icount, whose clock all CPUs
+/// share).
+const RUNNING_POLL_PER_SECOND: u64 = 20_000;
+
+/// Takes every notice queued for this manager; how many of them say that VM `vm` was
+/// restarted at a manager's request (others are printed).
+fn take_restart_notices(vm: u64) -> u64 {
+    let mut buffer = [0u8; 64];
+    let mut restarts = 0;
+    while let Ok(message) = receive(&mut buffer, 0) {
+        let notice = (message.vm == u64::from(KEEL_SENDER))
+            .then(|| Notice::from_bytes(buffer.get(..message.len).unwrap_or_default()))
+            .flatten();
+        match notice {
+            Some(notice)
+                if u64::from(notice.vm) == vm
+                    && notice.event == keel_guest::health::Event::ManagerRestart =>
+            {
+                restarts += 1;
+            }
+            Some(notice) => println!(
+                "manager: notice vm={} event={} action={} restarts={}",
+                notice.vm,
+                notice.event.name(),
+                notice.action.name(),
+                notice.restarts
+            ),
+            None => println!("manager: message from vm {}", message.vm),
+        }
+    }
+    restarts
+}
+
+/// `keel.restarts=<n>`: Keel's resource counters of the managed VM read once it has settled
+/// (see [`Settle`]), then after each of `n` restarts (each waited for until KEEL_VM_STATUS
+/// says it runs, then settled again), each compared with the first. Lines:
+/// `manager: resources vm=<id> at boot: <counters>`, for each restart `manager: restart
+/// vm=<id> <i>: running after <us> us` (from the KEEL_VM_RESTART call, polled every 50 us)
+/// and `manager: resources vm=<id> restart <i>: <counters>`, and at the end `manager:
+/// resources unchanged after <n> restarts` or `manager: resources changed`, then `manager:
+/// notices vm=<id>: <k> restarts` (the restart notices Keel sent); then the managed VM is
+/// stopped and this one powers off.
+fn restart_loop(vm: u64, restarts: u64, settle: Settle) -> ! {
     let frequency = timer::frequency();
-    let second = frequency;
-    sleep_until(timer::counter() + second);
+    settle.wait();
     let first = match health::resources(vm) {
         Ok(resources) => resources,
         Err(error) => {
@@ -129,19 +211,27 @@ fn leak_check(vm: u64, restarts: u64) -> ! {
     };
     println!("manager: resources vm={vm} at boot: {}", show(&first));
     let mut changed = false;
+    let mut noticed = 0;
     for restart in 1..=restarts {
+        let asked = timer::counter();
         if let Err(error) = health::restart(vm) {
             println!("manager: restart vm={vm}: {}", name(error));
             system_off();
         }
-        // Until it runs again, then a second of its running.
-        loop {
-            sleep_until(timer::counter() + second / 100);
+        let poll = frequency / RUNNING_POLL_PER_SECOND;
+        let running = loop {
+            let now = timer::counter();
             if health::status(vm).is_ok_and(|s| s.state == keel_guest::health::VmStatus::Running) {
-                break;
+                break now;
             }
-        }
-        sleep_until(timer::counter() + second);
+            sleep_until(now + poll);
+        };
+        println!(
+            "manager: restart vm={vm} {restart}: running after {} us",
+            (running - asked) * 1_000_000 / frequency
+        );
+        noticed += take_restart_notices(vm);
+        settle.wait();
         match health::resources(vm) {
             Ok(now) => {
                 println!(
@@ -161,11 +251,13 @@ fn leak_check(vm: u64, restarts: u64) -> ! {
     } else {
         println!("manager: resources unchanged after {restarts} restarts");
     }
+    noticed += take_restart_notices(vm);
+    println!("manager: notices vm={vm}: {noticed} restarts");
     result("stop", vm, health::stop(vm));
     system_off()
 }
 
-/// Runs the steps on `keel.managed` (or the leak check, with `keel.restarts`), then
+/// Runs the steps on `keel.managed` (or the restart loop, with `keel.restarts`), then
 /// SYSTEM_OFF.
 pub fn run(args: BootArgs<'_>) -> ! {
     let frequency = timer::frequency();
@@ -182,7 +274,7 @@ pub fn run(args: BootArgs<'_>) -> ! {
         .value("keel.restarts")
         .and_then(|v| v.parse::<u64>().ok())
     {
-        leak_check(vm, restarts);
+        restart_loop(vm, restarts, Settle::from_args(&args));
     }
     let seconds = args
         .value("keel.seconds")

@@ -31,6 +31,9 @@
 //! | `keel.hang=<seconds>` | ticks mode: after that many seconds, mask interrupts and spin for ever (a hang) |
 //! | `keel.pristine=<hex ipa>` | ticks mode: at boot, say whether the 4 KiB there are all zero (`pristine: clean` or `pristine: dirty`), then fill them |
 //! | `keel.mode=manager` with `keel.managed=<vm id>` | the manager's services on that VM (see [`crate::manager`]) |
+//! | `keel.restarts=<n>` | manager mode: restart the managed VM n times, timed, its resource counters compared with those at its boot (see [`crate::manager`]) |
+//! | `keel.running=<ms>` | manager mode with `keel.restarts`: how long the VM runs before each reading and restart (default 1000) |
+//! | `keel.restart-on-key` | manager mode with `keel.restarts`: wait for a byte typed on this VM's console instead |
 
 use core::fmt;
 

@@ -76,7 +76,7 @@ fn boot_to_end_checked(name: &str, check: fn(&Ended) -> Result<()>) -> Result<()
 }
 
 /// Console lines of VM `vm` (the multiplexer's `[vm] ` prefix removed).
-fn lines_of<'a>(ended: &'a Ended, vm: &str) -> Vec<&'a str> {
+pub(crate) fn lines_of<'a>(ended: &'a Ended, vm: &str) -> Vec<&'a str> {
     let prefix = format!("[{vm}] ");
     ended
         .lines
@@ -86,16 +86,16 @@ fn lines_of<'a>(ended: &'a Ended, vm: &str) -> Vec<&'a str> {
 }
 
 /// One `tick:` report of the test guest: second, ticks counted, ticks the counter says.
-struct TickReport {
-    second: u64,
-    ticks: u64,
-    expected: u64,
+pub(crate) struct TickReport {
+    pub second: u64,
+    pub ticks: u64,
+    pub expected: u64,
     /// The worst lateness of a tick interrupt since the previous report, in µs.
-    late_us: u64,
+    pub late_us: u64,
 }
 
 /// VM `vm`'s `tick:` reports, in order.
-fn tick_reports(ended: &Ended, vm: &str) -> Vec<TickReport> {
+pub(crate) fn tick_reports(ended: &Ended, vm: &str) -> Vec<TickReport> {
     let tick = Regex::new(r"^tick: s=(\d+) ticks=(\d+) expected=(\d+) late_max_us=(\d+)$").unwrap();
     lines_of(ended, vm)
         .into_iter()
@@ -154,7 +154,7 @@ fn check_ticks(ended: &Ended, vm: &str, min_seconds: u64) -> Result<u64> {
 }
 
 /// A failure message followed by the last console lines, to see where the guest was.
-fn with_console_tail(message: String, ended: &Ended) -> String {
+pub(crate) fn with_console_tail(message: String, ended: &Ended) -> String {
     let start = ended.lines.len().saturating_sub(8);
     format!(
         "{message}; last console lines:\n      {}{}",
