@@ -413,8 +413,10 @@ fn end_by_policy(id: usize, event: Event, reason: &dyn Show) -> ! {
     let action = health::decide(id, event, reason);
     match action {
         Action::Restart => {
+            // The line, the restart's start and the switch after it: three masked stretches.
+            let _ = irq::serve_between_steps(MaskedSite::GuestTrap);
             lifecycle::restart(id);
-            sched::pinned::park()
+            park_after_line()
         }
         _ => {
             health::stop(id, action, event, reason);
