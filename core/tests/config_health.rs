@@ -227,3 +227,21 @@ fn managers_are_other_vms_that_can_take_the_notices() {
          give it a messages table whose size is at least 16",
     );
 }
+
+#[test]
+fn a_managers_messages_may_name_no_sender() {
+    // Keel's notices are all its queue takes: no VM need be allowed to send to it.
+    let system = compile(
+        "[vm.health]\nmanagers = [\"mgr\"]",
+        "messages = { depth = 4, size = 16, interrupt = 40, from = [] }",
+    )
+    .unwrap();
+    assert!(system.vms[1].messages.as_ref().unwrap().senders.is_empty());
+    // A VM that manages none still needs a sender.
+    refused(
+        "",
+        "messages = { depth = 4, size = 16, interrupt = 40, from = [] }",
+        "vm 'mgr': messages.from: must name at least one VM (or the VM must manage one, in its \
+         `health.managers`): with no sender, its queues would stay empty",
+    );
+}

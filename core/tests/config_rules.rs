@@ -876,6 +876,15 @@ fn rule_11_ipa_overlaps_device_window() {
 }
 
 #[test]
+fn rule_11_ipa_overlaps_health_devices() {
+    assert_rejected(
+        "ipa-overlaps-health-devices.toml",
+        "vm 'rt-a': ipa: guest memory 0xb000000..0xc000000 overlaps the emulated device window \
+         0xb000000..0xb011000 (SP805, management window)",
+    );
+}
+
+#[test]
 fn rule_11_ipa_beyond_address_space() {
     assert_rejected(
         "ipa-beyond-space.toml",
@@ -1665,8 +1674,8 @@ fn rule_20_interrupt_is_the_consoles() {
 fn rule_20_no_sender() {
     assert_rejected(
         "messages-from-empty.toml",
-        "vm 'rt-a': messages.from: must name at least one VM: with no sender, its queues would \
-         stay empty",
+        "vm 'rt-a': messages.from: must name at least one VM (or the VM must manage one, in \
+         its `health.managers`): with no sender, its queues would stay empty",
     );
 }
 

@@ -437,6 +437,8 @@ pub enum Problem {
         range: AddressRange,
         /// The emulated devices' window.
         window: AddressRange,
+        /// The devices in it.
+        devices: &'static str,
     },
     /// `<what> <range> extends past the <bits>-bit guest-physical address space`.
     BeyondIpaSpace {
@@ -941,9 +943,10 @@ impl fmt::Display for Problem {
                 what,
                 range,
                 window,
+                devices,
             } => write!(
                 f,
-                "{what} {range} overlaps the emulated device window {window} (GIC, PL011, virtio)"
+                "{what} {range} overlaps the emulated device window {window} ({devices})"
             ),
             Self::BeyondIpaSpace { what, range, bits } => write!(
                 f,
@@ -1110,7 +1113,8 @@ impl fmt::Display for Problem {
                  (0..=15) or SPI (32..=127)"
             ),
             Self::NoSenders => f.write_str(
-                "must name at least one VM: with no sender, its queues would stay empty",
+                "must name at least one VM (or the VM must manage one, in its \
+                 `health.managers`): with no sender, its queues would stay empty",
             ),
             Self::MessagePoolTooLarge { total, max } => write!(
                 f,

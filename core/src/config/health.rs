@@ -146,8 +146,21 @@ pub fn check_health(
 
 /// Every VM named in some VM's `health.managers` receives that VM's notices as messages in its
 /// vCPU 0's queue: it has a `messages` table that takes a [`Notice`], and no virtio console
-/// (whose input is its vCPU 0's messages).
+/// (whose input is its vCPU 0's messages). A `messages` table that names no sender is a
+/// manager's (Keel's notices are all it takes), or refused.
 pub fn check_managers(vms: &[Vm]) -> Result<(), ConfigErrorKind> {
+    for (id, vm) in vms.iter().enumerate() {
+        let manages = vms
+            .iter()
+            .any(|other| other.health.managers.iter().any(|&m| usize::from(m) == id));
+        if vm.messages.as_ref().is_some_and(|m| m.senders.is_empty()) && !manages {
+            return Err(ConfigErrorKind::Invalid {
+                subject: Subject::Vm(vm.name.clone()),
+                field: "messages.from",
+                problem: Problem::NoSenders,
+            });
+        }
+    }
     for vm in vms {
         for &manager in &vm.health.managers {
             let Some(manager_vm) = vms.get(usize::from(manager)) else {

@@ -69,9 +69,8 @@ pub fn check_messages(
     let intid = check_interrupt(messages.interrupt, console)
         .map_err(|problem| at("messages.interrupt", problem))?;
 
-    if messages.from.is_empty() {
-        return Err(at("messages.from", Problem::NoSenders));
-    }
+    // An empty `from` is refused once every VM is read, unless the VM manages one (its queue
+    // then takes Keel's notices): [`super::health::check_managers`].
     let mut senders = Vec::with_capacity(messages.from.len());
     for (position, name) in messages.from.iter().enumerate() {
         let problem = |problem| at("messages.from", problem);
