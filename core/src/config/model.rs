@@ -25,6 +25,12 @@ pub const LINUX_IMAGE_BASE_ALIGN: u64 = 2 << 20;
 pub const DEVICE_WINDOW_START: u64 = layout::GICD_BASE;
 /// End of the emulated device window (exclusive): GIC, PL011 and virtio console lie below.
 pub const DEVICE_WINDOW_END: u64 = 0x0A00_1000;
+/// Keel's health devices (the SP805 and the management window), above QEMU `virt`'s
+/// virtio-mmio: kept clear of guest memory in every VM, whether it has them or not.
+pub const HEALTH_WINDOW: (u64, u64) = (
+    layout::WATCHDOG_BASE,
+    layout::MANAGER_BASE + layout::MANAGER_SIZE,
+);
 /// Width of guest-physical addresses Keel's stage 2 translates.
 pub const IPA_BITS: u32 = crate::system::IPA_BITS;
 /// Most VMs a system may have.

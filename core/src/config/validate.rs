@@ -15,8 +15,8 @@ use super::image;
 use super::messages;
 use super::model::{
     Flash, Initrd, Iommu, System, Vm, DEFAULT_IPA, DEVICE_WINDOW_END, DEVICE_WINDOW_START,
-    DTB_REGION_SIZE, FLASH_WINDOW_SIZE, HYPERVISOR_IMAGE_OFFSET, IPA_BITS, KNOWN_DEVICES,
-    LINUX_IMAGE_BASE_ALIGN, MAX_PCPUS, MAX_VCPUS, MAX_VMS, MIN_VM_MEMORY, PAGE_SIZE,
+    DTB_REGION_SIZE, FLASH_WINDOW_SIZE, HEALTH_WINDOW, HYPERVISOR_IMAGE_OFFSET, IPA_BITS,
+    KNOWN_DEVICES, LINUX_IMAGE_BASE_ALIGN, MAX_PCPUS, MAX_VCPUS, MAX_VMS, MIN_VM_MEMORY, PAGE_SIZE,
 };
 use super::passthrough;
 use super::schedule;
@@ -238,16 +238,20 @@ pub(super) fn check_ipa(ipa: u64, size: u64, what: &'static str) -> Result<Addre
             bits: IPA_BITS,
         });
     }
-    let window = AddressRange {
-        start: DEVICE_WINDOW_START,
-        end: DEVICE_WINDOW_END,
-    };
-    if range.overlaps(&window) {
-        return Err(Problem::OverlapsDeviceWindow {
-            what,
-            range,
-            window,
-        });
+    let windows = [
+        (DEVICE_WINDOW_START, DEVICE_WINDOW_END, "GIC, PL011, virtio"),
+        (HEALTH_WINDOW.0, HEALTH_WINDOW.1, "SP805, management window"),
+    ];
+    for (start, end, devices) in windows {
+        let window = AddressRange { start, end };
+        if range.overlaps(&window) {
+            return Err(Problem::OverlapsDeviceWindow {
+                what,
+                range,
+                window,
+                devices,
+            });
+        }
     }
     Ok(range)
 }
