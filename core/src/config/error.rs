@@ -437,8 +437,6 @@ pub enum Problem {
         range: AddressRange,
         /// The emulated devices' window.
         window: AddressRange,
-        /// The devices in it.
-        devices: &'static str,
     },
     /// `<what> <range> extends past the <bits>-bit guest-physical address space`.
     BeyondIpaSpace {
@@ -943,10 +941,14 @@ impl fmt::Display for Problem {
                 what,
                 range,
                 window,
-                devices,
             } => write!(
                 f,
-                "{what} {range} overlaps the emulated device window {window} ({devices})"
+                "{what} {range} overlaps the emulated device window {window} ({})",
+                if window.start == super::model::HEALTH_WINDOW.0 {
+                    "SP805, management window"
+                } else {
+                    "GIC, PL011, virtio"
+                }
             ),
             Self::BeyondIpaSpace { what, range, bits } => write!(
                 f,

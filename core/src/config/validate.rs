@@ -238,18 +238,14 @@ pub(super) fn check_ipa(ipa: u64, size: u64, what: &'static str) -> Result<Addre
             bits: IPA_BITS,
         });
     }
-    let windows = [
-        (DEVICE_WINDOW_START, DEVICE_WINDOW_END, "GIC, PL011, virtio"),
-        (HEALTH_WINDOW.0, HEALTH_WINDOW.1, "SP805, management window"),
-    ];
-    for (start, end, devices) in windows {
+    let windows = [(DEVICE_WINDOW_START, DEVICE_WINDOW_END), HEALTH_WINDOW];
+    for (start, end) in windows {
         let window = AddressRange { start, end };
         if range.overlaps(&window) {
             return Err(Problem::OverlapsDeviceWindow {
                 what,
                 range,
                 window,
-                devices,
             });
         }
     }
