@@ -70,6 +70,7 @@ pub fn run(micro_only: bool) -> Result<()> {
         virtualization: false,
         icount: true,
         icount_sleep: false,
+        icount_shift: 0,
         append: Some("keel.native keel.mode=bench".into()),
         dtb: None,
         initrd: None,

@@ -70,6 +70,10 @@ pub struct SoakArgs {
     /// Run only this part
     #[arg(long, value_enum, value_name = "PART")]
     pub only: Option<SoakPart>,
+    /// Virtual nanoseconds per instruction as a power of two (QEMU's `-icount shift`): 0 is a
+    /// 1 GHz core; 2 a 250 MHz one, whose hour of stress-ng takes a quarter of the host's time
+    #[arg(long, value_name = "S", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=4))]
+    pub shift: u8,
 }
 
 /// A part of the soak.

@@ -21,6 +21,7 @@ fn native() -> Result<Figures> {
         virtualization: false,
         icount: true,
         icount_sleep: false,
+        icount_shift: 0,
         append: Some("keel.native keel.mode=edu keel.edu=bench keel.flood=0".into()),
         edu: true,
         ..Machine::keel(&guest_image("test-guest").ok_or("no test-guest image")?, 1)

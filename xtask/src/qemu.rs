@@ -60,6 +60,9 @@ pub struct Machine {
     /// jumping to its next timer (`sleep=off`): for waits on something that runs in the host's
     /// real time (QEMU's user network), at the cost of runs that no longer repeat exactly.
     pub icount_sleep: bool,
+    /// With `icount`, each instruction takes 2^`icount_shift` ns (0: a 1 GHz core; 2: 250 MHz,
+    /// a quarter of the host's work per virtual second, for the soak's long runs).
+    pub icount_shift: u8,
     /// Kernel command line (`-append`), for native guests.
     pub append: Option<String>,
     /// A device tree to use instead of QEMU's own (`-dtb`).
@@ -115,6 +118,7 @@ impl Machine {
             virtualization: true,
             icount: false,
             icount_sleep: false,
+            icount_shift: 0,
             append: None,
             dtb: None,
             initrd: None,
@@ -135,6 +139,7 @@ impl Machine {
             virtualization: false,
             icount: true,
             icount_sleep: false,
+            icount_shift: 0,
             append: Some(append.into()),
             initrd: Some(initrd.into()),
             ..Self::keel(kernel, cpus)
@@ -147,6 +152,7 @@ impl Machine {
         Self {
             icount: true,
             icount_sleep: false,
+            icount_shift: 0,
             iommu: image.system.iommu.is_some(),
             ..Self::keel(&image.path, image.system.pcpus)
         }
@@ -201,6 +207,7 @@ impl Machine {
             virtualization: true,
             icount: false,
             icount_sleep: false,
+            icount_shift: 0,
             append: Some(xen_cmdline.into()),
             dtb: None,
             initrd: None,
@@ -275,11 +282,12 @@ impl Machine {
             args.extend(
                 [
                     "-icount",
-                    if self.icount_sleep {
-                        "shift=0,sleep=on"
-                    } else {
-                        "shift=0,sleep=off"
-                    },
+                    format!(
+                        "shift={},sleep={}",
+                        self.icount_shift,
+                        if self.icount_sleep { "on" } else { "off" }
+                    )
+                    .as_str(),
                     "-seed",
                     "1",
                     "-rtc",

@@ -50,11 +50,23 @@ fn shared_config(
 /// Writes a generated configuration as `<name>.toml`, builds it and boots it under icount,
 /// its console logged as `logs/<name>.log`.
 pub(crate) fn boot_generated(name: &str, text: &str) -> Result<(Session, SystemImage)> {
+    boot_generated_at(name, text, 0)
+}
+
+/// [`boot_generated`] with each instruction taking 2^`shift` ns of virtual time.
+pub(crate) fn boot_generated_at(
+    name: &str,
+    text: &str,
+    shift: u8,
+) -> Result<(Session, SystemImage)> {
     let path = output_dir().join(format!("{name}.toml"));
     std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
     let image = build_system(&path)?;
-    let session =
-        Machine::keel_icount(&image).spawn(&output_dir().join(format!("logs/{name}.log")))?;
+    let machine = Machine {
+        icount_shift: shift,
+        ..Machine::keel_icount(&image)
+    };
+    let session = machine.spawn(&output_dir().join(format!("logs/{name}.log")))?;
     Ok((session, image))
 }
 
@@ -253,6 +265,7 @@ fn linux_sharing() -> Result<()> {
         virtualization: false,
         icount: true,
         icount_sleep: false,
+        icount_shift: 0,
         append: Some("console=ttyAMA0 keel.test=matrixprod".into()),
         dtb: None,
         initrd: linux.initrd.as_ref().map(|i| i.path.clone()),
@@ -347,6 +360,7 @@ pub fn run(with_linux: bool) -> Result<()> {
         virtualization: false,
         icount: true,
         icount_sleep: false,
+        icount_shift: 0,
         append: Some(format!(
             "keel.native keel.mode=work keel.iterations={WORK_ITERATIONS} keel.start={WORK_START_MS}"
         )),

@@ -38,7 +38,11 @@ const BARE_METAL_RUNNING_S: f64 = 1.2;
 pub fn run(args: &SoakArgs) -> Result<()> {
     crate::image::build_guests()?;
     progress::out(
-        "Soak: QEMU 'virt' cortex-a72, -icount shift=0,sleep=off (1 instruction = 1 ns); times are virtual",
+        &format!(
+            "Soak: QEMU 'virt' cortex-a72, -icount shift={},sleep=off (1 instruction = {} ns); times are virtual",
+            args.shift,
+            1u32 << args.shift
+        ),
     );
     let wanted = |part: SoakPart| args.only.is_none_or(|only| only == part);
     let mut failures = Vec::new();
@@ -49,13 +53,13 @@ pub fn run(args: &SoakArgs) -> Result<()> {
         }
     };
     if wanted(SoakPart::BareMetal) {
-        note("bare-metal", bare_metal(args.restarts));
+        note("bare-metal", bare_metal(args.restarts, args.shift));
     }
     if wanted(SoakPart::Linux) {
-        note("linux", linux(args.linux_restarts));
+        note("linux", linux(args.linux_restarts, args.shift));
     }
     if wanted(SoakPart::Stress) {
-        note("stress", stress(args.minutes));
+        note("stress", stress(args.minutes, args.shift));
     }
     if failures.is_empty() {
         Ok(())
@@ -94,10 +98,11 @@ struct Run {
 }
 
 impl Run {
-    /// Builds configuration `text` as `target/keel/<name>.toml` and boots it under icount, its
-    /// console logged as `target/keel/logs/<name>.log`; it may run `budget` (real time).
-    fn start(name: &str, text: &str, budget: Duration) -> Result<Self> {
-        let (session, _) = crate::sched_bench::boot_generated(name, text)?;
+    /// Builds configuration `text` as `target/keel/<name>.toml` and boots it under icount (2^`shift`
+    /// ns per instruction), its console logged as `target/keel/logs/<name>.log`; it may run
+    /// `budget` (real time).
+    fn start(name: &str, text: &str, budget: Duration, shift: u8) -> Result<Self> {
+        let (session, _) = crate::sched_bench::boot_generated_at(name, text, shift)?;
         let started = Instant::now();
         Ok(Self {
             session,
@@ -399,7 +404,7 @@ fn print_restarts(
 
 /// Part 1: the sample partition restarted `count` times by a bare-metal manager, the 1 kHz
 /// partition beside it.
-fn bare_metal(count: u64) -> Result<()> {
+fn bare_metal(count: u64, shift: u8) -> Result<()> {
     let text = with_restarts(&config_text("bare-metal")?, count)?;
     progress::out("");
     progress::out(&format!(
@@ -410,6 +415,7 @@ fn bare_metal(count: u64) -> Result<()> {
         "soak-bare-metal",
         &text,
         Duration::from_secs(600 + virtual_seconds * REAL_PER_VIRTUAL),
+        shift,
     )?;
     let mut bar = Advance::new(count, "bare-metal restarts");
     let restart_line = r"^\[mgr\] manager: restart vm=0 \d+: running after \d+ us$";
@@ -488,7 +494,7 @@ fn init_times(ended: &Ended) -> Vec<u64> {
 
 /// Part 2: Debian Linux restarted `count` times by a bare-metal manager, each time once its
 /// shell answers, the 1 kHz partition above it on the same pCPU.
-fn linux(count: u64) -> Result<()> {
+fn linux(count: u64, shift: u8) -> Result<()> {
     let text = with_restarts(&config_text("linux")?, count)?;
     progress::out("");
     progress::out(&format!(
@@ -500,6 +506,7 @@ fn linux(count: u64) -> Result<()> {
         "soak-linux",
         &text,
         Duration::from_secs(1200 + virtual_seconds * REAL_PER_VIRTUAL),
+        shift,
     )?;
     let mut bar = Advance::new(count, "Linux restarts");
     let mut steps = || -> Result<()> {
@@ -640,7 +647,7 @@ fn stress_command(seconds: u64) -> String {
 
 /// Part 3: Debian Linux under stress-ng for `minutes` of virtual time next to the sample
 /// partition's three tasks on the same EDF pCPU.
-fn stress(minutes: u64) -> Result<()> {
+fn stress(minutes: u64, shift: u8) -> Result<()> {
     let text = config_text("stress")?;
     let seconds = minutes * 60;
     progress::out("");
@@ -651,6 +658,7 @@ fn stress(minutes: u64) -> Result<()> {
         "soak-stress",
         &text,
         Duration::from_secs(1200 + (seconds + 30) * REAL_PER_VIRTUAL),
+        shift,
     )?;
     let report = r"^\[control\] control: t=(\d+) s task 2 ";
     let end = r"^\[linux\] soak-stress-end-(\d+)$";

@@ -122,6 +122,7 @@ pub(crate) fn fetch(bytes: usize, real_time: bool) -> Result<Figures> {
     let url = format!("keel.url={}", server.guest_url());
     let machine = Machine {
         icount_sleep: real_time,
+        icount_shift: 0,
         ..machine("net", &url, true)?
     };
     let (ended, wall) = run_to_end(&machine, "linux-devices-net")?;
@@ -178,6 +179,7 @@ pub(crate) fn image_saving(real_time: bool) -> Result<Figures> {
     let extra = format!("keel.url={} keel.count={IMAGES}", server.guest_url());
     let machine = Machine {
         icount_sleep: real_time,
+        icount_shift: 0,
         ..machine("imagesave", &extra, true)?
     };
     let (ended, wall) = run_to_end(&machine, "linux-devices-imagesave")?;

@@ -119,6 +119,7 @@ impl Host {
         Ok(Machine {
             icount: native.icount,
             icount_sleep: native.icount_sleep,
+            icount_shift: native.icount_shift,
             disk: native.disk,
             user_network: native.user_network,
             ..dom0
@@ -316,6 +317,7 @@ pub(crate) fn fetch(bytes: usize, iommu: bool, real_time: bool, host: Host) -> R
     let url = format!("keel.url={}", server.guest_url());
     let machine = host.machine(Machine {
         icount_sleep: real_time,
+        icount_shift: 0,
         ..machine_with_iommu("net", &url, true, iommu)?
     })?;
     let log = format!(
@@ -392,6 +394,7 @@ pub(crate) fn image_saving(real_time: bool, host: Host) -> Result<Figures> {
     let url = format!("keel.url={} keel.count={IMAGES}", server.guest_url());
     let machine = host.machine(Machine {
         icount_sleep: real_time,
+        icount_shift: 0,
         ..machine("imagesave", &url, true)?
     })?;
     let log = format!("rootfs-imagesave{}", host.log_suffix());
