@@ -29,7 +29,7 @@ pub mod tasks;
 use core::cell::UnsafeCell;
 use core::sync::atomic::Ordering;
 
-use keel_core::sched::{Decision, Scheduler, Stats, MAX_SLOTS};
+use keel_core::sched::{Decision, Journal, Scheduler, Stats, MAX_SLOTS};
 use keel_core::table::{at, at_mut};
 
 use crate::arch::boot::MAX_CPUS;
@@ -1036,12 +1036,17 @@ fn note_misses(shared: &mut SharedCpu) {
             continue;
         };
         let journal = shared.scheduler.take_journal(slot);
-        if journal.missed + journal.exhausted > 0 && !shared.has(slot, Flags::RELOADING) {
-            crate::health::note_misses(
-                placed.vm,
-                u32::try_from(journal.missed + journal.exhausted).unwrap_or(u32::MAX),
-            );
-        }
+        report_misses(shared, slot, placed.vm, &journal);
+    }
+}
+
+/// Hands slot `slot`'s new deadline misses and budget overruns (its `journal`) of VM `vm` to
+/// health monitoring, but a reload's own.
+#[inline(always)]
+fn report_misses(shared: &SharedCpu, slot: usize, vm: usize, journal: &Journal) {
+    let count = journal.missed + journal.exhausted;
+    if count > 0 && !shared.has(slot, Flags::RELOADING) {
+        crate::health::note_misses(vm, u32::try_from(count).unwrap_or(u32::MAX));
     }
 }
 
@@ -1063,14 +1068,8 @@ fn trace_decision(shared: &mut SharedCpu, decision: Decision) {
         if journal.is_empty() {
             continue;
         }
-        if crate::health::misses_watched()
-            && journal.missed + journal.exhausted > 0
-            && !shared.has(slot, Flags::RELOADING)
-        {
-            crate::health::note_misses(
-                placed.vm,
-                u32::try_from(journal.missed + journal.exhausted).unwrap_or(u32::MAX),
-            );
+        if crate::health::misses_watched() {
+            report_misses(shared, slot, placed.vm, &journal);
         }
         let budget = u64::from(budget_ticks(shared.scheduler.budget_left(slot)));
         for (kind, count, arg) in [
