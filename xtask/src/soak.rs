@@ -19,20 +19,16 @@ use crate::qemu::{Ended, Session};
 use crate::scenarios::{lines_of, tick_reports, with_console_tail};
 use crate::{workspace, Result};
 
-/// Real seconds a soak may take per second of virtual time before QEMU is killed: this
-/// machine ran Linux under stress-ng at about 4.5 real seconds per virtual second, niced
-/// beside other work.
-const REAL_PER_VIRTUAL: u64 = 15;
+/// Real seconds a soak may take per second of virtual time before QEMU is killed: Linux
+/// under stress-ng takes about 7 seconds of one host core per virtual second, which this
+/// machine (2 cores, shared, niced) gave at 6 to 13 real seconds per virtual second.
+const REAL_PER_VIRTUAL: u64 = 30;
 
 /// Longest wait for one restart's line, or for one report of the sample partition (real time).
 const STEP: Duration = Duration::from_secs(300);
 
 /// Longest wait for Linux's shell after a boot or a restart (real time).
 const LINUX_BOOT: Duration = Duration::from_secs(900);
-
-/// Virtual time the bare-metal VM runs between two restarts (`keel.running` of its manager):
-/// long enough for the sample partition's first report after each boot.
-const BARE_METAL_RUNNING_S: f64 = 1.2;
 
 /// Runs the parts of the soak that `args` selects, each printing its figures.
 pub fn run(args: &SoakArgs) -> Result<()> {
@@ -87,6 +83,16 @@ fn with_restarts(text: &str, restarts: u64) -> Result<String> {
             "the configuration has {n} keel.restarts= tokens, expected one"
         )),
     }
+}
+
+/// The `keel.running=<ms>` of configuration `text`: how long its manager lets the VM run
+/// between two restarts.
+fn running_ms(text: &str) -> Result<u64> {
+    Regex::new(r"keel\.running=(\d+)")
+        .unwrap()
+        .captures(text)
+        .map(|c| c[1].parse().unwrap())
+        .ok_or("the configuration's manager has no keel.running=<ms>".into())
 }
 
 /// A soak's QEMU and its deadline.
@@ -406,11 +412,13 @@ fn print_restarts(
 /// partition beside it.
 fn bare_metal(count: u64, shift: u8) -> Result<()> {
     let text = with_restarts(&config_text("bare-metal")?, count)?;
+    let running = running_ms(&text)?;
     progress::out("");
     progress::out(&format!(
-        "Bare-metal: 'mgr' restarts the sample partition 'control' {count} times, {BARE_METAL_RUNNING_S} s of its running apart; 'rt' ticks at 1 kHz on the same EDF pCPU (configs/soak/bare-metal.toml)"
+        "Bare-metal: 'mgr' restarts the sample partition 'control' {count} times, {running} ms of its running apart; 'rt' ticks at 1 kHz on the same EDF pCPU (configs/soak/bare-metal.toml)"
     ));
-    let virtual_seconds = 10 + (count as f64 * (BARE_METAL_RUNNING_S + 0.1)) as u64;
+    // Each restart's running and its reload (about 5 ms).
+    let virtual_seconds = 10 + count * (running + 100) / 1000;
     let mut run = Run::start(
         "soak-bare-metal",
         &text,
@@ -784,6 +792,17 @@ mod tests {
         assert!(with_restarts("keel.restarts=1 keel.restarts=2", 5)
             .unwrap_err()
             .contains("2 keel.restarts= tokens"));
+    }
+
+    #[test]
+    fn the_running_time_is_read_from_the_configuration() {
+        assert_eq!(
+            running_ms("cmdline = \"keel.restarts=5 keel.running=1200\"").unwrap(),
+            1200
+        );
+        assert!(running_ms("cmdline = \"keel.restarts=5\"")
+            .unwrap_err()
+            .contains("no keel.running"));
     }
 
     #[test]
