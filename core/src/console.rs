@@ -172,15 +172,8 @@ impl Ring<[u8]> {
         let window = self.len.min(max);
         let (first, second) = self.runs();
         let in_first = window.min(first.len());
-        let newline = first[..in_first]
-            .iter()
-            .position(|&b| b == b'\n')
-            .or_else(|| {
-                at(second, ..window - in_first)
-                    .iter()
-                    .position(|&b| b == b'\n')
-                    .map(|i| in_first + i)
-            });
+        let newline = find_newline(&first[..in_first])
+            .or_else(|| find_newline(at(second, ..window - in_first)).map(|i| in_first + i));
         match newline {
             Some(i) => Some((i + 1, true)),
             None if window > 0 && window == max => Some((window, false)),
@@ -451,6 +444,36 @@ impl OutLine {
         self.sent = 0;
         true
     }
+}
+
+/// Where the first `\n` of `bytes` is: eight bytes at a time (a line is searched with
+/// interrupts masked at EL2, where a byte at a time cost 6 instructions a byte, 1,100 for a
+/// 180-byte line; eight at a time cost under 4 a byte, though Keel's target, without unaligned
+/// loads, loads them one by one; one copy for both runs of the ring). A byte of `word ^ pattern` is zero where `word` has a `\n`; `(x - 0x01..)
+/// & !x & 0x80..` sets the top bit of each zero byte of `x`, exactly for the lowest one (a
+/// borrow only reaches the bytes above it), which is the first in little-endian order.
+#[inline(never)]
+fn find_newline(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const TOPS: u64 = 0x8080_8080_8080_8080;
+    const PATTERN: u64 = ONES * b'\n' as u64;
+    let mut words = bytes.chunks_exact(8);
+    let mut base = 0;
+    for word in &mut words {
+        let mut eight = [0u8; 8];
+        eight.copy_from_slice(word);
+        let x = u64::from_le_bytes(eight) ^ PATTERN;
+        let zero = x.wrapping_sub(ONES) & !x & TOPS;
+        if zero != 0 {
+            return Some(base + (zero.trailing_zeros() / 8) as usize);
+        }
+        base += 8;
+    }
+    words
+        .remainder()
+        .iter()
+        .position(|&b| b == b'\n')
+        .map(|i| base + i)
 }
 
 impl ConsoleMux {
@@ -853,6 +876,31 @@ impl ConsoleMux {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The word-at-a-time search finds what a byte-at-a-time one finds: every length up to
+    /// three words, a `\n` (or none) at each place, among bytes next to it in value (0x09,
+    /// 0x0b, 0x8a: the ones a borrow or a top bit could mistake), one or two of them.
+    #[test]
+    fn find_newline_agrees_with_a_byte_search() {
+        let mut rng = crate::rng::Rng::new(11);
+        let fill = [0x00u8, 0x09, 0x0b, 0x8a, 0xff, b'a', 0x01];
+        for len in 0..=24usize {
+            for first in 0..=len {
+                for _ in 0..8 {
+                    let mut bytes: std::vec::Vec<u8> = (0..len)
+                        .map(|_| fill[rng.below(fill.len() as u64) as usize])
+                        .collect();
+                    if first < len {
+                        bytes[first] = b'\n';
+                        let second = first + rng.below((len - first) as u64) as usize;
+                        bytes[second] = b'\n';
+                    }
+                    let expected = bytes.iter().position(|&b| b == b'\n');
+                    assert_eq!(find_newline(&bytes), expected, "{bytes:x?}");
+                }
+            }
+        }
+    }
 
     /// The ring, pushed and popped across its wrap-around, gives back exactly what went in,
     /// line by line (a model check against a plain vector).

@@ -24,9 +24,9 @@ use keel_core::text::{Out, Show};
 use crate::arch::cpu::Mutex;
 use crate::arch::timer;
 use crate::config::SYSTEM;
-use crate::console::VmLabel;
+use crate::console::{self, VmLabel};
 use crate::vm::{self, VmState, MAX_VMS};
-use crate::{iommu, ipc, keel_println, keel_println_limited, lifecycle};
+use crate::{iommu, ipc, keel_println, lifecycle};
 
 /// Whether health monitoring is built in: some VM has a policy other than the default, a
 /// manager or a watchdog. Without, every event takes today's action with no record, notice or
@@ -68,8 +68,15 @@ pub fn decide(id: usize, event: Event, reason: &dyn Show) -> Action {
     if !ON {
         return Policy::DEFAULT.action(event);
     }
+    // What came before (a trap's decoding, a console drain in the same timer interrupt), the
+    // decision and its line, and the notices: each a masked stretch of its own.
+    crate::irq::serve_here();
     let action = decide_and_say(id, event, reason);
-    notify(id, event, action);
+    crate::irq::serve_here();
+    if !policy(id).managers.is_empty() {
+        notify(id, event, action);
+        crate::irq::serve_here();
+    }
     action
 }
 
@@ -115,35 +122,34 @@ fn say(id: usize, event: Event, decision: Decision, reason: &dyn Show) {
     let desc = vm::desc(id);
     let label = VmLabel(desc.name, id);
     let limit = policy(id).restarts;
+    let kind = Some((DiagnosticKind::Reset, id));
+    let between = crate::irq::serve_here;
     match decision.action {
-        Action::Stop if event == Event::PowerOff => {}
-        Action::Stop => {}
+        Action::Stop | Action::StopAtLimit => {}
         Action::Restart if event == Event::Reset => {}
         Action::Restart => match limit {
-            Some(limit) if event != Event::ManagerRestart => keel_println_limited!(
-                DiagnosticKind::Reset,
-                id,
-                label,
-                " restarts: ",
-                reason,
-                " (restart ",
-                decision.in_window,
-                " of at most ",
-                limit.max,
-                " within ",
-                Millis(limit.window_ns),
-                ")"
+            Some(limit) if event != Event::ManagerRestart => console::line_in_steps(
+                kind,
+                &[
+                    &label,
+                    &" restarts: ",
+                    &reason,
+                    &" (restart ",
+                    &decision.in_window,
+                    &" of at most ",
+                    &limit.max,
+                    &" within ",
+                    &Millis(limit.window_ns),
+                    &")",
+                ],
+                between,
             ),
-            _ => keel_println_limited!(DiagnosticKind::Reset, id, label, " restarts: ", reason),
+            _ => console::line_in_steps(kind, &[&label, &" restarts: ", &reason], between),
         },
-        Action::StopAtLimit => {}
-        Action::Ignore => keel_println_limited!(
-            DiagnosticKind::Reset,
-            id,
-            label,
-            " health: ",
-            reason,
-            " (ignored)"
+        Action::Ignore => console::line_in_steps(
+            kind,
+            &[&label, &" health: ", &reason, &" (ignored)"],
+            between,
         ),
     }
 }

@@ -49,8 +49,9 @@ pub fn serve_between_steps(site: keel_core::abi::MaskedSite) -> Handled {
 }
 
 /// [`serve_between_steps`] at the current stretch's site, for a caller that cannot take
-/// what it served (a console line's poll point, see [`hyp_timer`]).
-fn serve_here() {
+/// what it served (a console line's poll point, see [`hyp_timer`]; a health event's steps,
+/// whose caller reschedules or parks after them).
+pub fn serve_here() {
     let _ = serve_between_steps(vm::masked().site());
 }
 

@@ -401,7 +401,15 @@ pub fn stop(id: usize, reason: &dyn Show) {
             trace::StopReason::Fault as u8,
             0,
         );
-        keel_println!(VmLabel(desc.name, id), " stopped: ", reason);
+        let parts: [&dyn Show; 3] = [&VmLabel(desc.name, id), &" stopped: ", &reason];
+        if crate::config::HEALTH {
+            // Made in steps: a fault's line is long, and made with interrupts masked (the
+            // callers, a trap or a timer's health event, may serve interrupts meanwhile).
+            console::line_in_steps(None, &parts, irq::serve_here);
+        } else {
+            // Without health monitoring, as before it (and the image without the steps' code).
+            console::hypervisor_line(&parts);
+        }
         after_vm_ended(id);
     }
 }

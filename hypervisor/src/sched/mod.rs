@@ -755,6 +755,10 @@ fn run_reload(slot: usize, id: usize) -> ! {
             continue;
         }
         if lifecycle::reload_step(id) {
+            // The last step (its `reloaded` line) and the slot's stop with the decision after
+            // it: two masked stretches (in one they took 2,069 instructions); run_loop decides
+            // anew whatever was served here.
+            let _ = irq::serve_between_steps(MaskedSite::Reload);
             {
                 let mut shared = this_shared().lock_cold();
                 shared.clear(slot, Flags::RELOADING);
