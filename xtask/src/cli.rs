@@ -127,7 +127,11 @@ pub enum Bench {
     },
     /// Real-time task services, the sample partition's jitter, masked stretches, lateness
     /// through resets
-    Tasks,
+    Tasks {
+        /// Only the masked stretches of a Linux restart by its watchdog
+        #[arg(long)]
+        restart_only: bool,
+    },
     /// A passthrough interrupt (QEMU's edu behind the SMMU): native, Keel pinned, Keel shared
     Devices,
     /// Boot CONFIG under icount until QEMU ends (or a console line matches REGEX) and print each

@@ -87,7 +87,7 @@ fn bench(which: Option<Bench>) -> Result<()> {
         None => bench::run(false),
         Some(Bench::Micro) => bench::run(true),
         Some(Bench::Sched { no_linux }) => sched_bench::run(!no_linux),
-        Some(Bench::Tasks) => tasks_bench::run(),
+        Some(Bench::Tasks { restart_only }) => tasks_bench::run(restart_only),
         Some(Bench::Devices) => devices_bench::run(),
         Some(Bench::Masked {
             config,

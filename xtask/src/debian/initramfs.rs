@@ -10,9 +10,9 @@ use super::apt::{no_package, Apt, KernelPackage, Unpacked};
 use super::cpio::{Node, Tree};
 use super::elf::{is_elf, Elf};
 use super::scripts::{
-    modules_test, BANDWIDTH_TEST, BENCH_TEST, DISK_READ_TEST, DISK_TEST, IMAGESAVE_TEST, INIT,
-    LOAD_TEST, MATRIXPROD_TEST, NET_TEST, RTC_TEST, STRESS_TEST, TEST_LIBRARY, UDHCPC_SCRIPT,
-    VIRTIO_TEST,
+    modules_test, BANDWIDTH_TEST, BENCH_TEST, CRASH_TEST, DISK_READ_TEST, DISK_TEST,
+    IMAGESAVE_TEST, INIT, LOAD_TEST, MATRIXPROD_TEST, NET_TEST, RTC_TEST, STRESS_TEST,
+    TEST_LIBRARY, UDHCPC_SCRIPT, VIRTIO_TEST,
 };
 use crate::step;
 
@@ -195,6 +195,7 @@ fn base_system(image: &mut Tree) {
     image.insert("tests/stress.sh", 0o100755, Node::Data(STRESS_TEST.into()));
     image.insert("tests/bench.sh", 0o100755, Node::Data(BENCH_TEST.into()));
     image.insert("tests/load.sh", 0o100755, Node::Data(LOAD_TEST.into()));
+    image.insert("tests/crash.sh", 0o100755, Node::Data(CRASH_TEST.into()));
     image.insert(
         "tests/bandwidth.sh",
         0o100755,

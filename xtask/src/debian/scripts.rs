@@ -253,6 +253,18 @@ step load stress-ng --cpu 1 --timeout 10s --metrics-brief
 exit $status
 "#;
 
+/// `keel.test=crash`: the kernel crashed on purpose (`sysrq c`) once its watchdog daemon
+/// runs, after `keel.crash-after=S` seconds (default 1): with no `panic=`, it stays down,
+/// and its watchdog's expiry is Keel's to act on (`cargo xtask bench tasks`: the masked
+/// stretches of the restart that follows).
+pub(super) const CRASH_TEST: &str = r#". /tests/lib.sh
+sleep "$(parameter crash-after 1)"
+echo "KEEL-CRASH now"
+echo c > /proc/sysrq-trigger
+echo "keel: still running after sysrq c"
+exit 1
+"#;
+
 /// `keel.test=matrixprod`: the CPU-bound throughput figure alone (the shared-pCPU throughput
 /// benchmark runs it natively and next to a real-time partition).
 pub(super) const MATRIXPROD_TEST: &str = r#". /tests/lib.sh
