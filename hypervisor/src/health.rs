@@ -92,13 +92,36 @@ fn decide_and_say(id: usize, event: Event, reason: &dyn Show) -> Action {
 
 /// A manager's request (`manager`): decided and said at once, in the manager's trap; its
 /// notices and action are handed to the VM's vCPU 0's pCPU, which carries them out from its
-/// timer ([`serve`]), so that neither is in one masked stretch with the other.
-pub fn request(id: usize, event: Event, manager: usize) {
+/// timer ([`serve`]), so that neither is in one masked stretch with the other. Refused
+/// (false) while another request for the VM waits ([`pending_request`]).
+pub fn request(id: usize, event: Event, manager: usize) -> bool {
+    let slot = vm::entry(&REQUESTS, id);
+    // Claimed first, so that two managers cannot both decide (and count) one request.
+    if slot
+        .compare_exchange(0, CLAIMED, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return false;
+    }
     let reason = ByManager(manager);
     let action = decide_and_say(id, event, &reason);
     let packed = u32::from(event as u8) | u32::from(action as u8) << 8 | (manager as u32) << 16;
-    vm::entry(&REQUESTS, id).store(packed, Ordering::Release);
+    slot.store(packed, Ordering::Release);
     vm::note_health_event_on(vm::home_pcpu(id), id);
+    true
+}
+
+/// A request being decided in a manager's trap ([`request`]): not yet for [`serve`].
+const CLAIMED: u32 = u32::MAX;
+
+/// The action of the manager's request for VM `id` that waits for its vCPU 0's pCPU, if one
+/// does (`Some(None)`: one is being decided).
+pub fn pending_request(id: usize) -> Option<Option<Action>> {
+    match vm::entry(&REQUESTS, id).load(Ordering::Acquire) {
+        0 => None,
+        CLAIMED => Some(None),
+        packed => Some(Action::from_code((packed >> 8) as u8)),
+    }
 }
 
 /// The reason a manager's request gives: `asked by 'linux'`.
@@ -281,10 +304,12 @@ pub fn serve() {
     let here = crate::arch::cpu::index();
     let pending = vm::this_cpu().health_pending.swap(0, Ordering::AcqRel);
     for id in 0..SYSTEM.vms.len() {
-        let request = if pending & (1 << id) != 0 {
-            vm::entry(&REQUESTS, id).swap(0, Ordering::AcqRel)
-        } else {
-            0
+        // Only a manager's trap moves the slot from 0 (to CLAIMED, then to its request), and
+        // only this pCPU from a request back to 0.
+        let slot = vm::entry(&REQUESTS, id);
+        let request = match slot.load(Ordering::Acquire) {
+            request if pending & (1 << id) != 0 && request != 0 && request != CLAIMED => request,
+            _ => 0,
         };
         if let (Some(event), Some(action)) = (
             Event::from_code(request as u8),
@@ -292,6 +317,8 @@ pub fn serve() {
         ) {
             let reason = ByManager((request >> 16) as usize);
             carry_out(id, action, event, &reason);
+            // Taken once under way: KEEL_VM_STATUS meanwhile says what it will be.
+            slot.store(0, Ordering::Release);
             // The action, then its notices (a manager reading the VM's state on one finds it
             // done or under way), each a masked stretch of its own.
             let _ = crate::irq::serve_between_steps(keel_core::abi::MaskedSite::GuestIrq);
@@ -330,7 +357,9 @@ pub fn serve() {
 /// when (ns).
 pub fn status(id: usize) -> (VmStatus, u32, u64, u64) {
     let vm = vm::vm(id);
-    let state = if vm.is_resetting() {
+    // A manager's restart asked and not yet begun is under way too.
+    let asked = pending_request(id) == Some(Some(Action::Restart));
+    let state = if vm.is_resetting() || asked {
         VmStatus::Restarting
     } else {
         match vm.state() {

@@ -7,7 +7,7 @@
 //! shared pCPU's scheduler lock for the statistics, each alone and briefly.
 
 use keel_core::abi::{self, CallError};
-use keel_core::health::Event;
+use keel_core::health::{Action, Event};
 
 use crate::config::SYSTEM;
 use crate::vm::{self, VmState};
@@ -93,23 +93,25 @@ pub fn call(caller: usize, caller_vcpu: usize, function: u32, args: &[u64; 6]) -
             if vm.state() == VmState::Running || vm.is_resetting() {
                 return refused(CallError::AlreadyOn);
             }
-            restart(caller, target);
-            [0; 8]
+            asked(health::request(target, Event::ManagerRestart, caller))
         }
-        abi::KEEL_VM_RESTART if manages => {
-            if !vm::vm(target).is_resetting() {
-                restart(caller, target);
-            }
-            [0; 8]
-        }
+        abi::KEEL_VM_RESTART if manages => match health::pending_request(target) {
+            // A restart under way or asked: this one is that one.
+            _ if vm::vm(target).is_resetting() => [0; 8],
+            Some(Some(Action::Restart)) => [0; 8],
+            // A stop asked meanwhile: asked again once it is done.
+            Some(_) => refused(CallError::OnPending),
+            None => asked(health::request(target, Event::ManagerRestart, caller)),
+        },
         abi::KEEL_VM_STOP if manages => {
             let vm = vm::vm(target);
-            if vm.is_resetting() {
-                // Its restart would run it again: asked again once it runs.
+            if vm.is_resetting() || health::pending_request(target).is_some() {
+                // Its restart would run it again, or another request waits: asked again once
+                // it is done.
                 return refused(CallError::OnPending);
             }
             if vm.state() == VmState::Running {
-                health::request(target, Event::ManagerStop, caller);
+                return asked(health::request(target, Event::ManagerStop, caller));
             }
             [0; 8]
         }
@@ -123,8 +125,13 @@ pub fn call(caller: usize, caller_vcpu: usize, function: u32, args: &[u64; 6]) -
     }
 }
 
-/// A manager's restart of VM `target` (or start, when it had ended): decided (counted, a line)
-/// here, its notices and the restart handed to its vCPU 0's pCPU.
-fn restart(caller: usize, target: usize) {
-    health::request(target, Event::ManagerRestart, caller);
+/// A manager's request made ([`health::request`]: decided, counted and said here, its
+/// notices and action handed to the VM's vCPU 0's pCPU), or refused for another one that
+/// waits (two managers at once).
+fn asked(made: bool) -> Results {
+    if made {
+        [0; 8]
+    } else {
+        refused(CallError::OnPending)
+    }
 }
