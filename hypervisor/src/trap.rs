@@ -818,8 +818,5 @@ fn data_abort(
 /// instructions in one). What they ask of the scheduler it sees as it runs anyway.
 fn park_after_line() -> ! {
     let _ = irq::serve_between_steps(MaskedSite::GuestTrap);
-    // What that poll served (a timer's console line, a kick) and the switch after it: two
-    // masked stretches (in one they took 2,069 instructions when a VM restarted).
-    let _ = irq::serve_between_steps(MaskedSite::GuestTrap);
     sched::pinned::park()
 }
