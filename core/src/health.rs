@@ -364,6 +364,49 @@ impl Notice {
     }
 }
 
+/// A VM's resource counters (KEEL_VM_RESOURCES): what a restart must bring back to what they
+/// were at boot. Keel, the guest SDK and the `keel` command share this one encoding of them
+/// in x0..x3.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Resources {
+    /// Messages queued in its queues.
+    pub messages: u64,
+    /// Its live tasks.
+    pub tasks: u64,
+    /// Scheduler slots of its vCPUs and tasks started on shared pCPUs.
+    pub slots: u64,
+    /// Its virtual interrupts raised and not done with (pending, active or listed).
+    pub raised: u32,
+    /// Whether its devices' DMA translates.
+    pub dma: bool,
+    /// Whether its watchdog is armed.
+    pub watchdog: bool,
+}
+
+impl Resources {
+    /// x0..x3 of the call's result: the three counts, then `raised | dma << 32 | watchdog << 33`.
+    pub fn to_results(&self) -> [u64; 4] {
+        [
+            self.messages,
+            self.tasks,
+            self.slots,
+            u64::from(self.raised) | u64::from(self.dma) << 32 | u64::from(self.watchdog) << 33,
+        ]
+    }
+
+    /// The counters from x0..x3 of the call's result ([`Resources::to_results`]).
+    pub fn from_results(x: [u64; 4]) -> Self {
+        Self {
+            messages: x[0],
+            tasks: x[1],
+            slots: x[2],
+            raised: x[3] as u32,
+            dma: x[3] >> 32 & 1 != 0,
+            watchdog: x[3] >> 33 & 1 != 0,
+        }
+    }
+}
+
 /// A VM's state as KEEL_VM_STATUS reports it (x0).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -405,6 +448,24 @@ impl VmStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The counters go through x0..x3 and back unchanged, each flag in its own bit.
+    #[test]
+    fn resources_round_trip_through_the_results() {
+        for (dma, watchdog) in [(false, false), (true, false), (false, true), (true, true)] {
+            let resources = Resources {
+                messages: 7,
+                tasks: 3,
+                slots: 4,
+                raised: u32::MAX,
+                dma,
+                watchdog,
+            };
+            let x = resources.to_results();
+            assert_eq!(x[3] >> 34, 0);
+            assert_eq!(Resources::from_results(x), resources);
+        }
+    }
 
     const SECOND: u64 = 1_000_000_000;
 

@@ -7,7 +7,7 @@
 //! shared pCPU's scheduler lock for the statistics, each alone and briefly.
 
 use keel_core::abi::{self, CallError};
-use keel_core::health::{Action, Event};
+use keel_core::health::{Action, Event, Resources};
 
 use crate::config::SYSTEM;
 use crate::vm::{self, VmState};
@@ -73,20 +73,16 @@ pub fn call(caller: usize, caller_vcpu: usize, function: u32, args: &[u64; 6]) -
             ]
         }
         abi::KEEL_VM_RESOURCES if reads => {
-            let raised = u64::from(vm::vm(target).vgic.lock_cold().raised_count());
-            let translating = u64::from(crate::iommu::vm_streams_translate(target));
-            let watchdog = u64::from(vm::watchdog_expiry(target).is_some());
-            let tasks = vm::task_tables().lock_cold()[target].count() as u64;
-            [
-                crate::ipc::queued(target),
-                tasks,
-                sched::started_slots(target),
-                raised | translating << 32 | watchdog << 33,
-                0,
-                0,
-                0,
-                0,
-            ]
+            let resources = Resources {
+                messages: crate::ipc::queued(target),
+                tasks: vm::task_tables().lock_cold()[target].count() as u64,
+                slots: sched::started_slots(target),
+                raised: vm::vm(target).vgic.lock_cold().raised_count(),
+                dma: crate::iommu::vm_streams_translate(target),
+                watchdog: vm::watchdog_expiry(target).is_some(),
+            };
+            let [x0, x1, x2, x3] = resources.to_results();
+            [x0, x1, x2, x3, 0, 0, 0, 0]
         }
         abi::KEEL_VM_START if manages => {
             let vm = vm::vm(target);

@@ -111,23 +111,7 @@ pub struct SchedStats {
     pub worst_ns: u64,
 }
 
-/// A VM's resource counters (KEEL_VM_RESOURCES): what a restart brings back to their values at
-/// its boot.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Resources {
-    /// Messages queued in its queues.
-    pub messages: u64,
-    /// Its live tasks.
-    pub tasks: u64,
-    /// Scheduler slots its vCPUs and tasks hold started on shared pCPUs.
-    pub slots: u64,
-    /// Its virtual interrupts raised and not done with (pending, active or listed).
-    pub raised: u32,
-    /// Whether its devices' DMA translates.
-    pub dma: bool,
-    /// Whether its watchdog is armed.
-    pub watchdog: bool,
-}
+pub use keel_core::health::Resources;
 
 /// What KEEL_MSG_RECV through the window took.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -213,14 +197,7 @@ pub fn sched_stats(window: &mut dyn Window, vm: u16, vcpu: u16) -> Result<SchedS
 /// KEEL_VM_RESOURCES of VM `vm`.
 pub fn resources(window: &mut dyn Window, vm: u16) -> Result<Resources, Refusal> {
     let x = window.call(abi::KEEL_VM_RESOURCES, &[u64::from(vm)], 4);
-    Ok(Resources {
-        messages: answer(x[0])?,
-        tasks: x[1],
-        slots: x[2],
-        raised: x[3] as u32,
-        dma: x[3] >> 32 & 1 != 0,
-        watchdog: x[3] >> 33 & 1 != 0,
-    })
+    Ok(Resources::from_results([answer(x[0])?, x[1], x[2], x[3]]))
 }
 
 /// KEEL_MSG_RECV through the window: the next message queued for this VM's vCPU 0, taken.

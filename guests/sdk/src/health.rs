@@ -4,7 +4,7 @@
 //! ([`crate::message::receive`]; decode them with [`keel_core::health::Notice::from_bytes`]).
 
 use keel_core::abi::{self, CallError};
-pub use keel_core::health::{Action, Event, Notice, VmStatus, KEEL_SENDER};
+pub use keel_core::health::{Action, Event, Notice, Resources, VmStatus, KEEL_SENDER};
 
 use crate::keel::SchedStats;
 use crate::smccc::{error_from_x0, hvc_call, CallResult};
@@ -75,33 +75,10 @@ pub fn sched_stats(vm: u64, vcpu: u64) -> Result<SchedStats, CallError> {
     })
 }
 
-/// Keel's resource counters of a VM (KEEL_VM_RESOURCES): what a restart must bring back to
-/// what they were at boot.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Resources {
-    /// Messages queued in its queues.
-    pub messages: u64,
-    /// Its live tasks.
-    pub tasks: u64,
-    /// Scheduler slots of its vCPUs and tasks started on shared pCPUs.
-    pub slots: u64,
-    /// Its virtual interrupts pending, active or listed.
-    pub raised: u32,
-    /// Whether its devices' DMA translates.
-    pub dma: bool,
-    /// Whether its watchdog is armed.
-    pub watchdog: bool,
-}
-
 /// KEEL_VM_RESOURCES of VM `vm`.
 pub fn resources(vm: u64) -> Result<Resources, CallError> {
     let result = call(abi::KEEL_VM_RESOURCES, [vm, 0, 0])?;
-    Ok(Resources {
-        messages: result.x0,
-        tasks: result.x1,
-        slots: result.x2,
-        raised: result.x3 as u32,
-        dma: result.x3 >> 32 & 1 != 0,
-        watchdog: result.x3 >> 33 & 1 != 0,
-    })
+    Ok(Resources::from_results([
+        result.x0, result.x1, result.x2, result.x3,
+    ]))
 }
