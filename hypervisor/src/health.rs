@@ -238,12 +238,15 @@ impl Show for RefusedNotice {
 
 /// Carries out `action` on VM `id` from anywhere but the VM's own trap (a watchdog, misses, a
 /// manager): a stop (its line said here), or a restart begun (its vCPU 0's pCPU reloads it).
+/// The action ends with a poll point: what follows it (its notices, the scheduler's look at the
+/// VM's stopped vCPUs, a switch) is a masked stretch of its own.
 pub fn carry_out(id: usize, action: Action, event: Event, reason: &dyn Show) {
     match action {
-        Action::Ignore => {}
+        Action::Ignore => return,
         Action::Stop | Action::StopAtLimit => stop(id, action, event, reason),
         Action::Restart => lifecycle::restart(id),
     }
+    crate::irq::serve_here();
 }
 
 /// Stops VM `id` for `event` with its line (`stopped: <reason>`, and the limit if that is why).
@@ -321,7 +324,6 @@ pub fn serve() {
             slot.store(0, Ordering::Release);
             // The action, then its notices (a manager reading the VM's state on one finds it
             // done or under way), each a masked stretch of its own.
-            let _ = crate::irq::serve_between_steps(keel_core::abi::MaskedSite::GuestIrq);
             notify(id, event, action);
             // And the scheduler's look at the VM's stopped vCPUs that follows (the caller
             // reschedules: what these poll points served needs nothing else).

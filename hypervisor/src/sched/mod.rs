@@ -377,7 +377,12 @@ enum Elsewhere {
 impl Elsewhere {
     fn go(self) -> ! {
         match self {
-            Elsewhere::RunLoop => run_loop(),
+            // A poll point: a VM's slots that stop one per pass (a restart) are not entered,
+            // and each pass of the run loop after it is a masked stretch of its own.
+            Elsewhere::RunLoop => {
+                irq::serve_here();
+                run_loop()
+            }
             Elsewhere::Reload { slot, vm } => run_reload(slot, vm),
         }
     }
@@ -711,6 +716,11 @@ pub fn stop_running() -> ! {
             }
         }
         leave_guest(vm::this_cpu());
+    }
+    // The stop, then the decision after it: two masked stretches (a VM restarted by health
+    // parks its vCPU here, and its tasks' slots stop in the run loop's passes after it).
+    if crate::config::HEALTH {
+        irq::serve_here();
     }
     run_loop()
 }
