@@ -26,8 +26,8 @@ pub enum Command {
         /// The configuration [default: configs/demo.toml]
         config: Option<PathBuf>,
     },
-    /// Run every test: the standards checks, the host unit tests, then the QEMU scenarios;
-    /// ends with `N passed, N failed`
+    /// Run every test: the standards checks, the host unit tests, the book's checks, then the QEMU
+    /// scenarios; ends with `N passed, N failed`
     Test(TestArgs),
     /// Print the micro-benchmarks (instructions, QEMU icount), Keel vs native, then the Linux
     /// benchmarks (native, Keel, Xen); or one set of benchmarks
@@ -97,8 +97,8 @@ fn positive_seconds(text: &str) -> std::result::Result<f64, String> {
 
 #[derive(Debug, Args)]
 pub struct TestArgs {
-    /// Run only the scenarios whose name contains TEXT (the standards checks run, and the host
-    /// tests are built but not run)
+    /// Run only the book's checks and the scenarios whose name contains TEXT (the standards
+    /// checks run, and the host tests are built but not run)
     #[arg(value_name = "TEXT")]
     pub filter: Option<String>,
     /// Print the names of the scenarios (those TEXT selects), one per line, and run nothing
@@ -283,6 +283,29 @@ mod tests {
             error.contains("'ten'") && error.contains("[SECONDS]"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn trace_takes_a_configuration_and_seconds_above_0() {
+        let Command::Trace { config, seconds } = parse(&["trace", "g.toml"]).unwrap().command
+        else {
+            panic!("not trace")
+        };
+        assert_eq!((config, seconds), (PathBuf::from("g.toml"), 2.0));
+        let Command::Trace { seconds, .. } = parse(&["trace", "g.toml", "--seconds", "0.5"])
+            .unwrap()
+            .command
+        else {
+            panic!("not trace")
+        };
+        assert_eq!(seconds, 0.5);
+        for bad in ["0", "soon", "inf"] {
+            let error = parse(&["trace", "g.toml", "--seconds", bad]).unwrap_err();
+            assert!(
+                error.contains(&format!("invalid value '{bad}' for '--seconds <N>'")),
+                "{error}"
+            );
+        }
     }
 
     #[test]
