@@ -3,7 +3,7 @@
 //! (started by the initramfs's /init, timeout `keel.watchdog=3`) keeps it through several
 //! timeouts. Killed with -9 (no magic close), the daemon leaves the watchdog running: it
 //! expires one timeout later and Keel acts as the VM's `[vm.health]` says, with its line
-//! (`configs/tests/linux-watchdog.toml`: a stop). A Linux crashed from its shell stops writing
+//! (`configs/tests/linux-watchdog.toml`: a restart, back to its shell). A Linux crashed from its shell stops writing
 //! it too: its expiry restarts it to its shell, while the real-time partition above it on the
 //! same pCPU keeps every tick (`configs/tests/linux-watchdog-restart.toml`).
 
@@ -18,7 +18,7 @@ use crate::Result;
 
 pub fn all() -> Vec<Scenario> {
     vec![Scenario {
-        name: "watchdog: Debian Linux keeps its SP805 with sp805_wdt and busybox watchdog through several timeouts; its daemon killed, the watchdog expires 3 s later and Keel stops the VM".into(),
+        name: "watchdog: Debian Linux keeps its SP805 with sp805_wdt and busybox watchdog through several timeouts; its daemon killed, the watchdog expires 3 s later and Keel restarts the VM, back to its shell with its daemon".into(),
         run: Box::new(linux_keeps_its_sp805),
     },
     Scenario {
@@ -50,11 +50,9 @@ fn uptime(line: &str) -> Result<f64> {
 fn linux_keeps_its_sp805() -> Result<()> {
     let mut session = boot("linux-watchdog")?;
     let wait = Duration::from_secs(600);
+    let registered = r"^\[linux\] .*sp805-wdt b000000\.watchdog: registration successful$";
     let mut steps = || -> Result<()> {
-        session.wait_for(
-            r"^\[linux\] .*sp805-wdt b000000\.watchdog: registration successful$",
-            wait,
-        )?;
+        session.wait_for(registered, wait)?;
         session.wait_for(
             r"^\[linux\] keel: watchdog daemon on /dev/watchdog, timeout 3 s$",
             wait,
@@ -75,9 +73,17 @@ fn linux_keeps_its_sp805() -> Result<()> {
              while :; do sleep 0.5; echo alive uptime=$(cut -d ' ' -f 1 /proc/uptime); done",
         )?;
         session.wait_for(
-            r"^\[keel\] vm 'linux' \(id 0\) stopped: watchdog expired$",
+            r"^\[keel\] vm 'linux' \(id 0\) restarts: watchdog expired$",
             wait,
         )?;
+        // Back from its pristine image: the driver probes, the daemon runs, the shell answers.
+        session.wait_for_count(registered, 2, wait)?;
+        session.wait_for_count(r"^\[linux\] KEEL-INIT-END shell$", 2, wait)?;
+        type_line(
+            &mut session,
+            "echo back daemon=$(pidof watchdog) uptime=$(cut -d ' ' -f 1 /proc/uptime)",
+        )?;
+        session.wait_for(r"^\[linux\] back daemon=\d+ uptime=[0-9.]+$", wait)?;
         Ok(())
     };
     let outcome = steps();
@@ -114,10 +120,24 @@ fn linux_keeps_its_sp805() -> Result<()> {
                 "killed at {killed} s, last alive at {last} s: expected the stop {TIMEOUT_S} s after the kill"
             ));
         }
-        let stops = Regex::new(r"^\[keel\] vm 'linux' \(id 0\) stopped: ").unwrap();
-        let count = ended.lines.iter().filter(|l| stops.is_match(l)).count();
+        let acts = Regex::new(r"^\[keel\] vm 'linux' \(id 0\) (restarts|stopped)").unwrap();
+        let count = ended.lines.iter().filter(|l| acts.is_match(l)).count();
         if count != 1 {
-            return Err(format!("vm 'linux' stopped {count} times"));
+            return Err(format!(
+                "vm 'linux' was restarted or stopped {count} times, expected one restart"
+            ));
+        }
+        // A new boot: its uptime starts again, below the first boot's at the kill.
+        let back = linux
+            .iter()
+            .find(|line| line.starts_with("back daemon="))
+            .ok_or("no `back` line")?;
+        let back = uptime(back)?;
+        if back >= killed {
+            return Err(format!(
+                "back at {back} s of uptime, not below the first boot's {killed} s at the kill: \
+                 not a new boot"
+            ));
         }
         Ok(())
     };
