@@ -241,12 +241,19 @@ impl Show for RefusedNotice {
 /// The action ends with a poll point: what follows it (its notices, the scheduler's look at the
 /// VM's stopped vCPUs, a switch) is a masked stretch of its own.
 pub fn carry_out(id: usize, action: Action, event: Event, reason: &dyn Show) {
+    if act(id, action, event, reason) {
+        crate::irq::serve_here();
+    }
+}
+
+/// [`carry_out`] without its poll point: whether there was anything to do.
+fn act(id: usize, action: Action, event: Event, reason: &dyn Show) -> bool {
     match action {
-        Action::Ignore => return,
+        Action::Ignore => return false,
         Action::Stop | Action::StopAtLimit => stop(id, action, event, reason),
         Action::Restart => lifecycle::restart(id),
     }
-    crate::irq::serve_here();
+    true
 }
 
 /// Stops VM `id` for `event` with its line (`stopped: <reason>`, and the limit if that is why).
@@ -319,11 +326,14 @@ pub fn serve() {
             Action::from_code((request >> 8) as u8),
         ) {
             let reason = ByManager((request >> 16) as usize);
-            carry_out(id, action, event, &reason);
-            // Taken once under way: KEEL_VM_STATUS meanwhile says what it will be.
+            act(id, action, event, &reason);
+            // Taken once under way: KEEL_VM_STATUS meanwhile says what it will be. Before the
+            // poll point below, whose serving could come here again (an event of this VM noted
+            // meanwhile) and must not find the request again.
             slot.store(0, Ordering::Release);
             // The action, then its notices (a manager reading the VM's state on one finds it
             // done or under way), each a masked stretch of its own.
+            let _ = crate::irq::serve_between_steps(keel_core::abi::MaskedSite::GuestIrq);
             notify(id, event, action);
             // And the scheduler's look at the VM's stopped vCPUs that follows (the caller
             // reschedules: what these poll points served needs nothing else).
