@@ -3,9 +3,10 @@
 //! (started by the initramfs's /init, timeout `keel.watchdog=3`) keeps it through several
 //! timeouts. Killed with -9 (no magic close), the daemon leaves the watchdog running: it
 //! expires one timeout later and Keel acts as the VM's `[vm.health]` says, with its line
-//! (`configs/tests/linux-watchdog.toml`: a restart, back to its shell). A Linux crashed from its shell stops writing
-//! it too: its expiry restarts it to its shell, while the real-time partition above it on the
-//! same pCPU keeps every tick (`configs/tests/linux-watchdog-restart.toml`).
+//! (`configs/tests/linux-watchdog.toml`: a restart, back to its shell). A Linux crashed from
+//! its shell stops writing it too: its expiry restarts it to its shell, while the real-time
+//! partition above it on the same pCPU keeps every tick
+//! (`configs/tests/linux-watchdog-restart.toml`).
 
 use std::time::Duration;
 
@@ -117,7 +118,7 @@ fn linux_keeps_its_sp805() -> Result<()> {
         // timeout after, within the half second the loop says it lives.
         if last < killed + TIMEOUT_S - 1.0 || last >= killed + TIMEOUT_S + 0.5 {
             return Err(format!(
-                "killed at {killed} s, last alive at {last} s: expected the stop {TIMEOUT_S} s after the kill"
+                "killed at {killed} s, last alive at {last} s: expected the expiry {TIMEOUT_S} s after the kill"
             ));
         }
         let acts = Regex::new(r"^\[keel\] vm 'linux' \(id 0\) (restarts|stopped)").unwrap();
