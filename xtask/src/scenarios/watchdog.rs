@@ -14,7 +14,7 @@ use regex::Regex;
 
 use super::sched::GANDALF_LATENESS_BOUND_US;
 use super::{boot, check_ticks, expect_line, lines_of, tick_lateness, with_console_tail, Scenario};
-use crate::qemu::Session;
+use crate::qemu::{Ended, Session};
 use crate::Result;
 
 pub fn all() -> Vec<Scenario> {
@@ -26,6 +26,24 @@ pub fn all() -> Vec<Scenario> {
         name: "watchdog: Debian Linux crashed from its shell (sysrq c) is restarted by its SP805's expiry 3 s later and comes back to its shell; the 1 kHz partition above it on the same pCPU keeps every tick".into(),
         run: Box::new(a_crashed_linux_is_restarted),
     }]
+}
+
+/// Linux's driver probed the SP805 (once per boot).
+const REGISTERED: &str = r"^\[linux\] .*sp805-wdt b000000\.watchdog: registration successful$";
+
+/// Linux's /init reached its shell (once per boot).
+const SHELL: &str = r"^\[linux\] KEEL-INIT-END shell$";
+
+/// Keel acted once on vm 'linux', and that was a restart (no second restart, no stop).
+fn one_restart(ended: &Ended) -> Result<()> {
+    let acts = Regex::new(r"^\[keel\] vm 'linux' \(id 0\) (restarts|stopped)").unwrap();
+    let count = ended.lines.iter().filter(|l| acts.is_match(l)).count();
+    if count != 1 {
+        return Err(format!(
+            "vm 'linux' was restarted or stopped {count} times, expected one restart"
+        ));
+    }
+    Ok(())
 }
 
 /// The timeout /init gives the daemon (`keel.watchdog=3` in the configuration), in seconds.
@@ -51,14 +69,13 @@ fn uptime(line: &str) -> Result<f64> {
 fn linux_keeps_its_sp805() -> Result<()> {
     let mut session = boot("linux-watchdog")?;
     let wait = Duration::from_secs(600);
-    let registered = r"^\[linux\] .*sp805-wdt b000000\.watchdog: registration successful$";
     let mut steps = || -> Result<()> {
-        session.wait_for(registered, wait)?;
+        session.wait_for(REGISTERED, wait)?;
         session.wait_for(
             r"^\[linux\] keel: watchdog daemon on /dev/watchdog, timeout 3 s$",
             wait,
         )?;
-        session.wait_for(r"^\[linux\] KEEL-INIT-END shell$", wait)?;
+        session.wait_for(SHELL, wait)?;
         type_line(&mut session, "echo daemon=$(pidof watchdog)")?;
         session.wait_for(r"^\[linux\] daemon=\d+$", wait)?;
         // Kept: the shell outlives three timeouts.
@@ -78,8 +95,8 @@ fn linux_keeps_its_sp805() -> Result<()> {
             wait,
         )?;
         // Back from its pristine image: the driver probes, the daemon runs, the shell answers.
-        session.wait_for_count(registered, 2, wait)?;
-        session.wait_for_count(r"^\[linux\] KEEL-INIT-END shell$", 2, wait)?;
+        session.wait_for_count(REGISTERED, 2, wait)?;
+        session.wait_for_count(SHELL, 2, wait)?;
         type_line(
             &mut session,
             "echo back daemon=$(pidof watchdog) uptime=$(cut -d ' ' -f 1 /proc/uptime)",
@@ -121,13 +138,7 @@ fn linux_keeps_its_sp805() -> Result<()> {
                 "killed at {killed} s, last alive at {last} s: expected the expiry {TIMEOUT_S} s after the kill"
             ));
         }
-        let acts = Regex::new(r"^\[keel\] vm 'linux' \(id 0\) (restarts|stopped)").unwrap();
-        let count = ended.lines.iter().filter(|l| acts.is_match(l)).count();
-        if count != 1 {
-            return Err(format!(
-                "vm 'linux' was restarted or stopped {count} times, expected one restart"
-            ));
-        }
+        one_restart(&ended)?;
         // A new boot: its uptime starts again, below the first boot's at the kill.
         let back = linux
             .iter()
@@ -148,11 +159,9 @@ fn linux_keeps_its_sp805() -> Result<()> {
 fn a_crashed_linux_is_restarted() -> Result<()> {
     let mut session = boot("linux-watchdog-restart")?;
     let wait = Duration::from_secs(900);
-    let registered = r"^\[linux\] .*sp805-wdt b000000\.watchdog: registration successful$";
-    let shell = r"^\[linux\] KEEL-INIT-END shell$";
     let mut steps = || -> Result<()> {
-        session.wait_for(registered, wait)?;
-        session.wait_for(shell, wait)?;
+        session.wait_for(REGISTERED, wait)?;
+        session.wait_for(SHELL, wait)?;
         type_line(&mut session, "echo c > /proc/sysrq-trigger")?;
         session.wait_for(
             r"^\[linux\] .*Kernel panic - not syncing: sysrq triggered crash$",
@@ -164,8 +173,8 @@ fn a_crashed_linux_is_restarted() -> Result<()> {
         )?;
         session.wait_for(r"^\[keel\] vm 'linux' \(id 0\) reloaded: ", wait)?;
         // Back: the driver probes again, the daemon starts again, the shell answers.
-        session.wait_for_count(registered, 2, wait)?;
-        session.wait_for_count(shell, 2, wait)?;
+        session.wait_for_count(REGISTERED, 2, wait)?;
+        session.wait_for_count(SHELL, 2, wait)?;
         type_line(&mut session, "echo back-$((6 * 7))")?;
         session.wait_for(r"^\[linux\] back-42$", wait)?;
         // Two more seconds of the partition after Linux is back.
@@ -201,13 +210,7 @@ fn a_crashed_linux_is_restarted() -> Result<()> {
                  expected about 3 (the watchdog's timeout)"
             ));
         }
-        let restarts = Regex::new(r"^\[keel\] vm 'linux' \(id 0\) (restarts|stopped)").unwrap();
-        let count = ended.lines.iter().filter(|l| restarts.is_match(l)).count();
-        if count != 1 {
-            return Err(format!(
-                "vm 'linux' was restarted or stopped {count} times, expected one restart"
-            ));
-        }
+        one_restart(&ended)?;
         let last = check_ticks(&ended, "rt", 5)?;
         let late = tick_lateness(&ended, "rt");
         if late > GANDALF_LATENESS_BOUND_US {
