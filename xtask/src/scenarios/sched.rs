@@ -119,15 +119,34 @@ fn beside_linux(name: &str, partition: &str, count: usize) -> Result<Ended> {
     Ok(ended)
 }
 
+/// Reports of each VM that [`round_robin`] requires.
+const REPORTS: usize = 3;
+
 /// Two best-effort VMs round robin on one pCPU (1 ms quantum): at every report each has run
 /// within one quantum of the other, and together they had at least 99% of the time.
 fn round_robin() -> Result<()> {
     let mut session = boot("shared-rr")?;
-    let outcome = session.wait_for_count(r"^\[be-b\] \[share\]", 3, Duration::from_secs(120));
+    let wait = Duration::from_secs(120);
+    let outcome = session
+        .wait_for_count(r"^\[be-a\] \[share\]", REPORTS, wait)
+        .and_then(|_| session.wait_for_count(r"^\[be-b\] \[share\]", REPORTS, wait));
     let ended = session.kill();
     outcome.map_err(|m| with_console_tail(m, &ended))?;
     let (a, b) = (share_reports(&ended, "be-a"), share_reports(&ended, "be-b"));
-    for (&(ran_a, elapsed), &(ran_b, _)) in a.iter().zip(&b).take(3) {
+    // Each VM's reports are required: compared in pairs, a VM that never reported would leave
+    // nothing to compare.
+    for (vm, reports) in [("be-a", &a), ("be-b", &b)] {
+        if reports.len() < REPORTS {
+            return Err(with_console_tail(
+                format!(
+                    "vm '{vm}' reported its share {} times, not {REPORTS}",
+                    reports.len()
+                ),
+                &ended,
+            ));
+        }
+    }
+    for (&(ran_a, elapsed), &(ran_b, _)) in a.iter().zip(&b).take(REPORTS) {
         if ran_a.abs_diff(ran_b) > 1000 {
             return Err(format!(
                 "after {elapsed} us: be-a ran {ran_a} us, be-b {ran_b} us: more than one quantum apart"
@@ -201,10 +220,19 @@ fn throttle() -> Result<()> {
     let wait = Duration::from_secs(120);
     let outcome = session
         .wait_for_count(r"^\[rt-20ms\] \[job\]", 3, wait)
+        .and_then(|_| session.wait_for_count(r"^\[hog\] \[job\]", 3, wait))
         .and_then(|_| session.wait_for_count(r"^\[be\] \[share\]", 3, wait));
     let ended = session.kill();
     outcome.map_err(|m| with_console_tail(m, &ended))?;
-    for r in job_reports(&ended, "hog") {
+    // The hog's reports are required: with none, nothing would show it throttled.
+    let hog = job_reports(&ended, "hog");
+    if hog.len() < 3 {
+        return Err(with_console_tail(
+            format!("the hog reported its jobs {} times, not 3", hog.len()),
+            &ended,
+        ));
+    }
+    for r in hog {
         let periods = r.second * 200;
         if r.jobs.abs_diff(periods) > 1 || r.overruns + 1 < r.jobs || r.misses + 1 < r.jobs {
             return Err(format!(
