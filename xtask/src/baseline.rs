@@ -1,19 +1,16 @@
 //! The figures CI holds. Under `-icount shift=0,sleep=off` the benchmarks repeat exactly, so
 //! the test command measures the fast paths again (the micro-benchmarks, the image, two vCPU
 //! switches, a 100-byte message delivery on one and on two pCPUs) and compares them with the
-//! committed `xtask/baseline.toml`: a figure more than [`TOLERANCE_PERCENT`] above its baseline
-//! fails the run, naming it; one more than that below it fails too, asking for the baseline to
-//! be updated in the same commit (`cargo xtask bench baseline --update`), so the file, and the
-//! README figures taken from the same runs, stay true.
+//! committed `xtask/baseline.toml` exactly: a figure that moved either way fails the run,
+//! naming it, until the baseline is updated in the same commit
+//! (`cargo xtask bench baseline --update`) and the README's and the book's figures are taken
+//! again from the same runs. A band would let a figure drift unnoticed, a little at a time.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use crate::{bench, ipc_bench, sched_bench, workspace, Result};
-
-/// How far a figure may move from its baseline, in percent.
-pub const TOLERANCE_PERCENT: u64 = 2;
 
 /// Figures by name, in instructions (bytes for the image).
 pub type Figures = BTreeMap<String, u64>;
@@ -85,8 +82,8 @@ pub fn parse(text: &str) -> Result<Figures> {
     Ok(figures)
 }
 
-/// Compares `measured` with `baseline`: one message per figure that moved beyond the
-/// tolerance, is missing from either, or is new.
+/// Compares `measured` with `baseline`: one message per figure that differs from its
+/// baseline, is missing from either, or is new.
 pub fn compare(baseline: &Figures, measured: &Figures) -> Vec<String> {
     let mut problems = Vec::new();
     for (name, &held) in baseline {
@@ -94,15 +91,13 @@ pub fn compare(baseline: &Figures, measured: &Figures) -> Vec<String> {
             problems.push(format!("{name}: in the baseline ({held}) but not measured"));
             continue;
         };
-        // now > held × (1 + t/100), in integers.
-        if now * 100 > held * (100 + TOLERANCE_PERCENT) {
+        if now != held {
+            let moved = if now > held { "above" } else { "below" };
             problems.push(format!(
-                "{name}: {now}, more than {TOLERANCE_PERCENT} % above its baseline {held}"
-            ));
-        } else if now * 100 < held * (100 - TOLERANCE_PERCENT) {
-            problems.push(format!(
-                "{name}: {now}, more than {TOLERANCE_PERCENT} % below its baseline {held}: \
-                 record the improvement (cargo xtask bench baseline --update)"
+                "{name}: {now}, {} {moved} its baseline {held} (held exactly; if the change is \
+                 meant, record it with `cargo xtask bench baseline --update` in the same commit \
+                 and take the README's and the book's figures again)",
+                now.abs_diff(held)
             ));
         }
     }
@@ -222,15 +217,22 @@ mod tests {
     }
 
     #[test]
-    fn holds_within_the_tolerance() {
-        let held = figures(&[("hvc-null", 100)]);
-        assert!(compare(&held, &figures(&[("hvc-null", 102)])).is_empty());
-        assert!(compare(&held, &figures(&[("hvc-null", 98)])).is_empty());
-        let grew = compare(&held, &figures(&[("hvc-null", 103)]));
+    fn holds_every_figure_exactly() {
+        let held = figures(&[("hvc-null", 100), ("image-bytes", 94_364)]);
+        assert!(compare(&held, &held).is_empty());
+        let grew = compare(
+            &held,
+            &figures(&[("hvc-null", 101), ("image-bytes", 94_364)]),
+        );
         assert_eq!(grew.len(), 1);
-        assert!(grew[0].starts_with("hvc-null: 103, more than 2 % above its baseline 100"));
-        let improved = compare(&held, &figures(&[("hvc-null", 97)]));
-        assert!(improved[0].contains("below its baseline 100: record the improvement"));
+        assert!(grew[0].starts_with("hvc-null: 101, 1 above its baseline 100 (held exactly"));
+        let shrank = compare(
+            &held,
+            &figures(&[("hvc-null", 100), ("image-bytes", 94_360)]),
+        );
+        assert_eq!(shrank.len(), 1);
+        assert!(shrank[0].starts_with("image-bytes: 94360, 4 below its baseline 94364"));
+        assert!(shrank[0].contains("cargo xtask bench baseline --update"));
     }
 
     #[test]
