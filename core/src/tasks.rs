@@ -232,12 +232,12 @@ impl TaskTable {
     /// `ticks_per_ns = (numerator, denominator)`), checking in order: allowed, limit,
     /// parameters, addresses (`in_memory(address, length)`), schedulable. On success the
     /// task is added to `scheduler`, stopped, and recorded as created; on a refusal nothing
-    /// changed. A task re-created with the parameters of one `owner` deleted within its
-    /// budget window takes that window over ([`Scheduler::add_for`]).
+    /// changed. The task gets a slot empty of any task before it: one deleted within its
+    /// budget window keeps its own slot, retired and counted by admission, until that window
+    /// ends ([`Scheduler::remove`]).
     #[allow(clippy::too_many_arguments)]
     pub fn create(
         &mut self,
-        owner: u32,
         grant: Option<&TaskGrant>,
         vm_pcpus: &[u32],
         request: &TaskRequest,
@@ -286,14 +286,12 @@ impl TaskTable {
         if scaled_reservation.budget == 0 {
             return Err(TaskError::InvalidParameters);
         }
-        scheduler
-            .admit_for(scaled, Some(owner))
-            .map_err(|error| match error {
-                SchedError::Full | SchedError::Unschedulable(_) => TaskError::NotSchedulable,
-                SchedError::Invalid => TaskError::InvalidParameters,
-            })?;
+        scheduler.admit(scaled).map_err(|error| match error {
+            SchedError::Full | SchedError::Unschedulable(_) => TaskError::NotSchedulable,
+            SchedError::Invalid => TaskError::InvalidParameters,
+        })?;
         let slot = scheduler
-            .add_for(scaled, Some(owner))
+            .add(scaled)
             .map_err(|_| TaskError::NotSchedulable)?;
         self.tasks[index] = Task {
             state: TaskState::Created,
@@ -304,11 +302,28 @@ impl TaskTable {
         Ok(Admitted { index, slot })
     }
 
-    /// Marks task `index` launched; returns it as it was (created).
-    pub fn launch(&mut self, index: usize) -> Result<Task, TaskError> {
+    /// Launches task `index` at `now` on `scheduler` (its pCPU's): started there with its
+    /// first job released at `release` (counter ticks; at or before `now`: at once), and
+    /// marked launched; returns it as it was (created). Refused, with nothing changed, if it
+    /// was launched already, or if its slot cannot start (already started, or not a vCPU's:
+    /// the table and the scheduler disagree), which is never silent.
+    pub fn launch(
+        &mut self,
+        index: usize,
+        scheduler: &mut Scheduler,
+        now: u64,
+        release: u64,
+    ) -> Result<Task, TaskError> {
         let task = self.get(index)?;
         if task.state == TaskState::Launched {
             return Err(TaskError::AlreadyLaunched);
+        }
+        if !scheduler.start_at(usize::from(task.slot), now, release.max(now)) {
+            return Err(if scheduler.is_started(usize::from(task.slot)) {
+                TaskError::AlreadyLaunched
+            } else {
+                TaskError::NoSuchTask
+            });
         }
         self.tasks[index].state = TaskState::Launched;
         Ok(task)

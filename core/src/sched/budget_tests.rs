@@ -136,39 +136,52 @@ fn a_reset_and_its_reload_share_one_budget_window() {
     assert_eq!(scheduler.budget_window(vcpu), (5_500, 6_500));
 }
 
-/// A task deleted and re-created (same owner, same parameters) takes the retired slot's
-/// window over; with other parameters it gets another slot, and the retired reservation is
-/// still counted by admission until its window ends.
+/// A task deleted within its window leaves its slot retired: its reservation still counted
+/// by admission until the window ends, so that a re-create that would not fit beside it is
+/// refused, with the same parameters too. A re-create that fits gets another slot, empty of
+/// the deleted task: a job of its own, its whole budget, statistics from zero.
 #[test]
 fn a_deleted_task_s_window_outlives_it() {
     let mut scheduler = Scheduler::new(FIXED);
     let params = reserved(10, 1_000, 600, 1_000);
-    let task = scheduler.add_for(params, Some(3)).unwrap();
+    let task = scheduler.add(params).unwrap();
     scheduler.start(task, 0);
     scheduler.decide(0);
     scheduler.remove(task, 100);
     assert!(!scheduler.is_runnable(task));
-    // Another owner's same parameters, or the same owner's with another budget: the retired
-    // 600 per 1,000 still counts, so 600 more does not fit.
-    let other = reserved(9, 1_000, 600, 1_000);
-    assert!(matches!(
-        scheduler.admit_for(other, Some(3)),
-        Err(SchedError::Unschedulable(_))
-    ));
-    assert!(matches!(
-        scheduler.admit_for(params, Some(4)),
-        Err(SchedError::Unschedulable(_))
-    ));
-    // The same owner, the same parameters: admitted, and it takes the window over.
-    assert_eq!(scheduler.admit_for(params, Some(3)), Ok(()));
-    assert_eq!(scheduler.add_for(params, Some(3)), Ok(task));
-    scheduler.start(task, 100);
-    assert_eq!(scheduler.decide(100).until, Some(600), "500 left of 600");
-    // Removed again and the window ended: the slot is free, and 600 more fits.
-    scheduler.remove(task, 200);
+    assert_eq!(
+        scheduler.stats(task),
+        Stats::ZERO,
+        "its statistics are gone"
+    );
+    // The retired 600 per 1,000 still counts: 600 more does not fit, whatever its priority.
+    for priority in [9, 10, 11] {
+        assert!(matches!(
+            scheduler.admit(reserved(priority, 1_000, 600, 1_000)),
+            Err(SchedError::Unschedulable(_))
+        ));
+    }
+    // 300 fits: another slot, a job released at once with its whole budget.
+    let smaller = reserved(10, 1_000, 300, 1_000);
+    assert_eq!(scheduler.admit(smaller), Ok(()));
+    let again = scheduler.add(smaller).unwrap();
+    assert_ne!(again, task);
+    assert!(scheduler.start_at(again, 100, 100));
+    assert_eq!(scheduler.decide(100), decision_of(Some(again), Some(400)));
+    assert_eq!(scheduler.budget_window(again), (100, 1_100));
+    assert_eq!(scheduler.stats(again).jobs, 1);
+    // The window ended: the retired slot is free, and 600 more fits beside the 300.
+    scheduler.block(again, 200);
     scheduler.decide(1_000);
-    assert_eq!(scheduler.admit_for(other, Some(4)), Ok(()));
-    assert_eq!(scheduler.reservations().count(), 0);
+    assert_eq!(scheduler.reservations().count(), 1);
+    let below = reserved(9, 1_000, 600, 1_000);
+    assert_eq!(scheduler.admit(below), Ok(()));
+    assert_eq!(scheduler.add(below), Ok(task));
+    assert_eq!(scheduler.stats(task), Stats::ZERO);
+}
+
+fn decision_of(run: Option<usize>, until: Option<Time>) -> Decision {
+    Decision { run, until }
 }
 
 /// One vCPU of the property test.
@@ -178,8 +191,6 @@ struct Actor {
     /// Well-behaved: each job runs `work` (at most its budget) and blocks; never stopped.
     honest: bool,
     work: Time,
-    /// Who adds it (the partition a task belongs to).
-    owner: u32,
     slot: usize,
     /// Attackers: removed (a task deleted) and not yet added again.
     removed: bool,
@@ -214,13 +225,11 @@ fn random_set(rng: &mut Rng, policy: Policy, scheduler: &mut Scheduler) -> Vec<A
             continue;
         }
         let honest = i == 0 || rng.below(2) == 0;
-        let owner = i as u32;
-        let slot = scheduler.add_for(params, Some(owner)).unwrap();
+        let slot = scheduler.add(params).unwrap();
         actors.push(Actor {
             params,
             honest,
             work: if honest { 1 + rng.below(budget) } else { 0 },
-            owner,
             slot,
             removed: false,
             left: 0,
@@ -239,12 +248,14 @@ fn random_set(rng: &mut Rng, policy: Policy, scheduler: &mut Scheduler) -> Vec<A
 fn no_vcpu_runs_more_than_its_budget_per_period_whatever_it_does() {
     let mut rng = Rng::new(0x6b65_656c_0019);
     // Jobs of well-behaved vCPUs judged, and restarts and removals made: the test is not empty.
-    let (mut judged_jobs, mut restarts) = (0, 0);
+    let (mut judged_jobs, mut restarts, mut recreated) = (0, 0, 0);
     for round in 0..400 {
         let policy = if round % 2 == 0 { EDF } else { FIXED };
         let mut scheduler = Scheduler::new(policy);
         let mut actors = random_set(&mut rng, policy, &mut scheduler);
         let mut seen: Vec<Seen> = actors.iter().map(|_| Seen::default()).collect();
+        // What each deleted and re-created vCPU saw before its deletion.
+        let mut incarnations: Vec<(Params, Seen)> = Vec::new();
         for actor in &actors {
             scheduler.start(actor.slot, 0);
         }
@@ -303,10 +314,15 @@ fn no_vcpu_runs_more_than_its_budget_per_period_whatever_it_does() {
             let i = attackers[rng.below(attackers.len() as u64) as usize];
             let actor = &mut actors[i];
             if actor.removed {
-                if let Ok(slot) = scheduler.add_for(actor.params, Some(actor.owner)) {
+                // Re-created (when admission takes it beside what is retired): a new vCPU,
+                // judged on its own from its first release.
+                if scheduler.admit(actor.params).is_ok() {
+                    let slot = scheduler.add(actor.params).unwrap();
                     actor.slot = slot;
                     actor.removed = false;
                     scheduler.start(slot, now);
+                    incarnations.push((actor.params, std::mem::take(&mut seen[i])));
+                    recreated += 1;
                 }
                 continue;
             }
@@ -338,8 +354,9 @@ fn no_vcpu_runs_more_than_its_budget_per_period_whatever_it_does() {
             .filter(|a| !a.honest)
             .map(|a| a.params.priority)
             .max();
-        for (actor, seen) in actors.iter().zip(&seen) {
-            let reservation = actor.params.reservation.unwrap();
+        let current = actors.iter().zip(&seen).map(|(a, seen)| (a.params, seen));
+        for (params, seen) in incarnations.iter().map(|(p, s)| (*p, s)).chain(current) {
+            let reservation = params.reservation.unwrap();
             for pair in seen.windows.windows(2) {
                 assert!(
                     pair[1].0 >= pair[0].0 + reservation.period,
@@ -365,6 +382,8 @@ fn no_vcpu_runs_more_than_its_budget_per_period_whatever_it_does() {
                 seen.runs.iter().all(|&(from, _)| from >= first),
                 "round {round}: ran before its first release"
             );
+        }
+        for actor in &actors {
             // Under fixed priority a misbehaving vCPU above may hold its budget back and use
             // it at the end of its period and again at the start of the next (the deferrable
             // server's back-to-back effect, which blocking and waking alone allow): response
@@ -381,8 +400,8 @@ fn no_vcpu_runs_more_than_its_budget_per_period_whatever_it_does() {
         }
     }
     assert!(
-        judged_jobs > 50_000 && restarts > 50_000,
-        "{judged_jobs} jobs judged, {restarts} misbehaviours"
+        judged_jobs > 50_000 && restarts > 50_000 && recreated > 1_000,
+        "{judged_jobs} jobs judged, {restarts} misbehaviours, {recreated} re-creates"
     );
 }
 

@@ -19,10 +19,13 @@
 //! last release opened, not to the run that used it. A vCPU stopped and started again within
 //! that window (CPU_OFF and CPU_ON, its VM's reset) gets only what is left of it, with the
 //! same deadline; a vCPU removed within it (a task deleted) leaves its slot retired until the
-//! window ends: still counted by admission, and taken over, window and all, by the next
-//! vCPU its owner adds with the same parameters (the task re-created). So whatever a vCPU
-//! does, it never runs more than its budget in a window of one period from a release, and
-//! two releases are at least a period apart.
+//! window ends: it never runs again, but admission still counts its reservation, so that the
+//! budget it may have left there is never handed to another vCPU beyond what admission
+//! allowed. A vCPU added meanwhile (the task re-created, whatever its parameters) gets another
+//! slot, empty: nothing of the removed one (releases, budget, job, statistics) is left to it.
+//! So whatever a vCPU does, it never runs more than its budget in a window of one period from
+//! a release, two releases are at least a period apart, and a re-created task is admitted
+//! beside what its predecessor may still have run in its window.
 //!
 //! Overruns: counted when a vCPU's budget runs out while it still runs (in `decide` or
 //! `wake`), not when it blocks or stops at that very instant, nor when the EDF wake-up clip
@@ -167,29 +170,16 @@ impl Scheduler {
     }
 
     /// Adds a vCPU, stopped; returns its slot: the lowest one free (0, 1, … in the order of
-    /// addition, then those freed by [`Scheduler::remove`]). A pinned pCPU takes one vCPU and
-    /// ignores its parameters.
+    /// addition, then those freed by [`Scheduler::remove`]; a retired slot is not free until
+    /// its window ends). The slot holds nothing of a vCPU it held before. A pinned pCPU takes
+    /// one vCPU and ignores its parameters.
     pub fn add(&mut self, params: Params) -> Result<usize, SchedError> {
-        self.add_for(params, None)
-    }
-
-    /// [`Scheduler::add`] for `owner` (a partition adding its tasks): if a slot `owner` removed
-    /// with the same parameters is retired (its budget window still open), the new vCPU takes
-    /// it over, window and all: what is left of that window's budget and its deadline.
-    pub fn add_for(&mut self, params: Params, owner: Option<u32>) -> Result<usize, SchedError> {
         let capacity = if self.policy == Policy::Pinned {
             1
         } else {
             MAX_SLOTS
         };
         let reservation = self.checked(params)?;
-        if let Some(slot) = self.retired_match(params, owner) {
-            let taken = &mut self.slots[slot];
-            taken.retired = false;
-            taken.stats = Stats::ZERO;
-            self.retired &= !(1 << slot);
-            return Ok(slot);
-        }
         let slot = (0..capacity)
             .find(|&slot| !self.slots[slot].present)
             .ok_or(SchedError::Full)?;
@@ -197,7 +187,6 @@ impl Scheduler {
             present: true,
             priority: params.priority,
             reservation,
-            owner,
             ..Slot::EMPTY
         };
         if reservation.is_some() {
@@ -205,20 +194,6 @@ impl Scheduler {
         }
         self.len = self.len.max(slot + 1);
         Ok(slot)
-    }
-
-    /// The retired slot that `owner` removed with `params`, if any.
-    fn retired_match(&self, params: Params, owner: Option<u32>) -> Option<usize> {
-        if owner.is_none() || self.retired == 0 {
-            return None;
-        }
-        (0..self.len).find(|&slot| {
-            let s = &self.slots[slot];
-            s.retired
-                && s.owner == owner
-                && s.priority == params.priority
-                && s.reservation == params.reservation
-        })
     }
 
     /// The reservation `params` gives a vCPU under the policy, if they fit it.
@@ -249,6 +224,9 @@ impl Scheduler {
         }
         let s = &mut self.slots[slot];
         if s.reservation.is_some() && self.clock < s.window_end {
+            s.stats = Stats::ZERO;
+            s.completed = 0;
+            s.seen = [0; 4];
             s.retired = true;
             self.retired |= 1 << slot;
             return;
@@ -273,31 +251,19 @@ impl Scheduler {
     /// [`admission::Limits::RUN_TIME`] (a set that needs more work is refused). Under fixed priority
     /// no two reservations may share a priority, and a reservation must rank above every
     /// best-effort vCPU. Retired slots count as the reservations they were (see the module's
-    /// doc), except the one [`Scheduler::add_for`] would hand `owner` for these parameters.
+    /// doc).
     pub fn admit(&self, params: Params) -> Result<(), SchedError> {
-        self.admit_for(params, None)
-    }
-
-    /// [`Scheduler::admit`] for what [`Scheduler::add_for`] would add for `owner`.
-    pub fn admit_for(&self, params: Params, owner: Option<u32>) -> Result<(), SchedError> {
         let reservation = self.checked(params)?;
         if self.policy == Policy::Pinned {
             return Err(SchedError::Full);
         }
-        let taken_over = self.retired_match(params, owner);
-        if taken_over.is_none() && !(0..MAX_SLOTS).any(|slot| !self.slots[slot].present) {
+        if !(0..MAX_SLOTS).any(|slot| !self.slots[slot].present) {
             return Err(SchedError::Full);
         }
         let Some(new) = reservation else {
             return Ok(());
         };
-        let present = || {
-            self.slots[..self.len]
-                .iter()
-                .enumerate()
-                .filter(move |&(i, s)| s.present && Some(i) != taken_over)
-                .map(|(_, s)| s)
-        };
+        let present = || self.slots[..self.len].iter().filter(|s| s.present);
         let mut tasks = [admission::Task {
             period: 1,
             budget: 0,
@@ -380,17 +346,24 @@ impl Scheduler {
     /// Powers `slot` on at `now` with its first job released at `release` (phase alignment),
     /// or when its open budget window ends if that is later: until then it waits. A `release`
     /// not after `now`, or a vCPU without a reservation, starts as [`Scheduler::start`] does.
-    /// Ignored if already started, or retired.
-    pub fn start_at(&mut self, slot: usize, now: Time, release: Time) {
-        if release <= now || !self.has_reservation(slot) {
-            return self.start(slot, now);
+    /// Returns whether it started: not if it was already started, retired or no vCPU's slot
+    /// (nothing changes then).
+    pub fn start_at(&mut self, slot: usize, now: Time, release: Time) -> bool {
+        if slot >= self.len
+            || !self.slots[slot].present
+            || self.slots[slot].started
+            || self.slots[slot].retired
+        {
+            return false;
         }
-        if self.slots[slot].started || self.slots[slot].retired {
-            return;
+        if release <= now || !self.has_reservation(slot) {
+            self.start(slot, now);
+            return true;
         }
         self.account(now, true);
         let ticket = self.take_ticket(slot);
         self.slots[slot].start_later(release, ticket);
+        true
     }
 
     /// Powers `slot` off at `now` (CPU_OFF, its VM ended): never picked until started again.
@@ -717,6 +690,11 @@ impl Scheduler {
     /// Whether no vCPU was added.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Whether `slot` is started (powered on and not stopped since).
+    pub fn is_started(&self, slot: usize) -> bool {
+        self.slots[..self.len].get(slot).is_some_and(|s| s.started)
     }
 
     /// Whether `slot` may be picked: started, not blocked, not throttled.

@@ -2,9 +2,10 @@
 //!
 //! Budget windows: a job's release opens a window of one period (`[release, window_end)`)
 //! whose budget is all the vCPU may run until `window_end`, however it stops and starts
-//! meanwhile. A start within the window (CPU_ON after CPU_OFF, its VM's reset, a task
-//! re-created) resumes with what is left of the budget and the same deadline; only a start
-//! after the window has ended releases a new job at once.
+//! meanwhile. A start within the window (CPU_ON after CPU_OFF, its VM's reset) resumes with
+//! what is left of the budget and the same deadline; only a start after the window has ended
+//! releases a new job at once. A task re-created is another vCPU in another slot (see
+//! [`super::Scheduler::remove`]).
 
 use super::{Reservation, Time};
 
@@ -76,12 +77,8 @@ pub(super) struct Slot {
     /// budget left is all the vCPU may run, whatever stops and starts it.
     pub(super) window_end: Time,
     /// Removed while its budget window was open: holds its place (and its reservation, for
-    /// admission) until `window_end`, and a vCPU added with the same parameters and owner
-    /// takes its window over.
+    /// admission) until `window_end`, never runs again, and is then emptied.
     pub(super) retired: bool,
-    /// Who added it ([`super::Scheduler::add_for`]): only the same owner takes a retired
-    /// slot's window over.
-    pub(super) owner: Option<u32>,
     /// Place in the round-robin queue of its class: lower runs first.
     pub(super) ticket: u64,
     /// What was left of its quantum when a vCPU of a higher class preempted it (0: none): it
@@ -133,7 +130,6 @@ impl Slot {
         job_dispatched: false,
         window_end: 0,
         retired: false,
-        owner: None,
         ticket: 0,
         quantum_left: 0,
         stats: Stats::ZERO,

@@ -1,14 +1,12 @@
 //! Host tests of the task life cycle, every refusal, and run-time admission.
 
 use super::*;
-use crate::sched::Policy;
+use crate::sched::{Policy, Stats};
 
 const MS: u64 = 1_000_000;
 /// One tick per nanosecond: the tests' scheduler runs in nanoseconds.
 const UNIT: (u64, u64) = (1, 1);
 const SWITCH: u64 = 2_000;
-/// The partition creating the tasks (its VM id).
-const VM: u32 = 1;
 
 const GRANT: TaskGrant = TaskGrant {
     max: 3,
@@ -68,7 +66,6 @@ fn create(
     request: &TaskRequest,
 ) -> Result<Admitted, TaskError> {
     table.create(
-        VM,
         Some(&GRANT),
         &[1],
         request,
@@ -89,8 +86,7 @@ fn create_launch_wait_delete_and_reuse() {
     // Created stopped: never picked.
     assert!(!scheduler.is_runnable(2));
     // Launched with its first release at 5 ms (phase alignment): waits until then.
-    assert_eq!(table.launch(0).unwrap().slot, 2);
-    scheduler.start_at(2, 0, 5 * MS);
+    assert_eq!(table.launch(0, &mut scheduler, 0, 5 * MS).unwrap().slot, 2);
     assert!(!scheduler.is_runnable(2));
     assert_eq!(scheduler.decide(0).until, Some(5 * MS));
     assert_eq!(scheduler.decide(5 * MS + 300).run, Some(2));
@@ -105,7 +101,10 @@ fn create_launch_wait_delete_and_reuse() {
     assert_eq!(scheduler.decide(6 * MS).run, Some(2));
     assert_eq!(scheduler.stats(2).jobs, 2);
     // Launching again is refused.
-    assert_eq!(table.launch(0), Err(TaskError::AlreadyLaunched));
+    assert_eq!(
+        table.launch(0, &mut scheduler, 6 * MS, 0),
+        Err(TaskError::AlreadyLaunched)
+    );
     // Deleted mid-job: gone from the table and the scheduler at once.
     let deleted = table.delete(0).unwrap();
     scheduler.remove(usize::from(deleted.slot), 6 * MS + 10);
@@ -124,58 +123,125 @@ fn create_launch_wait_delete_and_reuse() {
     assert_eq!(third, Admitted { index: 0, slot: 2 });
 }
 
-/// A task deleted and re-created with the same parameters within a period gets only what
-/// was left of that period's budget, and its deadline: deleting it is no way to a fresh one.
+/// A task deleted and re-created with the same parameters within a period is a new task in
+/// a slot of its own: its whole budget and a job released at its launch, statistics from
+/// zero. What its predecessor may still run of its window is not lost to admission: the
+/// deleted task's slot stays retired, counted, until the window ends, so deleting is no way
+/// to more than the pCPU admitted (a re-create that does not fit beside it is refused).
 #[test]
-fn a_recreated_task_keeps_its_periods_budget() {
+fn a_recreated_task_starts_afresh_beside_its_predecessor_s_window() {
     let mut table = TaskTable::EMPTY;
     let mut scheduler = pcpu(FIXED, 0);
     let budget = 200_000;
     let task = create(&mut table, &mut scheduler, &request(MS, budget)).unwrap();
     let slot = task.slot;
-    table.launch(0).unwrap();
     scheduler.start(0, 0);
-    scheduler.start(slot, 0);
+    table.launch(0, &mut scheduler, 0, 0).unwrap();
     assert_eq!(scheduler.decide(0).run, Some(slot));
     // It runs 150 us of its 200 us, then deletes itself and is re-created at once.
     table.delete(0).unwrap();
     scheduler.remove(slot, 150_000);
     let again = create(&mut table, &mut scheduler, &request(MS, budget)).unwrap();
-    assert_eq!(again.slot, slot, "takes the retired slot over");
-    table.launch(0).unwrap();
-    scheduler.start(slot, 150_000);
+    assert_eq!(again.index, 0);
+    assert_ne!(again.slot, slot, "the deleted task's slot is retired");
+    assert_eq!(scheduler.stats(again.slot), Stats::ZERO);
+    table.launch(0, &mut scheduler, 150_000, 0).unwrap();
     let decision = scheduler.decide(150_000);
-    assert_eq!(decision.run, Some(slot));
-    assert_eq!(
-        decision.until,
-        Some(200_000),
-        "50 us left, not a fresh 200 us"
-    );
-    assert_eq!(
-        scheduler.decide(200_000).run,
-        Some(0),
-        "throttled: Linux runs"
-    );
-    // The next period brings a full budget again.
-    let next = scheduler.decide(MS);
-    assert_eq!((next.run, next.until), (Some(slot), Some(MS + budget)));
-    // Another partition's task with the same parameters does not take a window over.
+    assert_eq!(decision.run, Some(again.slot));
+    assert_eq!(decision.until, Some(350_000), "its whole budget");
+    assert_eq!(scheduler.budget_window(again.slot), (150_000, MS + 150_000));
+    assert_eq!(scheduler.stats(again.slot).jobs, 1);
+    // A third with a budget that does not fit beside the retired one and the second.
     table.delete(0).unwrap();
-    scheduler.remove(slot, MS + 10);
-    let mut other = TaskTable::EMPTY;
-    let foreign = other
-        .create(
-            VM + 1,
-            Some(&GRANT),
-            &[1],
-            &request(MS, budget),
-            in_memory,
-            &mut scheduler,
-            UNIT,
-            SWITCH,
-        )
-        .unwrap();
-    assert_ne!(foreign.slot, slot);
+    scheduler.remove(again.slot, 200_000);
+    let big = create(&mut table, &mut scheduler, &request(MS, 590_000));
+    assert_eq!(big, Err(TaskError::NotSchedulable));
+    assert_eq!(table.count(), 0, "nothing changed");
+    // Once both windows ended, it fits.
+    scheduler.decide(MS + 150_000);
+    assert_eq!(scheduler.reservations().count(), 0);
+    assert!(create(&mut table, &mut scheduler, &request(MS, 590_000)).is_ok());
+}
+
+/// Issue 38: a task launched with its first release far away (never, here) and deleted with
+/// a message queued left the slot it had taken over with that release and no budget, so the
+/// next task created in it (launched for now) never ran. Each new task in the same index
+/// now runs its jobs from its launch, whatever its predecessors did, round after round.
+#[test]
+fn a_task_after_one_launched_far_away_and_deleted_runs_its_jobs() {
+    let mut table = TaskTable::EMPTY;
+    let mut scheduler = pcpu(EDF, 0);
+    scheduler.start(0, 0);
+    let spec = request(10 * MS, MS);
+    let mut now = 0;
+    // A polling task, launched for now and deleted after it ran.
+    let first = create(&mut table, &mut scheduler, &spec).unwrap();
+    table.launch(first.index, &mut scheduler, now, 0).unwrap();
+    assert_eq!(scheduler.decide(now).run, Some(first.slot));
+    now += 50_000;
+    table.delete(first.index).unwrap();
+    scheduler.remove(first.slot, now);
+    for round in 0..5 {
+        // Launched at the end of time, deleted before it ever runs.
+        let far = create(&mut table, &mut scheduler, &spec).unwrap();
+        assert_eq!(far.index, 0);
+        table
+            .launch(far.index, &mut scheduler, now, u64::MAX)
+            .unwrap();
+        assert_ne!(scheduler.decide(now).run, Some(far.slot));
+        now += 10_000;
+        table.delete(far.index).unwrap();
+        scheduler.remove(far.slot, now);
+        // A new task in the same index, launched for now: a job at once, its whole budget,
+        // statistics of its own, and a job every period after.
+        let new = create(&mut table, &mut scheduler, &spec).unwrap();
+        assert_eq!(new.index, 0, "round {round}");
+        assert_eq!(scheduler.stats(new.slot), Stats::ZERO, "round {round}");
+        table.launch(new.index, &mut scheduler, now, 0).unwrap();
+        let decision = scheduler.decide(now);
+        assert_eq!(decision.run, Some(new.slot), "round {round}");
+        assert_eq!(
+            decision.until,
+            Some(now + MS),
+            "round {round}: its whole budget"
+        );
+        let released = now;
+        for job in 1..=3u64 {
+            scheduler.block(new.slot, now + 100_000);
+            now = released + job * 10 * MS;
+            assert_eq!(scheduler.decide(now).run, Some(new.slot), "round {round}");
+        }
+        let stats = scheduler.stats(new.slot);
+        assert_eq!(
+            (stats.jobs, stats.deadline_misses, stats.overruns),
+            (4, 0, 0),
+            "round {round}"
+        );
+        now += 50_000;
+        table.delete(new.index).unwrap();
+        scheduler.remove(new.slot, now);
+    }
+}
+
+/// A launch the scheduler cannot carry out is refused with a code, never silent: a task's
+/// slot already started (launched behind the table's back), or not a vCPU's.
+#[test]
+fn a_launch_that_cannot_start_is_refused() {
+    let mut table = TaskTable::EMPTY;
+    let mut scheduler = pcpu(EDF, 0);
+    let task = create(&mut table, &mut scheduler, &request(MS, 100_000)).unwrap();
+    scheduler.start(task.slot, 0);
+    assert_eq!(
+        table.launch(task.index, &mut scheduler, 0, 0),
+        Err(TaskError::AlreadyLaunched)
+    );
+    assert_eq!(table.get(task.index).unwrap().state, TaskState::Created);
+    scheduler.remove(task.slot, 10 * MS);
+    assert_eq!(
+        table.launch(task.index, &mut scheduler, 10 * MS, 0),
+        Err(TaskError::NoSuchTask)
+    );
+    assert_eq!(table.get(task.index).unwrap().state, TaskState::Created);
 }
 
 /// Every refusal has its own code, and changes neither the table nor the scheduler.
@@ -191,7 +257,6 @@ fn every_refusal_has_its_code_and_changes_nothing() {
     );
     let mut refuse = |grant: Option<&TaskGrant>, request: TaskRequest, expected: TaskError| {
         let result = table.create(
-            VM,
             grant,
             &[1],
             &request,
@@ -301,7 +366,6 @@ fn a_create_that_breaks_an_admitted_set_is_refused() {
     let mut scheduler = pcpu(EDF, 700_000);
     let mut create = |scheduler: &mut Scheduler, request: TaskRequest| {
         table.create(
-            VM,
             Some(&whole),
             &[1],
             &request,
@@ -407,7 +471,6 @@ fn a_scaled_budget_of_zero_ticks_is_invalid() {
     let mut scheduler = pcpu(EDF, 0);
     // 62.5 MHz: 16 ns per tick; a 10 ns budget rounds down to nothing.
     let result = table.create(
-        VM,
         Some(&GRANT),
         &[1],
         &request(MS, 10),

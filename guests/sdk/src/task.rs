@@ -137,10 +137,10 @@ pub fn launch(task: Task, release_at: u64) -> Result<(), TaskError> {
     result(x[0]).map(|_| ())
 }
 
-/// KEEL_TASK_DELETE: the task stops at once; its vCPU is reused by the next create. Its
-/// reservation stays counted by admission until the end of the period it was in (a create
-/// with the same parameters takes that period's remaining budget over; another may be refused
-/// as not schedulable until then).
+/// KEEL_TASK_DELETE: the task stops at once and its queued messages are dropped; its vCPU
+/// is reused by the next create, as a new task with nothing of this one. Its reservation
+/// stays counted by admission until the end of the period it was in (a create may be refused
+/// as not schedulable until then, one with the same parameters too).
 pub fn delete(task: Task) -> Result<(), TaskError> {
     // SAFETY: deleting a task stops it (the caller itself, if it deletes itself).
     let x = unsafe { hvc_call7(abi::KEEL_TASK_DELETE, [task.0, 0, 0, 0, 0, 0, 0]) };

@@ -17,6 +17,7 @@ mod messages;
 mod options;
 mod rtc;
 mod shares;
+mod task_reuse;
 mod ticks;
 mod trace_reader;
 
@@ -90,6 +91,7 @@ fn main(device_tree_address: usize) -> ! {
         Mode::Edu => edu::run(&tree, BootArgs::new(info.bootargs), &redistributor),
         Mode::TraceReader => trace_reader::run(BootArgs::new(info.bootargs)),
         Mode::Manager => manager::run(BootArgs::new(info.bootargs)),
+        Mode::TaskReuse => task_reuse::run(BootArgs::new(info.bootargs)),
         Mode::Pingpong => shares::pingpong(
             info.bootargs.contains("keel.pingpong=measure"),
             info.bootargs.split_whitespace().any(|t| t == "keel.fp"),

@@ -3,7 +3,7 @@
 //! | token | meaning |
 //! | --- | --- |
 //! | `keel.native` | running on bare QEMU: no Keel hypercalls |
-//! | `keel.mode=ticks\|bench\|spin\|job\|share\|pingpong\|work\|messages\|channel\|rtc` | what to run (default `ticks`) |
+//! | `keel.mode=ticks\|bench\|spin\|job\|share\|pingpong\|work\|messages\|channel\|rtc\|task-reuse` | what to run (default `ticks`) |
 //! | `keel.edu=write\|read`, `keel.flood=<ms>`, `keel.target=<hex>` | edu mode: the attack, the interrupt flood's length, the attack's address (see [`crate::edu`]) |
 //! | `keel.canary=<hex ipa>` | ticks mode: fill 4 KiB there at the start and check it at each report (`canary: s=N intact`) |
 //! | `keel.alarm=<seconds>` | rtc mode: how far ahead each alarm is set (default 2; see [`crate::rtc`]) |
@@ -34,6 +34,7 @@
 //! | `keel.restarts=<n>` | manager mode: restart the managed VM n times, timed, its resource counters compared with those at its boot (see [`crate::manager`]) |
 //! | `keel.running=<ms>` | manager mode with `keel.restarts`: how long the VM runs before each reading and restart (default 1000) |
 //! | `keel.restart-on-key` | manager mode with `keel.restarts`: wait for a byte typed on this VM's console instead |
+//! | `keel.mode=task-reuse` with `keel.rounds=<n>`, `keel.pcpu=<id>` | a task index reused after a far launch and a delete, n rounds, the tasks on that pCPU (see [`crate::task_reuse`]) |
 
 use core::fmt;
 
@@ -70,6 +71,9 @@ pub enum Mode {
     TraceReader,
     /// A manager using Keel's health services on another VM (see [`crate::manager`]).
     Manager,
+    /// A real-time task's index reused after a far launch and a delete (see
+    /// [`crate::task_reuse`]).
+    TaskReuse,
 }
 
 impl fmt::Display for Mode {
@@ -88,6 +92,7 @@ impl fmt::Display for Mode {
             Mode::Edu => "edu",
             Mode::TraceReader => "trace-reader",
             Mode::Manager => "manager",
+            Mode::TaskReuse => "task-reuse",
         })
     }
 }
@@ -179,12 +184,13 @@ impl<'a> Options<'a> {
             Some("edu") => Mode::Edu,
             Some("trace-reader") => Mode::TraceReader,
             Some("manager") => Mode::Manager,
+            Some("task-reuse") => Mode::TaskReuse,
             Some(value) => {
                 return Err(OptionError {
                     key: "keel.mode",
                     value,
                     expected: "ticks, bench, spin, job, share, pingpong, work, messages, channel, \
-                           rtc, edu, trace-reader or manager",
+                           rtc, edu, trace-reader, manager or task-reuse",
                 })
             }
         };

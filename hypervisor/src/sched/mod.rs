@@ -189,11 +189,16 @@ impl SharedCpu {
         }
     }
 
-    /// Places `placed` in `slot` (None: empties it), in `placed` and in `slots`.
+    /// Places `placed` in `slot` (None: empties it), in `placed` and in `slots`. What `slot`
+    /// held before is forgotten in `slots` only if it is still there: a task deleted while it
+    /// ran, and emptied at its kick, must not take the entry of the task created since with
+    /// its index.
     fn place(&mut self, slot: usize, placed: Option<Placed>) {
         if let Some(old) = *at(&self.placed, slot) {
             if let Some(entry) = self.slots.get_mut(old.vm).and_then(|v| v.get_mut(old.vcpu)) {
-                *entry = 0;
+                if usize::from(*entry) == slot + 1 {
+                    *entry = 0;
+                }
             }
         }
         if let Some(new) = placed {
@@ -218,11 +223,14 @@ impl SharedCpu {
     }
 
     /// Frees a task's slot at `now` (it is not loaded): its interrupts and FP state are
-    /// dropped, the scheduler forgets it, and the next create may reuse the slot.
+    /// dropped, the scheduler forgets it, and the next create may reuse the slot. A task
+    /// deleted while it ran (doomed) was marked off by its delete, and its vCPU may be a new
+    /// task's by now: its power is left as it is.
     fn remove_task(&mut self, slot: usize, now: u64) {
         let Some(Placed { vm: id, vcpu }) = *at(&self.placed, slot) else {
             return;
         };
+        let doomed = self.has(slot, Flags::DOOMED);
         discard_saved(self, slot);
         self.scheduler.remove(slot, now);
         let keep = !(1u32 << slot);
@@ -233,7 +241,9 @@ impl SharedCpu {
         if self.last == slot {
             self.last = usize::MAX;
         }
-        vm::vm(id).set_vcpu_power(vcpu, vm::VcpuPower::Off);
+        if !doomed {
+            vm::vm(id).set_vcpu_power(vcpu, vm::VcpuPower::Off);
+        }
     }
 }
 
@@ -672,7 +682,7 @@ pub fn reschedule(unsynced: bool) {
     {
         // A task deleted by another pCPU while it ran here.
         drop(guard);
-        pinned::park();
+        pinned::park_deleted();
     }
     let now = timer::now();
     refresh(shared, now);

@@ -29,12 +29,25 @@ pub fn start(id: usize, vcpu: usize, entry: u64, x0: u64) -> ! {
 /// Stops running guest code on this pCPU: waits, serving interrupts, until the vCPU is
 /// started (again) by PSCI CPU_ON. Never returns.
 pub fn park() -> ! {
+    park_with(true)
+}
+
+/// [`park`] for a task deleted from another pCPU while it ran here: its delete marked its
+/// vCPU off already, and by now that vCPU may be a new task's, launched, whose power is not
+/// this one's to change.
+pub fn park_deleted() -> ! {
+    park_with(false)
+}
+
+fn park_with(power_off: bool) -> ! {
     cpu::disable_irqs();
     vm::this_cpu().in_guest.store(false, Ordering::Release);
     if let Some((id, vcpu)) = vm::current() {
         irq::discard_vcpu_interrupts(id, vcpu, vm::this_cpu().generation.load(Ordering::Relaxed));
         // Only On becomes Off: a start requested meanwhile (CPU_ON, reset) must survive.
-        vm::vm(id).power_off_if_on(vcpu);
+        if power_off {
+            vm::vm(id).power_off_if_on(vcpu);
+        }
     }
     if vm::this_cpu_is_shared() {
         stop_running()

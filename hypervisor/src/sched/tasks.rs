@@ -43,7 +43,6 @@ pub fn create(id: usize, request: &TaskRequest) -> u64 {
     let mut guard = SHARED[pcpu].lock();
     let shared = &mut *guard;
     let admitted = tables[id].create(
-        id as u32,
         desc.tasks.as_ref(),
         desc.pcpus,
         request,
@@ -133,11 +132,12 @@ pub fn launch(caller: usize, handle: u64, release: u64) -> u64 {
         if !found.is_in(&shared) {
             return TaskError::NoSuchTask.to_x0();
         }
-        if let Err(error) = tables[found.placed.vm].launch(found.index) {
+        let (slot, now) = (found.slot(), timer::now());
+        if let Err(error) =
+            tables[found.placed.vm].launch(found.index, &mut shared.scheduler, now, release)
+        {
             return error.to_x0();
         }
-        let (slot, now) = (found.slot(), timer::now());
-        shared.scheduler.start_at(slot, now, release.max(now));
         shared.started |= 1 << slot;
         shared.set(slot, Flags::FRESH);
         vm::vm(found.placed.vm).set_vcpu_power(found.placed.vcpu, VcpuPower::On);
@@ -171,6 +171,11 @@ pub fn delete(caller: usize, vcpu: usize, handle: u64) -> After {
             } else {
                 shared.remove_task(slot, timer::now());
             }
+            // Off before its queue is emptied under the queue's lock: no send lands after, so
+            // nothing sent to the deleted task is left for the next one with its index (nor
+            // counted among the VM's queued messages).
+            vm::vm(found.placed.vm).set_vcpu_power(found.placed.vcpu, VcpuPower::Off);
+            crate::ipc::clear(found.placed.vm, found.placed.vcpu);
         }
     }
     drop(tables);

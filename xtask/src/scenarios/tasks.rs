@@ -310,6 +310,80 @@ fn c_partition() -> Result<()> {
     super::expect_clean_exit(&ended)
 }
 
+/// Issue 38 (configs/tests/tasks-reuse.toml): a task's index reused after a task launched
+/// with its first release at `u64::MAX`, sent a message and deleted: in each of five rounds
+/// the far task's send is queued (1) and its delete answers Ok, and the new task created in
+/// the same index (the same handle as every task before it) is launched (Ok), runs a job each
+/// of its three periods by its own count and Keel's, with no miss or overrun, and its first
+/// poll finds its queue empty.
+fn reuse_after_far_launch() -> Result<()> {
+    const ROUNDS: usize = 5;
+    let ended = super::boot_to_end("tasks-reuse")?;
+    let tail = |message: String| with_console_tail(message, &ended);
+    expect_line(&ended, r"^\[reuse\] task-reuse: done$").map_err(tail)?;
+    let first = Regex::new(r"^task-reuse: first handle=(0x[0-9a-f]+) jobs=(\d+)$").unwrap();
+    let far = Regex::new(
+        r"^task-reuse: round (\d+) far handle=(0x[0-9a-f]+) launch=Ok\(\(\)\) send=Ok\(1\) delete=Ok\(\(\)\)$",
+    )
+    .unwrap();
+    let new = Regex::new(
+        r"^task-reuse: round (\d+) new handle=(0x[0-9a-f]+) launch=Ok\(\(\)\) jobs=(\d+) first-poll=(\w+) keel-jobs=(\d+) misses=(\d+) overruns=(\d+)$",
+    )
+    .unwrap();
+    let lines = lines_of(&ended, "reuse");
+    let (handle, first_jobs) = lines
+        .iter()
+        .find_map(|l| {
+            first
+                .captures(l)
+                .map(|c| (c[1].to_string(), c[2].parse::<u64>().unwrap()))
+        })
+        .ok_or_else(|| tail("vm 'reuse' did not report its first task".into()))?;
+    if first_jobs == 0 {
+        return Err(tail("the first (polling) task never ran".into()));
+    }
+    let fars: Vec<String> = lines
+        .iter()
+        .filter_map(|l| far.captures(l).map(|c| c[2].to_string()))
+        .collect();
+    if fars.len() != ROUNDS || fars.iter().any(|h| *h != handle) {
+        return Err(tail(format!(
+            "vm 'reuse': {} of {ROUNDS} far tasks launched, sent 1 message and deleted in index {handle}: {fars:?}",
+            fars.len()
+        )));
+    }
+    let mut rounds = 0;
+    for line in &lines {
+        let Some(c) = new.captures(line) else {
+            continue;
+        };
+        let n = |i: usize| c[i].parse::<u64>().unwrap();
+        let (round, jobs, poll, keel_jobs, misses, overruns) =
+            (n(1), n(3), &c[4], n(5), n(6), n(7));
+        if c[2] != handle
+            || jobs != 3
+            || keel_jobs != 3
+            || misses != 0
+            || overruns != 0
+            || poll != "empty"
+        {
+            return Err(tail(format!(
+                "vm 'reuse' round {round}: the new task (handle {}, expected {handle}) ran {jobs} jobs \
+                 by its count and {keel_jobs} by Keel's (expected 3 in three periods), {misses} misses, \
+                 {overruns} overruns, its first poll found {poll} (expected empty)",
+                &c[2]
+            )));
+        }
+        rounds += 1;
+    }
+    if rounds != ROUNDS {
+        return Err(tail(format!(
+            "vm 'reuse' reported {rounds} new tasks, expected {ROUNDS}"
+        )));
+    }
+    super::expect_clean_exit(&ended)
+}
+
 /// The scenarios of real-time tasks.
 pub fn all() -> Vec<Scenario> {
     vec![
@@ -328,6 +402,10 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             name: "tasks: an overrunning task is throttled and counted while the others hold; a manager VM acts".into(),
             run: Box::new(overrun_and_manager),
+        },
+        Scenario {
+            name: "tasks: reuse: a task created where one launched at u64::MAX, sent a message and deleted was runs its jobs and finds its queue empty, five times".into(),
+            run: Box::new(reuse_after_far_launch),
         },
         Scenario {
             name: "tasks: c-control, the C partition on keel.h, holds its three tasks' deadlines on an EDF pCPU and powers off".into(),
