@@ -409,15 +409,11 @@ static INPUT_REFUSALS_BEGAN: AtomicU64 = AtomicU64::new(u64::MAX);
 /// pCPU's console deadline).
 pub fn input_refused() {
     let now = timer::now();
-    let began = match INPUT_REFUSALS_BEGAN.compare_exchange(
-        u64::MAX,
-        now,
-        Ordering::Relaxed,
-        Ordering::Relaxed,
-    ) {
-        Ok(_) => now,
-        Err(began) => began,
-    };
+    let mut began = INPUT_REFUSALS_BEGAN.load(Ordering::Relaxed);
+    if began == u64::MAX {
+        began = now;
+        INPUT_REFUSALS_BEGAN.store(now, Ordering::Relaxed);
+    }
     let due = (now + ticks(INPUT_QUIET_US)).min(began.saturating_add(ticks(INPUT_REPORT_MAX_US)));
     INPUT_REPORT_DUE.store(due, Ordering::Relaxed);
     timers::set_earlier(Deadline::Console, due);

@@ -485,33 +485,15 @@ enum Forwarded {
 }
 
 /// The physical UART's receive interrupt: its bytes read through the multiplexer (Ctrl-A
-/// escapes taken there, under the console lock), then carried out with no lock held: each
-/// run of bytes for one VM delivered into its PL011 at once ([`deliver_input`]), in the order
-/// they came with the rest.
+/// escapes taken there, under the console lock), then carried out in order with no lock held.
 #[cold]
 #[inline(never)]
 fn console_input() {
     let received = console::receive();
-    let mut run = Run {
-        vm: 0,
-        bytes: [0; 32],
-        len: 0,
-    };
     let mut refused = false;
     for input in received.inputs.iter().take(received.count) {
-        if let Input::Deliver { vm: id, byte } = *input {
-            if run.len == run.bytes.len() || (run.len > 0 && run.vm != id) {
-                refused |= run.deliver();
-            }
-            run.vm = id;
-            if let Some(slot) = run.bytes.get_mut(run.len) {
-                *slot = byte;
-                run.len += 1;
-            }
-            continue;
-        }
-        refused |= run.deliver();
         match *input {
+            Input::Deliver { vm: id, byte } => refused |= deliver_input(id, byte),
             Input::Focus(id) => {
                 keel_println!("input focus: ", VmLabel(console::focus_name(id), id))
             }
@@ -532,51 +514,30 @@ fn console_input() {
             Input::Help => keel_println!(
                 "Ctrl-A then: 0-9 focus VM, n next VM, r raw output for the focused VM, x power off, Ctrl-A a literal Ctrl-A"
             ),
-            Input::Deliver { .. } | Input::Nothing => {}
+            Input::Nothing => {}
         }
     }
-    refused |= run.deliver();
     if refused {
         console::input_refused();
     }
 }
 
-/// Console input bytes for one VM, delivered together ([`console_input`]).
-struct Run {
-    vm: usize,
-    bytes: [u8; 32],
-    len: usize,
-}
-
-impl Run {
-    /// Delivers the bytes gathered, if any, and empties the run; whether any was refused.
-    fn deliver(&mut self) -> bool {
-        let len = core::mem::take(&mut self.len);
-        len > 0 && deliver_input(self.vm, self.bytes.get(..len).unwrap_or(&[]))
-    }
-}
-
-/// Delivers console input `bytes` to VM `id`'s PL011: into its receive FIFO, or its input
+/// Delivers console input `byte` to VM `id`'s PL011: into its receive FIFO, or the input
 /// queue behind it, which the guest's reads of UARTDR feed the FIFO from. Its interrupt's
 /// level is given to the vGIC, and its vCPU kicked, only when it rises: while input waits the
 /// line stays asserted, and the guest's reads keep it so. Returns whether the queue, full,
-/// refused any (counted in the model, said by [`report_refused_input`]). Input for a VM that
+/// refused it (counted in the model, said by [`report_refused_input`]). Input for a VM that
 /// does not run is discarded, as its console would be.
 ///
 /// Locks: the VM's PL011, then its vGIC (see [`crate::vm`]); the console lock is not held.
-/// The work is bounded by the 32 bytes one physical interrupt reads.
-fn deliver_input(id: usize, bytes: &[u8]) -> bool {
+fn deliver_input(id: usize, byte: u8) -> bool {
     if vm::vm(id).state() != VmState::Running {
         return false;
     }
     let (refused, raised) = {
         let mut uart = vm::vm(id).uart.lock_cold();
         let before = uart.interrupt_level();
-        let mut refused = false;
-        for &byte in bytes {
-            // Every byte is offered, in order: one refused does not stop the next.
-            refused |= uart.receive(byte).is_err();
-        }
+        let refused = uart.receive(byte).is_err();
         let raised = (!before && uart.interrupt_level()).then(|| {
             let mut vgic = vm::vm(id).vgic.lock_cold();
             vgic.set_level(layout::UART_INTID, true);
