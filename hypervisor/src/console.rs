@@ -9,6 +9,14 @@
 //! Keel's diagnostics that a guest can trigger at will are rate-limited per kind and VM
 //! ([`keel_println_limited`]).
 //!
+//! Input: the physical UART's bytes are read under the console lock, Ctrl-A escapes taken
+//! there ([`ConsoleMux::input`]), and delivered to the focused VM's emulated PL011 after the
+//! lock is released (`irq::console_input`), into the input queue behind its receive FIFO
+//! ([`keel_core::devices::pl011`]). Input its full queue refused is said once per episode
+//! ([`input_refused`]): [`INPUT_QUIET_US`] after the last byte refused, or
+//! [`INPUT_REPORT_MAX_US`] after the first one not yet said, from the EL2 timer's console
+//! deadline (`irq::report_refused_input`), one line per VM with the count.
+//!
 //! Lock order: the console lock and the rate limiter's lock are leaves, never held together
 //! and never held while a VM's device lock is taken; input is collected under the console
 //! lock and delivered to VMs after it is released.
@@ -184,7 +192,8 @@ fn queue_line(line: &LineBuffer) {
 
 /// Prints a diagnostic that VM `vm` can trigger at will, unless its kind has been printed too
 /// often for that VM lately; the first line printed after some were left out says how many.
-pub fn limited_line(kind: DiagnosticKind, vm: usize, parts: &[&dyn Show]) {
+/// Returns whether it was printed.
+pub fn limited_line(kind: DiagnosticKind, vm: usize, parts: &[&dyn Show]) -> bool {
     let verdict = LIMITER.lock_cold().check(kind, vm, timer::now());
     match verdict {
         Verdict::Print { suppressed: 0 } => hypervisor_line(parts),
@@ -194,8 +203,9 @@ pub fn limited_line(kind: DiagnosticKind, vm: usize, parts: &[&dyn Show]) {
             show_suppressed(&mut line, suppressed);
             write_line(&line);
         }
-        Verdict::Suppress => {}
+        Verdict::Suppress => return false,
     }
+    true
 }
 
 /// How many bytes of a line made in steps ([`line_in_steps`]) are made between two of its poll
@@ -363,17 +373,66 @@ fn ticks(us: u64) -> u64 {
 }
 
 /// Brings this pCPU back to the console ([`flush_partial`]): soon if output is `left` (cut by
-/// [`BYTES_PER_DRAIN`] or a full FIFO), when a waiting partial line is due otherwise.
+/// [`BYTES_PER_DRAIN`] or a full FIFO), when a waiting partial line is due otherwise, and by
+/// the time refused input is to be said ([`input_refused`]) at the latest.
 fn arm_flush_timer(left: bool) {
-    let partial = PARTIAL_DUE.load(Ordering::Relaxed);
+    let waiting = PARTIAL_DUE
+        .load(Ordering::Relaxed)
+        .min(INPUT_REPORT_DUE.load(Ordering::Relaxed));
     let at = if left {
-        (timer::now() + ticks(MORE_OUTPUT_DELAY_US)).min(partial)
+        (timer::now() + ticks(MORE_OUTPUT_DELAY_US)).min(waiting)
     } else {
-        partial
+        waiting
     };
     if at != u64::MAX {
         timers::set(Deadline::Console, at);
     }
+}
+
+/// How long after the last console input byte a VM's full queue refused the count is said: a
+/// paste into a guest that does not read ends one episode, said in one line.
+const INPUT_QUIET_US: u64 = 250_000;
+/// How long after the first refused byte not yet said the count is said anyway, while input
+/// keeps being refused: at most one line a second per VM (within the rate limit's burst).
+const INPUT_REPORT_MAX_US: u64 = 1_000_000;
+
+/// When refused console input is next said (counter value; `u64::MAX`: none waits), and
+/// when the first refusal not yet said was (`u64::MAX`: none). Written by the pCPU taking
+/// console input ([`input_refused`]) and by the one whose console deadline says it
+/// ([`take_input_report`]).
+static INPUT_REPORT_DUE: AtomicU64 = AtomicU64::new(u64::MAX);
+static INPUT_REFUSALS_BEGAN: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// A VM's full input queue refused console input just now (counted in its PL011 model):
+/// the count is said [`INPUT_QUIET_US`] after the last such refusal, or [`INPUT_REPORT_MAX_US`]
+/// after the first one not yet said, whichever comes first ([`take_input_report`], from this
+/// pCPU's console deadline).
+pub fn input_refused() {
+    let now = timer::now();
+    let mut began = INPUT_REFUSALS_BEGAN.load(Ordering::Relaxed);
+    if began == u64::MAX {
+        began = now;
+        INPUT_REFUSALS_BEGAN.store(now, Ordering::Relaxed);
+    }
+    let due = (now + ticks(INPUT_QUIET_US)).min(began.saturating_add(ticks(INPUT_REPORT_MAX_US)));
+    INPUT_REPORT_DUE.store(due, Ordering::Relaxed);
+    timers::set_earlier(Deadline::Console, due);
+}
+
+/// Whether refused console input is due to be said at counter value `now` (then it is no
+/// longer waiting: the caller says it, `irq::report_refused_input`). A cheap test, made at
+/// each console deadline.
+pub fn take_input_report(now: u64) -> bool {
+    let due = INPUT_REPORT_DUE.load(Ordering::Relaxed);
+    if due > now
+        || INPUT_REPORT_DUE
+            .compare_exchange(due, u64::MAX, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+    {
+        return false;
+    }
+    INPUT_REFUSALS_BEGAN.store(u64::MAX, Ordering::Relaxed);
+    true
 }
 
 /// The UART, waited for as needed.

@@ -174,6 +174,9 @@ fn hyp_timer() -> Handled {
         let served = serve_between_steps(vm::masked().site());
         handled.sync |= served.sync || start_line;
         handled.reschedule |= served.reschedule || start_line;
+        if console::take_input_report(now) {
+            report_refused_input();
+        }
     }
     if timers::is_due(due, Deadline::VirtualTimers) {
         vm::mark_stale(vm::Stale::TimerDue);
@@ -481,13 +484,16 @@ enum Forwarded {
     Raised(Raised),
 }
 
+/// The physical UART's receive interrupt: its bytes read through the multiplexer (Ctrl-A
+/// escapes taken there, under the console lock), then carried out in order with no lock held.
 #[cold]
 #[inline(never)]
 fn console_input() {
     let received = console::receive();
+    let mut refused = false;
     for input in received.inputs.iter().take(received.count) {
         match *input {
-            Input::Deliver { vm: id, byte } => deliver_input(id, byte),
+            Input::Deliver { vm: id, byte } => refused |= deliver_input(id, byte),
             Input::Focus(id) => {
                 keel_println!("input focus: ", VmLabel(console::focus_name(id), id))
             }
@@ -511,33 +517,69 @@ fn console_input() {
             Input::Nothing => {}
         }
     }
+    if refused {
+        console::input_refused();
+    }
 }
 
-fn deliver_input(id: usize, byte: u8) {
+/// Delivers console input `byte` to VM `id`'s PL011: into its receive FIFO, or the input
+/// queue behind it, which the guest's reads of UARTDR feed the FIFO from. Its interrupt's
+/// level is given to the vGIC, and its vCPU kicked, only when it rises: while input waits the
+/// line stays asserted, and the guest's reads keep it so. Returns whether the queue, full,
+/// refused it (counted in the model, said by [`report_refused_input`]). Input for a VM that
+/// does not run is discarded, as its console would be.
+///
+/// Locks: the VM's PL011, then its vGIC (see [`crate::vm`]); the console lock is not held.
+fn deliver_input(id: usize, byte: u8) -> bool {
     if vm::vm(id).state() != VmState::Running {
-        return;
+        return false;
     }
-    let target = {
-        // Lock order: the UART's, then the vGIC's.
+    let (refused, raised) = {
         let mut uart = vm::vm(id).uart.lock_cold();
-        let overrun = uart.receive(byte).is_err();
-        let target = {
+        let before = uart.interrupt_level();
+        let refused = uart.receive(byte).is_err();
+        let raised = (!before && uart.interrupt_level()).then(|| {
             let mut vgic = vm::vm(id).vgic.lock_cold();
-            vgic.set_level(layout::UART_INTID, uart.interrupt_level());
+            vgic.set_level(layout::UART_INTID, true);
             vgic.spi_target(layout::UART_INTID)
-        };
-        drop(uart);
-        if overrun {
-            keel_println_limited!(
-                DiagnosticKind::InputOverrun,
-                id,
-                "vm '{}': console input overrun, byte refused (the guest is not reading)";
-                vm::desc(id).name,
-            );
-        }
-        target
+        });
+        (refused, raised)
     };
-    vm::kick_vcpu(id, target);
+    if let Some(target) = raised {
+        vm::kick_vcpu(id, target);
+    }
+    refused
+}
+
+/// Says, for each VM with a console, how many bytes of console input its full queue refused
+/// since it was last said: one rate-limited line each (the count given back to its model if
+/// the line is left out, to be said with the next), a poll point after each. Called from the
+/// EL2 timer's console deadline when [`console::take_input_report`] says it is due.
+#[cold]
+#[inline(never)]
+fn report_refused_input() {
+    for id in 0..crate::config::SYSTEM.vms.len() {
+        let desc = vm::desc(id);
+        if !desc.console {
+            continue;
+        }
+        let dropped = vm::vm(id).uart.lock_cold().take_dropped();
+        if dropped == 0 {
+            continue;
+        }
+        let said = keel_println_limited!(
+            DiagnosticKind::InputOverrun,
+            id,
+            "vm '{}': console input queue full, {} bytes dropped (the guest is not reading)";
+            desc.name,
+            dropped,
+        );
+        if !said {
+            vm::vm(id).uart.lock_cold().restore_dropped(dropped);
+            console::input_refused();
+        }
+        serve_here();
+    }
 }
 
 /// vCPU `vcpu` of VM `id` stops on this pCPU (CPU_OFF, reset, VM stopped): its list registers

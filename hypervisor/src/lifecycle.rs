@@ -15,7 +15,6 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 use keel_core::abi::{layout, MaskedSite};
 use keel_core::addr::GuestPhysAddr;
-use keel_core::devices::pl011::Pl011;
 use keel_core::ratelimit::DiagnosticKind;
 use keel_core::seed;
 use keel_core::stage2::MemoryKind;
@@ -145,7 +144,8 @@ fn reset_devices(id: usize) {
         let mut watchdog = sp805::watchdog(id).lock_cold();
         let mut vgic = vm.vgic.lock_cold();
         virtio.reset();
-        *uart = Pl011::new();
+        // In place, in constant work: its input queue emptied, not erased.
+        uart.reset();
         watchdog.reset(id);
         vgic.reset(desc.pcpus.len(), at(&owned, ..count));
         vm.gic_writes.fetch_add(1, Ordering::Relaxed);

@@ -72,6 +72,14 @@ pub fn set(kind: Deadline, at: u64) {
     }
 }
 
+/// Moves this pCPU's `kind` deadline to counter value `at` if that is earlier than the one it
+/// has (none counts as latest).
+pub fn set_earlier(kind: Deadline, at: u64) {
+    if at < this_queue().at[kind as usize].load(Ordering::Relaxed) {
+        set(kind, at);
+    }
+}
+
 /// Sets this pCPU's scheduler deadlines ([`Deadline::Schedule`] and
 /// [`Deadline::VirtualTimers`]; `None` clears one): the shared pCPU's call after every
 /// decision. The timer is re-armed only if the earliest deadline moved before what it is

@@ -5,8 +5,8 @@
 //!
 //! Ownership: each of a VM's device models (vGIC, PL011 here; the virtio console in
 //! [`crate::devices`]) sits behind a lock of its own, taken by the pCPU running its vCPU
-//! (traps, through [`crate::devices`]), by pCPU 0 (console input) and by senders raising its
-//! interrupts. Lock order: a device model other than the vGIC, then the VM's vGIC (a model
+//! (traps, through [`crate::devices`]), by pCPU 0 (console input, queued in the PL011 model
+//! after the console lock is released) and by senders raising its interrupts. Lock order: a device model other than the vGIC, then the VM's vGIC (a model
 //! sets its interrupt's level under its own lock, so that a level cannot be overtaken by an
 //! older one), then nothing (the console lock is never taken while holding either). The task
 //! tables of all VMs sit behind one lock ([`task_tables`]), taken before a shared pCPU's own
@@ -88,7 +88,9 @@ pub struct Vm {
     /// The GIC distributor and redistributors, set up by `lifecycle::build` before any vCPU
     /// of the VM runs, like every device model.
     pub vgic: Mutex<Vgic>,
-    /// The console UART.
+    /// The console UART, with the console input queued behind its receive FIFO (4 KiB, all
+    /// zero bytes at boot: in .bss). Taken by pCPU 0 to deliver input, with no console lock
+    /// held, and by the VM's vCPUs reading it.
     pub uart: Mutex<Pl011>,
     /// Bumped, under the device lock, by every guest write to the vGIC and every reset of it:
     /// the timer fast path ([`crate::irq`]) reuses what it listed only while this is unchanged.

@@ -1,8 +1,15 @@
 //! Emulated Arm PL011 UART (PrimeCell UART r1p5, DDI 0183G): the console of one VM.
 //!
 //! Transmit is immediate (the FIFO never fills); received bytes wait in a 32-entry FIFO
-//! and raise the receive interrupt. A byte arriving on a full FIFO sets the overrun flag
-//! (as the hardware does) and is reported to the caller, never dropped silently.
+//! and raise the receive and receive-timeout interrupts while any waits there. Behind the
+//! FIFO, Keel holds the console input the FIFO cannot take yet in a bounded queue of its own
+//! ([`InputQueue`], [`INPUT_QUEUE`] bytes: a pasted screenful): each byte the guest reads
+//! from UARTDR makes room for the queue's oldest, so the FIFO stays full, and its interrupts
+//! asserted, until the guest has read everything, in order, as a real PL011 fed by a sender
+//! that respects its flow control. Only a byte arriving when the FIFO and the queue are both
+//! full (a guest that stopped reading) is refused: it sets the overrun flag (as the hardware
+//! does), is reported to the caller and counted until the count is taken
+//! ([`Pl011::take_dropped`]), never dropped silently.
 
 use super::DeviceError;
 
@@ -36,12 +43,105 @@ const INT_OE: u32 = 1 << 10;
 const DR_OE: u32 = 1 << 11;
 const RSR_OE: u32 = 1 << 3;
 
+/// UARTCR and UARTIFLS at reset (DDI 0183G 3.3.8, 3.3.9): transmit and receive enabled,
+/// both FIFO levels at half.
+const CR_AT_RESET: u32 = 0x300;
+const IFLS_AT_RESET: u32 = 0x12;
+
 /// Receive FIFO depth.
 pub const FIFO_DEPTH: usize = 32;
 
-/// A received byte found the FIFO full.
+/// Bytes of console input held behind the receive FIFO ([`InputQueue`]); a power of two.
+pub const INPUT_QUEUE: usize = 4096;
+const _: () = assert!(
+    INPUT_QUEUE.is_power_of_two(),
+    "InputQueue wraps with a mask"
+);
+
+/// A received byte found the FIFO and the input queue behind it full, and was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Overrun;
+
+/// Console input waiting behind the receive FIFO: at most [`INPUT_QUEUE`] bytes, taken in
+/// the order they came, and the count of bytes refused because it was full, kept until it
+/// is taken ([`InputQueue::take_dropped`]). All zero bytes when empty ([`InputQueue::EMPTY`]),
+/// so that a static one takes no image space.
+#[derive(Clone, Debug)]
+pub struct InputQueue {
+    bytes: [u8; INPUT_QUEUE],
+    /// Where the oldest byte is (below [`INPUT_QUEUE`]).
+    head: usize,
+    len: usize,
+    /// Bytes refused since the count was last taken.
+    dropped: u64,
+}
+
+impl Default for InputQueue {
+    fn default() -> Self {
+        Self::EMPTY
+    }
+}
+
+impl InputQueue {
+    /// An empty queue, nothing refused.
+    pub const EMPTY: Self = Self {
+        bytes: [0; INPUT_QUEUE],
+        head: 0,
+        len: 0,
+        dropped: 0,
+    };
+
+    /// Bytes waiting.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no byte waits.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Appends `byte`; a full queue refuses it and counts it.
+    pub fn push(&mut self, byte: u8) -> Result<(), Overrun> {
+        if self.len == INPUT_QUEUE {
+            self.dropped = self.dropped.saturating_add(1);
+            return Err(Overrun);
+        }
+        // A power of two: the remainder is a mask, and the index needs no bounds check.
+        self.bytes[(self.head + self.len) % INPUT_QUEUE] = byte;
+        self.len += 1;
+        Ok(())
+    }
+
+    /// Takes the oldest byte, if any.
+    pub fn pop(&mut self) -> Option<u8> {
+        if self.len == 0 {
+            return None;
+        }
+        let byte = self.bytes[self.head % INPUT_QUEUE];
+        self.head = (self.head + 1) % INPUT_QUEUE;
+        self.len -= 1;
+        Some(byte)
+    }
+
+    /// Empties the queue (its bytes are not erased, only forgotten: constant work). The count
+    /// of refused bytes stays, to be said.
+    pub fn clear(&mut self) {
+        self.head = 0;
+        self.len = 0;
+    }
+
+    /// The bytes refused since the last call (then none).
+    pub fn take_dropped(&mut self) -> u64 {
+        core::mem::take(&mut self.dropped)
+    }
+
+    /// Gives back `count` refused bytes taken by [`take_dropped`](Self::take_dropped) but not
+    /// said after all (a rate-limited line left out): they are said with the next ones.
+    pub fn restore_dropped(&mut self, count: u64) {
+        self.dropped = self.dropped.saturating_add(count);
+    }
+}
 
 /// The state of one emulated PL011.
 #[derive(Clone, Debug)]
@@ -49,6 +149,8 @@ pub struct Pl011 {
     fifo: [u8; FIFO_DEPTH],
     head: usize,
     count: usize,
+    /// Input behind the FIFO: never holds a byte while the FIFO has room.
+    queue: InputQueue,
     imsc: u32,
     raw_tx: bool,
     overrun: bool,
@@ -73,6 +175,7 @@ impl Pl011 {
         fifo: [0; FIFO_DEPTH],
         head: 0,
         count: 0,
+        queue: InputQueue::EMPTY,
         imsc: 0,
         raw_tx: false,
         overrun: false,
@@ -91,17 +194,52 @@ impl Pl011 {
             fifo: [0; FIFO_DEPTH],
             head: 0,
             count: 0,
+            queue: InputQueue::EMPTY,
             imsc: 0,
             raw_tx: false,
             overrun: false,
-            cr: 0x300,
+            cr: CR_AT_RESET,
             lcr_h: 0,
             ibrd: 0,
             fbrd: 0,
-            ifls: 0x12,
+            ifls: IFLS_AT_RESET,
             ilpr: 0,
             dmacr: 0,
         }
+    }
+
+    /// Puts the UART in its reset state in place, in constant work (a VM's reset, with
+    /// interrupts masked): registers as [`Pl011::new`]'s, the FIFO and the input queue
+    /// emptied. The count of refused input bytes not yet taken stays, to be said.
+    pub fn reset(&mut self) {
+        self.head = 0;
+        self.count = 0;
+        self.queue.clear();
+        self.imsc = 0;
+        self.raw_tx = false;
+        self.overrun = false;
+        self.cr = CR_AT_RESET;
+        self.lcr_h = 0;
+        self.ibrd = 0;
+        self.fbrd = 0;
+        self.ifls = IFLS_AT_RESET;
+        self.ilpr = 0;
+        self.dmacr = 0;
+    }
+
+    /// Bytes received and not yet read by the guest: in the FIFO and queued behind it.
+    pub fn pending_input(&self) -> usize {
+        self.count + self.queue.len()
+    }
+
+    /// The input bytes refused since the last call ([`InputQueue::take_dropped`]).
+    pub fn take_dropped(&mut self) -> u64 {
+        self.queue.take_dropped()
+    }
+
+    /// Gives back refused bytes taken but not said ([`InputQueue::restore_dropped`]).
+    pub fn restore_dropped(&mut self, count: u64) {
+        self.queue.restore_dropped(count);
     }
 
     fn raw_interrupts(&self) -> u32 {
@@ -123,15 +261,21 @@ impl Pl011 {
         self.raw_interrupts() & self.imsc != 0
     }
 
-    /// A byte arrives from the outside world.
+    /// A byte arrives from the outside world: into the FIFO if it has room (nothing then
+    /// waits in the queue), else at the end of the input queue; refused, counted and flagged
+    /// as an overrun if that is full too.
     pub fn receive(&mut self, byte: u8) -> Result<(), Overrun> {
-        if self.count == FIFO_DEPTH {
-            self.overrun = true;
-            return Err(Overrun);
+        if self.count < FIFO_DEPTH && self.queue.is_empty() {
+            self.push_fifo(byte);
+            return Ok(());
         }
+        self.queue.push(byte).inspect_err(|_| self.overrun = true)
+    }
+
+    /// Appends `byte` to the FIFO, which has room.
+    fn push_fifo(&mut self, byte: u8) {
         self.fifo[(self.head + self.count) % FIFO_DEPTH] = byte;
         self.count += 1;
-        Ok(())
     }
 
     fn check_width(offset: u64, size: u8) -> Result<(), DeviceError> {
@@ -155,6 +299,11 @@ impl Pl011 {
                     let byte = self.fifo[self.head % FIFO_DEPTH];
                     self.head = (self.head + 1) % FIFO_DEPTH;
                     self.count -= 1;
+                    // The room made is the queue's oldest byte's: the FIFO stays full, and
+                    // its interrupts asserted, while input waits.
+                    if let Some(next) = self.queue.pop() {
+                        self.push_fifo(next);
+                    }
                     let error = if self.overrun { DR_OE } else { 0 };
                     self.overrun = false;
                     u32::from(byte) | error
@@ -244,16 +393,191 @@ mod tests {
         assert_eq!(uart.read(FR, 4).unwrap() & FR_RXFE, FR_RXFE);
     }
 
+    /// Byte `i` of a test's input: every value, in an order no shorter period repeats.
+    fn input_byte(i: usize) -> u8 {
+        (i * 7 + i / 256) as u8
+    }
+
     #[test]
     fn overrun_is_reported_and_flagged() {
         let mut uart = Pl011::new();
-        for i in 0..FIFO_DEPTH {
+        for i in 0..FIFO_DEPTH + INPUT_QUEUE {
             uart.receive(i as u8).unwrap();
         }
         assert_eq!(uart.receive(0xff), Err(Overrun));
         assert_eq!(uart.read(RSR_ECR, 4), Ok(RSR_OE));
         assert_eq!(uart.read(DR, 4), Ok(DR_OE));
         assert_eq!(uart.read(DR, 4), Ok(1));
+    }
+
+    #[test]
+    fn input_beyond_the_fifo_waits_in_order() {
+        let mut uart = Pl011::new();
+        let total = FIFO_DEPTH + INPUT_QUEUE;
+        for i in 0..total {
+            assert_eq!(uart.receive(input_byte(i)), Ok(()), "byte {i}");
+        }
+        assert_eq!(uart.pending_input(), total);
+        // Every byte comes out once, in order, nothing flagged; the FIFO stays full until
+        // only its own 32 are left.
+        for i in 0..total {
+            let fr = uart.read(FR, 4).unwrap();
+            assert_eq!(fr & FR_RXFF != 0, total - i >= FIFO_DEPTH, "FR at byte {i}");
+            assert_eq!(uart.read(DR, 4), Ok(u32::from(input_byte(i))), "byte {i}");
+        }
+        assert_eq!(uart.read(FR, 4).unwrap() & FR_RXFE, FR_RXFE);
+        assert_eq!(uart.read(RSR_ECR, 4), Ok(0));
+        assert_eq!(uart.take_dropped(), 0);
+    }
+
+    #[test]
+    fn input_and_reads_interleaved_keep_order() {
+        let mut uart = Pl011::new();
+        let (mut sent, mut read) = (0, 0);
+        // Bursts larger than the FIFO, the guest reading fewer bytes than came in each round
+        // until the queue holds thousands, then draining.
+        for round in 0..250 {
+            for _ in 0..(if round < 150 { 40 } else { 0 }) {
+                uart.receive(input_byte(sent)).unwrap();
+                sent += 1;
+            }
+            for _ in 0..(if round < 150 { 13 } else { 60 }) {
+                if read == sent {
+                    break;
+                }
+                assert_eq!(
+                    uart.read(DR, 1),
+                    Ok(u32::from(input_byte(read))),
+                    "byte {read}"
+                );
+                read += 1;
+            }
+            assert_eq!(uart.pending_input(), sent - read);
+        }
+        assert_eq!((read, sent), (6000, 6000));
+        assert_eq!(uart.take_dropped(), 0);
+    }
+
+    #[test]
+    fn a_full_queue_refuses_and_counts() {
+        let mut uart = Pl011::new();
+        let total = FIFO_DEPTH + INPUT_QUEUE;
+        for i in 0..total + 100 {
+            let outcome = uart.receive(input_byte(i));
+            assert_eq!(outcome.is_ok(), i < total, "byte {i}");
+        }
+        assert_eq!(uart.pending_input(), total);
+        assert_eq!(uart.take_dropped(), 100);
+        assert_eq!(uart.take_dropped(), 0, "a count is taken once");
+        // Not said after all: given back, it is said with the next ones.
+        uart.restore_dropped(100);
+        assert_eq!(uart.receive(0), Err(Overrun));
+        assert_eq!(uart.take_dropped(), 101);
+        // The guest reads one: one more fits, and what was kept is what came first.
+        assert_eq!(uart.read(DR, 4), Ok(u32::from(input_byte(0)) | DR_OE));
+        assert_eq!(uart.receive(0x55), Ok(()));
+        assert_eq!(uart.receive(0x56), Err(Overrun));
+        for i in 1..total {
+            assert_eq!(uart.read(DR, 4).unwrap() & 0xff, u32::from(input_byte(i)));
+        }
+        assert_eq!(uart.read(DR, 4), Ok(0x55));
+        assert_eq!(uart.pending_input(), 0);
+        assert_eq!(uart.take_dropped(), 1);
+    }
+
+    #[test]
+    fn receive_interrupts_stay_asserted_while_input_waits() {
+        let mut uart = Pl011::new();
+        uart.write(IMSC, 4, INT_RX | INT_RT).unwrap();
+        for i in 0..100 {
+            uart.receive(input_byte(i)).unwrap();
+        }
+        for i in 0..100 {
+            assert!(uart.interrupt_level(), "level before byte {i}");
+            assert_eq!(
+                uart.read(RIS, 4).unwrap() & (INT_RX | INT_RT),
+                INT_RX | INT_RT
+            );
+            // Clearing them (as Linux's handler does) changes nothing while bytes wait.
+            uart.write(ICR, 4, INT_RX | INT_RT).unwrap();
+            assert_eq!(
+                uart.read(MIS, 4).unwrap() & (INT_RX | INT_RT),
+                INT_RX | INT_RT
+            );
+            uart.read(DR, 4).unwrap();
+        }
+        assert!(!uart.interrupt_level());
+        assert_eq!(uart.read(RIS, 4).unwrap() & (INT_RX | INT_RT), 0);
+    }
+
+    #[test]
+    fn reset_empties_the_input_and_keeps_the_count_to_say() {
+        let mut uart = Pl011::new();
+        uart.write(IMSC, 4, INT_RX).unwrap();
+        uart.write(CR, 4, 0x301).unwrap();
+        for i in 0..FIFO_DEPTH + INPUT_QUEUE + 3 {
+            let _ = uart.receive(input_byte(i));
+        }
+        uart.reset();
+        assert_eq!(uart.pending_input(), 0);
+        assert!(!uart.interrupt_level());
+        assert_eq!(uart.read(FR, 4).unwrap() & FR_RXFE, FR_RXFE);
+        assert_eq!(uart.read(DR, 4), Ok(0));
+        assert_eq!(uart.read(RSR_ECR, 4), Ok(0));
+        assert_eq!(uart.read(IMSC, 4), Ok(0));
+        assert_eq!(uart.read(CR, 4), Ok(CR_AT_RESET));
+        assert_eq!(uart.read(IFLS, 4), Ok(IFLS_AT_RESET));
+        assert_eq!(uart.take_dropped(), 3);
+        // After it, input flows as on a new UART.
+        uart.receive(b'k').unwrap();
+        assert_eq!(uart.read(DR, 4), Ok(u32::from(b'k')));
+    }
+
+    #[test]
+    fn the_zeroed_uart_reset_is_a_new_one() {
+        let mut uart = Pl011::ZEROED;
+        uart.reset();
+        let new = Pl011::new();
+        for offset in [CR, IFLS, IMSC, LCR_H, FR, RIS] {
+            assert_eq!(
+                uart.read(offset, 4),
+                Pl011::new().read(offset, 4),
+                "{offset:#x}"
+            );
+        }
+        assert_eq!(uart.pending_input(), new.pending_input());
+    }
+
+    #[test]
+    fn input_queue_alone() {
+        let mut queue = InputQueue::EMPTY;
+        assert!(queue.is_empty());
+        assert_eq!(queue.pop(), None);
+        for round in 0..3 {
+            for i in 0..INPUT_QUEUE {
+                assert_eq!(queue.push(input_byte(i + round)), Ok(()));
+            }
+            assert_eq!(queue.push(0), Err(Overrun));
+            assert_eq!(queue.len(), INPUT_QUEUE);
+            for i in 0..INPUT_QUEUE / 2 {
+                assert_eq!(queue.pop(), Some(input_byte(i + round)));
+            }
+            for i in 0..INPUT_QUEUE / 2 {
+                assert_eq!(queue.push(input_byte(i + 7)), Ok(()));
+            }
+            for i in INPUT_QUEUE / 2..INPUT_QUEUE {
+                assert_eq!(queue.pop(), Some(input_byte(i + round)));
+            }
+            for i in 0..INPUT_QUEUE / 2 {
+                assert_eq!(queue.pop(), Some(input_byte(i + 7)));
+            }
+            assert_eq!(queue.pop(), None);
+        }
+        assert_eq!(queue.take_dropped(), 3);
+        queue.push(1).unwrap();
+        queue.clear();
+        assert!(queue.is_empty());
+        assert_eq!(queue.pop(), None);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! filled from the UART's interrupt and emptied by the main loop.
 
 use core::fmt::Write;
-use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
 use keel_core::abi::layout;
 
@@ -74,15 +74,16 @@ struct ReceiveQueue {
     head: AtomicUsize,
     /// Count of bytes ever queued; written by the producer only.
     tail: AtomicUsize,
-    /// Count of bytes dropped because the queue was full; written by the producer only.
-    dropped: AtomicUsize,
+    /// The queue filled and the producer masked the receive interrupt (flow control: the
+    /// rest waits in the UART); the consumer unmasks it once half the queue is free.
+    throttled: AtomicBool,
 }
 
 static RECEIVE_QUEUE: ReceiveQueue = ReceiveQueue {
     bytes: [const { AtomicU8::new(0) }; RECEIVE_QUEUE_CAPACITY],
     head: AtomicUsize::new(0),
     tail: AtomicUsize::new(0),
-    dropped: AtomicUsize::new(0),
+    throttled: AtomicBool::new(false),
 };
 
 /// Enables the console UART and its receive interrupt (the GIC side is the caller's:
@@ -92,42 +93,52 @@ pub fn enable_receive_interrupt() {
     CONSOLE.enable_receive_interrupt();
 }
 
-/// Clears the receive interrupt, then moves every byte in the UART's receive FIFO to the
-/// receive queue. Call it from the IRQ handler of `layout::UART_INTID`, and only there.
+/// Clears the receive interrupt, then moves the bytes in the UART's receive FIFO to the
+/// receive queue, until the FIFO is empty or the queue full. Call it from the IRQ handler of
+/// `layout::UART_INTID`, and only there.
 ///
 /// Clearing first is what makes it race-free: a byte arriving after the last FIFO check
 /// raises the interrupt again, where clearing after draining would drop that interrupt and
-/// leave the byte (and, with a full FIFO, all input after it) stranded.
+/// leave the byte (and, with a full FIFO, all input after it) stranded. A full queue masks
+/// the receive interrupt instead of dropping input: the bytes wait in the UART (and in Keel's
+/// input queue behind it) until [`read_byte`] has made room and unmasks it.
 pub fn drain_receive_fifo() {
     let queue = &RECEIVE_QUEUE;
     CONSOLE.clear_receive_interrupt();
-    while let Some(byte) = CONSOLE.try_getc() {
+    loop {
         let tail = queue.tail.load(Ordering::Relaxed);
         if tail.wrapping_sub(queue.head.load(Ordering::Acquire)) == RECEIVE_QUEUE_CAPACITY {
-            let dropped = queue.dropped.load(Ordering::Relaxed);
-            queue
-                .dropped
-                .store(dropped.wrapping_add(1), Ordering::Relaxed);
-            continue;
+            queue.throttled.store(true, Ordering::Relaxed);
+            CONSOLE.disable_receive_interrupt();
+            return;
         }
+        let Some(byte) = CONSOLE.try_getc() else {
+            return;
+        };
         queue.bytes[tail % RECEIVE_QUEUE_CAPACITY].store(byte, Ordering::Relaxed);
         queue.tail.store(tail.wrapping_add(1), Ordering::Release);
     }
 }
 
-/// Takes the oldest received byte, if any.
+/// Takes the oldest received byte, if any; unmasks the receive interrupt a full queue masked
+/// once half of it is free again.
 pub fn read_byte() -> Option<u8> {
     let queue = &RECEIVE_QUEUE;
     let head = queue.head.load(Ordering::Relaxed);
-    if head == queue.tail.load(Ordering::Acquire) {
+    let tail = queue.tail.load(Ordering::Acquire);
+    if head == tail {
         return None;
     }
     let byte = queue.bytes[head % RECEIVE_QUEUE_CAPACITY].load(Ordering::Relaxed);
     queue.head.store(head.wrapping_add(1), Ordering::Release);
+    // Should the handler run between this test and the unmasking (an interrupt taken before
+    // the mask took effect), it finds the queue full again at worst, and masks it again: no
+    // byte is lost either way.
+    if queue.throttled.load(Ordering::Relaxed)
+        && tail.wrapping_sub(head) <= RECEIVE_QUEUE_CAPACITY / 2
+    {
+        queue.throttled.store(false, Ordering::Relaxed);
+        CONSOLE.enable_receive_interrupt();
+    }
     Some(byte)
-}
-
-/// Count of received bytes dropped because the receive queue was full.
-pub fn dropped_bytes() -> usize {
-    RECEIVE_QUEUE.dropped.load(Ordering::Relaxed)
 }

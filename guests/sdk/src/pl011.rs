@@ -73,6 +73,13 @@ impl Pl011 {
         self.registers.write_u32(IMSC, mask | RECEIVE_INTERRUPT);
     }
 
+    /// Masks the receive interrupt (IMSC.RXIM): input stays in the UART (and whatever feeds
+    /// it: Keel's input queue behind the FIFO) until it is unmasked.
+    pub fn disable_receive_interrupt(&self) {
+        let mask = self.registers.read_u32(IMSC);
+        self.registers.write_u32(IMSC, mask & !RECEIVE_INTERRUPT);
+    }
+
     /// Clears the receive and receive-timeout interrupts (ICR); bytes still in the FIFO raise
     /// the receive interrupt again as new ones arrive, and reading them clears it.
     pub fn clear_receive_interrupt(&self) {

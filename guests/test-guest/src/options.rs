@@ -33,6 +33,7 @@
 //! | `keel.mode=manager` with `keel.managed=<vm id>` | the manager's services on that VM (see [`crate::manager`]) |
 //! | `keel.restarts=<n>` | manager mode: restart the managed VM n times, timed, its resource counters compared with those at its boot (see [`crate::manager`]) |
 //! | `keel.running=<ms>` | manager mode with `keel.restarts`: how long the VM runs before each reading and restart (default 1000) |
+//! | `keel.input=echo\|count\|ignore` | ticks mode: what becomes of console input: each byte echoed in a line (`echo: X`, the default); counted, with the FNV-1a hash of all of it in order, said each second it changed (`input: s=N bytes=B fnv=HHHHHHHHHHHHHHHH`); or never read (the receive interrupt left masked) |
 //! | `keel.restart-on-key` | manager mode with `keel.restarts`: wait for a byte typed on this VM's console instead |
 //! | `keel.mode=task-reuse` with `keel.rounds=<n>`, `keel.pcpu=<id>` | a task index reused after a far launch and a delete, n rounds, the tasks on that pCPU (see [`crate::task_reuse`]) |
 
@@ -97,6 +98,17 @@ impl fmt::Display for Mode {
     }
 }
 
+/// What ticks mode does with console input (`keel.input`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InputMode {
+    /// Each byte echoed in a line of its own.
+    Echo,
+    /// Counted and hashed (FNV-1a, 64 bits), said each second it changed.
+    Count,
+    /// Never read: the receive interrupt stays masked.
+    Ignore,
+}
+
 /// Seconds before the hostile action when `keel.hostile-after` is absent.
 const DEFAULT_HOSTILE_AFTER_SECONDS: u64 = 2;
 
@@ -147,6 +159,8 @@ pub struct Options<'a> {
     pub peer: u64,
     /// `keel.max`: the largest message the peer takes, in bytes (at least 1).
     pub max_message: usize,
+    /// `keel.input`: what ticks mode does with console input.
+    pub input: InputMode,
 }
 
 /// A boot argument the guest cannot use.
@@ -270,7 +284,20 @@ impl<'a> Options<'a> {
             }
             Some(max) => max as usize,
         };
+        let input = match args.value("keel.input") {
+            None | Some("echo") => InputMode::Echo,
+            Some("count") => InputMode::Count,
+            Some("ignore") => InputMode::Ignore,
+            Some(value) => {
+                return Err(OptionError {
+                    key: "keel.input",
+                    value,
+                    expected: "echo, count or ignore",
+                })
+            }
+        };
         Ok(Self {
+            input,
             control: args.has_flag("keel.control"),
             peer,
             max_message,

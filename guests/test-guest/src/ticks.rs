@@ -15,7 +15,7 @@ use keel_guest::{console, println, system_off, system_reset, timer};
 use crate::control::{self, Control};
 use crate::hostile;
 use crate::interrupts::PRIORITY;
-use crate::options::Options;
+use crate::options::{InputMode, Options};
 
 /// Tick rate.
 const TICKS_PER_SECOND: u64 = 1000;
@@ -145,7 +145,11 @@ pub fn run(options: &Options<'_>, info: &BootInfo<'_>, redistributor: &Redistrib
     timer::enable();
     redistributor.enable_private(layout::VTIMER_INTID, PRIORITY);
 
-    console::enable_receive_interrupt();
+    // A guest that ignores its input never unmasks the receive interrupt: the input waits in
+    // Keel's queue, which refuses what does not fit (and says how much).
+    if options.input != InputMode::Ignore {
+        console::enable_receive_interrupt();
+    }
     DISTRIBUTOR.enable_spi(
         layout::UART_INTID,
         PRIORITY,
@@ -164,6 +168,7 @@ pub fn run(options: &Options<'_>, info: &BootInfo<'_>, redistributor: &Redistrib
     // written with IRQs masked delays the next tick.
     let mut histogram: Option<Printer> = None;
     let mut watchdog_kept = 0;
+    let mut input = InputCount::new();
     if options.watchdog {
         match keel_guest::health::keep_watchdog() {
             Ok(period) => println!(
@@ -183,7 +188,10 @@ pub fn run(options: &Options<'_>, info: &BootInfo<'_>, redistributor: &Redistrib
             }
         }
         while let Some(byte) = console::read_byte() {
-            echo(byte);
+            match options.input {
+                InputMode::Count => input.take(byte),
+                InputMode::Echo | InputMode::Ignore => echo(byte),
+            }
         }
         if let Some(printer) = &mut histogram {
             if !print_histogram_line(printer) {
@@ -206,6 +214,13 @@ pub fn run(options: &Options<'_>, info: &BootInfo<'_>, redistributor: &Redistrib
             continue;
         }
         reported_seconds = seconds;
+        if input.bytes != input.said {
+            input.said = input.bytes;
+            println!(
+                "input: s={seconds} bytes={} fnv={:016x}",
+                input.bytes, input.hash
+            );
+        }
         // The ticks taken, in Keel's trace (when it has one): a tool compares them with the
         // timer interrupts it saw listed for this vCPU before the mark.
         with_irqs_masked(|| keel_guest::trace::mark(TICKS.load(Ordering::Relaxed) as u32));
@@ -306,6 +321,32 @@ fn print_histogram_line(printer: &mut Printer) -> bool {
         println!("{}", line.as_str());
     }
     more
+}
+
+/// Console input counted (`keel.input=count`): how many bytes, the FNV-1a hash (64 bits) of
+/// all of them in order, and the count last said.
+struct InputCount {
+    bytes: u64,
+    hash: u64,
+    said: u64,
+}
+
+impl InputCount {
+    const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+    fn new() -> Self {
+        Self {
+            bytes: 0,
+            hash: Self::FNV_OFFSET,
+            said: 0,
+        }
+    }
+
+    fn take(&mut self, byte: u8) {
+        self.bytes += 1;
+        self.hash = (self.hash ^ u64::from(byte)).wrapping_mul(Self::FNV_PRIME);
+    }
 }
 
 /// Prints one received byte: itself if printable ASCII, else `\x..`.

@@ -492,8 +492,9 @@ fn console_focus() -> Result<()> {
     Ok(())
 }
 
-/// Types `line` and a newline on the console, in pieces, so that no burst outruns the emulated
-/// PL011's 32-byte receive FIFO.
+/// Types `line` and a newline on the console, in pieces, as a person types (a burst of any
+/// length is taken too, by the input queue behind the emulated PL011's receive FIFO: see the
+/// console paste scenarios).
 fn type_line(session: &mut Session, line: &str) -> Result<()> {
     for piece in format!("{line}\n").as_bytes().chunks(16) {
         session.send(piece)?;
