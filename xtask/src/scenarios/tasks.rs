@@ -404,7 +404,7 @@ pub fn all() -> Vec<Scenario> {
             run: Box::new(overrun_and_manager),
         },
         Scenario {
-            name: "tasks: reuse: a task created where one launched at u64::MAX, sent a message and deleted was runs its jobs and finds its queue empty, five times".into(),
+            name: "tasks: reuse: a task created in the index of one launched at u64::MAX, sent a message and deleted runs its jobs and finds its queue empty, five times".into(),
             run: Box::new(reuse_after_far_launch),
         },
         Scenario {
