@@ -2614,9 +2614,14 @@ fn passthrough_streams_are_one_vms() {
 fn passthrough_streams_are_in_keels_stream_table() {
     assert_passthrough_refused(
         smmu_with(PL031, "path = \"/high-stream@9150000\""),
-        "vm 'rtc': passthrough: '/high-stream@9150000' masters DMA only with streams from 300, \
-         beyond the 256 Keel's stream table covers",
+        "vm 'rtc': passthrough: '/high-stream@9150000' masters DMA only with streams from \
+         65552, beyond the 65536 Keel's stream table covers",
     );
+    // Stream 300 (a requester ID on bus 1) is covered, as the bridge's 0-0xffff are.
+    let system = smmu_with(PL031, "path = \"/bus-one@9160000\"").unwrap();
+    assert_eq!(system.vms[0].passthrough[0].streams, [(300, 300)]);
+    let system = smmu_with(PL031, "path = \"/pcie@10000000\"").unwrap();
+    assert_eq!(system.vms[0].passthrough[0].streams, [(0, 0xffff)]);
 }
 
 #[test]
