@@ -49,8 +49,19 @@ pub const fn level1_descriptor(array: Option<u64>) -> u64 {
     }
 }
 
-/// "No one": a block without an array, an entry of no VM.
-const NONE: u8 = u8::MAX;
+/// "No one": a block without an array, an entry of no VM. The plan stores an array or a VM
+/// as its index plus one, so that an empty plan is all zero (a static in `.bss`, not `.data`).
+const NONE: u8 = 0;
+
+/// Index `index` as the plan stores it.
+const fn stored(index: usize) -> u8 {
+    index as u8 + 1
+}
+
+/// The index the plan stores as `value`, unless it is [`NONE`].
+fn index_of(value: u8) -> Option<usize> {
+    usize::from(value).checked_sub(1)
+}
 
 /// What a block of streams needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,14 +114,15 @@ pub fn arrays_needed(assignments: &[StreamAssignment]) -> usize {
 
 /// The plan of a two-level stream table with at most `ARRAYS` level-2 arrays: each block's
 /// array, and each array entry's owner. About 1.3 KiB with four arrays, no pointer in it: a
-/// static of the hypervisor, zero until planned.
+/// static of the hypervisor, all zero ([`Self::EMPTY`]) until planned.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StreamLayout<const ARRAYS: usize> {
-    /// Each block's array, or [`NONE`].
+    /// Each block's array ([`stored`]), or [`NONE`].
     blocks: [u8; LEVEL1_ENTRIES],
-    /// Each array's entries' VMs ([`NONE`]: aborts, no one's).
+    /// Each array's entries' VMs ([`stored`]; [`NONE`]: aborts, no one's).
     owners: [[u8; LEVEL2_ENTRIES]; ARRAYS],
-    /// Each array's VM if it is a VM's shared array of whole blocks, else [`NONE`].
+    /// Each array's VM ([`stored`]) if it is a VM's shared array of whole blocks, else
+    /// [`NONE`].
     whole: [u8; ARRAYS],
     /// Arrays in use (the first ones).
     used: usize,
@@ -125,7 +137,7 @@ impl<const ARRAYS: usize> StreamLayout<ARRAYS> {
         used: 0,
     };
 
-    /// Plans the table for `assignments` (VM indices below `vms`, each below 255). Refused as
+    /// Plans the table for `assignments` (VM indices below `vms`, at most 255). Refused as
     /// [`validate`] refuses (two VMs given one stream, a stream beyond 16 bits, an empty range,
     /// a VM without a context descriptor), or when the streams need more than `ARRAYS` arrays;
     /// the plan is then [`Self::EMPTY`].
@@ -135,7 +147,7 @@ impl<const ARRAYS: usize> StreamLayout<ARRAYS> {
         vms: usize,
     ) -> Result<(), StreamTableError> {
         *self = Self::EMPTY;
-        validate(1 << STREAM_BITS, assignments, vms.min(NONE as usize))?;
+        validate(1 << STREAM_BITS, assignments, vms.min(u8::MAX as usize))?;
         let needed = arrays_needed(assignments);
         if needed > ARRAYS {
             return Err(StreamTableError::TooManyArrays {
@@ -148,13 +160,13 @@ impl<const ARRAYS: usize> StreamLayout<ARRAYS> {
                 Block::Empty => continue,
                 Block::Whole(vm) => match at(&self.whole, ..self.used)
                     .iter()
-                    .position(|&owner| usize::from(owner) == vm)
+                    .position(|&owner| index_of(owner) == Some(vm))
                 {
                     Some(shared) => shared,
                     None => {
                         let array = self.take_array();
-                        *at_mut(&mut self.whole, array) = vm as u8;
-                        *at_mut(&mut self.owners, array) = [vm as u8; LEVEL2_ENTRIES];
+                        *at_mut(&mut self.whole, array) = stored(vm);
+                        *at_mut(&mut self.owners, array) = [stored(vm); LEVEL2_ENTRIES];
                         array
                     }
                 },
@@ -167,13 +179,13 @@ impl<const ARRAYS: usize> StreamLayout<ARRAYS> {
                         if first <= last {
                             let entries = (first - low) as usize..=(last - low) as usize;
                             at_mut(at_mut(&mut self.owners, array), entries)
-                                .fill(assignment.vm as u8);
+                                .fill(stored(assignment.vm));
                         }
                     }
                     array
                 }
             };
-            *at_mut(&mut self.blocks, block) = array as u8;
+            *at_mut(&mut self.blocks, block) = stored(array);
         }
         Ok(())
     }
@@ -194,15 +206,14 @@ impl<const ARRAYS: usize> StreamLayout<ARRAYS> {
     /// of a block without an array (the SMMU reports it out of range).
     pub fn entry(&self, stream: u32) -> Option<(usize, usize)> {
         let block = (stream >> SPLIT) as usize;
-        let array = *self.blocks.get(block)?;
-        (array != NONE).then_some((usize::from(array), stream as usize % LEVEL2_ENTRIES))
+        let array = index_of(*self.blocks.get(block)?)?;
+        Some((array, stream as usize % LEVEL2_ENTRIES))
     }
 
     /// The VM that owns stream `stream`, if any.
     pub fn owner(&self, stream: u32) -> Option<usize> {
         let (array, index) = self.entry(stream)?;
-        let owner = at(at(&self.owners, array), index);
-        (*owner != NONE).then_some(usize::from(*owner))
+        index_of(*at(at(&self.owners, array), index))
     }
 
     /// Each STE VM `vm` owns, as `(array, index)`, each once (a shared array's entries once,
@@ -213,7 +224,7 @@ impl<const ARRAYS: usize> StreamLayout<ARRAYS> {
             entries
                 .iter()
                 .enumerate()
-                .filter(move |&(_, &owner)| usize::from(owner) == vm)
+                .filter(move |&(_, &owner)| index_of(owner) == Some(vm))
                 .map(move |(index, _)| (array, index))
         })
     }
@@ -231,12 +242,12 @@ impl<const ARRAYS: usize> StreamLayout<ARRAYS> {
         let array_size = core::mem::size_of::<Level2>() as u64;
         for (descriptor, &array) in level1.iter_mut().zip(&self.blocks) {
             *descriptor = level1_descriptor(
-                (array != NONE).then_some(arrays_phys + u64::from(array) * array_size),
+                index_of(array).map(|array| arrays_phys + array as u64 * array_size),
             );
         }
         for (entries, owners) in arrays.iter_mut().zip(&self.owners) {
             for (ste, &owner) in entries.iter_mut().zip(owners) {
-                *ste = match contexts.get(usize::from(owner)) {
+                *ste = match index_of(owner).and_then(|vm| contexts.get(vm)) {
                     Some(&context) => StreamConfig::Stage1 { context }.encode(),
                     None => StreamConfig::Abort.encode(),
                 };
@@ -301,6 +312,14 @@ mod tests {
             StreamConfig::Stage1 { context } => CONTEXTS.iter().position(|&c| c == context),
             _ => None,
         }
+    }
+
+    #[test]
+    fn an_empty_plan_is_all_zero() {
+        let empty = StreamLayout::<ARRAYS>::EMPTY;
+        assert!(empty.blocks.iter().all(|&b| b == 0));
+        assert!(empty.owners.iter().flatten().all(|&o| o == 0));
+        assert!(empty.whole.iter().all(|&w| w == 0) && empty.used == 0);
     }
 
     #[test]
