@@ -11,10 +11,10 @@
 //! and before any other pCPU or VM runs. Afterwards the level-2 arrays and the queues are
 //! touched only under [`SMMU`]'s lock (an STE switched to abort and back, commands, the event
 //! queue's consumer); the level-1 table, the plan, the CDs and stage-1 tables are only read
-//! (the plan by [`stream_owner`], the rest by the SMMU). Lock order: the
-//! SMMU's lock is a leaf (no other lock is taken under it, and it is never taken with a VM's
-//! lock held). It is the one lock held while Keel waits on a device: a CMD_SYNC's completion
-//! (bounded by [`ACK_POLLS`]), at a VM's stop or restart only, so that no second submitter
+//! (the plan by [`stream_owner`], the rest by the SMMU). Lock order: the SMMU's lock is a
+//! leaf (no other lock is taken under it, and it is never taken with a VM's lock held). It is
+//! the one lock held while Keel waits on a device: a CMD_SYNC's completion (bounded by
+//! [`ACK_POLLS`]), at a VM's stop or restart only, so that no second submitter
 //! interleaves its commands with the ones waited for.
 
 use core::cell::UnsafeCell;
