@@ -1,7 +1,8 @@
 //! Rate limits for Keel's own diagnostics: a guest that triggers one (an SMC, a console
 //! overrun, a reset, a start of its vCPU 0) flat out gets a few lines per second and a count
 //! of what was left out, never a flood that hides everything else or keeps the console busy.
-//! The first line of each kind for each VM is always printed (its first boot's start).
+//! The first line of each kind for each VM is always printed (its first boot's start). Lines
+//! that no VM is known to cause are limited apart, as [`NO_VM`]'s.
 
 use crate::console::MAX_VMS;
 
@@ -19,10 +20,17 @@ pub enum DiagnosticKind {
     Reset = 2,
     /// A VM starts (its vCPU 0 enters the image: boot, after a reset, or CPU_ON of vCPU 0).
     Start = 3,
+    /// An SMMU line: an event of a stream no VM owns, a global error, a VM's streams that could
+    /// not be cut off or given back (a device a guest drives can cause each, over and over).
+    Smmu = 4,
 }
 
 /// Number of [`DiagnosticKind`]s.
-const KINDS: usize = 4;
+const KINDS: usize = 5;
+
+/// The "VM" of lines that no VM is known to cause (an SMMU event of a stream no VM owns, a
+/// global error): limited like a VM's, in a window of their own.
+pub const NO_VM: usize = MAX_VMS;
 
 #[derive(Clone, Copy, Debug, Default)]
 struct Window {
@@ -43,10 +51,10 @@ pub enum Verdict {
     Suppress,
 }
 
-/// Per kind and per VM, at most [`BURST`] lines per window.
+/// Per kind and per VM (and [`NO_VM`]), at most [`BURST`] lines per window.
 #[derive(Clone, Copy, Debug)]
 pub struct RateLimiter {
-    windows: [[Window; MAX_VMS]; KINDS],
+    windows: [[Window; MAX_VMS + 1]; KINDS],
     window_ticks: u64,
 }
 
@@ -58,7 +66,7 @@ impl RateLimiter {
                 start: 0,
                 printed: 0,
                 suppressed: 0,
-            }; MAX_VMS]; KINDS],
+            }; MAX_VMS + 1]; KINDS],
             window_ticks,
         }
     }
@@ -245,8 +253,35 @@ mod tests {
         let mut limiter = RateLimiter::new(1000);
         for _ in 0..100 {
             assert_eq!(
-                limiter.check(DiagnosticKind::Smc, MAX_VMS, 5),
+                limiter.check(DiagnosticKind::Smc, NO_VM + 1, 5),
                 Verdict::Print { suppressed: 0 }
+            );
+        }
+    }
+
+    #[test]
+    fn smmu_lines_of_no_vm_are_limited_apart_from_every_vms() {
+        // A device of no VM faults flat out: 793 events in 4.8 windows (each was a line).
+        let mut limiter = RateLimiter::new(1000);
+        let (mut printed, mut reported) = (0u64, 0u64);
+        for i in 0..793 {
+            if let Verdict::Print { suppressed } = limiter.check(DiagnosticKind::Smmu, NO_VM, i * 6)
+            {
+                printed += 1;
+                reported += suppressed;
+            }
+        }
+        // Windows from 0, 1002, 2004, 3006 and 4008: a burst each.
+        assert_eq!(printed, 5 * u64::from(BURST));
+        assert_eq!(
+            printed + reported + limiter.pending(DiagnosticKind::Smmu, NO_VM),
+            793
+        );
+        for vm in 0..MAX_VMS {
+            assert_eq!(
+                limiter.check(DiagnosticKind::Smmu, vm, 4_760),
+                Verdict::Print { suppressed: 0 },
+                "VM {vm}'s own SMMU line is still printed"
             );
         }
     }

@@ -97,9 +97,16 @@ pub struct AssignedDevice {
     pub streams: &'static [(u32, u32)],
 }
 
-/// Stream IDs Keel's SMMU stream table covers (a linear table: PCI requester IDs of bus 0, or
-/// platform devices' stream IDs below it); a transaction with a higher one aborts.
-pub const MAX_STREAMS: u32 = 256;
+/// Stream IDs Keel's SMMU stream table covers: every 16-bit one (a PCI host bridge's
+/// requester IDs, all buses behind it; a two-level table, `keel_core::smmu::strtab`); a
+/// transaction with a higher one is out of range.
+pub const MAX_STREAMS: u32 = 1 << 16;
+
+/// Level-2 arrays of Keel's stream table (16 KiB each, in its `.bss`): one per VM whose
+/// streams cover a whole block of 256 (a PCI host bridge's VM: one for all its 65,536), one per
+/// block split between VMs or between a VM and no one (a platform device's single stream). A
+/// system that needs more is refused at build time.
+pub const MAX_STREAM_ARRAYS: usize = 4;
 
 /// The board's SMMUv3, which Keel owns.
 #[derive(Debug)]

@@ -2549,8 +2549,9 @@ fn iommu_names_the_boards_smmu() {
         .map(|interrupt| (interrupt.intid, interrupt.level))
         .collect();
     assert_eq!(intids, [(35, true), (36, true), (37, true), (38, true)]);
-    // Requester ID = stream ID; Keel's stream table covers bus 0.
-    assert_eq!(bridge.streams, [(0, 255)]);
+    // Requester ID = stream ID: the bridge's iommu-map, every bus behind it (all 16-bit
+    // streams, which Keel's two-level stream table covers).
+    assert_eq!(bridge.streams, [(0, 0xffff)]);
     let property = |name: &str| {
         &bridge
             .node
@@ -2614,8 +2615,34 @@ fn passthrough_streams_are_one_vms() {
 fn passthrough_streams_are_in_keels_stream_table() {
     assert_passthrough_refused(
         smmu_with(PL031, "path = \"/high-stream@9150000\""),
-        "vm 'rtc': passthrough: '/high-stream@9150000' masters DMA only with streams from 300, \
-         beyond the 256 Keel's stream table covers",
+        "vm 'rtc': passthrough: '/high-stream@9150000' masters DMA only with streams from \
+         65552, beyond the 65536 Keel's stream table covers",
+    );
+    // Stream 300 (a requester ID on bus 1) is covered, as the bridge's 0-0xffff are.
+    let system = smmu_with(PL031, "path = \"/bus-one@9160000\"").unwrap();
+    assert_eq!(system.vms[0].passthrough[0].streams, [(300, 300)]);
+    let system = smmu_with(PL031, "path = \"/pcie@10000000\"").unwrap();
+    assert_eq!(system.vms[0].passthrough[0].streams, [(0, 0xffff)]);
+}
+
+#[test]
+fn passthrough_streams_fit_keels_level2_stream_arrays() {
+    // Single streams in five blocks of 256: an array each, one more than Keel has.
+    let paths = [
+        "/behind-iommu@9140000",
+        "/bus-one@9160000",
+        "/bus-two@9170000",
+        "/bus-three@9180000",
+        "/bus-four@9190000",
+    ];
+    let entries: Vec<String> = paths.iter().map(|p| format!("path = \"{p}\"")).collect();
+    let four = entries[..4].join("\n\n[[vm.passthrough]]\n");
+    assert!(smmu_with(PL031, &four).is_ok());
+    assert_passthrough_refused(
+        smmu_with(PL031, &entries.join("\n\n[[vm.passthrough]]\n")),
+        "vm 'rtc': passthrough: '/bus-four@9190000''s streams would make the VMs' streams need 5 \
+         level-2 stream table arrays, and Keel has 4 (one per VM owning whole blocks of 256 \
+         streams, one per block split between owners)",
     );
 }
 

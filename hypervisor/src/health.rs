@@ -18,7 +18,7 @@ use core::sync::atomic::Ordering;
 use keel_core::abi::CallError;
 use keel_core::health::{Action, Decision, Event, Notice, Policy, Record, VmStatus, KEEL_SENDER};
 use keel_core::ipc::{MessageError, Sender};
-use keel_core::ratelimit::DiagnosticKind;
+use keel_core::ratelimit::{DiagnosticKind, NO_VM};
 use keel_core::text::{Out, Show};
 
 use crate::arch::cpu::Mutex;
@@ -26,7 +26,7 @@ use crate::arch::timer;
 use crate::config::SYSTEM;
 use crate::console::{self, VmLabel};
 use crate::vm::{self, VmState, MAX_VMS};
-use crate::{iommu, ipc, keel_println, lifecycle};
+use crate::{iommu, ipc, keel_println, keel_println_limited, lifecycle};
 
 /// Whether health monitoring is built in: some VM has a policy other than the default, a
 /// manager or a watchdog. Without, every event takes today's action with no record, notice or
@@ -401,7 +401,7 @@ const FAULTS_PER_SERVE: usize = 32;
 /// the fault in Keel's line (`DMA refused by the SMMU: translation fault: stream 8, read at
 /// 0x40100000`); its streams then abort without recording until it runs again, and the first
 /// fault of a VM in a batch is the one acted on, so one line per VM. A fault of no VM's stream,
-/// or a global error, is reported as such.
+/// or a global error, is reported as such, rate-limited (a device can fault flat out).
 pub fn serve_device_faults() {
     let mut faults = [None; FAULTS_PER_SERVE];
     let mut count = 0;
@@ -423,11 +423,17 @@ pub fn serve_device_faults() {
                 let action = decide(id, Event::Fault, &reason);
                 carry_out(id, action, Event::Fault, &reason);
             }
-            None => keel_println!("SMMU: ", event, " (no VM's stream)"),
+            None => keel_println_limited!(
+                DiagnosticKind::Smmu,
+                NO_VM,
+                "SMMU: ",
+                event,
+                " (no VM's stream)"
+            ),
         }
     }
     if let Some(error) = global {
-        keel_println!("SMMU global error: ", error);
+        keel_println_limited!(DiagnosticKind::Smmu, NO_VM, "SMMU global error: ", error);
     }
 }
 

@@ -1,8 +1,10 @@
 //! DMA isolation: the SMMU Keel drives in front of the devices given to VMs (`[system] iommu`).
 //! Each stream of a device assigned to a VM translates with that VM's memory map (its RAM and
-//! flash, IPA to PA), every other stream aborts; a VM that ends has its streams cut off
-//! (abort, no event), and a VM that restarts gets them back. The SMMU's faults are read here
-//! for `lifecycle`, which stops the VM they name.
+//! flash, IPA to PA), every other stream aborts or is out of range (every 16-bit stream ID is
+//! covered: a VM given a PCI host bridge owns the streams of every bus behind it, as its
+//! `iommu-map` names them); a VM that ends has its streams cut off (abort, no event), and a
+//! VM that restarts gets them back. The SMMU's faults are read here for `health`, which hands
+//! each to the policy of the VM whose stream it names.
 
 use core::sync::atomic::{AtomicBool, Ordering};
 
@@ -61,11 +63,11 @@ static TRANSLATING: [AtomicBool; MAX_VMS] = [const { AtomicBool::new(false) }; M
 
 /// Cuts VM `id`'s devices off (their streams abort) or, with `translate`, gives them back.
 pub fn set_vm_streams(id: usize, translate: bool) -> Result<(), SmmuError> {
-    for device in vm::desc(id).devices {
-        for &(first, last) in device.streams {
-            smmu::set_streams(first, last, id, translate)?;
-        }
-    }
+    let mut ranges = vm::desc(id)
+        .devices
+        .iter()
+        .flat_map(|device| device.streams.iter().copied());
+    smmu::set_vm_streams(id, translate, &mut ranges)?;
     let has_streams = vm::desc(id).devices.iter().any(|d| !d.streams.is_empty());
     vm::entry(&TRANSLATING, id).store(translate && has_streams, Ordering::Relaxed);
     Ok(())
@@ -76,16 +78,11 @@ pub fn vm_streams_translate(id: usize) -> bool {
     vm::entry(&TRANSLATING, id).load(Ordering::Relaxed)
 }
 
-/// The VM whose device masters DMA with stream `stream`, if any.
+/// The VM whose device masters DMA with stream `stream`, if any: a lookup in the stream
+/// table's plan (a VM given a PCI host bridge owns every requester ID of its `iommu-map`, the
+/// buses behind its root ports too).
 pub fn stream_owner(stream: u32) -> Option<usize> {
-    SYSTEM.vms.iter().position(|desc| {
-        desc.devices.iter().any(|device| {
-            device
-                .streams
-                .iter()
-                .any(|&(first, last)| (first..=last).contains(&stream))
-        })
-    })
+    smmu::stream_owner(stream)
 }
 
 /// Hands each fault the SMMU recorded since the last call to `each`, and returns its global

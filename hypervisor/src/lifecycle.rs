@@ -153,7 +153,13 @@ fn reset_devices(id: usize) {
     irq::reset_device_interrupts(id);
     // Its devices' DMA translates again (after a stop, they were cut off).
     if let Err(error) = iommu::set_vm_streams(id, true) {
-        keel_println!(VmLabel(desc.name, id), ": SMMU: ", error);
+        keel_println_limited!(
+            DiagnosticKind::Smmu,
+            id,
+            VmLabel(desc.name, id),
+            ": SMMU: ",
+            error
+        );
     }
 }
 
@@ -552,7 +558,13 @@ fn after_vm_ended(id: usize) {
     // runs again.
     irq::reset_device_interrupts(id);
     if let Err(error) = iommu::set_vm_streams(id, false) {
-        keel_println!(VmLabel(vm::desc(id).name, id), ": SMMU: ", error);
+        keel_println_limited!(
+            DiagnosticKind::Smmu,
+            id,
+            VmLabel(vm::desc(id).name, id),
+            ": SMMU: ",
+            error
+        );
     }
     vm::kick_vm(id);
     let all_ended = (0..SYSTEM.vms.len()).all(|other| vm::vm(other).state() != VmState::Running);

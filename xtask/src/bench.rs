@@ -80,6 +80,7 @@ pub fn run(micro_only: bool) -> Result<()> {
         disk: None,
         user_network: false,
         edu: false,
+        edu_behind_root_port: false,
         qmp: None,
     };
     let native = native

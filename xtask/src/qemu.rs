@@ -83,6 +83,10 @@ pub struct Machine {
     /// write), first on the bus (00:01.0, SMMU stream 8), DMA addresses not clipped to its
     /// default 28 bits.
     pub edu: bool,
+    /// The edu (with `edu`) behind a PCIe root port at 00:03.0 instead (`-device
+    /// pcie-root-port,id=rp0,...` and `-device edu,bus=rp0,addr=0x0`): on the bus the guest
+    /// numbers behind it, bus 1 as Linux numbers it (01:00.0, SMMU stream 256).
+    pub edu_behind_root_port: bool,
     /// A QMP socket at this path (`-qmp unix:...,server=on,wait=off`), for a tool to stop the
     /// machine and read its memory (`cargo xtask trace`).
     pub qmp: Option<PathBuf>,
@@ -128,6 +132,7 @@ impl Machine {
             disk: None,
             user_network: false,
             edu: false,
+            edu_behind_root_port: false,
             qmp: None,
         }
     }
@@ -230,6 +235,7 @@ impl Machine {
             disk: None,
             user_network: false,
             edu: false,
+            edu_behind_root_port: false,
             qmp: None,
         })
     }
@@ -325,7 +331,17 @@ impl Machine {
         if let Some(dtb) = &self.dtb {
             args.extend(["-dtb".to_string(), dtb.display().to_string()]);
         }
-        if self.edu {
+        if self.edu && self.edu_behind_root_port {
+            args.extend(
+                [
+                    "-device",
+                    "pcie-root-port,id=rp0,bus=pcie.0,addr=0x3,chassis=1,slot=1",
+                    "-device",
+                    "edu,bus=rp0,addr=0x0,dma_mask=0xffffffffffffffff",
+                ]
+                .map(String::from),
+            );
+        } else if self.edu {
             args.extend(["-device", "edu,dma_mask=0xffffffffffffffff"].map(String::from));
         }
         // QEMU's virtio devices do their DMA through the IOMMU only when they offer

@@ -275,6 +275,7 @@ fn linux_sharing() -> Result<()> {
         disk: None,
         user_network: false,
         edu: false,
+        edu_behind_root_port: false,
         qmp: None,
     }
     .spawn(&output_dir().join("logs/bench-linux-matrixprod-native.log"))?
@@ -372,6 +373,7 @@ pub fn run(with_linux: bool) -> Result<()> {
         disk: None,
         user_network: false,
         edu: false,
+        edu_behind_root_port: false,
         qmp: None,
     }
     .spawn(&output_dir().join("logs/bench-work-native.log"))?

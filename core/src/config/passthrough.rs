@@ -17,7 +17,8 @@ use crate::abi::layout;
 use crate::addr::{GuestPhysAddr, MemoryRegion, PhysAddr};
 use crate::devices::vgic::REDISTRIBUTOR_SIZE;
 use crate::fdt::Fdt;
-use crate::system::MAX_STREAMS;
+use crate::smmu::{arrays_needed, StreamAssignment};
+use crate::system::{MAX_STREAMS, MAX_STREAM_ARRAYS};
 
 /// A VM's `[[vm.passthrough]]` tables resolved against the board's tree: `vm` is the VM checked
 /// so far (its memory, flash and emulated devices), `earlier` the VMs before it, `ram` the
@@ -61,8 +62,39 @@ pub(super) fn check_passthrough(
         check_interrupts(&device, vm, earlier, &devices)?;
         check_streams(&device, earlier, &devices)?;
         devices.push(device);
+        check_stream_arrays(earlier, &devices)?;
     }
     Ok(devices)
+}
+
+/// The streams of the VMs so far (`earlier`, and this one's `devices`, the last of which is
+/// checked) fit the level-2 arrays Keel's stream table has
+/// ([`MAX_STREAM_ARRAYS`]: one per VM owning whole blocks of 256 streams, one per block split).
+fn check_stream_arrays(earlier: &[Vm], devices: &[Passthrough]) -> Result<(), PassthroughProblem> {
+    let vms = earlier
+        .iter()
+        .map(|vm| vm.passthrough.as_slice())
+        .chain([devices]);
+    let assignments: Vec<StreamAssignment> = vms
+        .enumerate()
+        .flat_map(|(vm, devices)| {
+            devices.iter().flat_map(move |device| {
+                device
+                    .streams
+                    .iter()
+                    .map(move |&(first, last)| StreamAssignment { first, last, vm })
+            })
+        })
+        .collect();
+    let needed = arrays_needed(&assignments);
+    match devices.last() {
+        Some(device) if needed > MAX_STREAM_ARRAYS => Err(PassthroughProblem::StreamArrays {
+            path: device.path.clone(),
+            needed,
+            max: MAX_STREAM_ARRAYS,
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// One device from the board's tree: found, not Keel's, its registers and interrupts read.

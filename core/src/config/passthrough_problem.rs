@@ -128,6 +128,17 @@ pub enum PassthroughProblem {
         /// The streams Keel covers.
         max: u32,
     },
+    /// `'<path>''s streams would make the VMs' streams need <needed> level-2 stream table
+    /// arrays, and Keel has <max> (one per VM owning whole blocks of 256 streams, one per block
+    /// split between owners)`.
+    StreamArrays {
+        /// The path given.
+        path: String,
+        /// Arrays the streams would need.
+        needed: usize,
+        /// Arrays Keel has.
+        max: usize,
+    },
     /// `unknown IOMMU '<value>' (expected 'smmuv3')` (`[system] iommu`).
     UnknownIommu {
         /// The value given.
@@ -203,6 +214,12 @@ impl fmt::Display for PassthroughProblem {
                 f,
                 "'{path}' masters DMA only with streams from {first}, beyond the {max} Keel's \
                  stream table covers"
+            ),
+            Self::StreamArrays { path, needed, max } => write!(
+                f,
+                "'{path}''s streams would make the VMs' streams need {needed} level-2 stream \
+                 table arrays, and Keel has {max} (one per VM owning whole blocks of 256 \
+                 streams, one per block split between owners)"
             ),
             Self::UnknownIommu { value } => {
                 write!(f, "unknown IOMMU '{value}' (expected 'smmuv3')")

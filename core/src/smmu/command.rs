@@ -55,6 +55,21 @@ pub const fn cfgi_ste(sid: u32) -> Command {
     ]
 }
 
+/// The commands that invalidate the cached STEs of streams `first..=last`: CMD_CFGI_STE for
+/// one stream, else CMD_CFGI_STE_RANGE over the smallest aligned power-of-two range holding
+/// them all (2^(Range + 1) streams from `first` rounded down; every stream when they differ
+/// in bit 31).
+pub const fn cfgi_ste_range(first: u32, last: u32) -> Command {
+    let bits = u32::BITS - (first ^ last).leading_zeros();
+    if bits == 0 {
+        return cfgi_ste(first);
+    }
+    [
+        OPCODE.put(opcode::CFGI_STE_RANGE as u64) | CFGI_SID.put(first as u64),
+        CFGI_RANGE.put(bits as u64 - 1),
+    ]
+}
+
 /// CMD_CFGI_ALL: CMD_CFGI_STE_RANGE with Range 31 (every stream's cached configuration).
 pub const fn cfgi_all() -> Command {
     [
@@ -153,6 +168,30 @@ mod tests {
             sync(SyncSignal::Irq),
         ] {
             assert_eq!(u64::from(opcode_of(&command)), command[0] & 0xff);
+        }
+    }
+
+    #[test]
+    fn a_range_is_invalidated_by_the_smallest_aligned_range_holding_it() {
+        // One stream: CMD_CFGI_STE.
+        assert_eq!(cfgi_ste_range(8, 8), cfgi_ste(8));
+        // Bus 1 (streams 0x100-0x1ff): 2^(7+1) streams from 0x100.
+        assert_eq!(cfgi_ste_range(0x100, 0x1ff), [0x0000_0100_0000_0004, 7]);
+        // A bridge's 65,536 requester IDs: Range 15.
+        assert_eq!(cfgi_ste_range(0, 0xffff)[1], 15);
+        // Two streams across an alignment boundary: 512 from 0.
+        assert_eq!(cfgi_ste_range(0xff, 0x100)[1], 8);
+        // Every stream: CMD_CFGI_ALL's Range.
+        assert_eq!(cfgi_ste_range(0, u32::MAX)[1], CFGI_RANGE_ALL);
+        for (first, last) in [(3, 5), (0x100, 0x47f), (0x8005, 0x8005), (0, 0xffff)] {
+            let [word0, word1] = cfgi_ste_range(first, last);
+            let (count, base) = if opcode_of(&[word0, word1]) == opcode::CFGI_STE {
+                (1u64, word0 >> 32)
+            } else {
+                let count = 2u64 << word1;
+                ((count), (word0 >> 32) & !(count - 1))
+            };
+            assert!(base <= u64::from(first) && u64::from(last) < base + count);
         }
     }
 

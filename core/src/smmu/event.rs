@@ -46,7 +46,8 @@ pub const PAGE_ADDRESS: Field = Field::new(12, 52);
 pub enum EventKind {
     /// F_UUT (0x01): unsupported upstream transaction.
     UnsupportedTransaction,
-    /// C_BAD_STREAMID (0x02): stream ID beyond the stream table.
+    /// C_BAD_STREAMID (0x02): stream ID beyond the stream table, or of a two-level table's
+    /// block without a level-2 array (its descriptor's Span 0).
     BadStreamId,
     /// F_STE_FETCH (0x03): fetching the STE aborted.
     SteFetch,

@@ -10,7 +10,9 @@
 //!   [`check`] (why an SMMU cannot serve Keel), global errors.
 //! - [`queue`]: the PROD/CONS index arithmetic of the command and event queues.
 //! - [`command`]: command encoders and the command queue's error codes.
-//! - [`ste`]: stream table entries and a linear stream table filled from stream assignments.
+//! - [`ste`]: stream table entries, and the checks of the streams given to VMs.
+//! - [`strtab`]: the two-level stream table over every 16-bit stream ID, its level-2 arrays
+//!   only where VMs have streams ([`StreamLayout`]).
 //! - [`cd`]: the stage-1 context descriptor and the stage-1 table builder ([`Stage1`]).
 //! - [`event`]: event records decoded for Keel's diagnostic line.
 //!
@@ -22,13 +24,15 @@ pub mod event;
 pub mod queue;
 pub mod regs;
 pub mod ste;
+pub mod strtab;
 
 pub use cd::{ContextDescriptor, Stage1, Stage1Error};
 pub use command::{Command, CommandError, SyncSignal};
 pub use event::{Event, EventKind};
 pub use queue::Queue;
 pub use regs::{check, AddressSize, Features, GlobalError, Unsupported};
-pub use ste::{fill_stream_table, Ste, StreamAssignment, StreamConfig, StreamTableError};
+pub use ste::{Ste, StreamAssignment, StreamConfig, StreamTableError};
+pub use strtab::{arrays_needed, Level2, StreamLayout};
 
 /// A field of a register or structure word: `width` bits from bit `shift`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -239,6 +239,14 @@ pub const fn strtab_base_cfg_linear(log2size: u32) -> u32 {
     (strtab::FMT.put(strtab::FMT_LINEAR) | strtab::LOG2SIZE.put(log2size as u64)) as u32
 }
 
+/// SMMU_STRTAB_BASE_CFG's value for a two-level table over `2^log2size` stream IDs whose
+/// level-2 arrays resolve the low `split` bits.
+pub const fn strtab_base_cfg_two_level(log2size: u32, split: u32) -> u32 {
+    (strtab::FMT.put(strtab::FMT_TWO_LEVEL)
+        | strtab::SPLIT.put(split as u64)
+        | strtab::LOG2SIZE.put(log2size as u64)) as u32
+}
+
 /// SMMU_CMDQ_BASE's or SMMU_EVENTQ_BASE's value for a queue of `2^log2size` entries at
 /// `phys` (with the read- or write-allocate hint).
 pub const fn queue_base(phys: u64, log2size: u32) -> u64 {
@@ -378,6 +386,9 @@ pub enum Unsupported {
     },
     /// "the SMMU has no 4 KiB translation granule"
     No4KGranule,
+    /// "the SMMU has no two-level stream tables" (SMMU_IDR0.ST_LEVEL = 0b00): Keel's table
+    /// covers 16-bit stream IDs in two levels.
+    NoTwoLevelStreamTable,
     /// "the SMMU's N-bit physical addresses cannot reach Keel's M-bit ones"
     OutputTooSmall {
         /// SMMU_IDR5.OAS, in bits.
@@ -408,6 +419,9 @@ impl Show for Unsupported {
             )
             .show(out),
             Unsupported::No4KGranule => out.put("the SMMU has no 4 KiB translation granule"),
+            Unsupported::NoTwoLevelStreamTable => {
+                out.put("the SMMU has no two-level stream tables")
+            }
             Unsupported::OutputTooSmall { bits, needed } => Fill(
                 "the SMMU's {}-bit physical addresses cannot reach Keel's {}-bit ones",
                 &[&bits, &needed],
@@ -441,6 +455,9 @@ pub fn check(features: &Features, max_stream: u32, physical_bits: u32) -> Result
     }
     if !features.granule_4k {
         return Err(Unsupported::No4KGranule);
+    }
+    if !features.two_level_stream_table {
+        return Err(Unsupported::NoTwoLevelStreamTable);
     }
     let stream_bits = u32::BITS - max_stream.leading_zeros();
     if stream_bits > features.stream_id_bits {
@@ -624,6 +641,16 @@ mod tests {
             check(&without(0, idr5::GRAN4K), 8, 40),
             Err(Unsupported::No4KGranule)
         );
+        let linear_only = without(idr0::ST_LEVEL.mask() as u32, 0);
+        assert!(qemu.two_level_stream_table && !linear_only.two_level_stream_table);
+        assert_eq!(
+            check(&linear_only, 8, 40),
+            Err(Unsupported::NoTwoLevelStreamTable)
+        );
+        assert_eq!(
+            shown(&Unsupported::NoTwoLevelStreamTable),
+            "the SMMU has no two-level stream tables"
+        );
         let narrow = Features {
             stream_id_bits: 4,
             ..qemu
@@ -653,6 +680,8 @@ mod tests {
     fn register_values_put_fields_where_the_spec_says() {
         assert_eq!(strtab_base(0x4100_0000), 1 << 62 | 0x4100_0000);
         assert_eq!(strtab_base_cfg_linear(5), 5);
+        // FMT = 0b01 (bits 17:16), SPLIT = 8 (bits 10:6), LOG2SIZE = 16.
+        assert_eq!(strtab_base_cfg_two_level(16, 8), 1 << 16 | 8 << 6 | 16);
         assert_eq!(queue_base(0x4200_0000, 4), 1 << 62 | 0x4200_0000 | 4);
         // QUEUE_IC/OC = WB (0b01), QUEUE_SH = inner (0b11), the same for tables.
         assert_eq!(cr1::WRITE_BACK_INNER, 0b11_01_01_11_01_01);

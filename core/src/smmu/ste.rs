@@ -1,14 +1,13 @@
-//! Stream table entries (IHI 0070 5.2) and a linear stream table (3.3) from assignments.
+//! Stream table entries (IHI 0070 5.2), the streams given to VMs and the checks of them (the
+//! table that holds the entries is [`super::strtab`]'s).
 //!
-//! An STE is 64 bytes, eight little-endian doublewords; a linear stream table is an array of
-//! `2^STRTAB_BASE_CFG.LOG2SIZE` of them indexed by stream ID, aligned to its size. Keel writes
-//! three kinds: abort (every stream not assigned: transactions are terminated without an
-//! event), bypass (not used for VMs), and stage-1 translation through the VM's one context
-//! descriptor. Field positions below are bits of their doubleword; the spec numbers STE bits
+//! An STE is 64 bytes, eight little-endian doublewords. Keel writes three kinds: abort (every
+//! stream of a level-2 array that no VM owns, and a VM's streams while it is cut off:
+//! transactions are terminated without an event), bypass (not used for VMs), and stage-1
+//! translation through the VM's one context descriptor. Field positions below are bits of their doubleword; the spec numbers STE bits
 //! from 0 to 511, so doubleword 1's bit `b` is the spec's bit `64 + b`.
 
 use super::Field;
-use crate::table::at_mut;
 use crate::text::{Fill, Out, Show};
 
 /// An STE: eight doublewords.
@@ -120,7 +119,7 @@ pub struct StreamAssignment {
     pub first: u32,
     /// The last stream ID (inclusive).
     pub last: u32,
-    /// The VM, an index into the CD addresses given to [`fill_stream_table`].
+    /// The VM, an index into the CD addresses the table is filled with.
     pub vm: usize,
 }
 
@@ -155,6 +154,13 @@ pub enum StreamTableError {
         /// The VM.
         vm: usize,
     },
+    /// "the streams need N level-2 stream table arrays, and Keel has M"
+    TooManyArrays {
+        /// Arrays the streams need ([`super::strtab::arrays_needed`]).
+        needed: usize,
+        /// Arrays Keel reserves.
+        arrays: usize,
+    },
 }
 
 impl Show for StreamTableError {
@@ -180,6 +186,11 @@ impl Show for StreamTableError {
             StreamTableError::NoContext { vm } => {
                 Fill("VM {} has no context descriptor", &[&vm]).show(out)
             }
+            StreamTableError::TooManyArrays { needed, arrays } => Fill(
+                "the streams need {} level-2 stream table arrays, and Keel has {}",
+                &[&needed, &arrays],
+            )
+            .show(out),
         }
     }
 }
@@ -190,8 +201,10 @@ impl core::fmt::Display for StreamTableError {
     }
 }
 
-/// Checks `assignments` against a table of `entries` STEs and the `vms` CDs there are.
-fn validate(
+/// Checks `assignments` against a table of `entries` streams and the `vms` CDs there are:
+/// two VMs given one stream, a stream beyond the table, an empty range and a VM without a CD
+/// are refused.
+pub(super) fn validate(
     entries: usize,
     assignments: &[StreamAssignment],
     vms: usize,
@@ -223,36 +236,6 @@ fn validate(
         }
     }
     Ok(())
-}
-
-/// Fills the linear stream table `table`: every entry aborts but the streams of
-/// `assignments`, which translate through their VM's CD, at `contexts[vm]`. Two VMs given the
-/// same stream, a stream beyond the table, an empty range and a VM without a CD are refused;
-/// the table is then all abort.
-pub fn fill_stream_table(
-    table: &mut [Ste],
-    assignments: &[StreamAssignment],
-    contexts: &[u64],
-) -> Result<(), StreamTableError> {
-    let abort = StreamConfig::Abort.encode();
-    table.fill(abort);
-    validate(table.len(), assignments, contexts.len())?;
-    for assignment in assignments {
-        let context = contexts.get(assignment.vm).copied().unwrap_or_default();
-        let ste = StreamConfig::Stage1 { context }.encode();
-        at_mut(table, assignment.first as usize..=assignment.last as usize).fill(ste);
-    }
-    Ok(())
-}
-
-/// log2 of a linear stream table's entries (STRTAB_BASE_CFG.LOG2SIZE), if `entries` is a
-/// power of two.
-pub const fn log2size(entries: usize) -> Option<u32> {
-    if entries.is_power_of_two() {
-        Some(entries.trailing_zeros())
-    } else {
-        None
-    }
 }
 
 #[cfg(test)]
@@ -294,105 +277,5 @@ mod tests {
         let mut substreams = StreamConfig::Stage1 { context: 0x40 }.encode();
         substreams[0] |= S1CDMAX.put(3);
         assert_eq!(StreamConfig::decode(&substreams), None);
-    }
-
-    #[test]
-    fn assigned_streams_translate_with_their_vms_cd_and_the_rest_abort() {
-        let mut table = [[0xdead; 8]; 32];
-        let contexts = [0x4000_0000, 0x4000_0040];
-        let assignments = [
-            StreamAssignment {
-                first: 8,
-                last: 8,
-                vm: 1,
-            },
-            StreamAssignment {
-                first: 16,
-                last: 24,
-                vm: 0,
-            },
-            // The same VM again over part of its own range: allowed.
-            StreamAssignment {
-                first: 20,
-                last: 31,
-                vm: 0,
-            },
-        ];
-        fill_stream_table(&mut table, &assignments, &contexts).unwrap();
-        for (sid, ste) in table.iter().enumerate() {
-            let expected = match sid {
-                8 => StreamConfig::Stage1 {
-                    context: 0x4000_0040,
-                },
-                16..=31 => StreamConfig::Stage1 {
-                    context: 0x4000_0000,
-                },
-                _ => StreamConfig::Abort,
-            };
-            assert_eq!(StreamConfig::decode(ste), Some(expected), "stream {sid}");
-        }
-        assert_eq!(log2size(table.len()), Some(5));
-        assert_eq!(log2size(24), None);
-    }
-
-    #[test]
-    fn refusals_leave_every_entry_aborting() {
-        let contexts = [0x1000, 0x2000];
-        let assign = |first, last, vm| StreamAssignment { first, last, vm };
-        let cases = [
-            (
-                vec![assign(0, 9, 0), assign(9, 12, 1)],
-                StreamTableError::Overlap {
-                    stream: 9,
-                    vm: 0,
-                    other_vm: 1,
-                },
-            ),
-            (
-                vec![assign(4, 7, 1), assign(0, 15, 0)],
-                StreamTableError::Overlap {
-                    stream: 4,
-                    vm: 1,
-                    other_vm: 0,
-                },
-            ),
-            (
-                vec![assign(15, 16, 0)],
-                StreamTableError::OutOfTable {
-                    stream: 16,
-                    entries: 16,
-                },
-            ),
-            (
-                vec![assign(3, 2, 0)],
-                StreamTableError::EmptyRange { first: 3, last: 2 },
-            ),
-            (vec![assign(3, 3, 2)], StreamTableError::NoContext { vm: 2 }),
-        ];
-        for (assignments, error) in cases {
-            let mut table = [[7; 8]; 16];
-            assert_eq!(
-                fill_stream_table(&mut table, &assignments, &contexts),
-                Err(error)
-            );
-            assert!(table.iter().all(|ste| *ste == StreamConfig::Abort.encode()));
-        }
-        let error = StreamTableError::Overlap {
-            stream: 9,
-            vm: 0,
-            other_vm: 1,
-        };
-        assert_eq!(
-            error.to_string(),
-            "stream 9 is assigned to VM 0 and to VM 1"
-        );
-        assert_eq!(
-            StreamTableError::OutOfTable {
-                stream: 16,
-                entries: 16
-            }
-            .to_string(),
-            "stream 16 is beyond the stream table's 16 entries"
-        );
     }
 }

@@ -1,7 +1,11 @@
 //! edu mode (`keel.mode=edu`): drives QEMU's `edu` PCI test device (1234:11e8), found by
 //! enumerating the PCI host bridge the configuration gave this VM (its ECAM, 32-bit window
 //! and legacy interrupt map read from the device tree, as Linux's generic ECAM driver would):
-//! BAR0 placed at the window's start, memory decoding and bus mastering on.
+//! BAR0 placed at the window's start, memory decoding and bus mastering on. On bus 0, or
+//! behind the first PCI-PCI bridge of bus 0 (a PCIe root port), which it numbers as Linux
+//! does (primary bus 0, secondary and subordinate 1) and opens (its memory window over BAR0,
+//! memory decoding and bus mastering on): the edu is then at 01:00.0, and its DMA reaches the
+//! SMMU as stream 256 (bus 1's requester IDs), not 8.
 //!
 //! With `keel.edu=bench` it first measures the device's interrupt in instructions (PMCCNTR_EL0
 //! under `-icount`; a VM under Keel needs `pmu = true`): from the register write that raises
@@ -62,6 +66,23 @@ const EDU_BUFFER: u64 = 0x40000;
 const DMA_BYTES: usize = 64;
 /// PCI command register: memory space decoding and bus mastering.
 const COMMAND_MEMORY_AND_MASTER: u32 = (1 << 1) | (1 << 2);
+/// BAR0's size.
+const EDU_BAR_SIZE: usize = 1 << 20;
+/// A function's class code and revision (config offset 0x08): a PCI-PCI bridge's class is
+/// 0x0604 (bits 31:16).
+const CLASS_REVISION: usize = 0x08;
+/// Class 0x0604: a PCI-PCI bridge (a PCIe root port is one).
+const CLASS_BRIDGE: u32 = 0x0604;
+/// A bridge's primary, secondary and subordinate bus numbers (bytes 0x18-0x1a).
+const BRIDGE_BUSES: usize = 0x18;
+/// A bridge's I/O base and limit (bytes 0x1c-0x1d).
+const BRIDGE_IO: usize = 0x1c;
+/// A bridge's memory base and limit (16 bits each at 0x20: address bits 31:20 in 15:4).
+const BRIDGE_MEMORY: usize = 0x20;
+/// A bridge's prefetchable memory base and limit (0x24).
+const BRIDGE_PREFETCHABLE: usize = 0x24;
+/// The bus this numbers behind the root port.
+const SECONDARY_BUS: usize = 1;
 
 /// The device's INTID (u32::MAX until known).
 static EDU_INTID: AtomicU32 = AtomicU32::new(u32::MAX);
@@ -169,26 +190,37 @@ pub fn run(tree: &Fdt<'static>, args: BootArgs<'_>, redistributor: &Redistributo
     };
     // SAFETY: the device tree describes the bridge's ECAM there (mapped by Keel as the board's).
     let ecam = unsafe { MmioFrame::new(bridge.ecam) };
-    let Some(slot) = (0..32).find(|slot| ecam.read_u32(slot << 15) == EDU_ID) else {
-        println!("edu: no edu device (1234:11e8) on bus 0");
+    let Some(found) = find_edu(&ecam, bridge.window) else {
+        println!("edu: no edu device (1234:11e8) on bus 0 or behind a bridge of bus 0");
         system_off()
     };
-    let function = slot << 15;
+    let function = found.function;
     ecam.write_u32(function + 0x10, bridge.window as u32);
     ecam.write_u32(function + 0x04, COMMAND_MEMORY_AND_MASTER);
     // SAFETY: BAR0 now decodes at the window's start, 1 MiB; nothing else lives there.
     let edu = unsafe { MmioFrame::new(bridge.window) };
-    let intid = inta_intid(&bridge.map, slot as u32);
-    println!(
-        "edu: device at 00:{slot:02x}.0, BAR0 {:#x}, id {}, INTID {}",
-        bridge.window,
-        if edu.read_u32(0) == EDU_IDENT {
-            "ok"
-        } else {
-            "unexpected"
-        },
-        intid.unwrap_or(0)
-    );
+    // Behind a root port, INTA of its device 0 is the root port's INTA (swizzled by device 0).
+    let intid = inta_intid(&bridge.map, found.root_port.unwrap_or(found.slot) as u32);
+    let ident = if edu.read_u32(0) == EDU_IDENT {
+        "ok"
+    } else {
+        "unexpected"
+    };
+    match found.root_port {
+        None => println!(
+            "edu: device at 00:{:02x}.0, BAR0 {:#x}, id {ident}, INTID {}",
+            found.slot,
+            bridge.window,
+            intid.unwrap_or(0)
+        ),
+        Some(port) => println!(
+            "edu: device at {SECONDARY_BUS:02x}:{:02x}.0 behind the root port at 00:{port:02x}.0 \
+             (buses 0, {SECONDARY_BUS}, {SECONDARY_BUS}), BAR0 {:#x}, id {ident}, INTID {}",
+            found.slot,
+            bridge.window,
+            intid.unwrap_or(0)
+        ),
+    }
     EDU_BASE.store(bridge.window as u64, Ordering::Relaxed);
     set_irq_handler(handle_irq);
     redistributor.enable_private(layout::VTIMER_INTID, PRIORITY);
@@ -221,6 +253,54 @@ pub fn run(tree: &Fdt<'static>, args: BootArgs<'_>, redistributor: &Redistributo
         _ => {}
     }
     system_off()
+}
+
+/// Where the edu was found.
+struct Found {
+    /// Its function's offset in the ECAM.
+    function: usize,
+    /// Its device number on its bus.
+    slot: usize,
+    /// The device number of the root port it is behind (on bus 0), if it is behind one.
+    root_port: Option<usize>,
+}
+
+/// Finds the edu on bus 0, or behind the first PCI-PCI bridge of bus 0: that bridge is given
+/// bus numbers (primary 0, secondary and subordinate [`SECONDARY_BUS`]), a memory window
+/// over the edu's BAR0 at `window` (I/O and prefetchable windows closed), and memory decoding
+/// and bus mastering, so that the edu's registers and its DMA pass through it.
+fn find_edu(ecam: &MmioFrame, window: usize) -> Option<Found> {
+    let config = |bus: usize, slot: usize| bus << 20 | slot << 15;
+    if let Some(slot) = (0..32).find(|&slot| ecam.read_u32(config(0, slot)) == EDU_ID) {
+        return Some(Found {
+            function: config(0, slot),
+            slot,
+            root_port: None,
+        });
+    }
+    let port = (0..32).find(|&slot| {
+        let id = ecam.read_u32(config(0, slot));
+        id != u32::MAX && ecam.read_u32(config(0, slot) + CLASS_REVISION) >> 16 == CLASS_BRIDGE
+    })?;
+    let bridge = config(0, port);
+    ecam.write_u32(
+        bridge + BRIDGE_BUSES,
+        (SECONDARY_BUS as u32) << 8 | (SECONDARY_BUS as u32) << 16,
+    );
+    // Memory base and limit: address bits 31:20 in bits 15:4 of each 16-bit half.
+    let base = (window >> 16) as u32 & 0xfff0;
+    let limit = ((window + EDU_BAR_SIZE - 1) >> 16) as u32 & 0xfff0;
+    ecam.write_u32(bridge + BRIDGE_MEMORY, base | limit << 16);
+    // Base above limit: closed.
+    ecam.write_u32(bridge + BRIDGE_IO, 0x00f0);
+    ecam.write_u32(bridge + BRIDGE_PREFETCHABLE, 0x0000_fff0);
+    ecam.write_u32(bridge + 0x04, COMMAND_MEMORY_AND_MASTER);
+    let slot = (0..32).find(|&slot| ecam.read_u32(config(SECONDARY_BUS, slot)) == EDU_ID)?;
+    Some(Found {
+        function: config(SECONDARY_BUS, slot),
+        slot,
+        root_port: Some(port),
+    })
 }
 
 /// Copies a pattern from this VM's memory into the device and back into another buffer, and

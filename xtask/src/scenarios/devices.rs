@@ -4,7 +4,9 @@
 //! a VM without the device that loads from its address is stopped while the others run on.
 //! And DMA isolation: the PCI host bridge given to a VM behind the SMMU, QEMU's edu device on
 //! it doing DMA with the VM's memory, flooding interrupts, then attacking another VM's memory
-//! by DMA (written or read), refused by the SMMU with Keel's line, the victim unchanged.
+//! by DMA (written or read), refused by the SMMU with Keel's line, the victim unchanged; and
+//! the edu behind a PCIe root port, on the bus the VM numbers (stream 256), its faults handed to
+//! the VM's health policy.
 
 use regex::Regex;
 
@@ -168,6 +170,87 @@ fn edu_read() -> Result<()> {
     expect_clean_exit(&ended)
 }
 
+/// Most Keel lines about the SMMU a run may show: the rate limit's burst (a device that
+/// faults flat out gets no more per second, whoever owns its stream).
+const SMMU_LINES: usize = keel_core::ratelimit::BURST as usize;
+
+/// The edu behind a PCIe root port (`edu-root-port`): the guest numbers the root port's buses
+/// and finds the edu at 01:00.0, its DMA (stream 256, as the bridge's `iommu-map` gives all
+/// its requester IDs to the bridge's VM) works with its own memory, and its write into the
+/// victim's memory is refused and handed to its health policy: restarted once (the round trip
+/// works again: its streams given back), stopped at the second fault. One line per fault, at
+/// most the rate limit's SMMU lines; the victim's canary intact and its ticks whole.
+fn edu_root_port() -> Result<()> {
+    let name = "edu-root-port";
+    let machine = Machine {
+        edu: true,
+        edu_behind_root_port: true,
+        ..Machine::keel_icount(&build_system(&config(name))?)
+    };
+    let ended = machine.spawn(&log_path(name))?.finish(DEADLINE);
+    check_edu_root_port(&ended).map_err(|m| with_console_tail(m, &ended))?;
+    expect_clean_exit(&ended)
+}
+
+fn check_edu_root_port(ended: &Ended) -> Result<()> {
+    let found = r"^edu: device at 01:00\.0 behind the root port at 00:03\.0 \(buses 0, 1, 1\), BAR0 0x10000000, id ok, INTID \d+$";
+    let found = Regex::new(found).unwrap();
+    let edu = lines_of(ended, "edu");
+    let boots = edu.iter().filter(|line| found.is_match(line)).count();
+    let round_trips = edu
+        .iter()
+        .filter(|line| **line == "edu: own DMA round trip ok (64 bytes)")
+        .count();
+    if boots != 2 || round_trips != 2 {
+        return Err(format!(
+            "vm 'edu' found the edu behind the root port in {boots} boots and did {round_trips} \
+             DMA round trips with its own memory (expected 2 and 2: before and after its restart)"
+        ));
+    }
+    if edu.iter().any(|line| line.contains("FAILED")) {
+        return Err("vm 'edu': a DMA round trip with its own memory failed".into());
+    }
+    let fault = r"DMA refused by the SMMU: translation fault: stream 256, write at 0x50800000";
+    expect_line(
+        ended,
+        &format!(
+            r"^\[keel\] vm 'edu' \(id 1\) restarts: {fault} \(restart 1 of at most 1 within 60000 ms\)$"
+        ),
+    )?;
+    expect_line(
+        ended,
+        &format!(
+            r"^\[keel\] vm 'edu' \(id 1\) stopped: {fault} \(1 restarts within 60000 ms: its limit\)$"
+        ),
+    )?;
+    let smmu: Vec<&String> = ended
+        .lines
+        .iter()
+        .filter(|line| line.starts_with("[keel]") && line.contains("SMMU"))
+        .collect();
+    if smmu.len() > SMMU_LINES {
+        return Err(format!(
+            "{} Keel lines about the SMMU (at most {SMMU_LINES}): {smmu:?}",
+            smmu.len()
+        ));
+    }
+    if ended
+        .lines
+        .iter()
+        .any(|line| line == "[keel] vm 'edu' (id 1) powered off")
+    {
+        return Err("vm 'edu' went on after its second DMA write and powered itself off".into());
+    }
+    let canaries: Vec<&str> = lines_of(ended, "victim")
+        .into_iter()
+        .filter(|line| line.starts_with("canary:"))
+        .collect();
+    if canaries.len() < 2 || canaries.iter().any(|line| !line.ends_with("intact")) {
+        return Err(format!("the victim's canary reports: {canaries:?}"));
+    }
+    check_ticks(ended, "victim", 3).map(|_| ())
+}
+
 /// The device-assignment scenarios.
 pub fn all() -> Vec<Scenario> {
     vec![
@@ -186,6 +269,10 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             name: "edu DMA attack: the same VM reads another VM's memory by DMA: refused, the VM stopped".into(),
             run: Box::new(edu_read),
+        },
+        Scenario {
+            name: "edu behind a PCIe root port: the VM numbers its buses, its DMA as stream 256 translates with its memory, a write into another VM's is refused and handed to its health policy (restarted, then stopped), its SMMU lines within the rate limit".into(),
+            run: Box::new(edu_root_port),
         },
     ]
 }

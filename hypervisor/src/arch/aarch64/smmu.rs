@@ -1,36 +1,38 @@
 //! The board's SMMUv3 (Arm IHI 0070), which Keel owns: its registers, and the memory it reads
-//! and writes, all in Keel's own memory (.bss, identity-mapped), which no VM maps: the linear
-//! stream table, one context descriptor per VM, the VMs' stage-1 tables (each VM's IPA to PA,
-//! as its stage 2 maps its memory: QEMU 7.2's SMMU has stage 1 only), the command queue and
-//! the event queue. What these hold is built by `keel_core::smmu`; this file only places it
-//! and talks to the registers.
+//! and writes, all in Keel's own memory (.bss, identity-mapped), which no VM maps: the
+//! two-level stream table over every 16-bit stream ID (its level-1 table, 2 KiB, and
+//! [`MAX_STREAM_ARRAYS`] level-2 arrays of 16 KiB, as `keel_core::smmu::strtab` plans them
+//! from the VMs' streams), one context descriptor per VM, the VMs' stage-1 tables (each VM's
+//! IPA to PA, as its stage 2 maps its memory: QEMU 7.2's SMMU has stage 1 only), the command
+//! queue and the event queue. What these hold is built by `keel_core::smmu`; this file only
+//! places it and talks to the registers.
 //!
 //! Ownership: [`init`] writes everything once, on pCPU 0 at boot, before the SMMU is enabled
-//! and before any other pCPU or VM runs. Afterwards the stream table and the queues are
+//! and before any other pCPU or VM runs. Afterwards the level-2 arrays and the queues are
 //! touched only under [`SMMU`]'s lock (an STE switched to abort and back, commands, the event
-//! queue's consumer); the CDs and stage-1 tables are only read, by the SMMU. Lock order: the
-//! SMMU's lock is a leaf (no other lock is taken under it, and it is never taken with a VM's
-//! lock held). It is the one lock held while Keel waits on a device: a CMD_SYNC's completion
-//! (bounded by [`ACK_POLLS`]), at a VM's stop or restart only, so that no second submitter
+//! queue's consumer); the level-1 table, the plan, the CDs and stage-1 tables are only read
+//! (the plan by [`stream_owner`], the rest by the SMMU). Lock order: the SMMU's lock is a
+//! leaf (no other lock is taken under it, and it is never taken with a VM's lock held). It is
+//! the one lock held while Keel waits on a device: a CMD_SYNC's completion (bounded by
+//! [`ACK_POLLS`]), at a VM's stop or restart only, so that no second submitter
 //! interleaves its commands with the ones waited for.
 
 use core::cell::UnsafeCell;
 
 use keel_core::smmu::regs::{self, cr0, cr1, cr2, irq_ctrl};
+use keel_core::smmu::strtab::{LEVEL1_ENTRIES, LEVEL2_ENTRIES, SPLIT, STREAM_BITS};
 use keel_core::smmu::{
-    command, fill_stream_table, Command, CommandError, ContextDescriptor, Event, Features,
-    GlobalError, Queue, Stage1, Stage1Error, Ste, StreamAssignment, StreamConfig, StreamTableError,
+    command, Command, CommandError, ContextDescriptor, Event, Features, GlobalError, Level2, Queue,
+    Stage1, Stage1Error, StreamAssignment, StreamConfig, StreamLayout, StreamTableError,
     SyncSignal, Unsupported,
 };
 use keel_core::stage2::{MemoryKind, Table, ENTRIES};
-use keel_core::system::{MAX_STREAMS, MAX_VMS};
+use keel_core::system::{MAX_STREAM_ARRAYS, MAX_VMS};
 use keel_core::text::{Out, Show};
 
 use super::cpu::{self, Mutex};
 use super::mmio::Mmio;
 
-/// log2 of the stream table's entries ([`MAX_STREAMS`]).
-const STREAM_LOG2: u32 = MAX_STREAMS.trailing_zeros();
 /// log2 of the command queue's entries.
 const COMMAND_LOG2: u32 = 5;
 /// log2 of the event queue's entries.
@@ -54,8 +56,12 @@ const ACK_POLLS: u32 = 1_000_000;
 
 /// Memory the SMMU reads, aligned as the architecture asks (each table and queue to its
 /// size).
+#[repr(C, align(2048))]
+struct Level1Table(UnsafeCell<[u64; LEVEL1_ENTRIES]>);
 #[repr(C, align(16384))]
-struct StreamTable(UnsafeCell<[Ste; MAX_STREAMS as usize]>);
+struct Level2Arrays(UnsafeCell<[Level2; MAX_STREAM_ARRAYS]>);
+/// The stream table's plan: which array each block's descriptor points at, whose each STE is.
+struct Layout(UnsafeCell<StreamLayout<MAX_STREAM_ARRAYS>>);
 #[repr(C, align(64))]
 struct Contexts(UnsafeCell<[[u64; 8]; MAX_VMS]>);
 #[repr(C, align(4096))]
@@ -66,19 +72,27 @@ struct CommandQueue(UnsafeCell<[Command; 1 << COMMAND_LOG2]>);
 struct EventQueue(UnsafeCell<[[u64; 4]; 1 << EVENT_LOG2]>);
 
 // SAFETY: written by pCPU 0 in `init` before any other pCPU runs and before the SMMU is
-// enabled; afterwards only under SMMU's lock (the stream table's entries, the queues) or
-// never again (CDs, stage-1 tables), and read by the SMMU.
-unsafe impl Sync for StreamTable {}
-// SAFETY: as for StreamTable.
+// enabled; afterwards only under SMMU's lock (the level-2 arrays' entries, the queues) or
+// never again (the level-1 table, the plan, CDs, stage-1 tables), and read by the SMMU.
+unsafe impl Sync for Level1Table {}
+// SAFETY: as for Level1Table.
+unsafe impl Sync for Level2Arrays {}
+// SAFETY: as for Level1Table.
+unsafe impl Sync for Layout {}
+// SAFETY: as for Level1Table.
 unsafe impl Sync for Contexts {}
-// SAFETY: as for StreamTable.
+// SAFETY: as for Level1Table.
 unsafe impl Sync for Stage1Tables {}
-// SAFETY: as for StreamTable.
+// SAFETY: as for Level1Table.
 unsafe impl Sync for CommandQueue {}
-// SAFETY: as for StreamTable.
+// SAFETY: as for Level1Table.
 unsafe impl Sync for EventQueue {}
 
-static STREAMS: StreamTable = StreamTable(UnsafeCell::new([[0; 8]; MAX_STREAMS as usize]));
+static LEVEL1: Level1Table = Level1Table(UnsafeCell::new([0; LEVEL1_ENTRIES]));
+static ARRAYS: Level2Arrays = Level2Arrays(UnsafeCell::new(
+    [[[0; 8]; LEVEL2_ENTRIES]; MAX_STREAM_ARRAYS],
+));
+static LAYOUT: Layout = Layout(UnsafeCell::new(StreamLayout::EMPTY));
 static CONTEXTS: Contexts = Contexts(UnsafeCell::new([[0; 8]; MAX_VMS]));
 static TABLES: Stage1Tables = Stage1Tables(UnsafeCell::new([[0; ENTRIES]; STAGE1_TABLES]));
 static COMMANDS: CommandQueue = CommandQueue(UnsafeCell::new([[0; 2]; 1 << COMMAND_LOG2]));
@@ -136,7 +150,9 @@ pub type VmMemory = dyn Fn(usize, &mut MapRegion) -> Result<(), Stage1Error>;
 
 /// Sets the SMMU at `base` up and enables it: every stream in `assignments` translates with
 /// its VM's stage-1 tables, each VM's built from `memory(vm, map)` (which calls `map(ipa, pa,
-/// size)` for each of its regions), every other stream aborts. Before any VM runs, on pCPU 0.
+/// size)` for each of its regions); every other stream of a level-2 array aborts, and a
+/// stream of a block without one is out of range (a `C_BAD_STREAMID` event). Before any VM
+/// runs, on pCPU 0.
 ///
 /// # Safety
 /// `base` must be the SMMUv3's register frame (two 64 KiB pages), mapped as device memory,
@@ -153,14 +169,17 @@ pub unsafe fn init(
         regs.read32(regs::IDR1 as usize),
         regs.read32(regs::IDR5 as usize),
     );
-    regs::check(&features, MAX_STREAMS - 1, 40).map_err(SmmuError::Unsupported)?;
+    let max_stream = assignments.iter().map(|a| a.last).max().unwrap_or(0);
+    regs::check(&features, max_stream, 40).map_err(SmmuError::Unsupported)?;
     write_acknowledged(&regs, regs::CR0 as usize, regs::CR0ACK as usize, 0, "CR0")?;
 
     // SAFETY: per this function's contract nothing else runs, and the SMMU is disabled: these
     // are the only references to the SMMU's memory until it is enabled.
-    let (streams, contexts, tables) = unsafe {
+    let (level1, arrays, layout, contexts, tables) = unsafe {
         (
-            &mut *STREAMS.0.get(),
+            &mut *LEVEL1.0.get(),
+            &mut *ARRAYS.0.get(),
+            &mut *LAYOUT.0.get(),
             &mut *CONTEXTS.0.get(),
             &mut *TABLES.0.get(),
         )
@@ -189,7 +208,10 @@ pub unsafe fn init(
         contexts[vm] = context.encode();
         context_addresses[vm] = contexts[vm].as_ptr() as u64;
     }
-    fill_stream_table(streams, assignments, &context_addresses).map_err(SmmuError::Streams)?;
+    layout
+        .plan(assignments, MAX_VMS)
+        .map_err(SmmuError::Streams)?;
+    layout.fill(level1, arrays, arrays.as_ptr() as u64, &context_addresses);
     cpu::dsb_sy();
 
     regs.write32(regs::CR1 as usize, cr1::WRITE_BACK_INNER);
@@ -197,11 +219,11 @@ pub unsafe fn init(
     regs.write32(regs::CR2 as usize, cr2::RECINVSID);
     regs.write64(
         regs::STRTAB_BASE as usize,
-        regs::strtab_base(streams.as_ptr() as u64),
+        regs::strtab_base(level1.as_ptr() as u64),
     );
     regs.write32(
         regs::STRTAB_BASE_CFG as usize,
-        regs::strtab_base_cfg_linear(STREAM_LOG2),
+        regs::strtab_base_cfg_two_level(STREAM_BITS, SPLIT),
     );
     regs.write64(
         regs::CMDQ_BASE as usize,
@@ -297,10 +319,16 @@ impl Driver {
     }
 }
 
-/// Makes streams `first..=last` abort (`translate` false) or translate again with VM `vm`'s
-/// context (`translate` true), the SMMU's cached copies invalidated. A VM that is stopped has
-/// its devices cut off this way (aborts record no event); its restart gives them back.
-pub fn set_streams(first: u32, last: u32, vm: usize, translate: bool) -> Result<(), SmmuError> {
+/// Makes every stream of VM `vm` abort (`translate` false) or translate again with its
+/// context (`translate` true), and invalidates the SMMU's cached copies of `ranges` (the VM's
+/// stream ranges). Bounded: at most [`MAX_STREAM_ARRAYS`] x 256 STEs written (a VM given a
+/// whole PCI bridge has one shared array: 256), and a command per range. A VM that is stopped
+/// has its devices cut off this way (aborts record no event); its restart gives them back.
+pub fn set_vm_streams(
+    vm: usize,
+    translate: bool,
+    ranges: &mut dyn Iterator<Item = (u32, u32)>,
+) -> Result<(), SmmuError> {
     let mut smmu = SMMU.lock_cold();
     let Some(driver) = smmu.as_mut() else {
         return Ok(());
@@ -315,19 +343,34 @@ pub fn set_streams(first: u32, last: u32, vm: usize, translate: bool) -> Result<
         StreamConfig::Abort
     };
     let entry = config.encode();
+    // SAFETY: the plan is only written by `init`, before the lock exists; the level-2 arrays
+    // are written only under SMMU's lock, held here.
+    let (layout, arrays) = unsafe { (&*LAYOUT.0.get(), &mut *ARRAYS.0.get()) };
+    for (array, index) in layout.entries_of(vm) {
+        if let Some(ste) = arrays.get_mut(array).and_then(|a| a.get_mut(index)) {
+            *ste = entry;
+        }
+    }
     let mut commands = [[0u64; 2]; 8];
     let mut count = 0;
-    for stream in first..=last.min(MAX_STREAMS - 1) {
-        // SAFETY: the stream table is written only under SMMU's lock, held here.
-        unsafe { (*STREAMS.0.get())[stream as usize] = entry };
-        commands[count] = command::cfgi_ste(stream);
-        count += 1;
+    for (first, last) in ranges {
+        if let Some(slot) = commands.get_mut(count) {
+            *slot = command::cfgi_ste_range(first, last);
+            count += 1;
+        }
         if count == commands.len() {
             driver.submit(&commands)?;
             count = 0;
         }
     }
     driver.submit(&commands[..count])
+}
+
+/// The VM that owns stream `stream` in the stream table (whose device's DMA it is), if any.
+pub fn stream_owner(stream: u32) -> Option<usize> {
+    // SAFETY: the plan is only written by `init`, on pCPU 0 before any other pCPU runs and
+    // before the SMMU's interrupt is enabled; afterwards it is only read.
+    unsafe { (*LAYOUT.0.get()).owner(stream) }
 }
 
 /// Hands each event the SMMU has queued to `each`, oldest first (at most a queue's worth per
