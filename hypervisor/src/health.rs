@@ -423,13 +423,15 @@ pub fn serve_device_faults() {
                 let action = decide(id, Event::Fault, &reason);
                 carry_out(id, action, Event::Fault, &reason);
             }
-            None => keel_println_limited!(
-                DiagnosticKind::Smmu,
-                NO_VM,
-                "SMMU: ",
-                event,
-                " (no VM's stream)"
-            ),
+            None => {
+                keel_println_limited!(
+                    DiagnosticKind::Smmu,
+                    NO_VM,
+                    "SMMU: ",
+                    event,
+                    " (no VM's stream)"
+                );
+            }
         }
     }
     if let Some(error) = global {
