@@ -277,7 +277,7 @@ const LATE_NOTE: &str =
 /// and the worst lateness of a tick interrupt since the last report, in microseconds (with
 /// `keel.late-note`, followed by [`LATE_NOTE`]); with `keel.lateness`, a second line with the
 /// minimum, average and maximum in ns.
-fn report(seconds: u64, ticks: u64, elapsed: u64, frequency: u64, options: Options) {
+fn report(seconds: u64, ticks: u64, elapsed: u64, frequency: u64, options: &Options) {
     let lateness = options.lateness;
     let note = if options.late_note { LATE_NOTE } else { "" };
     let expected =
