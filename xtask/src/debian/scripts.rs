@@ -21,17 +21,19 @@ mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts
 mount -t tmpfs tmpfs /dev/shm
 mount -t tmpfs tmpfs /tmp
-# Coldplug, as udev (or busybox's `mdev -s`) does at boot: each device the kernel has found
-# names the driver it needs in its modalias (`pci:v00001AF4d00001041...`), which modprobe
-# finds in modules.alias. A driver loaded in one round can bring devices for the next
-# (virtio_pci the virtio disk and network card, virtio_mmio Keel's virtio console): rounds go
-# on until one finds no device that the last did not (at most 5). A device whose driver is
-# built into the kernel, or not carried here, has no alias in modules.alias: modprobe -q skips it.
+# Coldplug, as udev does at boot: each device the kernel has found names the driver it needs
+# in its modalias (`pci:v00001AF4d00001041...`), which modprobe finds in modules.alias. The
+# modalias is read from the MODALIAS line of the device's uevent file, where every bus puts
+# it (the AMBA bus of the SP805 has no `modalias` file). A driver loaded in one round can
+# bring devices for the next (virtio_pci the virtio disk and network card, virtio_mmio Keel's
+# virtio console): rounds go on until one finds no device that the last did not (at most 5).
+# A device whose driver is built into the kernel, or not carried here, has no alias in
+# modules.alias: modprobe -q skips it.
 coldplug() {
     coldplug_seen=
     coldplug_round=0
     while [ $coldplug_round -lt 5 ]; do
-        coldplug_aliases=$(cat /sys/bus/*/devices/*/modalias 2>/dev/null | sort -u)
+        coldplug_aliases=$(sed -n 's/^MODALIAS=//p' /sys/bus/*/devices/*/uevent 2>/dev/null | sort -u)
         [ "$coldplug_aliases" = "$coldplug_seen" ] && return
         echo "$coldplug_aliases" | xargs modprobe -qa
         coldplug_seen=$coldplug_aliases
