@@ -78,7 +78,7 @@ const BIN_APPLETS: &str = "\
     unxz unzip uptime usleep uudecode uuencode vi w watch wc wget which who whoami xargs xxd \
     xz xzcat yes zcat";
 
-/// Builds (cached: rebuilt only if inputs changed) a gzip-compressed newc cpio initramfs for `flavour`: busybox (from busybox-static), cyclictest and the other rt-tests binaries, stress-ng, their shared libraries (resolved from ELF NEEDED entries, recursively, taken from the arm64 libc6 and other library packages fetched the same way; with the dynamic loader /lib/ld-linux-aarch64.so.1), and the virtio kernel modules of the matching kernel (virtio_mmio, virtio_pci, virtio_console, virtio_blk, virtio_net, ext4 and their dependencies, if they are modules, with a generated modules.dep), plus /init and /tests. Returns the .cpio.gz path.
+/// Builds (cached: rebuilt only if inputs changed) a gzip-compressed newc cpio initramfs for `flavour`: busybox (from busybox-static), cyclictest and the other rt-tests binaries, stress-ng, their shared libraries (resolved from ELF NEEDED entries, recursively, taken from the arm64 libc6 and other library packages fetched the same way; with the dynamic loader /lib/ld-linux-aarch64.so.1), and the virtio kernel modules of the matching kernel (virtio_mmio, virtio_pci, virtio_console, virtio_blk, virtio_net, ext4 and their dependencies, if they are modules, with a generated modules.dep and modules.alias, for /init's coldplug), plus /init and /tests. Returns the .cpio.gz path.
 pub fn initramfs(cache: &Path, flavour: &str) -> Result<PathBuf, String> {
     crate::build_lock::exclusive(|| build_initramfs(cache, flavour))
 }
