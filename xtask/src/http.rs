@@ -63,6 +63,23 @@ pub struct FileServer {
     thread: Option<JoinHandle<()>>,
 }
 
+/// The size of the file `cargo xtask run` serves for the demo's fetch.
+const DEMO_FILE_SIZE: usize = 1_000_000;
+
+/// Starts serving the demo's file, as `cargo xtask run` does for a machine with a network card,
+/// and returns it with the line that announces it (`serving a 1,000,000-byte file at URL
+/// (SHA-256 HEX)`), which `run` prints and the README demo's scenario reads the port from.
+pub fn demo_file() -> Result<(FileServer, String)> {
+    let server = FileServer::start(DEMO_FILE_SIZE)?;
+    let line = format!(
+        "serving a {}-byte file at {} (SHA-256 {})",
+        crate::plots::thousands(DEMO_FILE_SIZE as u64),
+        server.guest_url(),
+        server.sha256
+    );
+    Ok((server, line))
+}
+
 impl FileServer {
     /// Starts serving `size` bytes of [`contents`].
     pub fn start(size: usize) -> Result<Self> {
@@ -223,6 +240,20 @@ mod tests {
             sha256_hex(&[0u8; 56]),
             "d4817aa5497628e7c77e6b606107042bbba3130888c5f47a375e6179be789fbb"
         );
+    }
+
+    #[test]
+    fn the_demo_file_is_announced_with_its_url_and_digest() {
+        let (server, line) = demo_file().unwrap();
+        assert_eq!(
+            line,
+            format!(
+                "serving a 1,000,000-byte file at {} (SHA-256 {})",
+                server.guest_url(),
+                sha256_hex(&contents(1_000_000))
+            )
+        );
+        assert!(server.guest_url().ends_with("/keel-1000000.bin"));
     }
 
     #[test]

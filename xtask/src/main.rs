@@ -116,12 +116,8 @@ fn run(config: Option<PathBuf>) -> Result<()> {
     let machine = image::machine(&image, false)?;
     // A network card: a file to fetch from the host, as the README's demo lines do.
     let server = if machine.user_network {
-        let server = http::FileServer::start(1_000_000)?;
-        step(&format!(
-            "serving a 1,000,000-byte file at {} (SHA-256 {})",
-            server.guest_url(),
-            server.sha256
-        ));
+        let (server, line) = http::demo_file()?;
+        step(&line);
         Some(server)
     } else {
         None

@@ -14,6 +14,7 @@
 //! | `keel.fp` | pingpong mode: touch FP/SIMD before each yield |
 //! | `keel.iterations=<n>` | work mode: rounds of the workload (default 10,000,000) |
 //! | `keel.lateness` | ticks mode: also report each second's min/avg/max tick lateness in ns |
+//! | `keel.late-note` | ticks mode: each report says after `late_max_us` what that figure measures and where Keel's own is (for the demo, which QEMU runs in real time) |
 //! | `keel.ansi` | ticks mode: also print `ansi: s=N ` and a bold word in ANSI escape sequences at each report (for the console's raw mode) |
 //! | `keel.histogram` | ticks mode: after each report, print the histogram of every tick's lateness since the start (`hist: tick-lateness ...`, one line per tick), and all of it before `keel.off` |
 //! | `keel.control` | ticks mode: also run a control loop at the tick rate, commanded in lines over messages from `keel.peer` (see [`crate::control`]) |
@@ -149,6 +150,8 @@ pub struct Options<'a> {
     pub print_ms: u64,
     /// `keel.lateness`: ticks mode reports min/avg/max lateness too.
     pub lateness: bool,
+    /// `keel.late-note`: ticks mode's reports say what their lateness measures.
+    pub late_note: bool,
     /// `keel.ansi`: ticks mode prints a line with ANSI escape sequences at each report too.
     pub ansi: bool,
     /// `keel.histogram`: ticks mode prints its tick lateness histogram too.
@@ -302,6 +305,7 @@ impl<'a> Options<'a> {
             peer,
             max_message,
             lateness: args.has_flag("keel.lateness"),
+            late_note: args.has_flag("keel.late-note"),
             ansi: args.has_flag("keel.ansi"),
             histogram: args.has_flag("keel.histogram"),
             start_ms,

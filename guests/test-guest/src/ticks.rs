@@ -226,7 +226,7 @@ pub fn run(options: &Options<'_>, info: &BootInfo<'_>, redistributor: &Redistrib
         with_irqs_masked(|| keel_guest::trace::mark(TICKS.load(Ordering::Relaxed) as u32));
         // Timed actions are checked every second; the report only every `keel.report` seconds.
         if seconds.is_multiple_of(options.report_every_seconds) {
-            report(seconds, ticks, elapsed, frequency, options.lateness);
+            report(seconds, ticks, elapsed, frequency, options);
             if options.ansi {
                 // SGR bold, then SGR reset: a terminal shows "bold" in bold, if the console
                 // lets the escape sequences through.
@@ -280,10 +280,21 @@ pub fn run(options: &Options<'_>, info: &BootInfo<'_>, redistributor: &Redistrib
     }
 }
 
+/// What `keel.late-note` adds to each report after `late_max_us`: the lateness is read on QEMU's
+/// clock, which runs on while this vCPU waits for QEMU to run it: in real time (`cargo xtask
+/// run`), while the host runs other work (milliseconds on a busy host); under `-icount`, while
+/// QEMU's one thread runs the other vCPUs in turn (milliseconds while Linux boots). Keel's own
+/// figure is measured under `-icount` with only that pCPU busy (`cargo xtask bench sched`).
+const LATE_NOTE: &str =
+    " (QEMU's clock: mostly the host or QEMU's other vCPUs keeping this one waiting; Keel's own: cargo xtask bench sched)";
+
 /// Prints one tick report: the seconds since start, ticks taken, ticks the counter says are due,
-/// and the worst lateness of a tick interrupt since the last report, in microseconds; with
-/// `lateness` (`keel.lateness`), a second line with the minimum, average and maximum in ns.
-fn report(seconds: u64, ticks: u64, elapsed: u64, frequency: u64, lateness: bool) {
+/// and the worst lateness of a tick interrupt since the last report, in microseconds (with
+/// `keel.late-note`, followed by [`LATE_NOTE`]); with `keel.lateness`, a second line with the
+/// minimum, average and maximum in ns.
+fn report(seconds: u64, ticks: u64, elapsed: u64, frequency: u64, options: &Options) {
+    let lateness = options.lateness;
+    let note = if options.late_note { LATE_NOTE } else { "" };
     let expected =
         (u128::from(elapsed) * u128::from(TICKS_PER_SECOND) / u128::from(frequency)) as u64;
     // Load and store with IRQs masked: no exclusives (the guest runs with its MMU off).
@@ -301,7 +312,7 @@ fn report(seconds: u64, ticks: u64, elapsed: u64, frequency: u64, lateness: bool
         figures
     });
     let late_us = late * 1_000_000 / frequency;
-    println!("tick: s={seconds} ticks={ticks} expected={expected} late_max_us={late_us}");
+    println!("tick: s={seconds} ticks={ticks} expected={expected} late_max_us={late_us}{note}");
     if let (true, Some(average)) = (lateness, sum.checked_div(count)) {
         let ns = |ticks: u64| ticks * 1_000_000_000 / frequency;
         println!(

@@ -78,7 +78,7 @@ const BIN_APPLETS: &str = "\
     unxz unzip uptime usleep uudecode uuencode vi w watch wc wget which who whoami xargs xxd \
     xz xzcat yes zcat";
 
-/// Builds (cached: rebuilt only if inputs changed) a gzip-compressed newc cpio initramfs for `flavour`: busybox (from busybox-static), cyclictest and the other rt-tests binaries, stress-ng, their shared libraries (resolved from ELF NEEDED entries, recursively, taken from the arm64 libc6 and other library packages fetched the same way; with the dynamic loader /lib/ld-linux-aarch64.so.1), and the virtio kernel modules of the matching kernel (virtio_mmio, virtio_pci, virtio_console, virtio_blk, virtio_net, ext4 and their dependencies, if they are modules, with a generated modules.dep), plus /init and /tests. Returns the .cpio.gz path.
+/// Builds (cached: rebuilt only if inputs changed) a gzip-compressed newc cpio initramfs for `flavour`: busybox (from busybox-static), cyclictest and the other rt-tests binaries, stress-ng, their shared libraries (resolved from ELF NEEDED entries, recursively, taken from the arm64 libc6 and other library packages fetched the same way; with the dynamic loader /lib/ld-linux-aarch64.so.1), and the virtio kernel modules of the matching kernel (virtio_mmio, virtio_pci, virtio_console, virtio_blk, virtio_net, ext4 and their dependencies, if they are modules, with a generated modules.dep and modules.alias, for /init's coldplug), plus /init and /tests. Returns the .cpio.gz path.
 pub fn initramfs(cache: &Path, flavour: &str) -> Result<PathBuf, String> {
     crate::build_lock::exclusive(|| build_initramfs(cache, flavour))
 }
@@ -385,8 +385,11 @@ fn resolve_in(root: &Path, relative: &Path) -> Option<PathBuf> {
     None
 }
 
-/// The kernel's virtio modules and their dependencies, with modules.dep, modules.order and
-/// modules.builtin for busybox's modprobe, and /tests/modules.sh that loads them.
+/// The kernel's virtio modules and their dependencies, with modules.dep, modules.alias,
+/// modules.order and modules.builtin for busybox's modprobe (what Debian's depmod makes from
+/// the modules themselves: each `.modinfo` names a module's dependencies and the device and
+/// feature aliases it serves, which /init's coldplug loads it by), and /tests/modules.sh that
+/// loads them.
 fn kernel_modules(kernel: &KernelPackage, image: &mut Tree) -> Result<(), String> {
     let base = format!("lib/modules/{}", kernel.version);
     let directory = kernel.root.join(&base);
@@ -398,6 +401,7 @@ fn kernel_modules(kernel: &KernelPackage, image: &mut Tree) -> Result<(), String
     let builtin: BTreeSet<String> = builtin_text.lines().map(module_name).collect();
 
     let mut dependencies: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut aliases: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut loaded = Vec::new();
     let mut queue: Vec<String> = Vec::new();
     for name in MODULES {
@@ -435,6 +439,10 @@ fn kernel_modules(kernel: &KernelPackage, image: &mut Tree) -> Result<(), String
             .map(|dependency| dependency.replace('-', "_"))
             .collect();
         queue.extend(depends.iter().cloned());
+        aliases.insert(
+            name.clone(),
+            elf.modinfo("alias").into_iter().map(String::from).collect(),
+        );
         dependencies.insert(name, depends);
     }
 
@@ -463,6 +471,11 @@ fn kernel_modules(kernel: &KernelPackage, image: &mut Tree) -> Result<(), String
         &format!("{base}/modules.dep"),
         0o100644,
         Node::Data(modules_dep.into()),
+    );
+    image.insert(
+        &format!("{base}/modules.alias"),
+        0o100644,
+        Node::Data(modules_alias(&aliases).into()),
     );
     image.insert(
         &format!("{base}/modules.order"),
@@ -505,6 +518,20 @@ fn index_modules(
         }
     }
     Ok(())
+}
+
+/// modules.alias as depmod writes it: `alias <pattern> <module>`, one line per alias of each
+/// module (a device's modalias, `pci:v00001AF4d00001041...`, matches a pattern as a shell
+/// glob), modules in name order.
+fn modules_alias(aliases: &BTreeMap<String, Vec<String>>) -> String {
+    aliases
+        .iter()
+        .flat_map(|(name, patterns)| {
+            patterns
+                .iter()
+                .map(move |pattern| format!("alias {pattern} {name}\n"))
+        })
+        .collect()
 }
 
 /// `kernel/drivers/net/virtio_net.ko` -> `virtio_net` (the kernel treats `-` and `_` alike).
@@ -562,6 +589,27 @@ mod tests {
         applets.extend(BIN_APPLETS.split_whitespace());
         let unique: BTreeSet<&str> = applets.iter().copied().collect();
         assert_eq!((applets.len(), unique.len()), (260, 260));
+    }
+
+    #[test]
+    fn modules_alias_has_a_line_per_alias_of_each_module() {
+        let aliases: BTreeMap<String, Vec<String>> = [
+            ("virtio_net", vec!["virtio:d00000001v*"]),
+            ("virtio_ring", vec![]),
+            ("ext4", vec!["fs-ext4", "fs-ext3"]),
+        ]
+        .into_iter()
+        .map(|(name, patterns)| {
+            (
+                name.to_string(),
+                patterns.into_iter().map(String::from).collect(),
+            )
+        })
+        .collect();
+        assert_eq!(
+            modules_alias(&aliases),
+            "alias fs-ext4 ext4\nalias fs-ext3 ext4\nalias virtio:d00000001v* virtio_net\n"
+        );
     }
 
     #[test]

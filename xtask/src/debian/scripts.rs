@@ -1,11 +1,12 @@
 //! The shell scripts of the initramfs and of the root file system: /init, the tests in /tests
 //! that it runs, and udhcpc's hook.
 
-/// /init: mounts, then with `keel.root=DEVICE` on the kernel command line (and not yet on that
-/// disk, which has /etc/keel-rootfs) the disk's drivers, DEVICE mounted read-write on /mnt and
-/// `switch_root` into it, where the disk's /init (this same script) starts over; Keel's virtio
-/// console if the device tree has one; with an SP805 in the device tree, its driver and
-/// busybox's `watchdog` daemon (timeout `keel.watchdog=SECONDS`, default 30); then
+/// /init: mounts, then coldplug: the driver of every device the kernel found, by its modalias,
+/// as a Debian system's udev does at boot (`coldplug` below); then with `keel.root=DEVICE` on
+/// the kernel command line (and not yet on that disk, which has /etc/keel-rootfs) ext4, DEVICE
+/// mounted read-write on /mnt and `switch_root` into it, where the disk's /init (this same
+/// script) starts over; Keel's virtio console if there is one; with an SP805 in the device
+/// tree, busybox's `watchdog` daemon (timeout `keel.watchdog=SECONDS`, default 30); then
 /// `KEEL-INIT-START` (with `KEEL-ROOT <its /proc/mounts line>` on the disk), and the test named
 /// by `keel.test=NAME` (ending with `KEEL-INIT-END status=N` and a power-off) or a shell.
 pub(super) const INIT: &str = r#"#!/bin/sh
@@ -20,12 +21,33 @@ mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts
 mount -t tmpfs tmpfs /dev/shm
 mount -t tmpfs tmpfs /tmp
-# keel.root=DEVICE: Debian's kernels have the PCI and disk drivers as modules (ext4 and CRC32C
-# are built in, or modules too), so the initramfs loads them, waits up to 10 s for DEVICE, mounts it and
-# hands over to the disk's /init; a disk that does not come or mount ends the boot.
+# Coldplug, as udev does at boot: each device the kernel has found names the driver it needs
+# in its modalias (`pci:v00001AF4d00001041...`), which modprobe finds in modules.alias. The
+# modalias is read from the MODALIAS line of the device's uevent file, where every bus puts
+# it (the AMBA bus of the SP805 has no `modalias` file). A driver loaded in one round can
+# bring devices for the next (virtio_pci the virtio disk and network card, virtio_mmio Keel's
+# virtio console): rounds go on until one finds no device that the last did not (at most 5).
+# A device whose driver is built into the kernel, or not carried here, has no alias in
+# modules.alias: modprobe -q skips it.
+coldplug() {
+    coldplug_seen=
+    coldplug_round=0
+    while [ $coldplug_round -lt 5 ]; do
+        coldplug_aliases=$(sed -n 's/^MODALIAS=//p' /sys/bus/*/devices/*/uevent 2>/dev/null | sort -u)
+        [ "$coldplug_aliases" = "$coldplug_seen" ] && return
+        echo "$coldplug_aliases" | xargs modprobe -qa
+        coldplug_seen=$coldplug_aliases
+        coldplug_round=$((coldplug_round + 1))
+    done
+}
+coldplug
+# keel.root=DEVICE: the disk's drivers came with coldplug (modules in Debian's kernels); ext4
+# and the CRC32C its checksums need are built in or modules too (no device names them), so
+# the initramfs loads them, waits up to 10 s for DEVICE, mounts it and hands over to the
+# disk's /init; a disk that does not come or mount ends the boot.
 root_device=$(sed -n 's/.*keel\.root=\([^ ]*\).*/\1/p' /proc/cmdline)
 if [ -n "$root_device" ] && [ ! -e /etc/keel-rootfs ]; then
-    for module in virtio_pci virtio_blk crc32c_generic ext4; do
+    for module in crc32c_generic ext4; do
         modprobe "$module" || echo "keel: modprobe $module failed"
     done
     i=0
@@ -41,14 +63,13 @@ if [ -n "$root_device" ] && [ ! -e /etc/keel-rootfs ]; then
     echo "KEEL-INIT-END status=1"
     exec poweroff -f
 fi
-# A virtio console from Keel (backed by messages to another VM): its port is /dev/hvc0, raw
-# and without echo, so that lines pass both ways as written. hvc ports forget their settings
-# at their last close: a sleeper holds this one open. QEMU's own `virt` machine (the native
-# runs) describes 32 empty virtio-mmio transports at the same place: only a transport that
-# holds a console (device ID 3) is waited for.
-if [ -d /sys/firmware/devicetree/base/virtio_mmio@a000000 ] && modprobe virtio_mmio &&
-    grep -qx 0x0003 /sys/bus/virtio/devices/*/device 2>/dev/null; then
-    modprobe virtio_console
+# A virtio console from Keel (backed by messages to another VM; its drivers, virtio_mmio and
+# virtio_console, came with coldplug): its port is /dev/hvc0, raw and without echo, so that
+# lines pass both ways as written. hvc ports forget their settings at their last close: a
+# sleeper holds this one open. QEMU's own `virt` machine (the native runs) describes 32 empty
+# virtio-mmio transports at the same place: only a transport that holds a console (device
+# ID 3) is waited for.
+if grep -qx 0x0003 /sys/bus/virtio/devices/*/device 2>/dev/null; then
     i=0
     while [ ! -e /dev/hvc0 ] && [ $i -lt 50 ]; do
         sleep 0.1
@@ -57,11 +78,12 @@ if [ -d /sys/firmware/devicetree/base/virtio_mmio@a000000 ] && modprobe virtio_m
     sleep 2147483647 < /dev/hvc0 &
     stty -F /dev/hvc0 raw -echo && echo "keel: virtio console at /dev/hvc0"
 fi
-# Keel's emulated SP805 watchdog (`devices = ["watchdog"]`): Debian's own sp805_wdt driver, and
-# busybox's watchdog daemon keeping /dev/watchdog with the timeout `keel.watchdog=SECONDS`
-# (default 30, the driver's), written every third of it. A daemon killed without its magic
-# close leaves the watchdog running: it expires one timeout after the last write.
-if [ -d /sys/firmware/devicetree/base/watchdog@b000000 ] && modprobe sp805_wdt; then
+# Keel's emulated SP805 watchdog (`devices = ["watchdog"]`): Debian's own sp805_wdt driver
+# (loaded by coldplug), and busybox's watchdog daemon keeping /dev/watchdog with the timeout
+# `keel.watchdog=SECONDS` (default 30, the driver's), written every third of it. A daemon
+# killed without its magic close leaves the watchdog running: it expires one timeout after
+# the last write.
+if [ -d /sys/firmware/devicetree/base/watchdog@b000000 ]; then
     watchdog_timeout=$(sed -n 's/.*keel\.watchdog=\([0-9][0-9]*\).*/\1/p' /proc/cmdline)
     watchdog_timeout=${watchdog_timeout:-30}
     i=0
@@ -138,12 +160,9 @@ timed() {
         status=$timed_status
     fi
 }
-# `network_up`: the virtio-net card's drivers loaded, the card up, and an address by DHCP
-# (busybox udhcpc with its hook, /etc/udhcpc/default.script), as the `dhcp` step.
+# `network_up`: the virtio-net card (its drivers loaded by /init's coldplug) up, and an address
+# by DHCP (busybox udhcpc with its hook, /etc/udhcpc/default.script), as the `dhcp` step.
 network_up() {
-    for module in virtio_pci virtio_net; do
-        modprobe "$module" || echo "keel: modprobe $module failed"
-    done
     i=0
     while [ ! -e /sys/class/net/eth0 ] && [ $i -lt 100 ]; do
         sleep 0.1

@@ -12,6 +12,7 @@ mod linux_devices;
 mod manager_window;
 mod messages;
 mod plots;
+mod readme_demo;
 mod rootfs;
 mod sched;
 mod tasks;
@@ -96,7 +97,10 @@ pub(crate) struct TickReport {
 
 /// VM `vm`'s `tick:` reports, in order.
 pub(crate) fn tick_reports(ended: &Ended, vm: &str) -> Vec<TickReport> {
-    let tick = Regex::new(r"^tick: s=(\d+) ticks=(\d+) expected=(\d+) late_max_us=(\d+)$").unwrap();
+    // A report may end with a note on what its lateness measures (`keel.late-note`).
+    let tick =
+        Regex::new(r"^tick: s=(\d+) ticks=(\d+) expected=(\d+) late_max_us=(\d+)(?: \(.*\))?$")
+            .unwrap();
     lines_of(ended, vm)
         .into_iter()
         .filter_map(|line| {
@@ -1308,6 +1312,7 @@ pub fn all() -> Vec<Scenario> {
             run: Box::new(demo),
         },
     ]);
+    scenarios.extend(readme_demo::all());
     for (flavour, config) in [
         ("cloud", "linux-cloud"),
         ("generic", "linux-generic"),
