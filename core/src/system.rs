@@ -102,6 +102,10 @@ pub struct AssignedDevice {
 /// transaction with a higher one is out of range.
 pub const MAX_STREAMS: u32 = 1 << 16;
 
+/// Stream ranges (an `iommu-map` entry, an `iommus` stream) of all VMs' devices together that
+/// Keel's SMMU driver takes at boot; a system with more is refused at build time.
+pub const MAX_STREAM_RANGES: usize = 32;
+
 /// Level-2 arrays of Keel's stream table (16 KiB each, in its `.bss`): one per VM whose
 /// streams cover a whole block of 256 (a PCI host bridge's VM: one for all its 65,536), one per
 /// block split between VMs or between a VM and no one (a platform device's single stream). A

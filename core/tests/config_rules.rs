@@ -2647,6 +2647,24 @@ fn passthrough_streams_fit_keels_level2_stream_arrays() {
 }
 
 #[test]
+fn passthrough_streams_fit_keels_stream_ranges() {
+    // 32 single streams in one block of 256 (one array): as many ranges as Keel takes.
+    let many = "path = \"/many-streams@91a0000\"";
+    let system = smmu_with(PL031, many).unwrap();
+    assert_eq!(system.vms[0].passthrough[0].streams.len(), 32);
+    // One more, in the same block: a range Keel's driver would have no room for.
+    assert_passthrough_refused(
+        smmu_with(
+            PL031,
+            &format!("{many}\n\n[[vm.passthrough]]\npath = \"/one-more-stream@91b0000\""),
+        ),
+        "vm 'rtc': passthrough: '/one-more-stream@91b0000''s streams would make the VMs' \
+         devices 33 stream ranges (an iommu-map entry or an iommus stream each), and Keel takes \
+         32",
+    );
+}
+
+#[test]
 fn passthrough_bridge_stays_where_the_board_has_it() {
     assert_passthrough_refused(
         passthrough_with_all(&[

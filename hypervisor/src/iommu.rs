@@ -9,14 +9,11 @@
 use core::sync::atomic::{AtomicBool, Ordering};
 
 use keel_core::smmu::{Event, GlobalError, Stage1Error, StreamAssignment};
-use keel_core::system::MAX_VMS;
+use keel_core::system::{MAX_STREAM_RANGES, MAX_VMS};
 
 use crate::arch::smmu::{self, SmmuError};
 use crate::config::SYSTEM;
 use crate::vm;
-
-/// Most stream ranges all VMs' devices have together.
-const MAX_ASSIGNMENTS: usize = 32;
 
 /// Enables the SMMU, if the configuration names one: the stream table from every VM's
 /// devices, their stage-1 tables from each VM's memory. On pCPU 0 at boot, after the VMs are
@@ -29,11 +26,12 @@ pub fn init() -> Result<(), SmmuError> {
         first: 0,
         last: 0,
         vm: 0,
-    }; MAX_ASSIGNMENTS];
+    }; MAX_STREAM_RANGES];
     let mut count = 0;
     for (id, desc) in SYSTEM.vms.iter().enumerate().take(MAX_VMS) {
         for device in desc.devices {
             for &(first, last) in device.streams {
+                // The configuration compiler refuses a system with more ranges than these.
                 if let Some(slot) = assignments.get_mut(count) {
                     *slot = StreamAssignment {
                         first,

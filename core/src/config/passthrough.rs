@@ -18,7 +18,7 @@ use crate::addr::{GuestPhysAddr, MemoryRegion, PhysAddr};
 use crate::devices::vgic::REDISTRIBUTOR_SIZE;
 use crate::fdt::Fdt;
 use crate::smmu::{arrays_needed, StreamAssignment};
-use crate::system::{MAX_STREAMS, MAX_STREAM_ARRAYS};
+use crate::system::{MAX_STREAMS, MAX_STREAM_ARRAYS, MAX_STREAM_RANGES};
 
 /// A VM's `[[vm.passthrough]]` tables resolved against the board's tree: `vm` is the VM checked
 /// so far (its memory, flash and emulated devices), `earlier` the VMs before it, `ram` the
@@ -68,7 +68,8 @@ pub(super) fn check_passthrough(
 }
 
 /// The streams of the VMs so far (`earlier`, and this one's `devices`, the last of which is
-/// checked) fit the level-2 arrays Keel's stream table has
+/// checked) are at most [`MAX_STREAM_RANGES`] ranges, and fit the level-2 arrays Keel's stream
+/// table has
 /// ([`MAX_STREAM_ARRAYS`]: one per VM owning whole blocks of 256 streams, one per block split).
 fn check_stream_arrays(earlier: &[Vm], devices: &[Passthrough]) -> Result<(), PassthroughProblem> {
     let vms = earlier
@@ -86,6 +87,15 @@ fn check_stream_arrays(earlier: &[Vm], devices: &[Passthrough]) -> Result<(), Pa
             })
         })
         .collect();
+    if let Some(device) = devices.last() {
+        if assignments.len() > MAX_STREAM_RANGES {
+            return Err(PassthroughProblem::StreamRanges {
+                path: device.path.clone(),
+                ranges: assignments.len(),
+                max: MAX_STREAM_RANGES,
+            });
+        }
+    }
     let needed = arrays_needed(&assignments);
     match devices.last() {
         Some(device) if needed > MAX_STREAM_ARRAYS => Err(PassthroughProblem::StreamArrays {

@@ -139,6 +139,16 @@ pub enum PassthroughProblem {
         /// Arrays Keel has.
         max: usize,
     },
+    /// `'<path>''s streams would make the VMs' devices <ranges> stream ranges, and Keel takes
+    /// <max>`.
+    StreamRanges {
+        /// The path given.
+        path: String,
+        /// Stream ranges of all VMs' devices with this one's.
+        ranges: usize,
+        /// Ranges Keel takes.
+        max: usize,
+    },
     /// `unknown IOMMU '<value>' (expected 'smmuv3')` (`[system] iommu`).
     UnknownIommu {
         /// The value given.
@@ -220,6 +230,11 @@ impl fmt::Display for PassthroughProblem {
                 "'{path}''s streams would make the VMs' streams need {needed} level-2 stream \
                  table arrays, and Keel has {max} (one per VM owning whole blocks of 256 \
                  streams, one per block split between owners)"
+            ),
+            Self::StreamRanges { path, ranges, max } => write!(
+                f,
+                "'{path}''s streams would make the VMs' devices {ranges} stream ranges (an \
+                 iommu-map entry or an iommus stream each), and Keel takes {max}"
             ),
             Self::UnknownIommu { value } => {
                 write!(f, "unknown IOMMU '{value}' (expected 'smmuv3')")
