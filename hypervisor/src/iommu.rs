@@ -59,13 +59,14 @@ pub fn init() -> Result<(), SmmuError> {
 /// counter, written with the streams.
 static TRANSLATING: [AtomicBool; MAX_VMS] = [const { AtomicBool::new(false) }; MAX_VMS];
 
-/// Cuts VM `id`'s devices off (their streams abort) or, with `translate`, gives them back.
-pub fn set_vm_streams(id: usize, translate: bool) -> Result<(), SmmuError> {
+/// Cuts VM `id`'s devices off (their streams abort) or, with `translate`, gives them back, in
+/// bounded steps with `between` (the caller's poll point) called before each.
+pub fn set_vm_streams(id: usize, translate: bool, between: fn()) -> Result<(), SmmuError> {
     let mut ranges = vm::desc(id)
         .devices
         .iter()
         .flat_map(|device| device.streams.iter().copied());
-    smmu::set_vm_streams(id, translate, &mut ranges)?;
+    smmu::set_vm_streams(id, translate, &mut ranges, between)?;
     let has_streams = vm::desc(id).devices.iter().any(|d| !d.streams.is_empty());
     vm::entry(&TRANSLATING, id).store(translate && has_streams, Ordering::Relaxed);
     Ok(())

@@ -109,6 +109,9 @@ pub fn build(id: usize) -> Result<(), LoadError> {
     Ok(())
 }
 
+/// A poll point that serves nothing, for steps whose caller holds what serving may take.
+fn no_poll_point() {}
+
 fn reset_devices(id: usize) {
     let desc = vm::desc(id);
     // The SPIs its devices, its message queues and its channels' doorbells raise (an SGI
@@ -151,8 +154,10 @@ fn reset_devices(id: usize) {
         vm.gic_writes.fetch_add(1, Ordering::Relaxed);
     }
     irq::reset_device_interrupts(id);
-    // Its devices' DMA translates again (after a stop, they were cut off).
-    if let Err(error) = iommu::set_vm_streams(id, true) {
+    // Its devices' DMA translates again (after a stop, they were cut off). No poll point
+    // between the steps: a reload's step holds the VM's reload, which what a poll point serves
+    // may want (a VM given a whole bridge: 256 STEs in this step's stretch).
+    if let Err(error) = iommu::set_vm_streams(id, true, no_poll_point) {
         keel_println_limited!(
             DiagnosticKind::Smmu,
             id,
@@ -557,7 +562,7 @@ fn after_vm_ended(id: usize) {
     // Its devices' interrupts off (and none left active), and their DMA cut off, until it
     // runs again.
     irq::reset_device_interrupts(id);
-    if let Err(error) = iommu::set_vm_streams(id, false) {
+    if let Err(error) = iommu::set_vm_streams(id, false, irq::serve_here) {
         keel_println_limited!(
             DiagnosticKind::Smmu,
             id,

@@ -219,14 +219,29 @@ impl<const ARRAYS: usize> StreamLayout<ARRAYS> {
     /// Each STE VM `vm` owns, as `(array, index)`, each once (a shared array's entries once,
     /// however many blocks point at it): at most `ARRAYS` x 256.
     pub fn entries_of(&self, vm: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
-        let owners = at(&self.owners, ..self.used);
-        owners.iter().enumerate().flat_map(move |(array, entries)| {
-            entries
-                .iter()
-                .enumerate()
-                .filter(move |&(_, &owner)| index_of(owner) == Some(vm))
-                .map(move |(index, _)| (array, index))
-        })
+        self.entries_of_among(vm, 0..self.positions())
+    }
+
+    /// The STEs of the arrays in use, counted one after another (array by array): what
+    /// [`Self::entries_of_among`] takes ranges of.
+    pub fn positions(&self) -> usize {
+        self.used * LEVEL2_ENTRIES
+    }
+
+    /// [`Self::entries_of`] among `positions` only (of [`Self::positions`]): a caller that
+    /// rewrites a VM's STEs in bounded steps looks at a bounded number of entries in each,
+    /// whatever the VM owns of them.
+    pub fn entries_of_among(
+        &self,
+        vm: usize,
+        positions: core::ops::Range<usize>,
+    ) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let end = positions.end.min(self.positions());
+        (positions.start.min(end)..end)
+            .map(|position| (position / LEVEL2_ENTRIES, position % LEVEL2_ENTRIES))
+            .filter(move |&(array, index)| {
+                index_of(*at(at(&self.owners, array), index)) == Some(vm)
+            })
     }
 
     /// Writes the planned table: `level1`'s descriptors pointing at `arrays` (at physical
@@ -468,6 +483,20 @@ mod tests {
         let table = filled(&[assign(0x10, 0x1f, 0), assign(0x18, 0x2f, 0)]).unwrap();
         assert_eq!(table.layout.arrays_used(), 1);
         assert_eq!(table.layout.entries_of(0).count(), 0x20);
+        // In steps of any size, the same entries in the same order, and nothing beyond.
+        let whole: Vec<_> = table.layout.entries_of(0).collect();
+        for step in [1, 7, 32, LEVEL2_ENTRIES] {
+            let stepped: Vec<_> = (0..table.layout.positions())
+                .step_by(step)
+                .flat_map(|first| table.layout.entries_of_among(0, first..first + step))
+                .collect();
+            assert_eq!(stepped, whole, "steps of {step}");
+        }
+        let beyond = table.layout.positions();
+        assert_eq!(
+            table.layout.entries_of_among(0, beyond..beyond + 9).count(),
+            0
+        );
         assert_eq!(walk(&table, 0x2f).and_then(vm_of), Some(0));
         assert_eq!(walk(&table, 0x30), Some(StreamConfig::Abort));
         assert_eq!(walk(&table, 0x100), None);

@@ -18,6 +18,7 @@
 //! interleaves its commands with the ones waited for.
 
 use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicBool, Ordering};
 
 use keel_core::smmu::regs::{self, cr0, cr1, cr2, irq_ctrl};
 use keel_core::smmu::strtab::{LEVEL1_ENTRIES, LEVEL2_ENTRIES, SPLIT, STREAM_BITS};
@@ -319,38 +320,71 @@ impl Driver {
     }
 }
 
+/// Entries of the stream table's level-2 arrays looked at (and, where VM's, rewritten) in one
+/// step of [`set_vm_streams`]: under 1,000 instructions with interrupts masked for a step that
+/// rewrites them all (64 bytes each), between two of the caller's poll points.
+const POSITIONS_PER_STEP: usize = 32;
+
+/// Each VM's streams as last asked for ([`set_vm_streams`]; true: translate), written under
+/// SMMU's lock: every step writes what is wanted at that step, so that a cut-off and a
+/// give-back that overlap leave every STE as the later one asks.
+static WANTED: [AtomicBool; MAX_VMS] = [const { AtomicBool::new(false) }; MAX_VMS];
+
 /// Makes every stream of VM `vm` abort (`translate` false) or translate again with its
 /// context (`translate` true), and invalidates the SMMU's cached copies of `ranges` (the VM's
-/// stream ranges). Bounded: at most [`MAX_STREAM_ARRAYS`] x 256 STEs written (a VM given a
-/// whole PCI bridge has one shared array: 256), and a command per range. A VM that is stopped
+/// stream ranges). Bounded: the arrays in use (at most [`MAX_STREAM_ARRAYS`] x 256 STEs) are
+/// looked at [`POSITIONS_PER_STEP`] at a time, with SMMU's lock released and `between` (the
+/// caller's poll point) called before each step, then a command per range. A VM that is stopped
 /// has its devices cut off this way (aborts record no event); its restart gives them back.
 pub fn set_vm_streams(
     vm: usize,
     translate: bool,
     ranges: &mut dyn Iterator<Item = (u32, u32)>,
+    between: fn(),
 ) -> Result<(), SmmuError> {
+    let Some(wanted) = WANTED.get(vm) else {
+        return Ok(());
+    };
+    {
+        let smmu = SMMU.lock_cold();
+        if smmu.is_none() {
+            return Ok(());
+        }
+        wanted.store(translate, Ordering::Relaxed);
+    }
+    // SAFETY: the plan is only written by `init`, before the lock exists; afterwards it is
+    // only read.
+    let layout = unsafe { &*LAYOUT.0.get() };
+    let positions = layout.positions();
+    let mut first = 0;
+    while first < positions {
+        // Before each step, the first too: what the caller did before (its line, its
+        // interrupts' reset) is a stretch of its own.
+        between();
+        let _smmu = SMMU.lock_cold();
+        let config = if wanted.load(Ordering::Relaxed) {
+            // SAFETY: the CDs are only written by `init`, before the lock exists.
+            let context = unsafe { (*CONTEXTS.0.get()).get(vm).map(|cd| cd.as_ptr() as u64) };
+            StreamConfig::Stage1 {
+                context: context.unwrap_or(0),
+            }
+        } else {
+            StreamConfig::Abort
+        };
+        let entry = config.encode();
+        // SAFETY: the level-2 arrays are written only under SMMU's lock, held here.
+        let arrays = unsafe { &mut *ARRAYS.0.get() };
+        for (array, index) in layout.entries_of_among(vm, first..first + POSITIONS_PER_STEP) {
+            if let Some(ste) = arrays.get_mut(array).and_then(|a| a.get_mut(index)) {
+                *ste = entry;
+            }
+        }
+        first += POSITIONS_PER_STEP;
+    }
     let mut smmu = SMMU.lock_cold();
     let Some(driver) = smmu.as_mut() else {
         return Ok(());
     };
-    let config = if translate {
-        // SAFETY: the CDs are only written by `init`, before the lock exists.
-        let context = unsafe { (*CONTEXTS.0.get()).get(vm).map(|cd| cd.as_ptr() as u64) };
-        StreamConfig::Stage1 {
-            context: context.unwrap_or(0),
-        }
-    } else {
-        StreamConfig::Abort
-    };
-    let entry = config.encode();
-    // SAFETY: the plan is only written by `init`, before the lock exists; the level-2 arrays
-    // are written only under SMMU's lock, held here.
-    let (layout, arrays) = unsafe { (&*LAYOUT.0.get(), &mut *ARRAYS.0.get()) };
-    for (array, index) in layout.entries_of(vm) {
-        if let Some(ste) = arrays.get_mut(array).and_then(|a| a.get_mut(index)) {
-            *ste = entry;
-        }
-    }
     let mut commands = [[0u64; 2]; 8];
     let mut count = 0;
     for (first, last) in ranges {
