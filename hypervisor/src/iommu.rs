@@ -60,14 +60,17 @@ pub fn init() -> Result<(), SmmuError> {
 static TRANSLATING: [AtomicBool; MAX_VMS] = [const { AtomicBool::new(false) }; MAX_VMS];
 
 /// Cuts VM `id`'s devices off (their streams abort) or, with `translate`, gives them back, in
-/// bounded steps with `between` (the caller's poll point) called before each.
+/// bounded steps with `between` (the caller's poll point) called before each. A VM without
+/// DMA-capable devices has nothing to do here: its stop does not walk the stream table.
 pub fn set_vm_streams(id: usize, translate: bool, between: fn()) -> Result<(), SmmuError> {
-    let mut ranges = vm::desc(id)
-        .devices
-        .iter()
-        .flat_map(|device| device.streams.iter().copied());
-    smmu::set_vm_streams(id, translate, &mut ranges, between)?;
     let has_streams = vm::desc(id).devices.iter().any(|d| !d.streams.is_empty());
+    if has_streams {
+        let mut ranges = vm::desc(id)
+            .devices
+            .iter()
+            .flat_map(|device| device.streams.iter().copied());
+        smmu::set_vm_streams(id, translate, &mut ranges, between)?;
+    }
     vm::entry(&TRANSLATING, id).store(translate && has_streams, Ordering::Relaxed);
     Ok(())
 }

@@ -6,9 +6,9 @@
 //! Ownership: each of a VM's device models (vGIC, PL011 here; the virtio console in
 //! [`crate::devices`]) sits behind a lock of its own, taken by the pCPU running its vCPU
 //! (traps, through [`crate::devices`]), by pCPU 0 (console input, queued in the PL011 model
-//! after the console lock is released) and by senders raising its interrupts. Lock order: a device model other than the vGIC, then the VM's vGIC (a model
-//! sets its interrupt's level under its own lock, so that a level cannot be overtaken by an
-//! older one), then nothing (the console lock is never taken while holding either). The task
+//! after the console lock is released) and by senders raising its interrupts. Lock order: a
+//! device model other than the vGIC, then the VM's vGIC (a model sets its interrupt's level
+//! under its own lock, so that a level cannot be overtaken by an older one), then nothing (the console lock is never taken while holding either). The task
 //! tables of all VMs sit behind one lock ([`task_tables`]), taken before a shared pCPU's own
 //! (see `sched::tasks`).
 

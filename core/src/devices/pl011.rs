@@ -126,7 +126,7 @@ impl InputQueue {
 
     /// Empties the queue (its bytes are not erased, only forgotten: constant work). The count
     /// of refused bytes stays, to be said.
-    pub fn clear(&mut self) {
+    pub const fn clear(&mut self) {
         self.head = 0;
         self.len = 0;
     }
@@ -190,28 +190,15 @@ impl Pl011 {
 
     /// A UART in its reset state.
     pub const fn new() -> Self {
-        Self {
-            fifo: [0; FIFO_DEPTH],
-            head: 0,
-            count: 0,
-            queue: InputQueue::EMPTY,
-            imsc: 0,
-            raw_tx: false,
-            overrun: false,
-            cr: CR_AT_RESET,
-            lcr_h: 0,
-            ibrd: 0,
-            fbrd: 0,
-            ifls: IFLS_AT_RESET,
-            ilpr: 0,
-            dmacr: 0,
-        }
+        let mut uart = Self::ZEROED;
+        uart.reset();
+        uart
     }
 
     /// Puts the UART in its reset state in place, in constant work (a VM's reset, with
-    /// interrupts masked): registers as [`Pl011::new`]'s, the FIFO and the input queue
-    /// emptied. The count of refused input bytes not yet taken stays, to be said.
-    pub fn reset(&mut self) {
+    /// interrupts masked; [`Pl011::new`] is [`Pl011::ZEROED`] reset): the registers' reset
+    /// values, the FIFO and the input queue emptied. The count of refused input bytes not yet taken stays, to be said.
+    pub const fn reset(&mut self) {
         self.head = 0;
         self.count = 0;
         self.queue.clear();
