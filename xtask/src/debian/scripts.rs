@@ -70,13 +70,19 @@ fi
 # virtio-mmio transports at the same place: only a transport that holds a console (device
 # ID 3) is waited for.
 if grep -qx 0x0003 /sys/bus/virtio/devices/*/device 2>/dev/null; then
+    # Up to 30 s: in real time on a busy host the port can come seconds after its driver,
+    # and a port left with its default settings echoes what the partition sends back to it.
     i=0
-    while [ ! -e /dev/hvc0 ] && [ $i -lt 50 ]; do
+    while [ ! -e /dev/hvc0 ] && [ $i -lt 300 ]; do
         sleep 0.1
         i=$((i + 1))
     done
     sleep 2147483647 < /dev/hvc0 &
-    stty -F /dev/hvc0 raw -echo && echo "keel: virtio console at /dev/hvc0"
+    if stty -F /dev/hvc0 raw -echo; then
+        echo "keel: virtio console at /dev/hvc0"
+    else
+        echo "keel: virtio console: /dev/hvc0 did not come, or not raw"
+    fi
 fi
 # Keel's emulated SP805 watchdog (`devices = ["watchdog"]`): Debian's own sp805_wdt driver
 # (loaded by coldplug), and busybox's watchdog daemon keeping /dev/watchdog with the timeout
