@@ -27,6 +27,7 @@
 //! powers the machine off, `Ctrl-A ?` prints help, and `Ctrl-A Ctrl-A` sends one `Ctrl-A` to
 //! the focused VM.
 
+use crate::console_queue::{OutputQueue, Step};
 use crate::table::{at, at_mut, Table};
 
 /// Most VMs the multiplexer serves.
@@ -43,6 +44,9 @@ pub const VM_BUFFER: usize = 2048;
 /// masked, and a whole 256-byte line in one go was about 3,000 instructions (a trap of
 /// Linux's console that ended a long line).
 pub const PIECE: usize = 64;
+/// Room a VM's buffer keeps for one byte pulled from its queue ([`ConsoleMux::pull`]): a held
+/// CR and the byte, both escaped (`\xNN`), and a piece's end.
+const ROOM_PER_BYTE: usize = 4 + 4 + 1;
 /// Bytes of Keel's own lines that may wait for the UART.
 pub const KEEL_BUFFER: usize = 4096;
 /// Longest VM name shown in a prefix.
@@ -329,6 +333,20 @@ impl VmOutput {
         }
     }
 
+    /// Ends the line being written, if any, for a restart (a held CR is forgotten); false if
+    /// the buffer is full (the end is then refused and counted, as a byte would be).
+    fn end_line_for_restart(&mut self) -> bool {
+        self.cr_pending = false;
+        if self.line_len == 0 {
+            return true;
+        }
+        let ended = self.end_line();
+        if !ended {
+            self.dropped += 1;
+        }
+        ended
+    }
+
     fn end_line(&mut self) -> bool {
         if self.waiting.push(b"\n") {
             self.complete += 1;
@@ -577,18 +595,37 @@ impl ConsoleMux {
     /// of its own); false if its buffer is full (the end is then refused and counted, as a
     /// byte would be).
     pub fn end_line(&mut self, vm: usize) -> bool {
+        self.vms[..self.count]
+            .get_mut(vm)
+            .is_some_and(VmOutput::end_line_for_restart)
+    }
+
+    /// Moves at most `max` bytes VM `vm` queued ([`OutputQueue`]) into its buffer, as [`output`]
+    /// queues them, while they surely fit (the rest waits in the queue: nothing is refused
+    /// here), with the line ends its restarts asked for; the bytes the queue refused join
+    /// its count of dropped bytes. Returns how many bytes were moved.
+    ///
+    /// [`output`]: Self::output
+    pub fn pull(&mut self, vm: usize, queue: &OutputQueue, max: usize) -> usize {
         let Some(output) = self.vms[..self.count].get_mut(vm) else {
-            return false;
+            return 0;
         };
-        output.cr_pending = false;
-        if output.line_len == 0 {
-            return true;
-        }
-        let ended = output.end_line();
-        if !ended {
-            output.dropped += 1;
-        }
-        ended
+        output.dropped = output.dropped.saturating_add(queue.take_refused());
+        queue.take(max, |step| {
+            if output.waiting.room() < ROOM_PER_BYTE {
+                return false;
+            }
+            match step {
+                Step::Byte(byte) => output.push_byte(byte),
+                Step::EndLine => output.end_line_for_restart(),
+            };
+            true
+        })
+    }
+
+    /// How many VMs the multiplexer serves.
+    pub fn vm_count(&self) -> usize {
+        self.count
     }
 
     /// Whether some VM has a partial line waiting for [`flush_partial`](Self::flush_partial).
@@ -1348,6 +1385,64 @@ mod tests {
             || l.starts_with("[quiet] ")
             || l.starts_with("[flood] ")
             || l.starts_with("[keel] ")));
+    }
+
+    /// Bytes come from a VM's output queue: a full multiplexer buffer leaves them queued
+    /// (nothing refused there), the queue's own refusals are said with their count, and a
+    /// restart's line end comes between the two boots' output.
+    #[test]
+    fn pulled_output_waits_in_its_queue_and_refusals_are_said() {
+        let mut mux = ConsoleMux::new(&["quiet", "flood"], &[true, true]);
+        let queue = OutputQueue::new();
+        let line = b"0123456789abcdef0123456789abcdef\n";
+        let mut pushed = 0;
+        while !queue.is_full() {
+            queue.push(line[pushed % line.len()]);
+            pushed += 1;
+        }
+        queue.push(b'!');
+        queue.push(b'!');
+        let mut moved = 0;
+        loop {
+            let step = mux.pull(1, &queue, 32);
+            assert!(step <= 32);
+            if step == 0 {
+                break;
+            }
+            moved += step;
+        }
+        assert!(moved < pushed, "the buffer filled before the queue emptied");
+        assert_eq!(queue.len(), pushed - moved, "what did not fit stays queued");
+        assert_eq!(mux.dropped(1), 2, "only the queue's refusals are counted");
+        // The UART takes everything: the rest follows, nothing lost.
+        let mut out = uart();
+        while mux.drain(&mut out) || queue.has_work() {
+            mux.pull(1, &queue, 32);
+        }
+        while mux.drain(&mut out) {}
+        let shown = text(&out);
+        let whole = shown
+            .matches("[flood] 0123456789abcdef0123456789abcdef\r\n")
+            .count();
+        assert_eq!(whole, pushed / line.len());
+        assert!(shown.contains("[keel] vm 'flood': console output full: 2 bytes dropped\r\n"));
+        // A restart ends the partial line before the next boot's output.
+        for b in b"half" {
+            queue.push(*b);
+        }
+        queue.end_line();
+        for b in b"next\n" {
+            queue.push(*b);
+        }
+        mux.pull(1, &queue, 32);
+        let mut out = uart();
+        while mux.drain(&mut out) {}
+        // (After the part of a line that filled the queue.)
+        let rest = std::str::from_utf8(&line[..pushed % line.len()]).unwrap();
+        assert_eq!(
+            text(&out),
+            format!("[flood] {rest}half\r\n[flood] next\r\n")
+        );
     }
 
     /// Found by the `console` fuzz target: Keel's own lines passed control bytes through.

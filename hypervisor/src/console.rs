@@ -1,13 +1,19 @@
 //! Keel's console: the physical PL011 shared by the VMs' emulated consoles and Keel itself.
 //!
-//! Output never waits for the UART under a lock: bytes are queued in the multiplexer's
-//! bounded per-VM buffers and written as far as the transmit FIFO takes them at once; what
-//! is left is written from the EL2 timer (see [`keel_core::console`]). Keel's own lines are
-//! made without `core::fmt` ([`keel_core::text`]) and only queued; the EL2 timer writes them
-//! out, so that neither step makes a long stretch with interrupts masked (queueing a vCPU's
-//! start line: about 1,700 instructions, rate limit included; writing 48 bytes: about 1,500).
-//! Keel's diagnostics that a guest can trigger at will are rate-limited per kind and VM
-//! ([`keel_println_limited`]).
+//! Output: only the console pCPU ([`CONSOLE_CPU`], the one the UART's interrupt is routed to)
+//! writes the UART. A VM's console bytes go into a bounded queue of its own
+//! ([`keel_core::console_queue`]: one producer, its vCPUs under its PL011 lock; one consumer,
+//! the holder of the console lock) with no lock shared with anyone else, so a VM's console
+//! output never waits for another VM's output or for Keel's lines. A full queue refuses the
+//! byte and counts it (its PL011 reads TXFF meanwhile, so a guest that looks first loses
+//! nothing); the count is said in a line of Keel's. Keel's own lines are made without
+//! `core::fmt` ([`keel_core::text`]) and copied into the multiplexer's buffer under the console
+//! lock. Either way the console pCPU is told once (the [`CONSOLE_SGI`], or its own EL2
+//! timer's console deadline) and, from that deadline, moves the VMs' bytes into the
+//! multiplexer ([`PULL_PER_STEP`] at a time) and writes what the UART takes
+//! ([`BYTES_PER_DRAIN`] at a time), each in a masked stretch of its own, coming back while
+//! output waits (see [`keel_core::console`]). Keel's diagnostics that a guest can trigger at
+//! will are rate-limited per kind and VM ([`keel_println_limited`]).
 //!
 //! Input: the physical UART's bytes are read under the console lock, Ctrl-A escapes taken
 //! there ([`ConsoleMux::input`]), and delivered to the focused VM's emulated PL011 after the
@@ -17,20 +23,24 @@
 //! [`INPUT_REPORT_MAX_US`] after the first one not yet said, from the EL2 timer's console
 //! deadline (`irq::report_refused_input`), one line per VM with the count.
 //!
-//! Lock order: the console lock and the rate limiter's lock are leaves, never held together
-//! and never held while a VM's device lock is taken; input is collected under the console
-//! lock and delivered to VMs after it is released.
+//! Locks: the console lock (the multiplexer) is held for bounded work only: by the console
+//! pCPU for one pull or one drain step, by any pCPU for the copy of one of Keel's lines (at
+//! most 256 bytes). Keel's lock is fair (a ticket lock), so a pCPU waits at most one such hold
+//! per other pCPU. It and the rate limiter's lock are leaves, never held together and never
+//! held while a VM's device lock is taken; input is collected under the console lock and
+//! delivered to VMs after it is released. A VM's output queue takes no lock.
 
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use keel_core::console::{ConsoleMux, Input, Sink, TERMINAL_RESET};
+use keel_core::console::{ConsoleMux, Input, Sink, MAX_VMS, TERMINAL_RESET};
+use keel_core::console_queue::OutputQueue;
 use keel_core::ratelimit::{DiagnosticKind, RateLimiter, Verdict};
 use keel_core::table::at_mut;
 use keel_core::text::{Decimal, Out, Show};
 
 use crate::arch::boot::MAX_CPUS;
 use crate::arch::cpu::{self, Mutex};
-use crate::arch::{timer, uart::Uart};
+use crate::arch::{gic, timer, uart::Uart};
 use crate::timers::{self, Deadline};
 
 /// How long a partial output line may wait before it is written anyway (a shell prompt), and
@@ -45,6 +55,22 @@ const BYTES_PER_DRAIN: usize = 48;
 const COMPOSES_PER_DRAIN: usize = 1;
 /// How soon output left by [`BYTES_PER_DRAIN`] or [`COMPOSES_PER_DRAIN`] is written.
 const MORE_OUTPUT_DELAY_US: u64 = 50;
+/// Most bytes of the VMs' output queues moved into the multiplexer in one go (a few dozen
+/// instructions each); the rest follows [`MORE_OUTPUT_DELAY_US`] later.
+const PULL_PER_STEP: usize = 32;
+
+/// The pCPU that writes the UART: the one its interrupt is routed to (`main` routes it to the
+/// boot pCPU, index 0). A partition pinned there shares its pCPU with the console's work; the
+/// others never do any of it.
+pub const CONSOLE_CPU: usize = 0;
+/// The SGI that tells the console pCPU that output waits (SGI 0 is the scheduler's kick).
+pub const CONSOLE_SGI: u32 = 1;
+
+/// Each VM's console output on its way to the multiplexer (all zero bytes: in .bss).
+static OUTPUT: [OutputQueue; MAX_VMS] = [const { OutputQueue::new() }; MAX_VMS];
+/// The VM whose queue is pulled first next time (round robin: a VM printing flat out gets its
+/// share of each pull and no more).
+static PULL_NEXT: AtomicUsize = AtomicUsize::new(0);
 
 struct Console {
     mux: ConsoleMux,
@@ -96,6 +122,8 @@ static CONSOLE: Mutex<Console> = Mutex::new(Console {
 /// no length, no limit, so that the limiter starts as zero bytes, in .bss).
 static LIMITER: Mutex<RateLimiter> = Mutex::new(RateLimiter::new(0));
 static EARLY_UART: Mutex<Option<Uart>> = Mutex::new(None);
+/// The VMs' names, as [`init`] was given them.
+static NAMES: cpu::Once<[&'static str; MAX_VMS]> = cpu::Once::new();
 
 /// Uses `uart` for Keel's own messages until [`init`].
 pub fn init_early(uart: Uart) {
@@ -107,6 +135,13 @@ pub fn init_early(uart: Uart) {
 pub fn init(uart: Uart, names: &[&'static str], has_console: &[bool], raw_console: Option<usize>) {
     uart.enable_rx_interrupt();
     *LIMITER.lock_cold() = RateLimiter::new(timer::frequency());
+    NAMES.call_once(|| {
+        let mut all = ["?"; MAX_VMS];
+        for (slot, name) in all.iter_mut().zip(names) {
+            *slot = name;
+        }
+        all
+    });
     let mut console = CONSOLE.lock_cold();
     console.mux.configure(names, has_console);
     if let Some(vm) = raw_console {
@@ -180,9 +215,10 @@ fn queue_line(line: &LineBuffer) {
     let mut console = CONSOLE.lock_cold();
     if console.uart.is_some() {
         console.mux.hypervisor_line(text);
-        // Written from the EL2 timer, in a masked stretch of its own ([`flush_partial`]):
+        drop(console);
+        // Written by the console pCPU, in a masked stretch of its own ([`flush_partial`]):
         // written here, a 60-byte line cost 1,500 instructions more.
-        arm_flush_timer(true);
+        tell_console_cpu();
     } else if let Some(uart) = *EARLY_UART.lock_cold() {
         uart.write(b"[keel] ");
         uart.write(text);
@@ -350,19 +386,19 @@ fn queue_pending_start_between(index: usize, between: fn()) -> bool {
     true
 }
 
-/// Writes what the UART takes now; if output is left, or a partial line waits, the EL2 timer
-/// of this pCPU comes back to it.
-fn drain(mux: &mut ConsoleMux, uart: Uart) {
-    let mut sink = UartSink::new(uart);
-    let left = mux.drain(&mut sink);
-    if mux.partial_waiting() {
-        // Restarted by each output: a partial line is written once output has paused.
-        PARTIAL_DUE.store(
-            timer::now() + ticks(PARTIAL_LINE_DELAY_US),
-            Ordering::Relaxed,
-        );
+/// Tells the console pCPU that output waits: its console deadline now, from its own pCPU; the
+/// [`CONSOLE_SGI`] from another (never a wait: one register write).
+fn tell_console_cpu() {
+    if cpu::index() == CONSOLE_CPU {
+        timers::set_earlier(Deadline::Console, timer::now());
+    } else if let Some(&mpidr) = crate::platform::get().cpus.get(CONSOLE_CPU) {
+        gic::send_sgi(CONSOLE_SGI, mpidr);
     }
-    arm_flush_timer(left);
+}
+
+/// The [`CONSOLE_SGI`] arrived (on the console pCPU): its console deadline is now.
+pub fn told() {
+    timers::set_earlier(Deadline::Console, timer::now());
 }
 
 /// When a waiting partial line is written anyway (counter value; `u64::MAX`: none waits).
@@ -453,7 +489,14 @@ pub fn flush_before_power_off() {
     }
     let mut console = CONSOLE.lock_cold();
     if let Some(uart) = console.uart {
-        let _ = console.mux.flush_partial(&mut Blocking(uart));
+        // The multiplexer's buffers are empty after each flush: the queues' bytes fit.
+        loop {
+            let pulled = pull(&mut console.mux, usize::MAX);
+            let _ = console.mux.flush_partial(&mut Blocking(uart));
+            if pulled == 0 {
+                break;
+            }
+        }
     }
 }
 
@@ -482,51 +525,100 @@ pub fn emergency_line(parts: &[&dyn Show]) {
     }
 }
 
-/// One byte a VM wrote to its console: queued in that VM's buffer (refused and counted if it
-/// is full), and written as far as the UART takes it now.
+/// One byte VM `vm` wrote to its console: queued for the console pCPU (refused and counted if
+/// its queue is full), never waiting for anyone. The caller holds the VM's PL011 lock: the
+/// VM's vCPUs are its queue's one producer, one at a time.
 pub fn vm_output(vm: usize, byte: u8) {
-    let mut console = CONSOLE.lock();
-    let Some(uart) = console.uart else {
-        return;
-    };
-    console.mux.output(vm, byte);
-    drain(&mut console.mux, uart);
+    if let Some(queue) = OUTPUT.get(vm) {
+        if queue.push(byte) {
+            tell_console_cpu();
+        }
+    }
+}
+
+/// Whether VM `vm`'s output queue is full (its PL011 reads TXFF).
+pub fn output_full(vm: usize) -> bool {
+    OUTPUT.get(vm).is_some_and(OutputQueue::is_full)
 }
 
 /// VM `vm` restarts: the line it was writing ends here, so that its next boot's output begins
-/// a line of its own. Only queued (a step of a reload): the next line or drain writes it out.
+/// a line of its own. Only queued (a step of a reload, its vCPUs stopped: no other producer).
 pub fn end_vm_line(vm: usize) {
-    CONSOLE.lock().mux.end_line(vm);
+    if OUTPUT.get(vm).is_some_and(OutputQueue::end_line) {
+        tell_console_cpu();
+    }
 }
 
-/// The EL2 timer fired: write out what the UART could not take yet, and waiting partial lines
-/// once they are due.
-/// A vCPU start's line waiting is queued instead (written out at the next call, in a masked
-/// stretch of its own), with `between` called between its making and its queueing (the
-/// caller's poll point, see `irq::hyp_timer`): returns whether it was.
+/// Moves at most `budget` bytes of the VMs' output queues into the multiplexer, round robin
+/// from [`PULL_NEXT`]; returns how many.
+fn pull(mux: &mut ConsoleMux, budget: usize) -> usize {
+    let count = mux.vm_count().min(MAX_VMS);
+    let first = PULL_NEXT.load(Ordering::Relaxed);
+    let mut left = budget;
+    for step in 0..count {
+        let vm = (first + step) % count;
+        let queue = &OUTPUT[vm];
+        if !queue.has_work() {
+            continue;
+        }
+        queue.looking();
+        left -= mux.pull(vm, queue, left);
+        if left == 0 {
+            PULL_NEXT.store((vm + 1) % count, Ordering::Relaxed);
+            break;
+        }
+    }
+    budget - left
+}
+
+/// Whether a VM's output queue holds anything for the console pCPU.
+fn queued_output() -> bool {
+    OUTPUT.iter().any(OutputQueue::has_work)
+}
+
+/// The EL2 timer's console deadline on this pCPU. A vCPU start's line waiting is made and
+/// queued, with `between` called between its making and its queueing (the caller's poll
+/// point, see `irq::hyp_timer`): returns whether it was. Otherwise, on the console pCPU: the
+/// VMs' queued output is moved into the multiplexer, `between` is called, and what the UART
+/// takes is written (waiting partial lines too, once due); the deadline comes back while
+/// output waits.
 /// Kept out of line: inlined into the interrupt loop, its constants were hoisted into the
 /// virtual timer's path (10 instructions more per timer interrupt).
 #[inline(never)]
 pub fn flush_partial(between: fn()) -> bool {
-    if queue_pending_start_between(cpu::index(), between) {
-        arm_flush_timer(true);
+    let index = cpu::index();
+    if queue_pending_start_between(index, between) {
         return true;
     }
-    let mut console = CONSOLE.lock_cold();
-    if let Some(uart) = console.uart {
-        let mut sink = UartSink::new(uart);
-        let due = PARTIAL_DUE.load(Ordering::Relaxed) <= timer::now();
-        let left = if due && console.mux.partial_waiting() {
-            PARTIAL_DUE.store(u64::MAX, Ordering::Relaxed);
-            console.mux.flush_partial(&mut sink)
-        } else {
-            if due {
-                PARTIAL_DUE.store(u64::MAX, Ordering::Relaxed);
-            }
-            console.mux.drain(&mut sink)
-        };
-        arm_flush_timer(left);
+    if index != CONSOLE_CPU {
+        return false;
     }
+    let pulled = pull(&mut CONSOLE.lock_cold().mux, PULL_PER_STEP);
+    if pulled > 0 {
+        between();
+    }
+    let mut console = CONSOLE.lock_cold();
+    let Some(uart) = console.uart else {
+        return false;
+    };
+    let mut sink = UartSink::new(uart);
+    let now = timer::now();
+    let due = PARTIAL_DUE.load(Ordering::Relaxed) <= now;
+    let left = if due && console.mux.partial_waiting() {
+        PARTIAL_DUE.store(u64::MAX, Ordering::Relaxed);
+        console.mux.flush_partial(&mut sink)
+    } else {
+        if due {
+            PARTIAL_DUE.store(u64::MAX, Ordering::Relaxed);
+        }
+        console.mux.drain(&mut sink)
+    };
+    if pulled > 0 && console.mux.partial_waiting() {
+        // Restarted by each output: a partial line is written once output has paused.
+        PARTIAL_DUE.store(now + ticks(PARTIAL_LINE_DELAY_US), Ordering::Relaxed);
+    }
+    drop(console);
+    arm_flush_timer(left || queued_output());
     false
 }
 
@@ -559,11 +651,13 @@ pub fn receive() -> Received {
     received
 }
 
-/// Name of VM `vm` as the console shows it. Out of line: its lock was copied into each of
-/// its three callers' lines.
+/// Name of VM `vm` as the console shows it (read without a lock: set once by [`init`]).
 #[inline(never)]
 pub fn focus_name(vm: usize) -> &'static str {
-    CONSOLE.lock_cold().mux.name(vm)
+    NAMES
+        .get()
+        .and_then(|names| names.get(vm).copied())
+        .unwrap_or("?")
 }
 
 /// Prints a diagnostic a guest can trigger at will, rate-limited per kind and VM, made of its

@@ -178,13 +178,18 @@ impl Device for Console {
         let vm = vm::vm(id);
         let mut uart = vm.uart.lock();
         let level = uart.interrupt_level();
+        uart.set_transmit_full(console::output_full(id));
         let outcome = match access.write {
             Some(value) => uart
                 .write(access.offset, access.size, value as u32)
-                .map(|byte| (0, byte)),
-            None => uart
-                .read(access.offset, access.size)
-                .map(|value| (u64::from(value), None)),
+                .map(|byte| {
+                    // Queued under this lock: the VM's vCPUs are its queue's one producer.
+                    if let Some(byte) = byte {
+                        console::vm_output(id, byte);
+                    }
+                    0
+                }),
+            None => uart.read(access.offset, access.size).map(u64::from),
         };
         // The vGIC holds the line's level as of the last change, made under this lock: only
         // a change needs it.
@@ -193,11 +198,6 @@ impl Device for Console {
                 .lock()
                 .set_level(layout::UART_INTID, uart.interrupt_level());
         }
-        drop(uart);
-        let (value, transmitted) = outcome?;
-        if let Some(byte) = transmitted {
-            console::vm_output(id, byte);
-        }
-        Ok(value)
+        outcome
     }
 }

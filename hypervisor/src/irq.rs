@@ -1,6 +1,7 @@
 //! Physical interrupts at EL2 and the delivery of virtual interrupts through list registers.
 //!
-//! Keel's interrupts: SGI 0 (kick: re-evaluate this pCPU's vCPUs), PPI 25 (GIC maintenance),
+//! Keel's interrupts: SGI 0 (kick: re-evaluate this pCPU's vCPUs), SGI 1 (the console pCPU:
+//! output waits, see [`console`]), PPI 25 (GIC maintenance),
 //! PPI 26 (EL2 physical timer: the pCPU's timer queue, see [`crate::timers`]), PPI 27 (the
 //! running guest's virtual timer, forwarded with a hardware-linked list register) and the
 //! UART's SPI. The SPIs of the board devices given to VMs are forwarded the timer's way: a
@@ -118,9 +119,10 @@ fn handle_from(first: u32, mut handled: Handled) -> Handled {
             intid = gic::acknowledge();
             continue;
         }
-        // Anything but Keel's own timer may have raised a virtual interrupt for the running
-        // vCPU (the timer's deadlines wake other vCPUs, through the scheduler).
-        handled.sync |= intid != layout::HYP_TIMER_INTID;
+        // Anything but Keel's own timer and the console's SGI may have raised a virtual
+        // interrupt for the running vCPU (the timer's deadlines wake other vCPUs, through the
+        // scheduler).
+        handled.sync |= intid != layout::HYP_TIMER_INTID && intid != console::CONSOLE_SGI;
         match intid {
             layout::HYP_TIMER_INTID => {
                 let timer = hyp_timer();
@@ -137,6 +139,7 @@ fn handle_from(first: u32, mut handled: Handled) -> Handled {
                 vm::mark_stale(vm::Stale::Kicked);
                 handled.reschedule = true;
             }
+            console::CONSOLE_SGI => console::told(),
             _ if intid == crate::platform::uart_intid() => console_input(),
             _ if is_smmu_interrupt(intid) => {
                 if let Some(serve) = hook(&DEVICE_FAULTS) {

@@ -1,6 +1,8 @@
 //! Emulated Arm PL011 UART (PrimeCell UART r1p5, DDI 0183G): the console of one VM.
 //!
-//! Transmit is immediate (the FIFO never fills); received bytes wait in a 32-entry FIFO
+//! Transmit hands each byte on at once, to the VM's console output queue behind the UART
+//! (`console_queue`); the transmit FIFO reads full (TXFF) while that queue is, as
+//! the caller tells the model ([`Pl011::set_transmit_full`]). Received bytes wait in a 32-entry FIFO
 //! and raise the receive and receive-timeout interrupts while any waits there. Behind the
 //! FIFO, Keel holds the console input the FIFO cannot take yet in a bounded queue of its own
 //! ([`InputQueue`], [`INPUT_QUEUE`] bytes: a pasted screenful): each byte the guest reads
@@ -32,6 +34,7 @@ const CELL_ID: [u32; 4] = [0x0d, 0xf0, 0x05, 0xb1];
 
 /// FR bits (DDI 0183G 3.3.3).
 const FR_RXFE: u32 = 1 << 4;
+const FR_TXFF: u32 = 1 << 5;
 const FR_RXFF: u32 = 1 << 6;
 const FR_TXFE: u32 = 1 << 7;
 /// Interrupt bits in IMSC/RIS/MIS/ICR (3.3.10-3.3.14).
@@ -154,6 +157,8 @@ pub struct Pl011 {
     imsc: u32,
     raw_tx: bool,
     overrun: bool,
+    /// The output queue behind the transmit FIFO is full: FR reads TXFF, not TXFE.
+    transmit_full: bool,
     cr: u32,
     lcr_h: u32,
     ibrd: u32,
@@ -179,6 +184,7 @@ impl Pl011 {
         imsc: 0,
         raw_tx: false,
         overrun: false,
+        transmit_full: false,
         cr: 0,
         lcr_h: 0,
         ibrd: 0,
@@ -212,6 +218,12 @@ impl Pl011 {
         self.ifls = IFLS_AT_RESET;
         self.ilpr = 0;
         self.dmacr = 0;
+    }
+
+    /// Whether the output queue behind the transmit FIFO is full (the caller looks before
+    /// each access): FR then reads TXFF, and a byte written now would be refused.
+    pub fn set_transmit_full(&mut self, full: bool) {
+        self.transmit_full = full;
     }
 
     /// Bytes received and not yet read by the guest: in the FIFO and queued behind it.
@@ -298,7 +310,7 @@ impl Pl011 {
             }
             RSR_ECR if self.overrun => RSR_OE,
             FR => {
-                let mut fr = FR_TXFE;
+                let mut fr = if self.transmit_full { FR_TXFF } else { FR_TXFE };
                 if self.count == 0 {
                     fr |= FR_RXFE;
                 }
@@ -363,6 +375,15 @@ mod tests {
         let mut uart = Pl011::new();
         assert_eq!(uart.write(DR, 4, u32::from(b'k')), Ok(Some(b'k')));
         assert_eq!(uart.read(FR, 4).unwrap() & FR_TXFE, FR_TXFE);
+    }
+
+    #[test]
+    fn a_full_output_queue_reads_as_a_full_transmit_fifo() {
+        let mut uart = Pl011::new();
+        uart.set_transmit_full(true);
+        assert_eq!(uart.read(FR, 4).unwrap() & (FR_TXFF | FR_TXFE), FR_TXFF);
+        uart.set_transmit_full(false);
+        assert_eq!(uart.read(FR, 4).unwrap() & (FR_TXFF | FR_TXFE), FR_TXFE);
     }
 
     #[test]
