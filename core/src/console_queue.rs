@@ -12,7 +12,7 @@
 //! Bytes are atomics (plain byte loads and stores on Arm): the queue is safe code, and a second
 //! producer by mistake could garble the VM's own output, never memory.
 
-use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use core::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// Bytes a VM may have queued before its output is refused; a power of two.
 pub const OUTPUT_QUEUE: usize = 2048;
@@ -75,7 +75,10 @@ impl OutputQueue {
     }
 
     fn tell(&self) -> bool {
-        !self.told.swap(true, Ordering::AcqRel)
+        // SeqCst (with the consumer's in `looking`): either the consumer, having said it
+        // looks, sees this byte, or this swap sees that it looked and tells it again.
+        fence(Ordering::SeqCst);
+        !self.told.swap(true, Ordering::SeqCst)
     }
 
     /// Whether a byte written now would be refused.
@@ -101,9 +104,12 @@ impl OutputQueue {
             || self.end_at.load(Ordering::Acquire) != 0
     }
 
-    /// Consumer: it looks now; bytes pushed from here on tell it again. Call before taking.
+    /// Consumer: it looks now; bytes pushed from here on tell it again. Call before taking,
+    /// at every look, whether or not anything waits: a producer that told it of a byte it took
+    /// in its last look (the told flag set) would otherwise never tell it again.
     pub fn looking(&self) {
-        self.told.store(false, Ordering::Release);
+        self.told.store(false, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
     }
 
     /// Consumer: the count of refused bytes, reset.
@@ -185,6 +191,21 @@ mod tests {
         assert!(queue.push(b'c'), "told again after it looked");
         assert_eq!(drain(&queue), vec![Step::Byte(b'c')]);
         assert!(queue.is_empty());
+    }
+
+    /// A byte pushed between the consumer's look and its take is taken in that look, and its
+    /// telling arrives after: the next look finds nothing, yet the producer tells again after it.
+    #[test]
+    fn a_look_that_finds_nothing_still_rearms_the_telling() {
+        let queue = OutputQueue::new();
+        assert!(queue.push(b'a'));
+        queue.looking();
+        assert!(queue.push(b'b'), "pushed after the look: told");
+        assert_eq!(drain(&queue).len(), 2);
+        // The telling of 'b' brings the consumer back: nothing waits, but it looks.
+        queue.looking();
+        assert!(drain(&queue).is_empty());
+        assert!(queue.push(b'c'), "told again after an empty look");
     }
 
     #[test]

@@ -8,8 +8,8 @@
 //! byte and counts it (its PL011 reads TXFF meanwhile, so a guest that looks first loses
 //! nothing); the count is said in a line of Keel's. Keel's own lines are made without
 //! `core::fmt` ([`keel_core::text`]) and copied into the multiplexer's buffer under the console
-//! lock. Either way the console pCPU is told once (the [`CONSOLE_SGI`], or its own EL2
-//! timer's console deadline) and, from that deadline, moves the VMs' bytes into the
+//! lock. Either way the console pCPU is told once (its UART interrupt made pending, or
+//! its own EL2 timer's console deadline) and, from that deadline, moves the VMs' bytes into the
 //! multiplexer ([`PULL_PER_STEP`] at a time) and writes what the UART takes
 //! ([`BYTES_PER_DRAIN`] at a time), each in a masked stretch of its own, coming back while
 //! output waits (see [`keel_core::console`]). Keel's diagnostics that a guest can trigger at
@@ -63,8 +63,6 @@ const PULL_PER_STEP: usize = 32;
 /// boot pCPU, index 0). A partition pinned there shares its pCPU with the console's work; the
 /// others never do any of it.
 pub const CONSOLE_CPU: usize = 0;
-/// The SGI that tells the console pCPU that output waits (SGI 0 is the scheduler's kick).
-pub const CONSOLE_SGI: u32 = 1;
 
 /// Each VM's console output on its way to the multiplexer (all zero bytes: in .bss).
 static OUTPUT: [OutputQueue; MAX_VMS] = [const { OutputQueue::new() }; MAX_VMS];
@@ -386,17 +384,20 @@ fn queue_pending_start_between(index: usize, between: fn()) -> bool {
     true
 }
 
-/// Tells the console pCPU that output waits: its console deadline now, from its own pCPU; the
-/// [`CONSOLE_SGI`] from another (never a wait: one register write).
+/// Tells the console pCPU that output waits (never a wait: one register write): its console
+/// deadline now, from its own pCPU; from another, the UART's interrupt, routed to it, made
+/// pending in the distributor. (An SGI was the first choice; under QEMU 7.2 SGIs to pCPU 0
+/// were mostly not delivered: `gicv3_icc_generate_sgi` traced, no `gicv3_redist_send_sgi`.)
 fn tell_console_cpu() {
     if cpu::index() == CONSOLE_CPU {
         timers::set_earlier(Deadline::Console, timer::now());
-    } else if let Some(&mpidr) = crate::platform::get().cpus.get(CONSOLE_CPU) {
-        gic::send_sgi(CONSOLE_SGI, mpidr);
+    } else if let Some(distributor) = gic::distributor() {
+        distributor.set_pending(crate::platform::uart_intid());
     }
 }
 
-/// The [`CONSOLE_SGI`] arrived (on the console pCPU): its console deadline is now.
+/// The UART's interrupt arrived on the console pCPU (input, or output waiting): its console
+/// deadline is now.
 pub fn told() {
     timers::set_earlier(Deadline::Console, timer::now());
 }
@@ -554,6 +555,11 @@ pub fn end_vm_line(vm: usize) {
 fn pull(mux: &mut ConsoleMux, budget: usize) -> usize {
     let count = mux.vm_count().min(MAX_VMS);
     let first = PULL_NEXT.load(Ordering::Relaxed);
+    // Every queue is looked at first (its producer tells again from here on), whether or not
+    // it has anything: one told of bytes the last pull took would never tell again.
+    for queue in &OUTPUT[..count] {
+        queue.looking();
+    }
     let mut left = budget;
     for step in 0..count {
         let vm = (first + step) % count;
@@ -561,7 +567,6 @@ fn pull(mux: &mut ConsoleMux, budget: usize) -> usize {
         if !queue.has_work() {
             continue;
         }
-        queue.looking();
         left -= mux.pull(vm, queue, left);
         if left == 0 {
             PULL_NEXT.store((vm + 1) % count, Ordering::Relaxed);

@@ -1,12 +1,11 @@
 //! Physical interrupts at EL2 and the delivery of virtual interrupts through list registers.
 //!
-//! Keel's interrupts: SGI 0 (kick: re-evaluate this pCPU's vCPUs), SGI 1 (the console pCPU:
-//! output waits, see [`console`]), PPI 25 (GIC maintenance),
+//! Keel's interrupts: SGI 0 (kick: re-evaluate this pCPU's vCPUs), PPI 25 (GIC maintenance),
 //! PPI 26 (EL2 physical timer: the pCPU's timer queue, see [`crate::timers`]), PPI 27 (the
 //! running guest's virtual timer, forwarded with a hardware-linked list register) and the
-//! UART's SPI. The SPIs of the board devices given to VMs are forwarded the timer's way: a
-//! hardware-linked list register, the guest's EOI deactivating the physical interrupt
-//! ([`forward`]).
+//! UART's SPI (its input, or output waiting for the console pCPU: [`console`]). The SPIs of
+//! the board devices given to VMs are forwarded the timer's way: a hardware-linked list
+//! register, the guest's EOI deactivating the physical interrupt ([`forward`]).
 //!
 //! What the interrupts mean for a shared pCPU's scheduler is marked in [`crate::vm`]
 //! ([`vm::mark_stale`]) and returned ([`Handled`]) for the caller to act on; the one call that
@@ -119,10 +118,9 @@ fn handle_from(first: u32, mut handled: Handled) -> Handled {
             intid = gic::acknowledge();
             continue;
         }
-        // Anything but Keel's own timer and the console's SGI may have raised a virtual
-        // interrupt for the running vCPU (the timer's deadlines wake other vCPUs, through the
-        // scheduler).
-        handled.sync |= intid != layout::HYP_TIMER_INTID && intid != console::CONSOLE_SGI;
+        // Anything but Keel's own timer may have raised a virtual interrupt for the running
+        // vCPU (the timer's deadlines wake other vCPUs, through the scheduler).
+        handled.sync |= intid != layout::HYP_TIMER_INTID;
         match intid {
             layout::HYP_TIMER_INTID => {
                 let timer = hyp_timer();
@@ -139,8 +137,11 @@ fn handle_from(first: u32, mut handled: Handled) -> Handled {
                 vm::mark_stale(vm::Stale::Kicked);
                 handled.reschedule = true;
             }
-            console::CONSOLE_SGI => console::told(),
-            _ if intid == crate::platform::uart_intid() => console_input(),
+            // Input, or output waiting (another pCPU pended it: `console::tell_console_cpu`).
+            _ if intid == crate::platform::uart_intid() => {
+                console::told();
+                console_input()
+            }
             _ if is_smmu_interrupt(intid) => {
                 if let Some(serve) = hook(&DEVICE_FAULTS) {
                     serve();

@@ -330,7 +330,6 @@ fn cpu_main(index: usize) -> ! {
     redistributor.init();
     for intid in [
         vm::KICK_SGI,
-        console::CONSOLE_SGI,
         layout::MAINTENANCE_INTID,
         layout::HYP_TIMER_INTID,
     ] {
