@@ -411,6 +411,12 @@ pub struct ConsoleMux {
     raw_on_screen: Option<usize>,
     /// Partial lines are to be written out.
     flush_requested: bool,
+    /// Keel's lines wait: output the VMs queued before the first of them is not all in the
+    /// VMs' buffers yet ([`hold_keel`](Self::hold_keel)).
+    keel_held: bool,
+    /// Complete lines of each VM that go before Keel's waiting lines
+    /// ([`release_keel`](Self::release_keel)).
+    before_keel: Table<usize, MAX_VMS>,
     /// The line being written to the UART.
     out: OutLine,
 }
@@ -512,6 +518,8 @@ impl ConsoleMux {
         raw_tails: 0,
         raw_on_screen: None,
         flush_requested: false,
+        keel_held: false,
+        before_keel: Table([0; MAX_VMS]),
         out: OutLine::EMPTY,
     };
 
@@ -623,6 +631,22 @@ impl ConsoleMux {
         })
     }
 
+    /// Keel's lines wait, from now, until [`release_keel`](Self::release_keel): the caller
+    /// (queueing one of Keel's lines) has output of VMs that is older, still in their queues.
+    pub fn hold_keel(&mut self) {
+        self.keel_held = true;
+    }
+
+    /// The VMs' output older than Keel's waiting lines is all in their buffers now: each VM's
+    /// complete lines there are written before Keel's next line (a line of Keel's about a VM
+    /// comes after what the VM printed before it, not before).
+    pub fn release_keel(&mut self) {
+        self.keel_held = false;
+        for vm in 0..self.count {
+            self.before_keel[vm] = self.vms[vm].complete;
+        }
+    }
+
     /// How many VMs the multiplexer serves.
     pub fn vm_count(&self) -> usize {
         self.count
@@ -732,7 +756,27 @@ impl ConsoleMux {
             // Nothing waits from it after all (never so: raw_end counts queued bytes).
             self.raw_tails &= !(1 << vm);
         }
-        if let Some((len, _)) = self.keel.next_line(LINE_CAPACITY + 8, false) {
+        if self.before_keel.iter().any(|&lines| lines > 0) {
+            // VM lines older than Keel's waiting lines go first.
+            for step in 0..self.count {
+                let vm = (self.next_vm + step) % self.count;
+                if self.before_keel[vm] == 0 {
+                    continue;
+                }
+                if let Some((len, complete)) = self.vms[vm].waiting.next_line(PIECE, false) {
+                    self.next_vm = (vm + 1) % self.count;
+                    self.start_vm_piece(vm, len, complete);
+                    return true;
+                }
+                self.before_keel[vm] = 0;
+            }
+        }
+        let keel_waits = self.keel_held || self.before_keel.iter().any(|&lines| lines > 0);
+        if let Some((len, _)) = self
+            .keel
+            .next_line(LINE_CAPACITY + 8, false)
+            .filter(|_| !keel_waits)
+        {
             self.start_fresh_line(None);
             self.out.put(b"[keel] ");
             self.out.put_line_end(&mut self.keel, len);
@@ -809,6 +853,7 @@ impl ConsoleMux {
         }
         if complete {
             output.complete -= 1;
+            self.before_keel[vm] = self.before_keel[vm].saturating_sub(1);
             self.out.put_line_end(&mut output.waiting, len);
             self.open = None;
         } else {
@@ -1443,6 +1488,43 @@ mod tests {
             text(&out),
             format!("[flood] {rest}half\r\n[flood] next\r\n")
         );
+    }
+
+    /// A line of Keel's queued while a VM's older output still waits in its queue comes after
+    /// that output, not before; a VM printing flat out delays it by its backlog only.
+    #[test]
+    fn keels_line_comes_after_the_vm_output_queued_before_it() {
+        let mut mux = ConsoleMux::new(&["quiet", "dying"], &[true, true]);
+        let queue = OutputQueue::new();
+        for b in b"last words\nmore\n" {
+            queue.push(*b);
+        }
+        mux.hold_keel();
+        assert!(mux.hypervisor_line(b"vm 'dying' (id 1) stopped: stage-2 fault"));
+        let mut out = uart();
+        mux.drain(&mut out);
+        assert_eq!(
+            text(&out),
+            "",
+            "held: nothing of Keel's yet, nothing pulled"
+        );
+        mux.pull(1, &queue, usize::MAX);
+        mux.release_keel();
+        while mux.drain(&mut out) {}
+        assert_eq!(
+            text(&out),
+            "[dying] last words\r\n[dying] more\r\n[keel] vm 'dying' (id 1) stopped: stage-2 fault\r\n"
+        );
+        // Output queued after the line (the next boot's) comes after it.
+        mux.hold_keel();
+        mux.hypervisor_line(b"restarts");
+        mux.release_keel();
+        for b in b"boot\n" {
+            mux.output(1, *b);
+        }
+        let mut out = uart();
+        while mux.drain(&mut out) {}
+        assert_eq!(text(&out), "[keel] restarts\r\n[dying] boot\r\n");
     }
 
     /// Found by the `console` fuzz target: Keel's own lines passed control bytes through.

@@ -92,6 +92,16 @@ impl OutputQueue {
         self.tail.load(Ordering::Acquire).wrapping_sub(head)
     }
 
+    /// Bytes pushed since the start (a position: wraps).
+    pub fn pushed(&self) -> usize {
+        self.tail.load(Ordering::Acquire)
+    }
+
+    /// Bytes taken since the start (a position: wraps).
+    pub fn taken(&self) -> usize {
+        self.head.load(Ordering::Acquire)
+    }
+
     /// Whether nothing is queued (refusals and line ends aside).
     pub fn is_empty(&self) -> bool {
         self.len() == 0

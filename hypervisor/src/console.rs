@@ -33,7 +33,7 @@
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use keel_core::console::{ConsoleMux, Input, Sink, MAX_VMS, TERMINAL_RESET};
-use keel_core::console_queue::OutputQueue;
+use keel_core::console_queue::{OutputQueue, OUTPUT_QUEUE};
 use keel_core::ratelimit::{DiagnosticKind, RateLimiter, Verdict};
 use keel_core::table::at_mut;
 use keel_core::text::{Decimal, Out, Show};
@@ -74,6 +74,9 @@ struct Console {
     mux: ConsoleMux,
     /// Set by [`init`]; until then nothing is multiplexed.
     uart: Option<Uart>,
+    /// Keel's waiting lines wait for each VM's output up to this position of its queue (what
+    /// it had queued when the first of them was queued): see [`queue_line`].
+    hold: Option<[usize; MAX_VMS]>,
 }
 
 /// The UART, taking at most [`BYTES_PER_DRAIN`] bytes and [`COMPOSES_PER_DRAIN`] lines or
@@ -113,6 +116,7 @@ impl Sink for UartSink {
 static CONSOLE: Mutex<Console> = Mutex::new(Console {
     mux: ConsoleMux::EMPTY,
     uart: None,
+    hold: None,
 });
 
 /// Rate limits of guest-triggered diagnostics, in windows of one second of counter time
@@ -212,6 +216,17 @@ fn queue_line(line: &LineBuffer) {
     let text = line.text();
     let mut console = CONSOLE.lock_cold();
     if console.uart.is_some() {
+        // After what the VMs have queued so far (a line about a VM comes after what it printed
+        // before it): the console pCPU writes it once that output is in the multiplexer
+        // ([`pull`]). Lines queued meanwhile wait with it.
+        if console.hold.is_none() && queued_output() {
+            let mut at = [0; MAX_VMS];
+            for (position, queue) in at.iter_mut().zip(&OUTPUT) {
+                *position = queue.pushed();
+            }
+            console.hold = Some(at);
+            console.mux.hold_keel();
+        }
         console.mux.hypervisor_line(text);
         drop(console);
         // Written by the console pCPU, in a masked stretch of its own ([`flush_partial`]):
@@ -490,11 +505,12 @@ pub fn flush_before_power_off() {
     }
     let mut console = CONSOLE.lock_cold();
     if let Some(uart) = console.uart {
-        // The multiplexer's buffers are empty after each flush: the queues' bytes fit.
-        loop {
-            let pulled = pull(&mut console.mux, usize::MAX);
+        // The multiplexer's buffers are empty after each flush: the queues' bytes fit (a
+        // bound all the same: the queues' size over a pull's least progress, and more).
+        for _ in 0..4 * MAX_VMS * OUTPUT_QUEUE {
+            let pulled = pull(&mut console, usize::MAX);
             let _ = console.mux.flush_partial(&mut Blocking(uart));
-            if pulled == 0 {
+            if pulled == 0 && console.hold.is_none() {
                 break;
             }
         }
@@ -509,8 +525,11 @@ pub fn emergency_line(parts: &[&dyn Show]) {
     let uart = CONSOLE
         .try_lock()
         .and_then(|mut console| {
-            // Keel's lines queued before this one come first.
+            // Keel's lines queued before this one come first (held ones too: the VMs' output
+            // they wait for is not written here).
             let uart = console.uart?;
+            console.hold = None;
+            console.mux.release_keel();
             let _ = console.mux.flush_partial(&mut Blocking(uart));
             raw_last = console.mux.raw_output_last();
             Some(uart)
@@ -551,9 +570,10 @@ pub fn end_vm_line(vm: usize) {
 }
 
 /// Moves at most `budget` bytes of the VMs' output queues into the multiplexer, round robin
-/// from [`PULL_NEXT`]; returns how many.
-fn pull(mux: &mut ConsoleMux, budget: usize) -> usize {
-    let count = mux.vm_count().min(MAX_VMS);
+/// from [`PULL_NEXT`], and no further than a hold of Keel's lines ([`queue_line`]), which ends
+/// once every VM's output is in; returns how many.
+fn pull(console: &mut Console, budget: usize) -> usize {
+    let count = console.mux.vm_count().min(MAX_VMS);
     let first = PULL_NEXT.load(Ordering::Relaxed);
     // Every queue is looked at first (its producer tells again from here on), whether or not
     // it has anything: one told of bytes the last pull took would never tell again.
@@ -567,10 +587,23 @@ fn pull(mux: &mut ConsoleMux, budget: usize) -> usize {
         if !queue.has_work() {
             continue;
         }
-        left -= mux.pull(vm, queue, left);
+        let limit = console
+            .hold
+            .map_or(usize::MAX, |at| at[vm].wrapping_sub(queue.taken()));
+        left -= console.mux.pull(vm, queue, left.min(limit));
         if left == 0 {
             PULL_NEXT.store((vm + 1) % count, Ordering::Relaxed);
             break;
+        }
+    }
+    if let Some(at) = console.hold {
+        if OUTPUT[..count]
+            .iter()
+            .zip(at)
+            .all(|(queue, at)| queue.taken() == at)
+        {
+            console.hold = None;
+            console.mux.release_keel();
         }
     }
     budget - left
@@ -598,7 +631,7 @@ pub fn flush_partial(between: fn()) -> bool {
     if index != CONSOLE_CPU {
         return false;
     }
-    let pulled = pull(&mut CONSOLE.lock_cold().mux, PULL_PER_STEP);
+    let pulled = pull(&mut CONSOLE.lock_cold(), PULL_PER_STEP);
     if pulled > 0 {
         between();
     }
