@@ -141,6 +141,15 @@ impl Ring<[u8]> {
         }
     }
 
+    /// Appends one byte, which fits (the caller checked the room).
+    fn push_one(&mut self, byte: u8) {
+        let tail = self.wrap(self.head + self.len);
+        if let Some(slot) = self.bytes.get_mut(tail) {
+            *slot = byte;
+            self.len += 1;
+        }
+    }
+
     /// Appends `bytes` whole, or nothing if they do not fit.
     fn push(&mut self, bytes: &[u8]) -> bool {
         if bytes.len() > self.room() {
@@ -360,6 +369,22 @@ impl VmOutput {
     /// Queues `byte` shown: itself if printable (or raw), else escaped as `\xNN`; a piece
     /// that reaches [`LINE_CAPACITY`] is ended.
     fn push_shown(&mut self, byte: u8) -> bool {
+        if self.raw || shown_as_is(byte) {
+            // One byte as it is (most bytes: a pull moves them with interrupts masked, and the
+            // escaping path cost about 100 instructions a byte).
+            if self.waiting.room() < 2 {
+                return false;
+            }
+            self.waiting.push_one(byte);
+            if self.raw {
+                self.raw_end = self.waiting.len;
+            }
+            self.line_len += 1;
+            if self.line_len >= LINE_CAPACITY {
+                self.end_line();
+            }
+            return true;
+        }
         let escaped = escape(byte);
         let shown: &[u8] = if self.raw {
             core::slice::from_ref(&byte)

@@ -57,7 +57,7 @@ const COMPOSES_PER_DRAIN: usize = 1;
 const MORE_OUTPUT_DELAY_US: u64 = 50;
 /// Most bytes of the VMs' output queues moved into the multiplexer in one go (a few dozen
 /// instructions each); the rest follows [`MORE_OUTPUT_DELAY_US`] later.
-const PULL_PER_STEP: usize = 32;
+const PULL_PER_STEP: usize = 16;
 
 /// The pCPU that writes the UART: the one its interrupt is routed to (`main` routes it to the
 /// boot pCPU, index 0). A partition pinned there shares its pCPU with the console's work; the
@@ -651,12 +651,16 @@ pub fn flush_partial(between: fn()) -> bool {
         }
         console.mux.drain(&mut sink)
     };
-    if pulled > 0 && console.mux.partial_waiting() {
-        // Restarted by each output: a partial line is written once output has paused.
+    let queued = queued_output();
+    if !console.mux.partial_waiting() {
+        PARTIAL_DUE.store(u64::MAX, Ordering::Relaxed);
+    } else if pulled > 0 && !queued {
+        // Restarted by each output: a partial line is written once output has paused (not
+        // while a pull has only cut a line that is still queued).
         PARTIAL_DUE.store(now + ticks(PARTIAL_LINE_DELAY_US), Ordering::Relaxed);
     }
     drop(console);
-    arm_flush_timer(left || queued_output());
+    arm_flush_timer(left || queued);
     false
 }
 

@@ -412,6 +412,7 @@ fn bench_sender(peer: u64, depth: u64) -> ! {
     // Let the receiver boot and wait.
     let _ = message::receive(&mut back, after_ms(5));
     for size in BENCH_SIZES {
+        crate::bench::let_console_settle();
         for (i, byte) in out[..size].iter_mut().enumerate() {
             *byte = pattern(size, i);
         }
@@ -430,6 +431,7 @@ fn bench_sender(peer: u64, depth: u64) -> ! {
             let _ = message::receive(&mut back, u64::MAX);
         }
         send.print("msg-send", size);
+        crate::bench::let_console_settle();
         let mut delivery = Figure::new();
         for _ in 0..BENCH_ROUNDS {
             let start = timer::counter();
