@@ -158,6 +158,14 @@ pub enum Bench {
     Vms,
     /// The figures the test command holds, with Keel's trace off and on (256 KiB rings)
     Trace,
+    /// The 1 kHz victim's worst tick lateness on its pinned pCPU alone, beside a VM printing
+    /// flat out, a manager storming its VM's restarts, and both; under icount and in real
+    /// time, with what Keel's trace shows
+    Console {
+        /// Only the cases whose configuration's name contains this (alone, printer, storm, both)
+        #[arg(value_name = "CASE")]
+        only: Option<String>,
+    },
     /// The figures the test command holds (xtask/baseline.toml) beside their baseline
     Baseline {
         /// Write the figures measured as the new baseline
