@@ -39,7 +39,8 @@ pub enum Command {
         /// The configuration (a TOML file)
         config: PathBuf,
     },
-    /// Boot CONFIG with Keel's trace on under icount for N seconds of virtual time and write
+    /// Boot CONFIG with Keel's trace on under icount for N seconds of virtual time (or until it
+    /// powers off) and write
     /// target/keel/trace/<config>.json (Chrome trace events, for ui.perfetto.dev) and its plots
     Trace {
         /// The configuration (a TOML file); without its own `[system] trace`, 4 MiB rings

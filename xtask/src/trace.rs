@@ -190,6 +190,14 @@ impl Running {
         read_rings(&memory, count, bytes)
     }
 
+    /// Whether the guest has powered the machine off (QEMU kept it, stopped).
+    fn powered_off(&mut self) -> Result<bool> {
+        let answer = self
+            .qmp
+            .execute(serde_json::json!({"execute": "query-status"}))?;
+        Ok(answer["return"]["status"] == "shutdown")
+    }
+
     /// Kills QEMU: the run's rings, VM names and console.
     fn end(self, rings: Vec<Ring>) -> Traced {
         let ended = self.session.kill();
@@ -207,9 +215,11 @@ impl Running {
     }
 }
 
-/// Boots `config` with the trace on, until `seconds` of virtual time are traced.
+/// Boots `config` with the trace on, until `seconds` of virtual time are traced, or until it
+/// powers itself off before that (QEMU stays, stopped: `-no-shutdown`; the last second of a
+/// system that ends can pass between two looks).
 pub fn run(config: &Path, seconds: f64) -> Result<Traced> {
-    let mut running = Running::start(config, DEFAULT_RING_BYTES, true, false)?;
+    let mut running = Running::start(config, DEFAULT_RING_BYTES, true, true)?;
     let started = Instant::now();
     let rings = loop {
         std::thread::sleep(Duration::from_millis(500));
@@ -222,6 +232,12 @@ pub fn run(config: &Path, seconds: f64) -> Result<Traced> {
             })
             .fold(0.0, f64::max);
         if newest >= seconds {
+            break rings;
+        }
+        if running.powered_off()? {
+            step(&format!(
+                "the machine powered off at {newest:.3} s of virtual time: the trace ends there"
+            ));
             break rings;
         }
         if started.elapsed() > DEADLINE {
