@@ -82,6 +82,7 @@ pub fn run(micro_only: bool) -> Result<()> {
         edu: false,
         edu_behind_root_port: false,
         qmp: None,
+        no_shutdown: false,
     };
     let native = native
         .spawn(&output_dir().join("logs/bench-native.log"))?

@@ -39,7 +39,8 @@ pub enum Command {
         /// The configuration (a TOML file)
         config: PathBuf,
     },
-    /// Boot CONFIG with Keel's trace on under icount for N seconds of virtual time and write
+    /// Boot CONFIG with Keel's trace on under icount for N seconds of virtual time (or until it
+    /// powers off) and write
     /// target/keel/trace/<config>.json (Chrome trace events, for ui.perfetto.dev) and its plots
     Trace {
         /// The configuration (a TOML file); without its own `[system] trace`, 4 MiB rings
@@ -158,6 +159,14 @@ pub enum Bench {
     Vms,
     /// The figures the test command holds, with Keel's trace off and on (256 KiB rings)
     Trace,
+    /// The 1 kHz victim's worst tick lateness on its pinned pCPU alone, beside a VM printing
+    /// flat out, a manager storming its VM's restarts, and both; under icount and in real
+    /// time, with what Keel's trace shows
+    Console {
+        /// Only the cases whose configuration's name contains this (alone, printer, storm, both)
+        #[arg(value_name = "CASE")]
+        only: Option<String>,
+    },
     /// The figures the test command holds (xtask/baseline.toml) beside their baseline
     Baseline {
         /// Write the figures measured as the new baseline

@@ -9,6 +9,7 @@ mod baseline;
 mod bench;
 mod build_lock;
 mod cli;
+mod console_bench;
 mod debian;
 mod devices_bench;
 mod docs;
@@ -100,6 +101,7 @@ fn bench(which: Option<Bench>) -> Result<()> {
         Some(Bench::Vms) => vms_bench::run(),
         Some(Bench::Trace) => image::build_guests().and_then(|()| baseline::trace_cost()),
         Some(Bench::Baseline { update }) => baseline::run(update),
+        Some(Bench::Console { only }) => console_bench::run(only.as_deref()),
     }
 }
 

@@ -90,6 +90,9 @@ pub struct Machine {
     /// A QMP socket at this path (`-qmp unix:...,server=on,wait=off`), for a tool to stop the
     /// machine and read its memory (`cargo xtask trace`).
     pub qmp: Option<PathBuf>,
+    /// When the guest powers off, QEMU stops the machine and stays (`-no-shutdown`), so that a
+    /// tool can still read its memory through `qmp`; the session then ends when it is killed.
+    pub no_shutdown: bool,
 }
 
 /// A raw disk image given to the machine as a `virtio-blk-pci` function.
@@ -134,6 +137,7 @@ impl Machine {
             edu: false,
             edu_behind_root_port: false,
             qmp: None,
+            no_shutdown: false,
         }
     }
 
@@ -237,6 +241,7 @@ impl Machine {
             edu: false,
             edu_behind_root_port: false,
             qmp: None,
+            no_shutdown: false,
         })
     }
 
@@ -320,6 +325,9 @@ impl Machine {
                     qmp.display().to_string().replace(',', ",,")
                 ),
             ]);
+        }
+        if self.no_shutdown {
+            args.push("-no-shutdown".to_string());
         }
         args.extend(["-kernel".to_string(), self.kernel.display().to_string()]);
         if let Some(append) = &self.append {

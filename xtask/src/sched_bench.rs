@@ -277,6 +277,7 @@ fn linux_sharing() -> Result<()> {
         edu: false,
         edu_behind_root_port: false,
         qmp: None,
+        no_shutdown: false,
     }
     .spawn(&output_dir().join("logs/bench-linux-matrixprod-native.log"))?
     .finish(Duration::from_secs(900));
@@ -375,6 +376,7 @@ pub fn run(with_linux: bool) -> Result<()> {
         edu: false,
         edu_behind_root_port: false,
         qmp: None,
+        no_shutdown: false,
     }
     .spawn(&output_dir().join("logs/bench-work-native.log"))?
     .finish(Duration::from_secs(600));

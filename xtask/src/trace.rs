@@ -137,31 +137,93 @@ fn rings_line(line: &str) -> Option<(u64, usize, usize)> {
     ))
 }
 
-/// Boots `config` with the trace on, until `seconds` of virtual time are traced.
+/// A traced machine running: its image, console session, QMP connection, and where its rings
+/// are (address, count, bytes of each).
+struct Running {
+    image: crate::image::SystemImage,
+    session: crate::qemu::Session,
+    qmp: Qmp,
+    rings: (u64, usize, usize),
+    dump: PathBuf,
+}
+
+impl Running {
+    /// Builds `config` with the trace on (its own `[system] trace`, or rings of
+    /// `default_bytes`) and boots it, under icount or in real time, with a QMP socket; with
+    /// `no_shutdown`, QEMU stays, stopped, when the guest powers off.
+    fn start(config: &Path, default_bytes: u64, icount: bool, no_shutdown: bool) -> Result<Self> {
+        crate::image::build_guests()?;
+        let image = crate::image::build_system_traced(config, default_bytes)?;
+        let dir = output_dir().join("trace");
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let socket = dir.join(format!("{}.qmp", image.system.name));
+        let _ = std::fs::remove_file(&socket);
+        let machine = crate::qemu::Machine {
+            qmp: Some(socket.clone()),
+            no_shutdown,
+            ..crate::image::machine(&image, icount)?
+        };
+        let log = output_dir().join(format!(
+            "logs/trace-{}{}.log",
+            image.system.name,
+            if icount { "" } else { "-realtime" }
+        ));
+        let mut session = machine.spawn(&log)?;
+        let line = session.wait_for(r"^\[keel\] trace: \d+ rings of ", Duration::from_secs(60))?;
+        let rings = rings_line(&line).ok_or_else(|| format!("unexpected trace line: {line}"))?;
+        let qmp = Qmp::connect(&socket)?;
+        let dump = dir.join(format!("{}.rings", image.system.name));
+        Ok(Self {
+            image,
+            session,
+            qmp,
+            rings,
+            dump,
+        })
+    }
+
+    /// Every ring as it is now (the machine stopped meanwhile, and left stopped).
+    fn read(&mut self) -> Result<Vec<Ring>> {
+        let (address, count, bytes) = self.rings;
+        self.qmp.execute(serde_json::json!({"execute": "stop"}))?;
+        let memory = self.qmp.read_memory(address, count * bytes, &self.dump)?;
+        read_rings(&memory, count, bytes)
+    }
+
+    /// Whether the guest has powered the machine off (QEMU kept it, stopped).
+    fn powered_off(&mut self) -> Result<bool> {
+        let answer = self
+            .qmp
+            .execute(serde_json::json!({"execute": "query-status"}))?;
+        Ok(answer["return"]["status"] == "shutdown")
+    }
+
+    /// Kills QEMU: the run's rings, VM names and console.
+    fn end(self, rings: Vec<Ring>) -> Traced {
+        let ended = self.session.kill();
+        Traced {
+            rings,
+            vms: self
+                .image
+                .system
+                .vms
+                .iter()
+                .map(|vm| vm.name.clone())
+                .collect(),
+            lines: ended.lines,
+        }
+    }
+}
+
+/// Boots `config` with the trace on, until `seconds` of virtual time are traced, or until it
+/// powers itself off before that (QEMU stays, stopped: `-no-shutdown`; the last second of a
+/// system that ends can pass between two looks).
 pub fn run(config: &Path, seconds: f64) -> Result<Traced> {
-    crate::image::build_guests()?;
-    let image = crate::image::build_system_traced(config, DEFAULT_RING_BYTES)?;
-    let dir = output_dir().join("trace");
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let socket = dir.join(format!("{}.qmp", image.system.name));
-    let _ = std::fs::remove_file(&socket);
-    let machine = crate::qemu::Machine {
-        qmp: Some(socket.clone()),
-        ..crate::image::machine(&image, true)?
-    };
-    let log = output_dir().join(format!("logs/trace-{}.log", image.system.name));
-    let mut session = machine.spawn(&log)?;
-    let line = session.wait_for(r"^\[keel\] trace: \d+ rings of ", Duration::from_secs(60))?;
-    let (address, count, bytes) =
-        rings_line(&line).ok_or_else(|| format!("unexpected trace line: {line}"))?;
-    let mut qmp = Qmp::connect(&socket)?;
-    let dump = dir.join(format!("{}.rings", image.system.name));
+    let mut running = Running::start(config, DEFAULT_RING_BYTES, true, true)?;
     let started = Instant::now();
     let rings = loop {
         std::thread::sleep(Duration::from_millis(500));
-        qmp.execute(serde_json::json!({"execute": "stop"}))?;
-        let memory = qmp.read_memory(address, count * bytes, &dump)?;
-        let rings = read_rings(&memory, count, bytes)?;
+        let rings = running.read()?;
         let newest = rings
             .iter()
             .filter_map(|ring| {
@@ -172,21 +234,44 @@ pub fn run(config: &Path, seconds: f64) -> Result<Traced> {
         if newest >= seconds {
             break rings;
         }
+        if running.powered_off()? {
+            step(&format!(
+                "the machine powered off at {newest:.3} s of virtual time: the trace ends there"
+            ));
+            break rings;
+        }
         if started.elapsed() > DEADLINE {
-            session.kill();
+            running.session.kill();
             return Err(format!(
                 "the trace reached {newest:.3} s of virtual time in {} s, not {seconds} s",
                 DEADLINE.as_secs()
             ));
         }
-        qmp.execute(serde_json::json!({"execute": "cont"}))?;
+        running
+            .qmp
+            .execute(serde_json::json!({"execute": "cont"}))?;
     };
-    let ended = session.kill();
-    Ok(Traced {
-        rings,
-        vms: image.system.vms.iter().map(|vm| vm.name.clone()).collect(),
-        lines: ended.lines,
-    })
+    Ok(running.end(rings))
+}
+
+/// Boots `config` with the trace on (rings of `default_bytes` unless it has its own), under
+/// icount or in real time, until Keel powers the machine off (QEMU stays, stopped:
+/// `-no-shutdown`), or `wait` has passed; then reads every ring once. For runs whose rings
+/// hold all that matters: a full ring has overwritten its oldest records (counted as lost).
+pub fn run_to_end(
+    config: &Path,
+    default_bytes: u64,
+    icount: bool,
+    wait: Duration,
+) -> Result<Traced> {
+    let mut running = Running::start(config, default_bytes, icount, true)?;
+    running
+        .session
+        .wait_for(r"^\[keel\] all VMs have ended: powering off$", wait)?;
+    // The power-off follows the line at once; the stop below makes sure of it either way.
+    std::thread::sleep(Duration::from_millis(200));
+    let rings = running.read()?;
+    Ok(running.end(rings))
 }
 
 /// The `count` rings of `bytes` each in `memory`, checked and decoded.
@@ -322,7 +407,7 @@ fn vcpu_name(vms: &[String], vm: u8, vcpu: u8) -> String {
 }
 
 /// Names an exit by its exception class.
-fn exit_name(detail: u8, arg: u32) -> String {
+pub(crate) fn exit_name(detail: u8, arg: u32) -> String {
     match detail {
         trace::EXIT_IRQ => format!("irq {arg}"),
         0x16 => format!("hvc {arg:#x}"),
@@ -627,10 +712,14 @@ fn stem(config: &Path) -> String {
 /// Writes `traced`'s Chrome trace as `target/keel/trace/<config's stem>.json`; returns its path
 /// and what it holds.
 pub fn write_json(config: &Path, traced: &Traced) -> Result<(PathBuf, TraceFile)> {
+    write_json_named(&stem(config), traced)
+}
+
+/// Writes `traced`'s Chrome trace as `target/keel/trace/<name>.json`; returns its path and
+/// what it holds.
+pub fn write_json_named(name: &str, traced: &Traced) -> Result<(PathBuf, TraceFile)> {
     let file = chrome_trace(traced);
-    let path = output_dir()
-        .join("trace")
-        .join(format!("{}.json", stem(config)));
+    let path = output_dir().join("trace").join(format!("{name}.json"));
     let json = serde_json::to_string(&file).map_err(|e| e.to_string())?;
     std::fs::write(&path, json).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok((path, file))

@@ -17,6 +17,7 @@ mod messages;
 mod options;
 mod rtc;
 mod shares;
+mod storm;
 mod task_reuse;
 mod ticks;
 mod trace_reader;

@@ -16,6 +16,9 @@
 //! check of the test command, and `cargo xtask soak`): n restarts, each timed, Keel's
 //! resource counters of the managed VM compared with those at its boot after each;
 //! `keel.running=<ms>` or `keel.restart-on-key` say how long the VM runs between two.
+//!
+//! With `keel.storm=<ms>` it restarts, stops and starts the VM as fast as it can instead
+//! ([`crate::storm`]).
 
 use keel_guest::abi::CallError;
 use keel_guest::bootargs::BootArgs;
@@ -296,6 +299,9 @@ pub fn run(args: BootArgs<'_>) -> ! {
         .and_then(|v| v.parse::<u64>().ok())
     {
         restart_loop(vm, restarts, Settle::from_args(&args));
+    }
+    if let Some(millis) = args.value("keel.storm").and_then(|v| v.parse::<u64>().ok()) {
+        crate::storm::run(vm, millis, &args);
     }
     let seconds = args
         .value("keel.seconds")

@@ -35,6 +35,7 @@
 //! | `keel.restarts=<n>` | manager mode: restart the managed VM n times, timed, its resource counters compared with those at its boot (see [`crate::manager`]) |
 //! | `keel.running=<ms>` | manager mode with `keel.restarts`: how long the VM runs before each reading and restart (default 1000) |
 //! | `keel.input=echo\|count\|ignore` | ticks mode: what becomes of console input: each byte echoed in a line (`echo: X`, the default); counted, with the FNV-1a hash of all of it in order, said each second it changed (`input: s=N bytes=B fnv=HHHHHHHHHHHHHHHH`); or never read (the receive interrupt left masked) |
+//! | `keel.storm=<ms>`, `keel.storm-pause=<us>` | manager mode: restart, stop and start the managed VM as fast as it can from two vCPUs for that long, optionally pausing between calls (see [`crate::storm`]) |
 //! | `keel.restart-on-key` | manager mode with `keel.restarts`: wait for a byte typed on this VM's console instead |
 //! | `keel.mode=task-reuse` with `keel.rounds=<n>`, `keel.pcpu=<id>` | a task index reused after a far launch and a delete, n rounds, the tasks on that pCPU (see [`crate::task_reuse`]) |
 

@@ -11,6 +11,7 @@ mod health;
 mod linux_devices;
 mod manager_window;
 mod messages;
+mod pinned;
 mod plots;
 mod readme_demo;
 mod rootfs;
@@ -1397,6 +1398,7 @@ pub fn all() -> Vec<Scenario> {
     scenarios.extend(rootfs::all());
     scenarios.extend(trace::all());
     scenarios.extend(health::all());
+    scenarios.extend(pinned::all());
     scenarios.extend(watchdog::all());
     scenarios.extend(plots::all());
     scenarios.push(Scenario {
