@@ -164,25 +164,27 @@ impl Show for VmLabel<'_> {
 
 /// A pCPU's bring-up, before any guest runs on it: what Keel says then (the board, the
 /// configuration, the VMs' places, a boot error) the board and the configuration decide, not a
-/// guest, so it is said whatever its number of lines ([`keel_println!`]). One per pCPU, taken at
-/// its bring-up ([`Boot::take`]) and lent to the boot code that speaks; not `Clone`.
+/// guest, so it is said whatever its number of lines ([`keel_println!`]). Made at each pCPU's
+/// entry ([`Boot::bring_up`]) and handed to the boot code that speaks (by value: it is no byte,
+/// where a reference is a register to set at each call).
+#[derive(Clone, Copy)]
 pub struct Boot(());
 
-/// The pCPUs whose [`Boot`] was taken (bit `i`: pCPU `i`).
-static BOOTS_TAKEN: AtomicUsize = AtomicUsize::new(0);
-
 impl Boot {
-    /// pCPU `index`'s, at its bring-up; `None` if it was taken already (a pCPU is brought up
-    /// once: once its guests run, nothing they cause can take one).
-    pub fn take(index: usize) -> Option<Self> {
-        let bit = 1usize.checked_shl(index as u32)?;
-        (BOOTS_TAKEN.fetch_or(bit, Ordering::Relaxed) & bit == 0).then_some(Boot(()))
+    /// This pCPU's, at its bring-up: only the pCPUs' entry points in `main.rs` make one, and
+    /// hand it on only to the boot code, not to what runs guests (`cargo xtask test` checks
+    /// both in the source: `xtask/src/lines.rs`). No byte of the image: a check at run time
+    /// (one per pCPU) cost 224 bytes.
+    pub fn bring_up() -> Self {
+        Boot(())
     }
 }
 
 /// The operator at the physical console: what Keel answers a `Ctrl-A` command (focus, raw, help,
 /// power off) a person typed, not a guest, so it is said whatever its number of lines
-/// ([`keel_println!`]). Made only from what [`receive`] read ([`Received::operator`]).
+/// ([`keel_println!`]). Made only from what [`receive`] read ([`Received::operator`]), in
+/// `irq::console_input` (checked as [`Boot`] is).
+#[derive(Clone, Copy)]
 pub struct Operator(());
 
 impl Received {
@@ -209,7 +211,7 @@ impl NotAGuest for Operator {}
 /// Prints one line of Keel's own made of `parts`, prefixed `[keel]`, whose `cause` is not a
 /// guest's action: never limited.
 #[inline(always)]
-pub fn hypervisor_line(_cause: &impl NotAGuest, parts: &[&dyn Show]) {
+pub fn hypervisor_line(_cause: impl NotAGuest, parts: &[&dyn Show]) {
     print_line(parts);
 }
 

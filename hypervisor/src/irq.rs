@@ -497,15 +497,15 @@ fn console_input() {
         match *input {
             Input::Deliver { vm: id, byte } => refused |= deliver_input(id, byte),
             Input::Focus(id) => {
-                keel_println!(&operator, "input focus: ", VmLabel(console::focus_name(id), id))
+                keel_println!(operator, "input focus: ", VmLabel(console::focus_name(id), id))
             }
             Input::PowerOff => {
-                keel_println!(&operator, "power off requested from the console");
+                keel_println!(operator, "power off requested from the console");
                 crate::console::flush_before_power_off();
                 crate::arch::psci::system_off();
             }
             Input::Raw(id, raw) => keel_println!(
-                &operator,
+                operator,
                 VmLabel(console::focus_name(id), id),
                 ": console output ",
                 if raw {
@@ -515,7 +515,7 @@ fn console_input() {
                 }
             ),
             Input::Help => keel_println!(
-                &operator,
+                operator,
                 "Ctrl-A then: 0-9 focus VM, n next VM, r raw output for the focused VM, x power off, Ctrl-A a literal Ctrl-A"
             ),
             Input::Nothing => {}

@@ -135,7 +135,7 @@ fn scrub_platform_seeds(address: u64) {
     }
 }
 
-fn boot_failure(boot: &Boot, uart: Uart, parts: &[&dyn Show]) -> ! {
+fn boot_failure(boot: Boot, uart: Uart, parts: &[&dyn Show]) -> ! {
     console::init_early(uart);
     keel_println!(boot, "boot error: ", parts);
     psci::system_off()
@@ -144,31 +144,27 @@ fn boot_failure(boot: &Boot, uart: Uart, parts: &[&dyn Show]) -> ! {
 /// Entry of the boot pCPU from `_start`, with the device tree address.
 #[unsafe(no_mangle)]
 extern "C" fn keel_primary_main(dtb: u64) -> ! {
+    let boot = Boot::bring_up();
     mmu::build();
     mmu::enable();
     vectors::install();
     timers::init();
-    // Never taken before: this pCPU is the first to run (taken with the MMU on: an atomic).
-    let Some(boot) = Boot::take(0) else {
-        cpu::halt()
-    };
 
     // SAFETY: QEMU virt's UART address, used only to report a device tree Keel cannot read.
     let fallback = unsafe { Uart::new(FALLBACK_UART) };
     let platform = match device_tree(dtb).and_then(Platform::from_dtb) {
         Ok(platform) => platform::record(platform),
-        Err(error) => boot_failure(&boot, fallback, &[&error]),
+        Err(error) => boot_failure(boot, fallback, &[&error]),
     };
     scrub_platform_seeds(dtb);
     // SAFETY: the device tree names this PL011 as the board's UART; Keel is its only user.
     let uart = unsafe { Uart::new(platform.uart) };
     console::init_early(uart);
-    check_configuration(&boot, platform).unwrap_or_else(|()| {
-        boot_failure(&boot, uart, &[&"configuration does not fit this board"])
-    });
+    check_configuration(boot, platform)
+        .unwrap_or_else(|()| boot_failure(boot, uart, &[&"configuration does not fit this board"]));
 
     keel_println!(
-        &boot,
+        boot,
         "Keel {} on '{}': {} pCPUs, RAM {}+{}, configuration '{}' with {} VMs";
         env!("CARGO_PKG_VERSION"),
         platform.model,
@@ -192,7 +188,7 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
         consoles[index] = desc.console;
         if let Err(error) = lifecycle::build(index) {
             boot_failure(
-                &boot,
+                boot,
                 uart,
                 &[&Fill(
                     "vm '{}': cannot build its stage-2 map: {}",
@@ -201,7 +197,7 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
             );
         }
         keel_println!(
-            &boot,
+            boot,
             "{}: {} MiB at IPA {} (PA {}), pCPUs {}, image {} bytes at {}";
             VmLabel(desc.name, index),
             desc.memory.size >> 20,
@@ -213,7 +209,7 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
         );
         if let Some(flash) = desc.flash {
             keel_println!(
-                &boot,
+                boot,
                 "{}: {} MiB of flash at IPA {} (PA {}), device tree at {}";
                 VmLabel(desc.name, index),
                 flash.size >> 20,
@@ -224,7 +220,7 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
         }
     }
     if let Err(error) = iommu::init() {
-        boot_failure(&boot, uart, &[&"SMMU: ", &error]);
+        boot_failure(boot, uart, &[&"SMMU: ", &error]);
     }
     if let Some(iommu) = &SYSTEM.iommu {
         irq::set_device_faults(health::serve_device_faults);
@@ -239,7 +235,7 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
     if trace::ON {
         let (address, rings, bytes) = trace::rings();
         keel_println!(
-            &boot,
+            boot,
             "trace: {} rings of {} bytes at {}, one per pCPU";
             rings,
             bytes,
@@ -255,13 +251,13 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
     );
     if let Some(index) = raw_console {
         keel_println!(
-            &boot,
+            boot,
             VmLabel(names[index], index),
             ": console output raw while it has the input focus, which starts there (Ctrl-A r: escaped)"
         );
     }
     if SYSTEM.vms.is_empty() {
-        keel_println!(&boot, "no VM configured: powering off");
+        keel_println!(boot, "no VM configured: powering off");
         console::flush_before_power_off();
         psci::system_off();
     }
@@ -269,7 +265,7 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
     for index in 1..SYSTEM.pcpus as usize {
         if let Err(error) = boot::start_secondary(index, platform.cpus[index]) {
             keel_println!(
-                &boot,
+                boot,
                 "pCPU {} (MPIDR {}) did not start: PSCI error {}";
                 index,
                 Hex(platform.cpus[index], 0),
@@ -285,14 +281,10 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
 extern "C" fn keel_secondary_main(index: usize) -> ! {
     mmu::enable();
     vectors::install();
-    // Never taken before: each secondary is started once.
-    let Some(boot) = Boot::take(index) else {
-        cpu::halt()
-    };
-    cpu_main(index, boot)
+    cpu_main(index, Boot::bring_up())
 }
 
-fn check_configuration(boot: &Boot, platform: &Platform) -> Result<(), ()> {
+fn check_configuration(boot: Boot, platform: &Platform) -> Result<(), ()> {
     let mut fits = true;
     if SYSTEM.pcpus as usize > platform.cpu_count {
         keel_println!(
@@ -344,7 +336,7 @@ fn cpu_main(index: usize, boot: Boot) -> ! {
     let redistributor =
         unsafe { gic::Redistributor::find(platform.gicr, platform.gicr_size, cpu::mpidr()) };
     let Some(redistributor) = redistributor else {
-        keel_println!(&boot, "pCPU {}: no GIC redistributor for MPIDR {}"; index, Hex(cpu::mpidr(), 0));
+        keel_println!(boot, "pCPU {}: no GIC redistributor for MPIDR {}"; index, Hex(cpu::mpidr(), 0));
         cpu::halt()
     };
     redistributor.init();
@@ -361,7 +353,7 @@ fn cpu_main(index: usize, boot: Boot) -> ! {
         // Guest settings that do not change between the vCPUs placed here.
         arch::guest::configure_pcpu(false, true);
         vectors::install_shared();
-        sched::init(index, &boot);
+        sched::init(index, boot);
     }
     sched::pinned::run_this_cpu()
 }

@@ -4,17 +4,18 @@
 //! and VM: `keel_println_limited!`, `console::limited_line`, `console::line_in_steps` and
 //! `console::start_line` (at most 5 a second per kind and VM, the next one printed counting
 //! those left out). Or unlimited, naming a cause that is not a guest's: `keel_println!` takes a
-//! `console::Boot` (a pCPU's bring-up, one per pCPU) or a `console::Operator` (a `Ctrl-A`
-//! command read from the physical UART) as its first argument, and no other type can be one.
-//! The panic path's `console::emergency_line` reports a bug of Keel's.
+//! `console::Boot` (a pCPU's bring-up, `Boot::bring_up`) or a `console::Operator` (a `Ctrl-A`
+//! command read from the physical UART, `Received::operator`) as its first argument, and no
+//! other type can be one. The panic path's `console::emergency_line` reports a bug of Keel's.
 //!
 //! The types make an unlimited line name its cause; this check says where such a cause may be
-//! at all. Each function of `hypervisor/src` (but `console.rs`, which defines them) that names
-//! one of [`UNLIMITED_NAMES`] (`keel_println!`, the tokens, the line functions beneath them,
-//! the UART) must be one of [`UNLIMITED`], each with why no guest reaches it; a `use` only
-//! names them. A new line a guest can cause therefore either names its kind and VM or adds
-//! its function to [`UNLIMITED`] here, in review. The check also counts the limited lines
-//! and the kinds they name.
+//! made and taken. Each function of `hypervisor/src` (but `console.rs`, which defines them)
+//! that makes a cause must be one of [`MADE`]; each that names one of [`UNLIMITED_NAMES`]
+//! (`keel_println!`, the causes, the line functions beneath them, the UART) must be one of
+//! [`UNLIMITED`], each with why no guest reaches it; a `use` only names them. A new line a
+//! guest can cause therefore either names its kind and VM or adds its function to
+//! [`UNLIMITED`] here, in review. The check also counts the limited lines and the kinds they
+//! name.
 //!
 //! Comments, strings and character literals are not code (`layers::code_only`). A function is
 //! the text from its `fn` to the end of its body; a name in a nested function belongs to the
@@ -24,19 +25,25 @@ use std::collections::BTreeSet;
 
 use crate::layers::code_only;
 
-/// The names that say a line without a limit, or make or carry what lets one be said: the
-/// macro, its function and the panic path's, the two causes and the method that makes an
-/// operator's, the trait of causes, and the UART itself (a line written to it directly would
-/// bypass the limits).
-pub const UNLIMITED_NAMES: [&str; 8] = [
+/// The names that say a line without a limit, or carry what lets one be said: the macro, its
+/// function and the panic path's, the two causes and their trait, and the UART itself (a line
+/// written to it directly would bypass the limits).
+pub const UNLIMITED_NAMES: [&str; 7] = [
     "keel_println",
     "hypervisor_line",
     "emergency_line",
     "Boot",
     "Operator",
-    "operator",
     "NotAGuest",
     "Uart",
+];
+
+/// Where a cause is made (its maker's name, file, function): a pCPU's bring-up at its entry,
+/// an operator's from what the physical UART's interrupt read (and the name of its value).
+pub const MADE: &[(&str, &str, &str)] = &[
+    ("bring_up", "main.rs", "keel_primary_main"),
+    ("bring_up", "main.rs", "keel_secondary_main"),
+    ("operator", "irq.rs", "console_input"),
 ];
 
 /// Where [`UNLIMITED_NAMES`] may be named: (file or directory under `hypervisor/src`, ending
@@ -135,7 +142,8 @@ pub fn check(sources: &[(String, String)]) -> Result<String, Vec<String>> {
                 kinds.extend(kinds_named(&code, at));
                 continue;
             }
-            if !UNLIMITED_NAMES.contains(&name.as_str())
+            let made = MADE.iter().any(|&(maker, _, _)| maker == name);
+            if !(made || UNLIMITED_NAMES.contains(&name.as_str()))
                 || uses.iter().any(|use_item| use_item.contains(&at))
             {
                 continue;
@@ -145,13 +153,19 @@ pub fn check(sources: &[(String, String)]) -> Result<String, Vec<String>> {
                 .filter(|f| f.span.contains(&at))
                 .min_by_key(|f| f.span.len())
                 .map(|f| f.name.as_str());
-            let allowed = UNLIMITED.iter().any(|&(place, allowed_function, _)| {
-                let in_place = match place.strip_suffix('/') {
-                    Some(directory) => path.starts_with(&format!("{directory}/")),
-                    None => path == place,
-                };
-                in_place && (allowed_function == "*" || function == Some(allowed_function))
-            });
+            let allowed = if made {
+                MADE.iter().any(|&(maker, file, maker_function)| {
+                    maker == name && path == file && function == Some(maker_function)
+                })
+            } else {
+                UNLIMITED.iter().any(|&(place, allowed_function, _)| {
+                    let in_place = match place.strip_suffix('/') {
+                        Some(directory) => path.starts_with(&format!("{directory}/")),
+                        None => path == place,
+                    };
+                    in_place && (allowed_function == "*" || function == Some(allowed_function))
+                })
+            };
             if !allowed {
                 problems.push(format!(
                     "{path}:{}: `{name}` in {}: an unlimited line (or its cause) where a guest's action may reach it",
@@ -388,6 +402,24 @@ mod tests {
             check(&sources).unwrap(),
             "2 limited lines (kinds named: Reset, Stop); 2 unlimited lines, in 2 functions of boot and the operator"
         );
+    }
+
+    #[test]
+    fn a_cause_is_made_only_at_a_pcpus_entry_and_in_the_console_input() {
+        let sources = [
+            file(
+                "main.rs",
+                "extern \"C\" fn keel_secondary_main(index: usize) -> ! {\n    cpu_main(index, Boot::bring_up())\n}\nfn cpu_main(index: usize, boot: Boot) -> ! {\n    let again = Boot::bring_up();\n    loop {}\n}\n",
+            ),
+            file(
+                "irq.rs",
+                "fn console_input() {\n    let operator = received.operator();\n}\nfn deliver_input() {\n    let _ = received.operator();\n}\n",
+            ),
+        ];
+        let problems = check(&sources).unwrap_err();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].starts_with("main.rs:5: `bring_up` in fn cpu_main"));
+        assert!(problems[1].starts_with("irq.rs:5: `operator` in fn deliver_input"));
     }
 
     #[test]

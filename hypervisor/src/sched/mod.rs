@@ -327,7 +327,7 @@ fn ticks_per_ns() -> (u64, u64) {
 
 /// Sets up pCPU `index`'s scheduler with the vCPUs the configuration places on it, at its
 /// bring-up (`boot`: a vCPU the scheduler cannot take is said there).
-pub fn init(index: usize, boot: &Boot) {
+pub fn init(index: usize, boot: Boot) {
     let (numerator, denominator) = ticks_per_ns();
     let mut shared = at(&SHARED, index).lock_cold();
     let policy = at(SYSTEM.policies, index).scaled(numerator, denominator);
