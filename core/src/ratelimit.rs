@@ -94,6 +94,14 @@ impl RateLimiter {
         }
     }
 
+    /// Makes the windows last `window_ticks` from now on (set at boot, once the clock's frequency
+    /// is known): in place, as the limiter is large (a window per kind and VM: made on a stack
+    /// and copied, it made the boot code's frame too large to reach its variables in one
+    /// instruction each).
+    pub fn set_window_ticks(&mut self, window_ticks: u64) {
+        self.window_ticks = window_ticks;
+    }
+
     /// Decides about one diagnostic of `kind` caused by VM `vm` at time `now`.
     pub fn check(&mut self, kind: DiagnosticKind, vm: usize, now: u64) -> Verdict {
         let Some(window) = self.windows[kind as usize].get_mut(vm) else {
@@ -173,6 +181,19 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn windows_set_later_are_as_windows_made_so() {
+        let mut limiter = RateLimiter::new(0);
+        limiter.set_window_ticks(1000);
+        for now in 0..100 {
+            limiter.check(DiagnosticKind::Stop, 2, now);
+        }
+        assert_eq!(
+            limiter.pending(DiagnosticKind::Stop, 2),
+            100 - u64::from(BURST)
+        );
     }
 
     #[test]

@@ -107,7 +107,7 @@ pub fn init_early(uart: Uart) {
 /// `raw_console` the VM whose output is raw while it has the input focus, which starts there.
 pub fn init(uart: Uart, names: &[&'static str], has_console: &[bool], raw_console: Option<usize>) {
     uart.enable_rx_interrupt();
-    *LIMITER.lock_cold() = RateLimiter::new(timer::frequency());
+    LIMITER.lock_cold().set_window_ticks(timer::frequency());
     let mut console = CONSOLE.lock_cold();
     console.mux.configure(names, has_console);
     if let Some(vm) = raw_console {
