@@ -1,8 +1,11 @@
 //! Rate limits for Keel's own diagnostics: a guest that triggers one (an SMC, a console
-//! overrun, a reset, a start of its vCPU 0) flat out gets a few lines per second and a count
-//! of what was left out, never a flood that hides everything else or keeps the console busy.
-//! The first line of each kind for each VM is always printed (its first boot's start). Lines
-//! that no VM is known to cause are limited apart, as [`NO_VM`]'s.
+//! overrun, a reset, a start of its vCPU 0, a notice its manager's full queue refused, a stop)
+//! flat out gets a few lines per second and a count of what was left out, never a flood that
+//! hides everything else or keeps the console busy. The first line of each kind for each VM is
+//! always printed (its first boot's start). Lines that no VM is known to cause are limited
+//! apart, as [`NO_VM`]'s. Every line of Keel's that a guest's action can cause is one of these
+//! kinds (the hypervisor's console takes no other without a cause that is not a guest's: its
+//! boot or the operator at the console).
 
 use crate::console::MAX_VMS;
 
@@ -23,10 +26,30 @@ pub enum DiagnosticKind {
     /// An SMMU line: an event of a stream no VM owns, a global error, a VM's streams that could
     /// not be cut off or given back (a device a guest drives can cause each, over and over).
     Smmu = 4,
+    /// A health notice a manager's queue refused (full, or the manager not running): said for
+    /// the managed VM, whose events (its resets, a manager's requests) send the notices.
+    Notice = 5,
+    /// A VM ends: it is stopped (a fault, a policy, a manager's request) or powers itself off;
+    /// and the last one's `all VMs have ended`, as [`NO_VM`]'s. A manager can stop and start
+    /// its VM over and over.
+    Stop = 6,
 }
 
 /// Number of [`DiagnosticKind`]s.
-const KINDS: usize = 5;
+const KINDS: usize = 7;
+
+impl DiagnosticKind {
+    /// Every kind, in order of their values.
+    pub const ALL: [DiagnosticKind; KINDS] = [
+        DiagnosticKind::Smc,
+        DiagnosticKind::InputOverrun,
+        DiagnosticKind::Reset,
+        DiagnosticKind::Start,
+        DiagnosticKind::Smmu,
+        DiagnosticKind::Notice,
+        DiagnosticKind::Stop,
+    ];
+}
 
 /// The "VM" of lines that no VM is known to cause (an SMMU event of a stream no VM owns, a
 /// global error): limited like a VM's, in a window of their own.
@@ -69,6 +92,14 @@ impl RateLimiter {
             }; MAX_VMS + 1]; KINDS],
             window_ticks,
         }
+    }
+
+    /// Makes the windows last `window_ticks` from now on (set at boot, once the clock's frequency
+    /// is known): in place, as the limiter is large (a window per kind and VM: made on a stack
+    /// and copied, it made the boot code's frame too large to reach its variables in one
+    /// instruction each).
+    pub fn set_window_ticks(&mut self, window_ticks: u64) {
+        self.window_ticks = window_ticks;
     }
 
     /// Decides about one diagnostic of `kind` caused by VM `vm` at time `now`.
@@ -125,6 +156,44 @@ mod tests {
             "the first line of the next window carries the count"
         );
         assert_eq!(limiter.pending(DiagnosticKind::Smc, 1), 0);
+    }
+
+    #[test]
+    fn every_kind_is_limited_for_every_vm_and_for_no_vm() {
+        for (value, &kind) in DiagnosticKind::ALL.iter().enumerate() {
+            assert_eq!(kind as usize, value, "ALL is in the order of the values");
+            for vm in 0..=NO_VM {
+                let mut limiter = RateLimiter::new(1000);
+                let printed = (0..100)
+                    .filter(|&i| matches!(limiter.check(kind, vm, i), Verdict::Print { .. }))
+                    .count();
+                assert_eq!(
+                    printed, BURST as usize,
+                    "{kind:?} of VM {vm}: a burst a window"
+                );
+                assert_eq!(limiter.pending(kind, vm), 100 - u64::from(BURST));
+                assert_eq!(
+                    limiter.check(kind, vm, 1000),
+                    Verdict::Print {
+                        suppressed: 100 - u64::from(BURST)
+                    },
+                    "{kind:?} of VM {vm}: the next window's first line counts the rest"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn windows_set_later_are_as_windows_made_so() {
+        let mut limiter = RateLimiter::new(0);
+        limiter.set_window_ticks(1000);
+        for now in 0..100 {
+            limiter.check(DiagnosticKind::Stop, 2, now);
+        }
+        assert_eq!(
+            limiter.pending(DiagnosticKind::Stop, 2),
+            100 - u64::from(BURST)
+        );
     }
 
     #[test]

@@ -13,7 +13,9 @@
 //! multiplexer ([`PULL_PER_STEP`] at a time) and writes what the UART takes
 //! ([`BYTES_PER_DRAIN`] at a time), each in a masked stretch of its own, coming back while
 //! output waits (see [`keel_core::console`]). Keel's diagnostics that a guest can trigger at
-//! will are rate-limited per kind and VM ([`keel_println_limited`]).
+//! will are rate-limited per kind and VM ([`keel_println_limited`]); a line said without a
+//! limit ([`keel_println`]) names a cause that is not a guest's, a pCPU's [`Boot`] or the
+//! [`Operator`] at the console.
 //!
 //! Input: the physical UART's bytes are read under the console lock, Ctrl-A escapes taken
 //! there ([`ConsoleMux::input`]), and delivered to the focused VM's emulated PL011 after the
@@ -136,7 +138,7 @@ pub fn init_early(uart: Uart) {
 /// `raw_console` the VM whose output is raw while it has the input focus, which starts there.
 pub fn init(uart: Uart, names: &[&'static str], has_console: &[bool], raw_console: Option<usize>) {
     uart.enable_rx_interrupt();
-    *LIMITER.lock_cold() = RateLimiter::new(timer::frequency());
+    LIMITER.lock_cold().set_window_ticks(timer::frequency());
     NAMES.call_once(|| {
         let mut all = ["?"; MAX_VMS];
         for (slot, name) in all.iter_mut().zip(names) {
@@ -198,8 +200,62 @@ impl Show for VmLabel<'_> {
     }
 }
 
-/// Prints one line of Keel's own made of `parts`, prefixed `[keel]`.
-pub fn hypervisor_line(parts: &[&dyn Show]) {
+/// A pCPU's bring-up, before any guest runs on it: what Keel says then (the board, the
+/// configuration, the VMs' places, a boot error) the board and the configuration decide, not a
+/// guest, so it is said whatever its number of lines ([`keel_println!`]). Made at each pCPU's
+/// entry ([`Boot::bring_up`]) and handed to the boot code that speaks (by value: it is no byte,
+/// where a reference is a register to set at each call).
+#[derive(Clone, Copy)]
+pub struct Boot(());
+
+impl Boot {
+    /// This pCPU's, at its bring-up: only the pCPUs' entry points in `main.rs` make one, and
+    /// hand it on only to the boot code, not to what runs guests (`cargo xtask test` checks
+    /// both in the source: `xtask/src/lines.rs`). No byte of the image: a check at run time
+    /// (one per pCPU) cost 224 bytes.
+    pub fn bring_up() -> Self {
+        Boot(())
+    }
+}
+
+/// The operator at the physical console: what Keel answers a `Ctrl-A` command (focus, raw, help,
+/// power off) a person typed, not a guest, so it is said whatever its number of lines
+/// ([`keel_println!`]). Made only from what [`receive`] read ([`Received::operator`]), in
+/// `irq::console_input` (checked as [`Boot`] is).
+#[derive(Clone, Copy)]
+pub struct Operator(());
+
+impl Received {
+    /// Whose input this is: the physical UART's, the operator's (no guest writes to it).
+    pub fn operator(&self) -> Operator {
+        Operator(())
+    }
+}
+
+mod sealed {
+    /// Implemented only by [`super::Boot`] and [`super::Operator`].
+    pub trait Sealed {}
+    impl Sealed for super::Boot {}
+    impl Sealed for super::Operator {}
+}
+
+/// What may say a line of Keel's without a limit ([`keel_println!`]'s first argument): a cause
+/// that is not a guest's action, [`Boot`] or [`Operator`] (sealed: no other type is one). Every
+/// other line names the kind and VM it is limited by ([`keel_println_limited!`]).
+pub trait NotAGuest: sealed::Sealed {}
+impl NotAGuest for Boot {}
+impl NotAGuest for Operator {}
+
+/// Prints one line of Keel's own made of `parts`, prefixed `[keel]`, whose `cause` is not a
+/// guest's action: never limited.
+#[inline(always)]
+pub fn hypervisor_line(_cause: impl NotAGuest, parts: &[&dyn Show]) {
+    print_line(parts);
+}
+
+/// Prints one line of Keel's own made of `parts`, prefixed `[keel]` (the caller has decided that
+/// it is said: [`hypervisor_line`]'s cause, or [`limited_line`]'s limit).
+fn print_line(parts: &[&dyn Show]) {
     // Made in place: a line returned by value is copied (about 100 instructions).
     let mut line = LineBuffer::EMPTY;
     line.show(parts);
@@ -245,7 +301,7 @@ fn queue_line(line: &LineBuffer) {
 pub fn limited_line(kind: DiagnosticKind, vm: usize, parts: &[&dyn Show]) -> bool {
     let verdict = LIMITER.lock_cold().check(kind, vm, timer::now());
     match verdict {
-        Verdict::Print { suppressed: 0 } => hypervisor_line(parts),
+        Verdict::Print { suppressed: 0 } => print_line(parts),
         Verdict::Print { suppressed } => {
             let mut line = LineBuffer::EMPTY;
             line.show(parts);
@@ -261,18 +317,15 @@ pub fn limited_line(kind: DiagnosticKind, vm: usize, parts: &[&dyn Show]) -> boo
 /// points: about 800 instructions of formatting.
 const STEP_BYTES: usize = 48;
 
-/// [`limited_line`] (with `limit`, a diagnostic kind and VM) or [`hypervisor_line`], made in
-/// steps for a caller that may serve interrupts meanwhile (a health event's line, made with
-/// interrupts masked: a 180-byte restart line cost 3,800 instructions in one stretch): `between`
-/// is called after each [`STEP_BYTES`] bytes made, and before the line is queued. No lock is
-/// held meanwhile; the line is this call's own until queued.
-pub fn line_in_steps(limit: Option<(DiagnosticKind, usize)>, parts: &[&dyn Show], between: fn()) {
-    let suppressed = match limit {
-        Some((kind, vm)) => match LIMITER.lock_cold().check(kind, vm, timer::now()) {
-            Verdict::Print { suppressed } => suppressed,
-            Verdict::Suppress => return,
-        },
-        None => 0,
+/// [`limited_line`] (`kind` of VM `vm`), made in steps for a caller that may serve interrupts
+/// meanwhile (a health event's line, made with interrupts masked: a 180-byte restart line cost
+/// 3,800 instructions in one stretch): `between` is called after each [`STEP_BYTES`] bytes made,
+/// and before the line is queued. No lock is held meanwhile; the line is this call's own until
+/// queued.
+pub fn line_in_steps(kind: DiagnosticKind, vm: usize, parts: &[&dyn Show], between: fn()) {
+    let suppressed = match LIMITER.lock_cold().check(kind, vm, timer::now()) {
+        Verdict::Print { suppressed } => suppressed,
+        Verdict::Suppress => return,
     };
     let mut line = LineBuffer::EMPTY;
     let mut steps = Steps {
@@ -724,20 +777,23 @@ macro_rules! keel_println_limited {
     };
 }
 
-/// Prints a line of Keel's own, made of its parts (each a [`Show`]: a string, an integer, a
-/// [`keel_core::text::Hex`], a [`VmLabel`], an error):
-/// `keel_println!(VmLabel(name, id), " powered off")`; or a template and the parts its `{}`
-/// stand for ([`keel_core::text::Fill`]), smaller for a line with several pieces of text:
-/// `keel_println!("vm '{}': {} MiB"; name, size)`.
+/// Prints a line of Keel's own that no guest can cause, never limited: its cause first (a
+/// [`Boot`] or an [`Operator`], see [`NotAGuest`]), then its parts (each a [`Show`]: a string, an
+/// integer, a [`keel_core::text::Hex`], a [`VmLabel`], an error):
+/// `keel_println!(boot, "no VM configured: powering off")`; or a template and the parts its
+/// `{}` stand for ([`keel_core::text::Fill`]), smaller for a line with several pieces of text:
+/// `keel_println!(boot, "vm '{}': {} MiB"; name, size)`. A line a guest's action can cause is
+/// [`keel_println_limited!`]'s. Where each is used, `cargo xtask test` checks
+/// (`xtask/src/lines.rs`).
 #[macro_export]
 macro_rules! keel_println {
-    ($template:literal; $($arg:expr),* $(,)?) => {
-        $crate::console::hypervisor_line(&[&keel_core::text::Fill(
+    ($cause:expr, $template:literal; $($arg:expr),* $(,)?) => {
+        $crate::console::hypervisor_line($cause, &[&keel_core::text::Fill(
             $template,
             &[$(&$arg as &dyn keel_core::text::Show),*],
         )])
     };
-    ($($part:expr),+ $(,)?) => {
-        $crate::console::hypervisor_line(&[$(&$part as &dyn keel_core::text::Show),+])
+    ($cause:expr, $($part:expr),+ $(,)?) => {
+        $crate::console::hypervisor_line($cause, &[$(&$part as &dyn keel_core::text::Show),+])
     };
 }

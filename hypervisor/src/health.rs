@@ -26,7 +26,7 @@ use crate::arch::timer;
 use crate::config::SYSTEM;
 use crate::console::{self, VmLabel};
 use crate::vm::{self, VmState, MAX_VMS};
-use crate::{iommu, ipc, keel_println, keel_println_limited, lifecycle};
+use crate::{iommu, ipc, keel_println_limited, lifecycle};
 
 /// Whether health monitoring is built in: some VM has a policy other than the default, a
 /// manager or a watchdog. Without, every event takes today's action with no record, notice or
@@ -145,14 +145,14 @@ fn say(id: usize, event: Event, decision: Decision, reason: &dyn Show) {
     let desc = vm::desc(id);
     let label = VmLabel(desc.name, id);
     let limit = policy(id).restarts;
-    let kind = Some((DiagnosticKind::Reset, id));
     let between = crate::irq::serve_here;
     match decision.action {
         Action::Stop | Action::StopAtLimit => {}
         Action::Restart if event == Event::Reset => {}
         Action::Restart => match limit {
             Some(limit) if event != Event::ManagerRestart => console::line_in_steps(
-                kind,
+                DiagnosticKind::Reset,
+                id,
                 &[
                     &label,
                     &" restarts: ",
@@ -167,10 +167,16 @@ fn say(id: usize, event: Event, decision: Decision, reason: &dyn Show) {
                 ],
                 between,
             ),
-            _ => console::line_in_steps(kind, &[&label, &" restarts: ", &reason], between),
+            _ => console::line_in_steps(
+                DiagnosticKind::Reset,
+                id,
+                &[&label, &" restarts: ", &reason],
+                between,
+            ),
         },
         Action::Ignore => console::line_in_steps(
-            kind,
+            DiagnosticKind::Reset,
+            id,
             &[&label, &" health: ", &reason, &" (ignored)"],
             between,
         ),
@@ -187,7 +193,9 @@ impl Show for Millis {
 }
 
 /// Sends the notice of `event` and `action` of VM `id` to each of its managers' vCPU 0. A full
-/// queue refuses it: that is said in a line and counted (nothing is dropped silently).
+/// queue refuses it: that is counted, and said in a line limited as the VM's other lines (a VM
+/// that resets flat out while its manager is busy makes thousands a second; the first line
+/// after some were left out says how many).
 fn notify(id: usize, event: Event, action: Action) {
     let managers = policy(id).managers;
     if managers.is_empty() {
@@ -212,7 +220,9 @@ fn notify(id: usize, event: Event, action: Action) {
         let manager = usize::from(manager);
         if let Err(error) = ipc::send_bytes(from, manager, 0, &notice.to_bytes()) {
             vm::entry(&RECORDS, id).lock_cold().notices_refused += 1;
-            keel_println!(
+            keel_println_limited!(
+                DiagnosticKind::Notice,
+                id,
                 VmLabel(vm::desc(id).name, id),
                 ": health notice to '",
                 vm::desc(manager).name,

@@ -494,19 +494,22 @@ enum Forwarded {
 #[inline(never)]
 fn console_input() {
     let received = console::receive();
+    // The operator's commands (Ctrl-A) are answered without a limit: a person types them.
+    let operator = received.operator();
     let mut refused = false;
     for input in received.inputs.iter().take(received.count) {
         match *input {
             Input::Deliver { vm: id, byte } => refused |= deliver_input(id, byte),
             Input::Focus(id) => {
-                keel_println!("input focus: ", VmLabel(console::focus_name(id), id))
+                keel_println!(operator, "input focus: ", VmLabel(console::focus_name(id), id))
             }
             Input::PowerOff => {
-                keel_println!("power off requested from the console");
+                keel_println!(operator, "power off requested from the console");
                 crate::console::flush_before_power_off();
                 crate::arch::psci::system_off();
             }
             Input::Raw(id, raw) => keel_println!(
+                operator,
                 VmLabel(console::focus_name(id), id),
                 ": console output ",
                 if raw {
@@ -516,6 +519,7 @@ fn console_input() {
                 }
             ),
             Input::Help => keel_println!(
+                operator,
                 "Ctrl-A then: 0-9 focus VM, n next VM, r raw output for the focused VM, x power off, Ctrl-A a literal Ctrl-A"
             ),
             Input::Nothing => {}

@@ -15,7 +15,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 use keel_core::abi::{layout, MaskedSite};
 use keel_core::addr::GuestPhysAddr;
-use keel_core::ratelimit::DiagnosticKind;
+use keel_core::ratelimit::{DiagnosticKind, NO_VM};
 use keel_core::seed;
 use keel_core::stage2::MemoryKind;
 use keel_core::system::VmDesc;
@@ -28,7 +28,7 @@ use crate::config::SYSTEM;
 use crate::console::VmLabel;
 use crate::devices::{sp805, virtio};
 use crate::vm::{self, VcpuPower, VmState, MAX_VMS};
-use crate::{console, iommu, ipc, irq, keel_println, keel_println_limited, trace};
+use crate::{console, iommu, ipc, irq, keel_println_limited, trace};
 
 /// How far each VM's reload has come (the resetting pCPU's alone, while the VM resets).
 static RELOADS: [Mutex<Reload>; MAX_VMS] = [const { Mutex::new(Reload::START) }; MAX_VMS];
@@ -401,7 +401,8 @@ fn seed_device_tree(desc: &VmDesc, n: usize, generation: u32) {
     copy_into(desc, ipa, patch.bytes());
 }
 
-/// Stops VM `id` after a fault, with Keel's diagnostic line.
+/// Stops VM `id` after a fault (or by its policy, or at a manager's request), with Keel's
+/// diagnostic line, limited per VM (a manager can stop and start its VM over and over).
 pub fn stop(id: usize, reason: &dyn Show) {
     let desc = vm::desc(id);
     if vm::vm(id).end(VmState::Stopped) {
@@ -416,16 +417,16 @@ pub fn stop(id: usize, reason: &dyn Show) {
         if crate::config::HEALTH {
             // Made in steps: a fault's line is long, and made with interrupts masked (the
             // callers, a trap or a timer's health event, may serve interrupts meanwhile).
-            console::line_in_steps(None, &parts, irq::serve_here);
+            console::line_in_steps(DiagnosticKind::Stop, id, &parts, irq::serve_here);
         } else {
             // Without health monitoring, as before it (and the image without the steps' code).
-            console::hypervisor_line(&parts);
+            console::limited_line(DiagnosticKind::Stop, id, &parts);
         }
         after_vm_ended(id);
     }
 }
 
-/// VM `id` powered itself off.
+/// VM `id` powered itself off (its line limited as a stop's: a manager can start it again).
 pub fn power_off(id: usize) {
     if vm::vm(id).end(VmState::Off) {
         trace::record(
@@ -435,7 +436,12 @@ pub fn power_off(id: usize) {
             trace::StopReason::PowerOff as u8,
             0,
         );
-        keel_println!(VmLabel(vm::desc(id).name, id), " powered off");
+        keel_println_limited!(
+            DiagnosticKind::Stop,
+            id,
+            VmLabel(vm::desc(id).name, id),
+            " powered off"
+        );
         after_vm_ended(id);
     }
 }
@@ -574,7 +580,12 @@ fn after_vm_ended(id: usize) {
     vm::kick_vm(id);
     let all_ended = (0..SYSTEM.vms.len()).all(|other| vm::vm(other).state() != VmState::Running);
     if all_ended {
-        keel_println!("all VMs have ended: powering off");
+        // Said once (the machine powers off), limited as any line a guest's action causes.
+        keel_println_limited!(
+            DiagnosticKind::Stop,
+            NO_VM,
+            "all VMs have ended: powering off"
+        );
         console::flush_before_power_off();
         psci::system_off();
     }

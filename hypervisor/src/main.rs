@@ -26,8 +26,9 @@
 //! - layer 1, `trace`: each pCPU's ring of trace records (on when the configuration asks).
 //! - layer 1, `masked`: the record of a pCPU's longest interrupts-masked stretch and where it
 //!   was (each pCPU's kept in its state in `vm`, beside what a trap reads first).
-//! - layer 2, `console`: Keel's own lines (`keel_println!`) and the physical UART shared by
-//!   the VMs' consoles (its flush armed in the timer queue).
+//! - layer 2, `console`: Keel's own lines (limited per kind and VM, `keel_println_limited!`;
+//!   unlimited only for a pCPU's boot and the operator, `keel_println!`) and the physical UART
+//!   shared by the VMs' consoles (its flush armed in the timer queue).
 //! - layer 3, `vm`: the state of VMs and pCPUs: each VM's life-cycle state, vCPU power, vGIC
 //!   and PL011 models and task table; each pCPU's vCPU, list-register bookkeeping and
 //!   masked-stretch record, why it must look at its vCPUs again, and the kick that tells it;
@@ -95,7 +96,7 @@ use keel_core::fdt;
 use keel_core::text::{Fill, Hex, List, Show};
 
 use config::SYSTEM;
-use console::VmLabel;
+use console::{Boot, VmLabel};
 use platform::Platform;
 
 /// QEMU virt's PL011, used to report a device tree too broken to name the console.
@@ -134,15 +135,16 @@ fn scrub_platform_seeds(address: u64) {
     }
 }
 
-fn boot_failure(uart: Uart, parts: &[&dyn Show]) -> ! {
+fn boot_failure(boot: Boot, uart: Uart, parts: &[&dyn Show]) -> ! {
     console::init_early(uart);
-    keel_println!("boot error: ", parts);
+    keel_println!(boot, "boot error: ", parts);
     psci::system_off()
 }
 
 /// Entry of the boot pCPU from `_start`, with the device tree address.
 #[unsafe(no_mangle)]
 extern "C" fn keel_primary_main(dtb: u64) -> ! {
+    let boot = Boot::bring_up();
     mmu::build();
     mmu::enable();
     vectors::install();
@@ -152,16 +154,17 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
     let fallback = unsafe { Uart::new(FALLBACK_UART) };
     let platform = match device_tree(dtb).and_then(Platform::from_dtb) {
         Ok(platform) => platform::record(platform),
-        Err(error) => boot_failure(fallback, &[&error]),
+        Err(error) => boot_failure(boot, fallback, &[&error]),
     };
     scrub_platform_seeds(dtb);
     // SAFETY: the device tree names this PL011 as the board's UART; Keel is its only user.
     let uart = unsafe { Uart::new(platform.uart) };
     console::init_early(uart);
-    check_configuration(platform)
-        .unwrap_or_else(|()| boot_failure(uart, &[&"configuration does not fit this board"]));
+    check_configuration(boot, platform)
+        .unwrap_or_else(|()| boot_failure(boot, uart, &[&"configuration does not fit this board"]));
 
     keel_println!(
+        boot,
         "Keel {} on '{}': {} pCPUs, RAM {}+{}, configuration '{}' with {} VMs";
         env!("CARGO_PKG_VERSION"),
         platform.model,
@@ -185,6 +188,7 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
         consoles[index] = desc.console;
         if let Err(error) = lifecycle::build(index) {
             boot_failure(
+                boot,
                 uart,
                 &[&Fill(
                     "vm '{}': cannot build its stage-2 map: {}",
@@ -193,6 +197,7 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
             );
         }
         keel_println!(
+            boot,
             "{}: {} MiB at IPA {} (PA {}), pCPUs {}, image {} bytes at {}";
             VmLabel(desc.name, index),
             desc.memory.size >> 20,
@@ -204,6 +209,7 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
         );
         if let Some(flash) = desc.flash {
             keel_println!(
+                boot,
                 "{}: {} MiB of flash at IPA {} (PA {}), device tree at {}";
                 VmLabel(desc.name, index),
                 flash.size >> 20,
@@ -214,7 +220,7 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
         }
     }
     if let Err(error) = iommu::init() {
-        boot_failure(uart, &[&"SMMU: ", &error]);
+        boot_failure(boot, uart, &[&"SMMU: ", &error]);
     }
     if let Some(iommu) = &SYSTEM.iommu {
         irq::set_device_faults(health::serve_device_faults);
@@ -229,6 +235,7 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
     if trace::ON {
         let (address, rings, bytes) = trace::rings();
         keel_println!(
+            boot,
             "trace: {} rings of {} bytes at {}, one per pCPU";
             rings,
             bytes,
@@ -244,12 +251,13 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
     );
     if let Some(index) = raw_console {
         keel_println!(
+            boot,
             VmLabel(names[index], index),
             ": console output raw while it has the input focus, which starts there (Ctrl-A r: escaped)"
         );
     }
     if SYSTEM.vms.is_empty() {
-        keel_println!("no VM configured: powering off");
+        keel_println!(boot, "no VM configured: powering off");
         console::flush_before_power_off();
         psci::system_off();
     }
@@ -257,6 +265,7 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
     for index in 1..SYSTEM.pcpus as usize {
         if let Err(error) = boot::start_secondary(index, platform.cpus[index]) {
             keel_println!(
+                boot,
                 "pCPU {} (MPIDR {}) did not start: PSCI error {}";
                 index,
                 Hex(platform.cpus[index], 0),
@@ -264,7 +273,7 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
             );
         }
     }
-    cpu_main(0)
+    cpu_main(0, boot)
 }
 
 /// Entry of a secondary pCPU started with PSCI CPU_ON.
@@ -272,13 +281,14 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
 extern "C" fn keel_secondary_main(index: usize) -> ! {
     mmu::enable();
     vectors::install();
-    cpu_main(index)
+    cpu_main(index, Boot::bring_up())
 }
 
-fn check_configuration(platform: &Platform) -> Result<(), ()> {
+fn check_configuration(boot: Boot, platform: &Platform) -> Result<(), ()> {
     let mut fits = true;
     if SYSTEM.pcpus as usize > platform.cpu_count {
         keel_println!(
+            boot,
             "configuration '{}' needs {} pCPUs, the board has {}";
             SYSTEM.name,
             SYSTEM.pcpus,
@@ -295,6 +305,7 @@ fn check_configuration(platform: &Platform) -> Result<(), ()> {
             let (start, end) = (region.phys.0, region.phys.0 + region.size);
             if start < platform.ram_base || end > ram_end {
                 keel_println!(
+                    boot,
                     "vm '{}': {} {}..{} is outside the board's RAM {}..{}";
                     desc.name,
                     what,
@@ -314,8 +325,9 @@ fn check_configuration(platform: &Platform) -> Result<(), ()> {
     }
 }
 
-/// Common per-pCPU bring-up, then run this pCPU's vCPU (or idle).
-fn cpu_main(index: usize) -> ! {
+/// Common per-pCPU bring-up, then run this pCPU's vCPU (or idle). `boot` is this pCPU's: it
+/// is not passed on to what runs guests.
+fn cpu_main(index: usize, boot: Boot) -> ! {
     trace::init();
     let platform = platform::get();
     let this = vm::percpu(index);
@@ -324,7 +336,7 @@ fn cpu_main(index: usize) -> ! {
     let redistributor =
         unsafe { gic::Redistributor::find(platform.gicr, platform.gicr_size, cpu::mpidr()) };
     let Some(redistributor) = redistributor else {
-        keel_println!("pCPU {}: no GIC redistributor for MPIDR {}"; index, Hex(cpu::mpidr(), 0));
+        keel_println!(boot, "pCPU {}: no GIC redistributor for MPIDR {}"; index, Hex(cpu::mpidr(), 0));
         cpu::halt()
     };
     redistributor.init();
@@ -341,7 +353,7 @@ fn cpu_main(index: usize) -> ! {
         // Guest settings that do not change between the vCPUs placed here.
         arch::guest::configure_pcpu(false, true);
         vectors::install_shared();
-        sched::init(index);
+        sched::init(index, boot);
     }
     sched::pinned::run_this_cpu()
 }

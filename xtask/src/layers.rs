@@ -97,7 +97,7 @@ pub fn check_acyclic(sources: &[(String, String)]) -> Result<String, Vec<String>
 }
 
 /// Every `.rs` file under `dir`, as (path relative to `root` with `/`, text), sorted.
-fn collect(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) -> Result<(), String> {
+pub fn collect(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) -> Result<(), String> {
     let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut paths: Vec<_> = entries
         .map(|entry| entry.map(|e| e.path()))

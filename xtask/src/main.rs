@@ -20,6 +20,7 @@ mod http;
 mod image;
 mod ipc_bench;
 mod layers;
+mod lines;
 mod plots;
 mod process;
 mod progress;

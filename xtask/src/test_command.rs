@@ -19,7 +19,7 @@ use std::time::Instant;
 use crate::cli::TestArgs;
 use crate::progress::{self, Progress};
 use crate::scenarios::{self, Scenario};
-use crate::{image, layers, process, setup, step, workspace, Result};
+use crate::{image, layers, lines, process, setup, step, workspace, Result};
 
 /// The crates built for `aarch64-unknown-none-softfloat` (the hypervisor and the guests): the
 /// workspace's default members are the host crates.
@@ -95,7 +95,7 @@ impl Tally {
 }
 
 /// Runs the standards checks (`cargo fmt`, `cargo clippy` for the host and the aarch64
-/// crates and for the Linux command's target, the hypervisor's module layers), cargo's own tests, then the QEMU scenarios; ends
+/// crates and for the Linux command's target, the hypervisor's module layers, where Keel's lines may go unlimited), cargo's own tests, then the QEMU scenarios; ends
 /// with `N passed, N failed`. With a filter, runs only the scenarios whose name contains it
 /// (for working on one), and builds cargo's tests without running them; with `--list`, prints
 /// the names of the scenarios it would run and runs nothing.
@@ -146,6 +146,8 @@ pub fn run(args: &TestArgs) -> ExitCode {
     tally.outcome("module layers", layers::check_workspace());
     step("module cycles of core/src (xtask/src/layers.rs)");
     tally.outcome("core module cycles", layers::check_core_workspace());
+    step("Keel's lines: every one a guest can cause limited (xtask/src/lines.rs)");
+    tally.outcome("Keel's unlimited lines", lines::check_workspace());
     host_tests(&cargo, filter.is_some(), &mut tally);
     step("building the guests");
     if let Err(message) = image::build_guests() {

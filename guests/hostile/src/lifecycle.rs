@@ -33,6 +33,8 @@ pub enum SecondaryTask {
     TimerCheck = 4,
     /// Turn off now.
     Off = 5,
+    /// Storm the managed VM with stops, starts and restarts (`manager-storm`).
+    ManagerStorm = 6,
 }
 
 /// vCPU 1's task, set by vCPU 0 before CPU_ON and to [`SecondaryTask::Off`] to stop it.
@@ -99,6 +101,8 @@ pub fn secondary_main(_stack_top: usize) -> ! {
     } else if task == SecondaryTask::TimerCheck as u64 {
         init_interrupts(1);
         RESULT.set(if timer_works(1) { 1 } else { 2 });
+    } else if task == SecondaryTask::ManagerStorm as u64 {
+        crate::manager_storm::storm_secondary();
     }
     while TASK.get() != SecondaryTask::Off as u64 {
         keel_guest::cpu::spin_hint();

@@ -14,6 +14,7 @@
 //! | `forge` | prints lines made to pass for Keel's or another VM's, with CR and ANSI escapes |
 //! | `calls` | unknown and malformed hypercalls and SMCs, PSCI on invalid CPUs and entry points, CPU_ON/CPU_OFF cycles and races |
 //! | `reset-loop` | resets itself right after every boot for `keel.millis` ms (default 250), pauses, and resets once more; reports its boots (see [`reset_loop`]) |
+//! | `manager-storm` | as the manager of VM `keel.managed`, stops, starts and restarts it from both vCPUs for `keel.millis` ms (default 1000), never reading Keel's notices; then pauses, and starts and stops it once more (see [`manager_storm`]) |
 //! | `foreign-records` | KEEL_MASKED_STRETCH (read, reset) of the victim's pCPU and every pCPU not its own, KEEL_TASK_STATS of the other VMs' task handles: each must be refused; its own pCPUs must still answer (see [`foreign_records`]) |
 //! | `budget-reset` | on a shared pCPU with a reservation: spins `keel.spin` µs (default 50), resets the VM, and again, for `keel.millis` ms (default 2000); reports the time it ran (see [`budget`]) |
 //! | `budget-cpu-off` | the same with CPU_OFF of vCPU 0 and a CPU_ON from vCPU 1 on another pCPU as soon as AFFINITY_INFO says off |
@@ -31,6 +32,7 @@ mod console_attacks;
 mod foreign_records;
 mod interrupts;
 mod lifecycle;
+mod manager_storm;
 mod pmu;
 mod reset_loop;
 mod ro_channel;
@@ -96,6 +98,7 @@ fn run(attack: &str, args: &BootArgs<'_>, info: &BootInfo<'_>) {
         "forge" => console_attacks::forge(),
         "calls" => calls::calls(),
         "reset-loop" => reset_loop::reset_loop(args, info),
+        "manager-storm" => manager_storm::manager_storm(args),
         "foreign-records" => foreign_records::foreign_records(args),
         "budget-reset" => budget::reset(args, info),
         "budget-cpu-off" => budget::cpu_off_attack(args, info),

@@ -129,7 +129,7 @@ pub fn reset_loop(args: &BootArgs<'_>, info: &BootInfo<'_>) {
 
 /// Sleeps `micros` (WFI with IRQs masked, woken by the virtual timer): under `-icount`, a
 /// sleeping pCPU costs QEMU nothing, where a spinning one would take its turns.
-fn pause(micros: u64) {
+pub fn pause(micros: u64) {
     init_interrupts(0);
     disable_irqs();
     let end = timer::counter() + micros_to_ticks(micros);

@@ -38,6 +38,7 @@ use crate::arch::cpu::{self, Mutex};
 use crate::arch::vectors::{self, GuestRegs};
 use crate::arch::{gic, guest, timer};
 use crate::config::SYSTEM;
+use crate::console::Boot;
 use crate::timers;
 use crate::trace::{self, SwitchReason};
 use crate::vm::{self, VmState};
@@ -324,8 +325,9 @@ fn ticks_per_ns() -> (u64, u64) {
     (timer::frequency(), 1_000_000_000)
 }
 
-/// Sets up pCPU `index`'s scheduler with the vCPUs the configuration places on it.
-pub fn init(index: usize) {
+/// Sets up pCPU `index`'s scheduler with the vCPUs the configuration places on it, at its
+/// bring-up (`boot`: a vCPU the scheduler cannot take is said there).
+pub fn init(index: usize, boot: Boot) {
     let (numerator, denominator) = ticks_per_ns();
     let mut shared = at(&SHARED, index).lock_cold();
     let policy = at(SYSTEM.policies, index).scaled(numerator, denominator);
@@ -345,6 +347,7 @@ pub fn init(index: usize) {
             match shared.scheduler.add(params) {
                 Ok(slot) => shared.place(slot, Some(Placed { vm: vm_index, vcpu })),
                 Err(error) => keel_println!(
+                    boot,
                     "pCPU ",
                     index,
                     ": vm '",

@@ -8,6 +8,7 @@ mod channels;
 mod console;
 mod devices;
 mod health;
+mod lines;
 mod linux_devices;
 mod manager_window;
 mod messages;
@@ -1399,6 +1400,7 @@ pub fn all() -> Vec<Scenario> {
     scenarios.extend(trace::all());
     scenarios.extend(health::all());
     scenarios.extend(pinned::all());
+    scenarios.extend(lines::all());
     scenarios.extend(watchdog::all());
     scenarios.extend(plots::all());
     scenarios.push(Scenario {
