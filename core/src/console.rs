@@ -635,15 +635,16 @@ impl ConsoleMux {
 
     /// Moves at most `max` bytes VM `vm` queued ([`OutputQueue`]) into its buffer, as [`output`]
     /// queues them, while they surely fit (the rest waits in the queue: nothing is refused
-    /// here), with the line ends its restarts asked for; the bytes the queue refused join
-    /// its count of dropped bytes. Returns how many bytes were moved.
+    /// here), with the line ends its restarts asked for. Returns how many bytes were moved.
+    /// (The bytes the queue refused are the caller's to report: [`add_dropped`].)
+    ///
+    /// [`add_dropped`]: Self::add_dropped
     ///
     /// [`output`]: Self::output
     pub fn pull(&mut self, vm: usize, queue: &OutputQueue, max: usize) -> usize {
         let Some(output) = self.vms[..self.count].get_mut(vm) else {
             return 0;
         };
-        output.dropped = output.dropped.saturating_add(queue.take_refused());
         queue.take(max, |step| {
             if output.waiting.room() < ROOM_PER_BYTE {
                 return false;
@@ -654,6 +655,14 @@ impl ConsoleMux {
             };
             true
         })
+    }
+
+    /// Adds `count` bytes of VM `vm` refused before the multiplexer (its full output queue) to
+    /// the count of its dropped bytes that the next line of Keel's about it reports.
+    pub fn add_dropped(&mut self, vm: usize, count: u64) {
+        if let Some(output) = self.vms[..self.count].get_mut(vm) {
+            output.dropped = output.dropped.saturating_add(count);
+        }
     }
 
     /// Keel's lines wait, from now, until [`release_keel`](Self::release_keel): the caller
@@ -1483,6 +1492,8 @@ mod tests {
         }
         assert!(moved < pushed, "the buffer filled before the queue emptied");
         assert_eq!(queue.len(), pushed - moved, "what did not fit stays queued");
+        assert_eq!(mux.dropped(1), 0, "nothing refused by the multiplexer");
+        mux.add_dropped(1, queue.take_refused());
         assert_eq!(mux.dropped(1), 2, "only the queue's refusals are counted");
         // The UART takes everything: the rest follows, nothing lost.
         let mut out = uart();

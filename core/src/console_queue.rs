@@ -7,12 +7,14 @@
 //!
 //! A full queue refuses the byte and counts it ([`OutputQueue::push`]); the count reaches the
 //! console as a line of Keel's ([`OutputQueue::take_refused`]). A VM that looks before it
-//! writes ([`OutputQueue::is_full`], its PL011's TXFF) loses nothing.
+//! writes ([`OutputQueue::is_full`], its PL011's TXFF) loses nothing. The producer tells the
+//! consumer nothing: the consumer looks on its own, often (a producer that interrupted it
+//! would touch a device the other partitions share).
 //!
 //! Bytes are atomics (plain byte loads and stores on Arm): the queue is safe code, and a second
 //! producer by mistake could garble the VM's own output, never memory.
 
-use core::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// Bytes a VM may have queued before its output is refused; a power of two.
 pub const OUTPUT_QUEUE: usize = 2048;
@@ -34,9 +36,6 @@ pub struct OutputQueue {
     /// restart before the consumer reached the first's position replaces it (that line end is
     /// then the later one only).
     end_at: AtomicUsize,
-    /// The consumer has been told of bytes pushed since it last looked: the producer tells it
-    /// once ([`push`](Self::push) returns true), not per byte.
-    told: AtomicBool,
 }
 
 impl OutputQueue {
@@ -48,37 +47,26 @@ impl OutputQueue {
             head: AtomicUsize::new(0),
             refused: AtomicU64::new(0),
             end_at: AtomicUsize::new(0),
-            told: AtomicBool::new(false),
         }
     }
 
-    /// Producer: queues `byte`, or refuses and counts it if the queue is full. Returns whether
-    /// the consumer is to be told (the first byte or refusal since it last looked).
-    pub fn push(&self, byte: u8) -> bool {
+    /// Producer: queues `byte`, or refuses and counts it if the queue is full.
+    pub fn push(&self, byte: u8) {
         let tail = self.tail.load(Ordering::Relaxed);
         if tail.wrapping_sub(self.head.load(Ordering::Acquire)) >= OUTPUT_QUEUE {
             self.refused.fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.bytes[tail % OUTPUT_QUEUE].store(byte, Ordering::Relaxed);
-            // Release: the byte is stored before the consumer can see it counted.
-            self.tail.store(tail.wrapping_add(1), Ordering::Release);
+            return;
         }
-        self.tell()
+        self.bytes[tail % OUTPUT_QUEUE].store(byte, Ordering::Relaxed);
+        // Release: the byte is stored before the consumer can see it counted.
+        self.tail.store(tail.wrapping_add(1), Ordering::Release);
     }
 
     /// Producer: the VM's line ends before whatever it writes next (it restarts: its next
-    /// boot's output begins a line of its own). Returns whether the consumer is to be told.
-    pub fn end_line(&self) -> bool {
+    /// boot's output begins a line of its own).
+    pub fn end_line(&self) {
         let tail = self.tail.load(Ordering::Relaxed);
         self.end_at.store(tail.wrapping_add(1), Ordering::Release);
-        self.tell()
-    }
-
-    fn tell(&self) -> bool {
-        // SeqCst (with the consumer's in `looking`): either the consumer, having said it
-        // looks, sees this byte, or this swap sees that it looked and tells it again.
-        fence(Ordering::SeqCst);
-        !self.told.swap(true, Ordering::SeqCst)
     }
 
     /// Whether a byte written now would be refused.
@@ -114,12 +102,9 @@ impl OutputQueue {
             || self.end_at.load(Ordering::Acquire) != 0
     }
 
-    /// Consumer: it looks now; bytes pushed from here on tell it again. Call before taking,
-    /// at every look, whether or not anything waits: a producer that told it of a byte it took
-    /// in its last look (the told flag set) would otherwise never tell it again.
-    pub fn looking(&self) {
-        self.told.store(false, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
+    /// Consumer: bytes refused and not yet taken.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
     }
 
     /// Consumer: the count of refused bytes, reset.
@@ -192,30 +177,15 @@ mod tests {
     }
 
     #[test]
-    fn bytes_come_out_in_order_and_tell_once() {
+    fn bytes_come_out_in_order() {
         let queue = OutputQueue::new();
-        assert!(queue.push(b'a'));
-        assert!(!queue.push(b'b'), "told once until the consumer looks");
-        queue.looking();
+        queue.push(b'a');
+        queue.push(b'b');
         assert_eq!(drain(&queue), vec![Step::Byte(b'a'), Step::Byte(b'b')]);
-        assert!(queue.push(b'c'), "told again after it looked");
+        queue.push(b'c');
         assert_eq!(drain(&queue), vec![Step::Byte(b'c')]);
         assert!(queue.is_empty());
-    }
-
-    /// A byte pushed between the consumer's look and its take is taken in that look, and its
-    /// telling arrives after: the next look finds nothing, yet the producer tells again after it.
-    #[test]
-    fn a_look_that_finds_nothing_still_rearms_the_telling() {
-        let queue = OutputQueue::new();
-        assert!(queue.push(b'a'));
-        queue.looking();
-        assert!(queue.push(b'b'), "pushed after the look: told");
-        assert_eq!(drain(&queue).len(), 2);
-        // The telling of 'b' brings the consumer back: nothing waits, but it looks.
-        queue.looking();
-        assert!(drain(&queue).is_empty());
-        assert!(queue.push(b'c'), "told again after an empty look");
+        assert!(!queue.has_work());
     }
 
     #[test]
@@ -315,7 +285,6 @@ mod tests {
         };
         let mut seen = 0usize;
         while seen < total {
-            queue.looking();
             queue.take(97, |step| {
                 assert_eq!(step, Step::Byte(seen as u8), "byte {seen}");
                 seen += 1;

@@ -8,8 +8,9 @@
 //! byte and counts it (its PL011 reads TXFF meanwhile, so a guest that looks first loses
 //! nothing); the count is said in a line of Keel's. Keel's own lines are made without
 //! `core::fmt` ([`keel_core::text`]) and copied into the multiplexer's buffer under the console
-//! lock. Either way the console pCPU is told once (its UART interrupt made pending, or
-//! its own EL2 timer's console deadline) and, from that deadline, moves the VMs' bytes into the
+//! lock. Nothing tells the console pCPU (that would take a device the partitions share): it
+//! looks every [`POLL_US`] from its EL2 timer's console deadline (at once for a line of its
+//! own) and, from that deadline, moves the VMs' bytes into the
 //! multiplexer ([`PULL_PER_STEP`] at a time) and writes what the UART takes
 //! ([`BYTES_PER_DRAIN`] at a time), each in a masked stretch of its own, coming back while
 //! output waits (see [`keel_core::console`]). Keel's diagnostics that a guest can trigger at
@@ -42,7 +43,7 @@ use keel_core::text::{Decimal, Out, Show};
 
 use crate::arch::boot::MAX_CPUS;
 use crate::arch::cpu::{self, Mutex};
-use crate::arch::{gic, timer, uart::Uart};
+use crate::arch::{timer, uart::Uart};
 use crate::timers::{self, Deadline};
 
 /// How long a partial output line may wait before it is written anyway (a shell prompt), and
@@ -57,6 +58,9 @@ const BYTES_PER_DRAIN: usize = 48;
 const COMPOSES_PER_DRAIN: usize = 1;
 /// How soon output left by [`BYTES_PER_DRAIN`] or [`COMPOSES_PER_DRAIN`] is written.
 const MORE_OUTPUT_DELAY_US: u64 = 50;
+/// How often the console pCPU looks at the VMs' output queues and Keel's lines from other
+/// pCPUs when nothing is left to write: the longest a line waits before it starts out.
+const POLL_US: u64 = 1_000;
 /// Most bytes of the VMs' output queues moved into the multiplexer in one go (a few dozen
 /// instructions each); the rest follows [`MORE_OUTPUT_DELAY_US`] later.
 const PULL_PER_STEP: usize = 16;
@@ -152,6 +156,11 @@ pub fn init(uart: Uart, names: &[&'static str], has_console: &[bool], raw_consol
         console.mux.make_raw(vm);
     }
     console.uart = Some(uart);
+    drop(console);
+    // The console pCPU's looks begin (`main` calls this on it).
+    if cpu::index() == CONSOLE_CPU {
+        arm_flush_timer(false);
+    }
 }
 
 /// A fixed buffer that makes one line; longer text is cut.
@@ -287,7 +296,7 @@ fn queue_line(line: &LineBuffer) {
         drop(console);
         // Written by the console pCPU, in a masked stretch of its own ([`flush_partial`]):
         // written here, a 60-byte line cost 1,500 instructions more.
-        tell_console_cpu();
+        line_queued();
     } else if let Some(uart) = *EARLY_UART.lock_cold() {
         uart.write(b"[keel] ");
         uart.write(text);
@@ -452,22 +461,13 @@ fn queue_pending_start_between(index: usize, between: fn()) -> bool {
     true
 }
 
-/// Tells the console pCPU that output waits (never a wait: one register write): its console
-/// deadline now, from its own pCPU; from another, the UART's interrupt, routed to it, made
-/// pending in the distributor. (An SGI was the first choice; under QEMU 7.2 SGIs to pCPU 0
-/// were mostly not delivered: `gicv3_icc_generate_sgi` traced, no `gicv3_redist_send_sgi`.)
-fn tell_console_cpu() {
+/// On the console pCPU, a line of Keel's just queued is written at once (its console deadline
+/// now); from another pCPU it waits for that pCPU's next look ([`POLL_US`]): telling it would
+/// take a device the partitions share (an SGI or the distributor).
+fn line_queued() {
     if cpu::index() == CONSOLE_CPU {
         timers::set_earlier(Deadline::Console, timer::now());
-    } else if let Some(distributor) = gic::distributor() {
-        distributor.set_pending(crate::platform::uart_intid());
     }
-}
-
-/// The UART's interrupt arrived on the console pCPU (input, or output waiting): its console
-/// deadline is now.
-pub fn told() {
-    timers::set_earlier(Deadline::Console, timer::now());
 }
 
 /// When a waiting partial line is written anyway (counter value; `u64::MAX`: none waits).
@@ -477,21 +477,19 @@ fn ticks(us: u64) -> u64 {
     timer::frequency() * us / 1_000_000
 }
 
-/// Brings this pCPU back to the console ([`flush_partial`]): soon if output is `left` (cut by
-/// [`BYTES_PER_DRAIN`] or a full FIFO), when a waiting partial line is due otherwise, and by
-/// the time refused input is to be said ([`input_refused`]) at the latest.
+/// Brings the console pCPU back to the console ([`flush_partial`]): soon if output is `left`
+/// (cut by [`BYTES_PER_DRAIN`] or a full FIFO), at its next look ([`POLL_US`]) otherwise, and
+/// by the time a waiting partial line or refused input is due ([`input_refused`]) at the
+/// latest.
 fn arm_flush_timer(left: bool) {
     let waiting = PARTIAL_DUE
         .load(Ordering::Relaxed)
         .min(INPUT_REPORT_DUE.load(Ordering::Relaxed));
-    let at = if left {
-        (timer::now() + ticks(MORE_OUTPUT_DELAY_US)).min(waiting)
-    } else {
-        waiting
-    };
-    if at != u64::MAX {
-        timers::set(Deadline::Console, at);
-    }
+    let after = if left { MORE_OUTPUT_DELAY_US } else { POLL_US };
+    timers::set(
+        Deadline::Console,
+        (timer::now() + ticks(after)).min(waiting),
+    );
 }
 
 /// How long after the last console input byte a VM's full queue refused the count is said: a
@@ -603,9 +601,7 @@ pub fn emergency_line(parts: &[&dyn Show]) {
 /// VM's vCPUs are its queue's one producer, one at a time.
 pub fn vm_output(vm: usize, byte: u8) {
     if let Some(queue) = OUTPUT.get(vm) {
-        if queue.push(byte) {
-            tell_console_cpu();
-        }
+        queue.push(byte);
     }
 }
 
@@ -617,8 +613,8 @@ pub fn output_full(vm: usize) -> bool {
 /// VM `vm` restarts: the line it was writing ends here, so that its next boot's output begins
 /// a line of its own. Only queued (a step of a reload, its vCPUs stopped: no other producer).
 pub fn end_vm_line(vm: usize) {
-    if OUTPUT.get(vm).is_some_and(OutputQueue::end_line) {
-        tell_console_cpu();
+    if let Some(queue) = OUTPUT.get(vm) {
+        queue.end_line();
     }
 }
 
@@ -628,17 +624,15 @@ pub fn end_vm_line(vm: usize) {
 fn pull(console: &mut Console, budget: usize) -> usize {
     let count = console.mux.vm_count().min(MAX_VMS);
     let first = PULL_NEXT.load(Ordering::Relaxed);
-    // Every queue is looked at first (its producer tells again from here on), whether or not
-    // it has anything: one told of bytes the last pull took would never tell again.
-    for queue in &OUTPUT[..count] {
-        queue.looking();
-    }
     let mut left = budget;
     for step in 0..count {
         let vm = (first + step) % count;
         let queue = &OUTPUT[vm];
         if !queue.has_work() {
             continue;
+        }
+        if queue.refused() > 0 {
+            refused_output(&mut console.mux, vm, queue);
         }
         let limit = console
             .hold
@@ -660,6 +654,27 @@ fn pull(console: &mut Console, budget: usize) -> usize {
         }
     }
     budget - left
+}
+
+/// How long a VM's count of refused output bytes is gathered before it is said again: one
+/// line a second at most per VM (a guest that writes without looking at TXFF would have one
+/// every pull).
+const REFUSED_REPORT_US: u64 = 1_000_000;
+
+/// When each VM's refused output was last said (counter value; 0: never).
+static REFUSED_SAID: [AtomicU64; MAX_VMS] = [const { AtomicU64::new(0) }; MAX_VMS];
+
+/// Hands VM `vm`'s count of refused output bytes to the multiplexer, which says it
+/// (`console output full: N bytes dropped`), unless it said one less than
+/// [`REFUSED_REPORT_US`] ago: the count then grows in the queue until it may.
+fn refused_output(mux: &mut ConsoleMux, vm: usize, queue: &OutputQueue) {
+    let now = timer::now();
+    let said = &REFUSED_SAID[vm];
+    let last = said.load(Ordering::Relaxed);
+    if last == 0 || now.saturating_sub(last) >= ticks(REFUSED_REPORT_US) {
+        said.store(now.max(1), Ordering::Relaxed);
+        mux.add_dropped(vm, queue.take_refused());
+    }
 }
 
 /// Whether a VM's output queue holds anything for the console pCPU.

@@ -3,9 +3,9 @@
 //! Keel's interrupts: SGI 0 (kick: re-evaluate this pCPU's vCPUs), PPI 25 (GIC maintenance),
 //! PPI 26 (EL2 physical timer: the pCPU's timer queue, see [`crate::timers`]), PPI 27 (the
 //! running guest's virtual timer, forwarded with a hardware-linked list register) and the
-//! UART's SPI (its input, or output waiting for the console pCPU: [`console`]). The SPIs of
-//! the board devices given to VMs are forwarded the timer's way: a hardware-linked list
-//! register, the guest's EOI deactivating the physical interrupt ([`forward`]).
+//! UART's SPI. The SPIs of the board devices given to VMs are forwarded the timer's way: a
+//! hardware-linked list register, the guest's EOI deactivating the physical interrupt
+//! ([`forward`]).
 //!
 //! What the interrupts mean for a shared pCPU's scheduler is marked in [`crate::vm`]
 //! ([`vm::mark_stale`]) and returned ([`Handled`]) for the caller to act on; the one call that
@@ -137,11 +137,7 @@ fn handle_from(first: u32, mut handled: Handled) -> Handled {
                 vm::mark_stale(vm::Stale::Kicked);
                 handled.reschedule = true;
             }
-            // Input, or output waiting (another pCPU pended it: `console::tell_console_cpu`).
-            _ if intid == crate::platform::uart_intid() => {
-                console::told();
-                console_input()
-            }
+            _ if intid == crate::platform::uart_intid() => console_input(),
             _ if is_smmu_interrupt(intid) => {
                 if let Some(serve) = hook(&DEVICE_FAULTS) {
                     serve();

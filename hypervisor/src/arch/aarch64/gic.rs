@@ -17,7 +17,6 @@ const GICD_ICACTIVER: usize = 0x0380;
 const GICD_ISACTIVER: usize = 0x0300;
 const GICD_ICENABLER: usize = 0x0180;
 const GICD_ICPENDR: usize = 0x0280;
-const GICD_ISPENDR: usize = 0x0200;
 const GICD_IPRIORITYR: usize = 0x0400;
 /// Interrupt configuration: two bits per interrupt, the upper one set for edge-triggered.
 const GICD_ICFGR: usize = 0x0c00;
@@ -105,13 +104,6 @@ impl Distributor {
         self.regs
             .write32(config_word, if level { config } else { config | edge });
         self.route_spi(intid, mpidr);
-    }
-
-    /// Makes SPI `intid` pending (12.9.20 GICD_ISPENDR<n>): its pCPU takes it as if the device
-    /// had raised it (one register write; never waits).
-    pub fn set_pending(&self, intid: u32) {
-        let (word, bit) = spi_bit(intid);
-        self.regs.write32(GICD_ISPENDR + word, bit);
     }
 
     /// Routes SPI `intid` to the pCPU with affinity `mpidr` (12.9.22 GICD_IROUTER<n>).
