@@ -335,7 +335,7 @@ pub fn spin_wait() {
 /// let a pCPU lose every race for as long as the others kept coming back. Its lock is the
 /// ticket's add and that loop, a few instructions at each of the dozens of places it is
 /// inlined; its unlock a load, an add and a release store. What each lock guards, its longest
-/// hold and the order locks are taken in: [`crate::vm`]'s lock order.
+/// hold and the order locks are taken in: the crate's [lock order](crate#lock-order).
 pub struct Mutex<T: ?Sized> {
     ticket: TicketLock,
     data: UnsafeCell<T>,

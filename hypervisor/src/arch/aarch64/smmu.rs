@@ -15,8 +15,8 @@
 //! bounded step, never while Keel waits for the SMMU: a submitter queues its commands and a
 //! CMD_SYNC under it, then looks at CMDQ_CONS under it once per poll, with the lock released
 //! and its caller's poll point between looks, until the SMMU has consumed them (its CMD_SYNC
-//! completes only after every command before it, other submitters' too). Its place in Keel's
-//! lock order: [`crate::vm`].
+//! completes only after every command before it, other submitters' too). Its place among
+//! Keel's locks: the crate's [lock order](crate#lock-order).
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, Ordering};
