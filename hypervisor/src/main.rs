@@ -108,7 +108,8 @@
 //!      lock, for one check. Each VM's output queue is lock-free (one producer, one
 //!      consumer).
 //!
-//! Without locks: each pCPU's trace ring (written by that pCPU alone), a manager's health
+//! Without locks: each pCPU's trace ring (written by that pCPU alone; a manager's
+//! KEEL_TRACE_READ copies it, reading its head before and after), a manager's health
 //! request (claimed by one compare-and-swap: a second manager is refused, not kept waiting),
 //! watchdog expiries, kicks and vCPU power (atomics).
 #![no_std]
