@@ -26,6 +26,7 @@ pub mod system;
 pub mod table;
 pub mod tasks;
 pub mod text;
+pub mod ticket;
 pub mod trace;
 mod translation;
 

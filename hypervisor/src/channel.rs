@@ -4,7 +4,7 @@
 //! names.
 //!
 //! Locks: none of its own; each peer's vGIC lock in turn, for one raise
-//! ([`irq::raise_and_kick`]).
+//! ([`irq::raise_and_kick`]; the crate's [lock order](crate#lock-order)).
 
 use keel_core::addr::GuestPhysAddr;
 use keel_core::channel::{self, ChannelError, NotifyRequest};

@@ -5,8 +5,8 @@
 //! Ownership and locks: each model of a VM has its own lock (`Vm::vgic`, `Vm::uart`, the
 //! virtio console's [`virtio::console`], the SP805's [`sp805::watchdog`]), taken by the device for the one access; a model
 //! that drives an interrupt line sets its level in the vGIC under its own lock (lock order:
-//! the model, then the vGIC; see [`crate::vm`]), so that levels are never applied out of
-//! order. No lock is held while the console is written.
+//! the model, then the vGIC; see the crate's [lock order](crate#lock-order)), so that levels
+//! are never applied out of order. No lock is held while the console is written.
 
 pub mod sp805;
 pub mod virtio;

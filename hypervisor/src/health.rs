@@ -10,8 +10,10 @@
 //! [`serve`], where no lock is held), and a manager's call (`manager`).
 //!
 //! Ownership and locks: each VM's [`Record`] sits behind a lock of its own, a leaf (held for
-//! a decision, never while printing, sending or stopping). The watchdog expiries and the
-//! pending events are `vm`'s atomics.
+//! a decision, never while printing, sending or stopping), taken by its managers too (the
+//! crate's [lock order](crate#lock-order)). The watchdog expiries and the pending events are
+//! `vm`'s atomics; a manager's request is claimed by a compare-and-swap (a second one is
+//! refused, not kept waiting).
 
 use core::sync::atomic::Ordering;
 

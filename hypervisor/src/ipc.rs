@@ -10,7 +10,8 @@
 //! behind a lock of their own, held for one bounded copy (at most one message, at most
 //! [`keel_core::ipc::MAX_MESSAGE`] bytes) and never together with another queue's. Lock
 //! order: a queue's lock alone; the destination VM's vGIC lock (to raise the interrupt) is
-//! taken after it is released.
+//! taken after it is released. Its senders are other VMs: its place among Keel's locks and
+//! the bound of a wait for it are in the crate's [lock order](crate#lock-order).
 //!
 //! The bytes of a message are copied once and never interpreted, so a guest changing them
 //! meanwhile changes nothing but what it sends.

@@ -8,8 +8,8 @@
 //! (`RELOADS`) is used by the resetting pCPU alone, while its VM is marked resetting; where
 //! the seed properties sit in a VM's device tree (`SEED_OFFSETS`) is written once by
 //! [`build`] and only read after. A reset of the devices takes the virtio console's lock, the
-//! PL011's, the SP805's, then the vGIC's (the device models' order, see [`crate::vm`]); no
-//! lock is held while it waits for a VM's vCPUs to stop.
+//! PL011's, the SP805's, then the vGIC's (the device models' order: the crate's
+//! [lock order](crate#lock-order)); no lock is held while it waits for a VM's vCPUs to stop.
 
 use core::sync::atomic::{AtomicUsize, Ordering};
 

@@ -59,6 +59,60 @@
 //! - layer 12, `trap`: the dispatcher of guest exits: hypercalls, system registers, data
 //!   aborts, interrupts.
 //! - layer 13, `main`: boot, each pCPU's bring-up, and the wiring of the upward interfaces.
+//!
+//! # Lock order
+//!
+//! Every lock is the arch layer's [`cpu::Mutex`], a ticket lock: pCPUs are served in the
+//! order they asked, so a pCPU waits for at most one hold of each other pCPU, and each hold
+//! below is bounded. No lock is held while a pCPU enters a guest, waits for an interrupt,
+//! waits for a device (the SMMU's CMD_SYNC, the UART) or waits for another VM (a stop's wait
+//! for the VM's vCPUs to leave the guest), and no two locks of one kind (two VMs' vGICs, two
+//! queues, two task tables, two pCPUs' schedulers) are held together. A lock is taken only
+//! with none held, or under locks listed before it:
+//!
+//! 1. A VM's task table ([`vm::task_table`], one per VM): its own task services and its
+//!    managers' (KEEL_TASK_LAUNCH, _DELETE and _STATS on its tasks, KEEL_VM_RESOURCES), its
+//!    reset or end. Held for one service, the task's pCPU's scheduler (2) under it.
+//! 2. A shared pCPU's scheduler and vCPU contexts (`sched`'s `SharedCpu`, one per pCPU): the
+//!    pCPU itself, in short sections and never while running a guest; the task services of
+//!    any VM with a task there (an admission over the pCPU's 8 slots at most); a manager's
+//!    KEEL_VM_SCHED_STATS.
+//! 3. A VM's device models (one each per VM), in this order: its virtio console
+//!    ([`devices::virtio::console`]), its PL011 ([`vm::Vm::uart`]), its SP805
+//!    ([`devices::sp805::watchdog`]). Taken by its vCPUs' traps (one register, or one
+//!    virtqueue step of at most 4 KiB), by pCPU 0 delivering console input (the PL011), by
+//!    its virtio console's peer (input queued, output retried after a receive), by its reset
+//!    (all of them, then its vGIC).
+//! 4. A message queue ([`ipc`], one per destination vCPU or task): every sender the
+//!    destination's `messages` table admits, Keel's health notices, a virtio console's
+//!    output, the receiver, the reset of the destination's VM, a task's creation or deletion.
+//!    Held for one copy of at most `keel_core::ipc::MAX_MESSAGE` bytes (4 KiB) or a clear;
+//!    the receiver's interrupt is raised after it is released.
+//! 5. A VM's vGIC ([`vm::Vm::vgic`], one per VM): its vCPUs' traps (one register), the pCPU
+//!    running one of its vCPUs (its virtual timer, its list registers refilled: at most 16),
+//!    whoever raises one of its interrupts (senders of messages and doorbells, health
+//!    notices, a peer's virtio console, console input), its reset (bounded by its
+//!    interrupts).
+//! 6. Leaves, under which nothing is taken:
+//!    - a VM's health record (`health`, one per VM): its own traps, its vCPU 0's pCPU
+//!      (watchdog, misses), a scheduler noting its misses (under 2), its managers (a
+//!      request, KEEL_VM_STATUS); one decision over at most 16 remembered times;
+//!    - a VM's management-window registers (`manager_window`, one per VM): its own vCPUs, for
+//!      one register (released during the call a FUNCTION write makes);
+//!    - a VM's reload progress (`lifecycle`, one per VM): the resetting pCPU alone;
+//!    - the SMMU (`arch::smmu`, one for the system): any pCPU stopping or restarting a VM with
+//!      DMA-capable devices, the pCPU taking the SMMU's interrupt; held for one step (32
+//!      stream table entries rewritten, at most 9 commands queued, one look at CMDQ_CONS, or
+//!      at most 32 fault records read), never while a CMD_SYNC is waited for;
+//!    - the console (`console`, one for the system): the drainer's lock, taken by pCPU 0 to
+//!      drain and by any pCPU for a bounded copy of one of Keel's lines; the rate limiter's
+//!      lock, for one check. Each VM's output queue is lock-free (one producer, one
+//!      consumer).
+//!
+//! Without locks: each pCPU's trace ring (written by that pCPU alone; a manager's
+//! KEEL_TRACE_READ copies it, reading its head before and after), a manager's health
+//! request (claimed by one compare-and-swap: a second manager is refused, not kept waiting),
+//! watchdog expiries, kicks and vCPU power (atomics).
 #![no_std]
 #![no_main]
 

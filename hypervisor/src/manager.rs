@@ -3,8 +3,10 @@
 //! VMs that name it in `health.managers` let it do to them, as a hypercall or through the
 //! management window. Each checks the grant first and changes nothing when refused.
 //!
-//! Ownership and locks: none of its own; a service takes `health`'s record lock, or one
-//! shared pCPU's scheduler lock for the statistics, each alone and briefly.
+//! Ownership and locks: none of its own; a service takes `health`'s record lock, one shared
+//! pCPU's scheduler lock for the statistics, or the managed VM's task table, vGIC or message
+//! queues for its resource counters, each alone and briefly (the crate's
+//! [lock order](crate#lock-order)).
 
 use keel_core::abi::{self, CallError};
 use keel_core::health::{Action, Event, Resources};
@@ -75,7 +77,7 @@ pub fn call(caller: usize, caller_vcpu: usize, function: u32, args: &[u64; 6]) -
         abi::KEEL_VM_RESOURCES if reads => {
             let resources = Resources {
                 messages: crate::ipc::queued(target),
-                tasks: vm::task_tables().lock_cold()[target].count() as u64,
+                tasks: vm::task_table(target).lock_cold().count() as u64,
                 slots: sched::started_slots(target),
                 raised: vm::vm(target).vgic.lock_cold().raised_count(),
                 dma: crate::iommu::vm_streams_translate(target),

@@ -16,7 +16,7 @@
 //! Ownership and locks: each VM's registers sit behind a lock of their own, taken by its vCPUs'
 //! traps for one register, never held across a call (a FUNCTION write copies the arguments
 //! out under it, makes the call holding nothing, and takes it again to store the results), so
-//! they come before any lock the services take. The registers are one set per VM, not per
+//! they come before any lock the services take (the crate's [lock order](crate#lock-order)). The registers are one set per VM, not per
 //! vCPU: two vCPUs calling at once may see each other's arguments and results (the guest
 //! serialises its calls; `keel` locks `/dev/mem`). They are all zero in `.bss`, and read as zero
 //! again in each new generation of the VM (after every restart or reset), so that nothing of a

@@ -5,7 +5,8 @@
 //! whose output waited for room in that queue go on.
 //!
 //! Locks: none of its own; each queue's lock for one copy, then the console's or the vGIC's
-//! (see [`crate::ipc`] and [`crate::devices::virtio`]), never together.
+//! (see [`crate::ipc`] and [`crate::devices::virtio`]), never together (the crate's
+//! [lock order](crate#lock-order)).
 //!
 //! Guest memory is reached only through [`vm::guest_bytes`], which checks the whole range
 //! against the VM's own regions first.

@@ -6,11 +6,12 @@
 //! Ownership: each of a VM's device models (vGIC, PL011 here; the virtio console in
 //! [`crate::devices`]) sits behind a lock of its own, taken by the pCPU running its vCPU
 //! (traps, through [`crate::devices`]), by pCPU 0 (console input, queued in the PL011 model
-//! after the console lock is released) and by senders raising its interrupts. Lock order: a
-//! device model other than the vGIC, then the VM's vGIC (a model sets its interrupt's level
-//! under its own lock, so that a level cannot be overtaken by an older one), then nothing (the console lock is never taken while holding either). The task
-//! tables of all VMs sit behind one lock ([`task_tables`]), taken before a shared pCPU's own
-//! (see `sched::tasks`).
+//! after the console lock is released) and by senders raising its interrupts. A device model
+//! other than the vGIC is locked before the VM's vGIC (a model sets its interrupt's level
+//! under its own lock, so that a level cannot be overtaken by an older one); the console lock
+//! is never taken while holding either. Each VM's task table sits behind a lock of its own
+//! ([`task_table`]), taken before a shared pCPU's (see `sched::tasks`). Every lock's place,
+//! holders and longest hold: the crate's [lock order](crate#lock-order).
 
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
@@ -573,18 +574,20 @@ pub fn vm_id(id: usize) -> VmId {
     desc(id).id
 }
 
-/// Every VM's real-time tasks (KEEL_TASK_*: `sched::tasks` carries them out).
-static TASK_TABLES: Mutex<[TaskTable; MAX_VMS]> = Mutex::new([TaskTable::EMPTY; MAX_VMS]);
+/// Each VM's real-time tasks (KEEL_TASK_*: `sched::tasks` carries them out), each table behind
+/// a lock of its own.
+static TASK_TABLES: [Mutex<TaskTable>; MAX_VMS] = [const { Mutex::new(TaskTable::EMPTY) }; MAX_VMS];
 
-/// The task tables of all VMs, behind their one lock (taken before any shared pCPU's).
-pub fn task_tables() -> &'static Mutex<[TaskTable; MAX_VMS]> {
-    &TASK_TABLES
+/// VM `id`'s task table, behind its lock (taken before any shared pCPU's: see the lock order
+/// above).
+pub fn task_table(id: usize) -> &'static Mutex<TaskTable> {
+    entry(&TASK_TABLES, id)
 }
 
 /// VM `id` was reset or ended: its tasks are forgotten. Their slots are freed by their pCPUs
 /// when the kick that says so arrives (their generation or VM state no longer matches).
 pub fn forget_tasks(id: usize) {
-    TASK_TABLES.lock_cold()[id].clear();
+    task_table(id).lock_cold().clear();
 }
 
 /// Each VM's watchdog expiry: the counter value at which it expires (`u64::MAX`, or 0 in the

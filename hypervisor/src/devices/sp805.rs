@@ -8,7 +8,7 @@
 //! Ownership and locks: each VM's model sits behind its own lock ([`watchdog`]), taken for one
 //! access and by the life cycle's reset of the VM's devices; nothing else is locked while it is
 //! held (setting the expiry is lock-free), so that expiries are set in the order the writes
-//! made them.
+//! made them (the crate's [lock order](crate#lock-order)).
 
 use keel_core::abi::layout;
 use keel_core::devices::sp805::Sp805;

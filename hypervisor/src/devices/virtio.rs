@@ -6,9 +6,10 @@
 //! ([`keel_core::devices::virtio::console`]) walks the rings in bounded steps and checks every
 //! address through [`VmMemory`].
 //!
-//! Ownership and locks: each VM's console state sits behind its own lock ([`console`]). Lock
-//! order: the console's lock, then a message queue's lock (taking input, or sending output),
-//! then the VM's vGIC lock (its interrupt level). Output the peer's full queue cannot take
+//! Ownership and locks: each VM's console state sits behind its own lock ([`console`]), which
+//! its peer takes too (input queued, output retried). Lock order: the console's lock, then a
+//! message queue's lock (taking input, or sending output), then the VM's vGIC lock (its
+//! interrupt level); see the crate's [lock order](crate#lock-order). Output the peer's full queue cannot take
 //! stays in the driver's ring and is retried when the peer receives a message
 //! ([`peer_received`]): nothing is dropped.
 

@@ -7,10 +7,11 @@
 //! placed on it) is owned by that pCPU; other pCPUs reach its vCPUs by a kick SGI
 //! ([`crate::vm::kick_vcpu`]), except that a task service ([`tasks`]) locks the `SharedCpu`
 //! of the task's pCPU for the few hundred instructions of a create, launch, delete or stats,
-//! and kicks it after. Lock order: the task tables ([`crate::vm::task_tables`]), then a
-//! pCPU's `SharedCpu`, then a VM's device lock, a message queue's lock ([`crate::ipc`]) or
-//! the console's. None is held while entering a guest or waiting for an interrupt; a pCPU
-//! holds its own `SharedCpu` only in short bounded sections.
+//! and kicks it after. Lock order (the crate's [lock order](crate#lock-order)): a VM's task
+//! table ([`crate::vm::task_table`]), then a pCPU's `SharedCpu`, then a VM's device lock, a
+//! message queue's lock ([`crate::ipc`]), a health record's or the console's. None is held
+//! while entering a guest or waiting for an interrupt; a pCPU holds its own `SharedCpu` only
+//! in short bounded sections.
 //!
 //! Exits are handled in place, on the running slot's own stack (below its frame). An exit
 //! that gives the pCPU away ([`give_away`]: WFI, KEEL_YIELD, KEEL_TASK_WAIT) or after which

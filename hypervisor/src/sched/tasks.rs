@@ -1,12 +1,14 @@
 //! Real-time task services (KEEL_TASK_*): the partition's task table and the slot its task
 //! holds on a shared pCPU ([`keel_core::tasks`] decides; this carries it out).
 //!
-//! Ownership and locks: the task tables of all VMs sit behind one lock ([`vm::task_tables`],
-//! VM state). A task service takes it, then the `SharedCpu` lock of the task's pCPU (possibly
+//! Ownership and locks: each VM's task table sits behind a lock of its own
+//! ([`vm::task_table`], VM state), so that one VM's task services never wait for another's
+//! unless one manages the other. A task service takes the table of the task's partition (the
+//! caller's, or a VM's it manages), then the `SharedCpu` lock of the task's pCPU (possibly
 //! another pCPU's: that pCPU holds its own lock only briefly and never while running a
-//! guest), then at most a VM's device lock. Lock order: the task tables → a `SharedCpu` → a
-//! VM's device lock. The pCPU is kicked after the locks are dropped. Each service is bounded
-//! by the slots of one pCPU.
+//! guest), then at most a message queue's or a VM's device lock: the crate's
+//! [lock order](crate#lock-order). The pCPU is kicked after the locks are dropped. Each
+//! service is bounded by the slots of one pCPU.
 
 use keel_core::abi::CallError;
 use keel_core::addr::GuestPhysAddr;
@@ -14,11 +16,11 @@ use keel_core::tasks::{self, TaskError, TaskRequest, TaskTable};
 
 use super::{this_shared, ticks_per_ns, Flags, Placed, SHARED};
 use crate::arch::boot::MAX_CPUS;
-use crate::arch::cpu;
+use crate::arch::cpu::{self, MutexGuard};
 use crate::arch::vectors::GuestRegs;
 use crate::arch::{guest, timer};
 use crate::config::SYSTEM;
-use crate::vm::{self, VcpuPower, MAX_VMS};
+use crate::vm::{self, VcpuPower};
 
 /// What a task service asks of its caller beyond its result.
 pub enum After {
@@ -39,10 +41,10 @@ pub fn create(id: usize, request: &TaskRequest) -> u64 {
         return TaskError::InvalidParameters.to_x0();
     }
     let vm = vm::vm(id);
-    let mut tables = vm::task_tables().lock();
+    let mut table = vm::task_table(id).lock();
     let mut guard = SHARED[pcpu].lock();
     let shared = &mut *guard;
-    let admitted = tables[id].create(
+    let admitted = table.create(
         desc.tasks.as_ref(),
         desc.pcpus,
         request,
@@ -100,8 +102,12 @@ impl Found {
     }
 }
 
-/// The task `handle` names, if VM `caller` may manage it.
-fn lookup(tables: &[TaskTable; MAX_VMS], caller: usize, handle: u64) -> Result<Found, TaskError> {
+/// The task `handle` names, if VM `caller` may manage it, and its partition's task table,
+/// locked (the caller's own, or a managed VM's).
+fn lookup(
+    caller: usize,
+    handle: u64,
+) -> Result<(MutexGuard<'static, TaskTable>, Found), TaskError> {
     let (owner, index) = tasks::parse_handle(handle).ok_or(TaskError::NoSuchTask)?;
     if owner >= SYSTEM.vms.len() {
         return Err(TaskError::NoSuchTask);
@@ -109,20 +115,21 @@ fn lookup(tables: &[TaskTable; MAX_VMS], caller: usize, handle: u64) -> Result<F
     if !tasks::may_manage(caller, owner, vm::desc(owner).tasks.as_ref()) {
         return Err(TaskError::NotAllowed);
     }
-    let task = tables[owner].get(index)?;
+    let table = vm::task_table(owner).lock();
+    let task = table.get(index)?;
     let vcpu = vm::desc(owner).pcpus.len() + index;
-    Ok(Found {
+    let found = Found {
         index,
         task,
         placed: Placed { vm: owner, vcpu },
-    })
+    };
+    Ok((table, found))
 }
 
 /// KEEL_TASK_LAUNCH from VM `caller`: first release at `release` (counter ticks; 0 or a time
 /// passed: now).
 pub fn launch(caller: usize, handle: u64, release: u64) -> u64 {
-    let mut tables = vm::task_tables().lock();
-    let found = match lookup(&tables, caller, handle) {
+    let (mut table, found) = match lookup(caller, handle) {
         Ok(found) => found,
         Err(error) => return error.to_x0(),
     };
@@ -133,28 +140,25 @@ pub fn launch(caller: usize, handle: u64, release: u64) -> u64 {
             return TaskError::NoSuchTask.to_x0();
         }
         let (slot, now) = (found.slot(), timer::now());
-        if let Err(error) =
-            tables[found.placed.vm].launch(found.index, &mut shared.scheduler, now, release)
-        {
+        if let Err(error) = table.launch(found.index, &mut shared.scheduler, now, release) {
             return error.to_x0();
         }
         shared.started |= 1 << slot;
         shared.set(slot, Flags::FRESH);
         vm::vm(found.placed.vm).set_vcpu_power(found.placed.vcpu, VcpuPower::On);
     }
-    drop(tables);
+    drop(table);
     vm::kick_pcpu(pcpu, found.placed.vm);
     0
 }
 
 /// KEEL_TASK_DELETE from vCPU `vcpu` of VM `caller`.
 pub fn delete(caller: usize, vcpu: usize, handle: u64) -> After {
-    let mut tables = vm::task_tables().lock();
-    let found = match lookup(&tables, caller, handle) {
+    let (mut table, found) = match lookup(caller, handle) {
         Ok(found) => found,
         Err(error) => return After::Resume(error.to_x0()),
     };
-    let _ = tables[found.placed.vm].delete(found.index);
+    let _ = table.delete(found.index);
     let pcpu = found.task.pcpu as usize;
     let slot = found.slot();
     let mut after = After::Resume(0);
@@ -178,7 +182,7 @@ pub fn delete(caller: usize, vcpu: usize, handle: u64) -> After {
             crate::ipc::clear(found.placed.vm, found.placed.vcpu);
         }
     }
-    drop(tables);
+    drop(table);
     if matches!(after, After::Resume(_)) {
         vm::kick_pcpu(pcpu, found.placed.vm);
     }
@@ -187,8 +191,8 @@ pub fn delete(caller: usize, vcpu: usize, handle: u64) -> After {
 
 /// KEEL_TASK_STATS from VM `caller`: x0..x5 (see [`keel_core::abi::KEEL_TASK_STATS`]).
 pub fn stats(caller: usize, handle: u64, regs: &mut GuestRegs) -> u64 {
-    let tables = vm::task_tables().lock();
-    let found = match lookup(&tables, caller, handle) {
+    // The table stays locked while the pCPU's is taken, as in the other services.
+    let (_table, found) = match lookup(caller, handle) {
         Ok(found) => found,
         Err(error) => return error.to_x0(),
     };

@@ -4,7 +4,9 @@ use core::cell::UnsafeCell;
 use core::marker::PhantomData;
 use core::mem::MaybeUninit;
 use core::ops::{Deref, DerefMut};
-use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicU8, Ordering};
+
+use keel_core::ticket::TicketLock;
 
 use super::regs::read_sysreg;
 
@@ -326,13 +328,16 @@ pub fn spin_wait() {
     <YieldRelax as spin::RelaxStrategy>::relax();
 }
 
-/// Keel's lock: a spin lock. A pCPU that finds it taken waits with `yield`
-/// ([`YieldRelax`]) and tries again. Its lock is the exchange and that loop, a few
-/// instructions at each of the dozens of places it is inlined (`spin`'s `SpinMutex`, whose
-/// wait also polled with plain loads between tries, took about twice as many; about 1 KB of
-/// the image).
+/// Keel's lock: a fair spin lock, a ticket lock ([`TicketLock`]: its counters and their host
+/// tests are in the core). A pCPU takes the next ticket and waits with `yield`
+/// ([`YieldRelax`]) until it is served; tickets are served in the order they were taken, so a
+/// waiter waits for at most one hold of each other pCPU ahead of it, where a test-and-set lock
+/// let a pCPU lose every race for as long as the others kept coming back. Its lock is the
+/// ticket's add and that loop, a few instructions at each of the dozens of places it is
+/// inlined; its unlock a load, an add and a release store. What each lock guards, its longest
+/// hold and the order locks are taken in: the crate's [lock order](crate#lock-order).
 pub struct Mutex<T: ?Sized> {
-    locked: AtomicBool,
+    ticket: TicketLock,
     data: UnsafeCell<T>,
 }
 
@@ -343,26 +348,20 @@ unsafe impl<T: ?Sized + Send> Sync for Mutex<T> {}
 unsafe impl<T: ?Sized + Send> Send for Mutex<T> {}
 
 impl<T> Mutex<T> {
-    /// A free lock holding `data`.
+    /// A free lock holding `data` (its counters all zero bytes).
     pub const fn new(data: T) -> Self {
         Self {
-            locked: AtomicBool::new(false),
+            ticket: TicketLock::new(),
             data: UnsafeCell::new(data),
         }
     }
 }
 
 impl<T: ?Sized> Mutex<T> {
-    /// Takes the lock, waiting while another holder has it.
+    /// Takes the lock, waiting (in ticket order) while others hold it or wait ahead.
     #[inline(always)]
     pub fn lock(&self) -> MutexGuard<'_, T> {
-        while self
-            .locked
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            spin_wait();
-        }
+        self.ticket.lock(spin_wait);
         MutexGuard {
             lock: self,
             _data: PhantomData,
@@ -370,41 +369,33 @@ impl<T: ?Sized> Mutex<T> {
     }
 
     /// [`lock`](Self::lock) for code off the hot paths (boot, Keel's own lines, console
-    /// input, a vCPU's start, a VM's reset): the exchange loop is one copy out of line for
-    /// all of them, where `lock` inlines its 36 bytes at each place. The call costs a few
+    /// input, a vCPU's start, a VM's reset): the ticket's add and wait are one copy out of
+    /// line for all of them, where `lock` inlines them at each place. The call costs a few
     /// instructions, and the caller's registers.
     #[inline(always)]
     pub fn lock_cold(&self) -> MutexGuard<'_, T> {
-        acquire(&self.locked);
+        acquire(&self.ticket);
         MutexGuard {
             lock: self,
             _data: PhantomData,
         }
     }
 
-    /// Takes the lock if it is free.
+    /// Takes the lock if it is free (no one holds it or waits for it).
     #[inline(always)]
     pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
-        self.locked
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
-            .then_some(MutexGuard {
-                lock: self,
-                _data: PhantomData,
-            })
+        self.ticket.try_lock().then_some(MutexGuard {
+            lock: self,
+            _data: PhantomData,
+        })
     }
 }
 
-/// Takes the lock word of a [`Mutex`], waiting with `yield` while another holder has it
+/// Takes a [`Mutex`]'s ticket and waits with `yield` until it is served
 /// ([`Mutex::lock_cold`]).
 #[inline(never)]
-fn acquire(locked: &AtomicBool) {
-    while locked
-        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        spin_wait();
-    }
+fn acquire(ticket: &TicketLock) {
+    ticket.lock(spin_wait);
 }
 
 /// What locking a [`Mutex`] gives: its data, until dropped.
@@ -432,7 +423,8 @@ impl<T: ?Sized> DerefMut for MutexGuard<'_, T> {
 
 impl<T: ?Sized> Drop for MutexGuard<'_, T> {
     fn drop(&mut self) {
-        self.lock.locked.store(false, Ordering::Release);
+        // The guard is the holder: it serves the next ticket, once.
+        self.lock.ticket.unlock();
     }
 }
 

@@ -11,11 +11,12 @@
 //! and before any other pCPU or VM runs. Afterwards the level-2 arrays and the queues are
 //! touched only under [`SMMU`]'s lock (an STE switched to abort and back, commands, the event
 //! queue's consumer); the level-1 table, the plan, the CDs and stage-1 tables are only read
-//! (the plan by [`stream_owner`], the rest by the SMMU). Lock order: the SMMU's lock is a
-//! leaf (no other lock is taken under it, and it is never taken with a VM's lock held). It is
-//! the one lock held while Keel waits on a device: a CMD_SYNC's completion (bounded by
-//! [`ACK_POLLS`]), at a VM's stop or restart only, so that no second submitter
-//! interleaves its commands with the ones waited for.
+//! (the plan by [`stream_owner`], the rest by the SMMU). The lock is a leaf, held for one
+//! bounded step, never while Keel waits for the SMMU: a submitter queues its commands and a
+//! CMD_SYNC under it, then looks at CMDQ_CONS under it once per poll, with the lock released
+//! and its caller's poll point between looks, until the SMMU has consumed them (its CMD_SYNC
+//! completes only after every command before it, other submitters' too). Its place among
+//! Keel's locks: the crate's [lock order](crate#lock-order).
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -99,11 +100,12 @@ static TABLES: Stage1Tables = Stage1Tables(UnsafeCell::new([[0; ENTRIES]; STAGE1
 static COMMANDS: CommandQueue = CommandQueue(UnsafeCell::new([[0; 2]; 1 << COMMAND_LOG2]));
 static EVENTS: EventQueue = EventQueue(UnsafeCell::new([[0; 4]; 1 << EVENT_LOG2]));
 
-/// The SMMU once [`init`] enabled it: its registers, and the producer index of the command
-/// queue and the consumer index of the event queue, which only Keel moves.
+/// The SMMU once [`init`] enabled it: its registers, the entries Keel has written to the
+/// command queue since it was enabled (its PROD pointer is that count's low bits), and the
+/// consumer index of the event queue, which only Keel moves.
 struct Driver {
     regs: Mmio,
-    command_prod: u32,
+    produced: u64,
     event_cons: u32,
 }
 
@@ -246,29 +248,36 @@ pub unsafe fn init(
         queues,
         "CR0",
     )?;
-    let mut driver = Driver {
+    *SMMU.lock_cold() = Some(Driver {
         regs,
-        command_prod: 0,
+        produced: 0,
         event_cons: 0,
-    };
-    // Nothing of a reset's or a firmware's configuration is cached.
-    driver.submit(&[command::cfgi_all(), command::tlbi_nsnh_all()])?;
+    });
+    let enabled = enable(&regs, queues);
+    if enabled.is_err() {
+        *SMMU.lock_cold() = None;
+    }
+    enabled
+}
+
+/// The end of [`init`], its queues enabled and its driver in place: nothing of a reset's or a
+/// firmware's configuration left cached, the interrupts on, then translation.
+fn enable(regs: &Mmio, queues: u32) -> Result<(), SmmuError> {
+    submit(&[command::cfgi_all(), command::tlbi_nsnh_all()], || {})?;
     write_acknowledged(
-        &driver.regs,
+        regs,
         regs::IRQ_CTRL as usize,
         regs::IRQ_CTRLACK as usize,
         irq_ctrl::EVENTQ_IRQEN | irq_ctrl::GERROR_IRQEN,
         "IRQ_CTRL",
     )?;
     write_acknowledged(
-        &driver.regs,
+        regs,
         regs::CR0 as usize,
         regs::CR0ACK as usize,
         queues | cr0::SMMUEN,
         "CR0",
-    )?;
-    *SMMU.lock_cold() = Some(driver);
-    Ok(())
+    )
 }
 
 /// Writes `value` to the register at `offset` and waits (bounded) for its acknowledgement
@@ -291,33 +300,80 @@ fn write_acknowledged(
 }
 
 impl Driver {
-    /// Queues `commands` and a CMD_SYNC, and waits (bounded) until the SMMU consumed them.
-    fn submit(&mut self, commands: &[Command]) -> Result<(), SmmuError> {
+    /// Writes `commands` and a CMD_SYNC to the command queue and moves PROD past them, if the
+    /// queue has room for them all: the count of entries produced up to the CMD_SYNC's end
+    /// (`None`: no room yet). One bounded step: a register read, at most nine entries, a write.
+    fn produce(&mut self, commands: &[Command]) -> Result<Option<u64>, SmmuError> {
         let queue = COMMAND_QUEUE;
+        let cons = self.regs.read32(regs::CMDQ_CONS as usize);
+        if let Some(error) = CommandError::from_cons(cons) {
+            return Err(SmmuError::Command(error));
+        }
+        let prod = queue.pointer(self.produced as u32);
+        if (queue.free(prod, cons) as usize) < commands.len() + 1 {
+            return Ok(None);
+        }
         let sync = command::sync(SyncSignal::None);
         for command in commands.iter().chain([&sync]) {
-            // The queue is drained at every submit, so it has room.
-            let slot = queue.slot(self.command_prod);
-            // SAFETY: the command queue is only written here, under SMMU's lock (or by `init`
-            // before anything else runs); the SMMU reads an entry only once PROD covers it.
+            let slot = queue.slot(queue.pointer(self.produced as u32));
+            // SAFETY: the command queue is only written here, under SMMU's lock, in slots
+            // the SMMU has consumed (the room was checked against CONS above); the SMMU reads
+            // an entry only once PROD covers it.
             unsafe { (*COMMANDS.0.get())[slot] = *command };
-            self.command_prod = queue.advance(self.command_prod, 1);
+            self.produced += 1;
         }
         cpu::dsb_sy();
-        self.regs
-            .write32(regs::CMDQ_PROD as usize, self.command_prod);
-        for _ in 0..ACK_POLLS {
-            let cons = self.regs.read32(regs::CMDQ_CONS as usize);
-            if let Some(error) = CommandError::from_cons(cons) {
-                return Err(SmmuError::Command(error));
-            }
-            if queue.pointer(cons) == self.command_prod {
-                return Ok(());
-            }
-            cpu::spin_wait();
-        }
-        Err(SmmuError::NoAck("CMDQ_PROD"))
+        self.regs.write32(
+            regs::CMDQ_PROD as usize,
+            queue.pointer(self.produced as u32),
+        );
+        Ok(Some(self.produced))
     }
+
+    /// Whether the SMMU has consumed every entry produced before the count `end` (read from
+    /// CMDQ_CONS: one register read).
+    fn has_consumed(&self, end: u64) -> Result<bool, SmmuError> {
+        let queue = COMMAND_QUEUE;
+        let cons = self.regs.read32(regs::CMDQ_CONS as usize);
+        if let Some(error) = CommandError::from_cons(cons) {
+            return Err(SmmuError::Command(error));
+        }
+        // CONS is at most a queue's length behind what was produced: exact in the count.
+        let pending = queue.used(queue.pointer(self.produced as u32), cons);
+        Ok(self.produced - u64::from(pending) >= end)
+    }
+}
+
+/// Queues `commands` (at most eight) and a CMD_SYNC, and waits until the SMMU has consumed
+/// them, or gives up after [`ACK_POLLS`] looks. SMMU's lock is held for each bounded step (the
+/// queueing, each look at CMDQ_CONS) and released between them, where `between` (the caller's
+/// poll point) runs: no lock is held while Keel waits for the SMMU, and other submitters queue
+/// meanwhile. A queue without room for them (others' commands not consumed yet) is waited for
+/// the same way. Nothing to do without an SMMU.
+fn submit(commands: &[Command], between: fn()) -> Result<(), SmmuError> {
+    debug_assert!(commands.len() < COMMAND_QUEUE.entries() as usize);
+    let mut end = None;
+    for _ in 0..ACK_POLLS {
+        {
+            let mut smmu = SMMU.lock_cold();
+            let Some(driver) = smmu.as_mut() else {
+                return Ok(());
+            };
+            if end.is_none() {
+                end = driver.produce(commands)?;
+            }
+            // Looked at at once too: an SMMU that consumes as PROD is written (QEMU's) is
+            // done here.
+            if let Some(end) = end {
+                if driver.has_consumed(end)? {
+                    return Ok(());
+                }
+            }
+        }
+        between();
+        cpu::spin_wait();
+    }
+    Err(SmmuError::NoAck("CMDQ_PROD"))
 }
 
 /// Entries of the stream table's level-2 arrays looked at (and, where VM's, rewritten) in one
@@ -334,8 +390,10 @@ static WANTED: [AtomicBool; MAX_VMS] = [const { AtomicBool::new(false) }; MAX_VM
 /// context (`translate` true), and invalidates the SMMU's cached copies of `ranges` (the VM's
 /// stream ranges). Bounded: the arrays in use (at most [`MAX_STREAM_ARRAYS`] x 256 STEs) are
 /// looked at [`POSITIONS_PER_STEP`] at a time, with SMMU's lock released and `between` (the
-/// caller's poll point) called before each step, then a command per range. A VM that is stopped
-/// has its devices cut off this way (aborts record no event); its restart gives them back.
+/// caller's poll point) called before each step, then a command per range, eight at a time,
+/// each batch's CMD_SYNC waited for with the lock released and `between` between looks
+/// ([`submit`]). A VM that is stopped has its devices cut off this way (aborts record no
+/// event); its restart gives them back.
 pub fn set_vm_streams(
     vm: usize,
     translate: bool,
@@ -381,10 +439,6 @@ pub fn set_vm_streams(
         }
         first += POSITIONS_PER_STEP;
     }
-    let mut smmu = SMMU.lock_cold();
-    let Some(driver) = smmu.as_mut() else {
-        return Ok(());
-    };
     let mut commands = [[0u64; 2]; 8];
     let mut count = 0;
     for (first, last) in ranges {
@@ -393,11 +447,11 @@ pub fn set_vm_streams(
             count += 1;
         }
         if count == commands.len() {
-            driver.submit(&commands)?;
+            submit(&commands, between)?;
             count = 0;
         }
     }
-    driver.submit(&commands[..count])
+    submit(&commands[..count], between)
 }
 
 /// The VM that owns stream `stream` in the stream table (whose device's DMA it is), if any.
