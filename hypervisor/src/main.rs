@@ -104,10 +104,13 @@
 //!      DMA-capable devices, the pCPU taking the SMMU's interrupt; held for one step (32
 //!      stream table entries rewritten, at most 9 commands queued, one look at CMDQ_CONS, or
 //!      at most 32 fault records read), never while a CMD_SYNC is waited for;
-//!    - the console (`console`, one for the system): the drainer's lock, taken by pCPU 0 to
-//!      drain and by any pCPU for a bounded copy of one of Keel's lines; the rate limiter's
-//!      lock, for one check. Each VM's output queue is lock-free (one producer, one
-//!      consumer).
+//!    - the console (`console`, one for the system): the multiplexer's lock, taken by the
+//!      console pCPU (0) for one step (16 bytes pulled from the VMs' queues, or 48 written to
+//!      the UART, which it never waits for), for reading console input, and by any pCPU for
+//!      the copy of one of Keel's lines (at most 256 bytes); the rate limiter's lock, for
+//!      one check. A VM's console output takes neither: its output queue is lock-free (one
+//!      producer, its vCPUs under its PL011 lock (3); one consumer, the multiplexer's
+//!      holder).
 //!
 //! Without locks: each pCPU's trace ring (written by that pCPU alone; a manager's
 //! KEEL_TRACE_READ copies it, reading its head before and after), a manager's health
