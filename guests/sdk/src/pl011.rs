@@ -49,7 +49,9 @@ impl Pl011 {
     /// Writes one byte, waiting while the transmit FIFO is full.
     pub fn putc(&self, byte: u8) {
         while self.registers.read_u32(FR) & FR_TX_FIFO_FULL != 0 {
-            core::hint::spin_loop();
+            // `yield`, as Linux's `cpu_relax()` in its PL011 console's wait (Rust's
+            // `spin_loop` is an ISB on Arm, which QEMU does not take as the end of a turn).
+            crate::cpu::spin_hint();
         }
         self.registers.write_u32(DR, u32::from(byte));
     }

@@ -76,10 +76,15 @@ fn storm(vcpu: usize) -> u64 {
                 notices += u64::from(message.vm == u64::from(KEEL_SENDER));
             }
         }
-        // Spun, not slept: the SDK's sleep serves vCPU 0's timer only.
+        // Spun, not slept: the SDK's sleep serves vCPU 0's timer only. A spin-wait hint at
+        // least once between calls, as a retry loop has (under QEMU's one-thread round robin
+        // it ends this vCPU's turn; on hardware it costs nothing).
         let resume = timer::counter() + pause;
-        while timer::counter() < resume {
+        loop {
             keel_guest::cpu::spin_hint();
+            if timer::counter() >= resume {
+                break;
+            }
         }
     }
     notices
