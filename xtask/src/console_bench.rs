@@ -387,17 +387,7 @@ pub fn run(only: Option<&str>) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn event(time: u64, kind: Kind, vm: u8, detail: u8, arg: u32) -> Event {
-        Event {
-            time,
-            kind,
-            vm,
-            vcpu: 0,
-            detail,
-            arg,
-        }
-    }
+    use crate::trace::event;
 
     /// Ticks listed 1,000 counter ticks apart (a 1 MHz counter) but the third, 300 late inside
     /// an exit: its lateness beyond the best, and the exit it fell in, are found.

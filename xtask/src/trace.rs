@@ -406,6 +406,19 @@ fn vcpu_name(vms: &[String], vm: u8, vcpu: u8) -> String {
     format!("{name}.vcpu{vcpu}")
 }
 
+/// A record of vCPU 0 (the tests' events).
+#[cfg(test)]
+pub(crate) fn event(time: u64, kind: Kind, vm: u8, detail: u8, arg: u32) -> Event {
+    Event {
+        time,
+        kind,
+        vm,
+        vcpu: 0,
+        detail,
+        arg,
+    }
+}
+
 /// Names an exit by its exception class.
 pub(crate) fn exit_name(detail: u8, arg: u32) -> String {
     match detail {
@@ -736,17 +749,6 @@ mod tests {
             Some((0x4025_3000, 2, 262_208))
         );
         assert_eq!(rings_line("[keel] trace: two rings"), None);
-    }
-
-    fn event(time: u64, kind: Kind, vm: u8, detail: u8, arg: u32) -> Event {
-        Event {
-            time,
-            kind,
-            vm,
-            vcpu: 0,
-            detail,
-            arg,
-        }
     }
 
     #[test]
