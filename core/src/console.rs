@@ -369,33 +369,24 @@ impl VmOutput {
     /// Queues `byte` shown: itself if printable (or raw), else escaped as `\xNN`; a piece
     /// that reaches [`LINE_CAPACITY`] is ended.
     fn push_shown(&mut self, byte: u8) -> bool {
-        if self.raw || shown_as_is(byte) {
-            // One byte as it is (most bytes: a pull moves them with interrupts masked, and the
-            // escaping path cost about 100 instructions a byte).
-            if self.waiting.room() < 2 {
-                return false;
-            }
-            self.waiting.push_one(byte);
-            if self.raw {
-                self.raw_end = self.waiting.len;
-            }
-            self.line_len += 1;
-            if self.line_len >= LINE_CAPACITY {
-                self.end_line();
-            }
-            return true;
-        }
-        let escaped = escape(byte);
-        let shown: &[u8] = if self.raw {
+        // Most bytes go as they are, one byte stored (a pull moves them with interrupts masked;
+        // escaped or copied as a slice, a byte cost about 100 instructions).
+        let escaped;
+        let shown: &[u8] = if self.raw || shown_as_is(byte) {
             core::slice::from_ref(&byte)
         } else {
+            escaped = escape(byte);
             escaped.as_slice()
         };
         // Room for the piece's end too, so a split never fails half-way.
         if shown.len() + 1 > self.waiting.room() {
             return false;
         }
-        self.waiting.push(shown);
+        if let [one] = shown {
+            self.waiting.push_one(*one);
+        } else {
+            self.waiting.push(shown);
+        }
         if self.raw {
             self.raw_end = self.waiting.len;
         }

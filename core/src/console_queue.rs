@@ -95,11 +95,10 @@ impl OutputQueue {
         self.len() == 0
     }
 
-    /// Consumer: whether anything waits for it (bytes, a refusal count or a line end).
+    /// Consumer: whether anything waits for it to take: bytes or a line end. (A count of
+    /// refused bytes is not: the consumer says it when it may, [`refused`](Self::refused).)
     pub fn has_work(&self) -> bool {
-        !self.is_empty()
-            || self.refused.load(Ordering::Relaxed) != 0
-            || self.end_at.load(Ordering::Acquire) != 0
+        !self.is_empty() || self.end_at.load(Ordering::Acquire) != 0
     }
 
     /// Consumer: bytes refused and not yet taken.

@@ -628,11 +628,13 @@ fn pull(console: &mut Console, budget: usize) -> usize {
     for step in 0..count {
         let vm = (first + step) % count;
         let queue = &OUTPUT[vm];
-        if !queue.has_work() {
-            continue;
-        }
+        // Looked at whether or not bytes wait, and not a reason to come back sooner: a count
+        // waiting out its second is taken by the first look after it.
         if queue.refused() > 0 {
             refused_output(&mut console.mux, vm, queue);
+        }
+        if !queue.has_work() {
+            continue;
         }
         let limit = console
             .hold
