@@ -4,12 +4,47 @@ use std::{env, fs, path::PathBuf};
 
 fn main() {
     let dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
-    println!(
-        "cargo:rustc-link-arg-bins=-T{}",
-        dir.join("link.ld").display()
-    );
+    let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
     println!("cargo:rerun-if-changed=link.ld");
     println!("cargo:rerun-if-env-changed=KEEL_CONFIG_RS");
+    println!("cargo:rerun-if-env-changed=KEEL_GIC");
+    println!("cargo:rerun-if-env-changed=KEEL_LINK_ADDRESS");
+
+    // `cargo xtask build` sets KEEL_GIC=2 for a board with a GICv2 (the GICv3 driver is the
+    // default) and KEEL_LINK_ADDRESS to where the board's loader puts Keel's image (the
+    // configuration's hypervisor region + 2 MiB; QEMU virt's 0x4020_0000 by default).
+    println!("cargo:rerun-if-env-changed=KEEL_UART");
+    println!("cargo:rustc-check-cfg=cfg(keel_gic_v2)");
+    println!("cargo:rustc-check-cfg=cfg(keel_uart_cadence)");
+    // KEEL_UART=cadence for a board whose console is a Cadence UART (a PL011 by default).
+    match env::var("KEEL_UART").as_deref() {
+        Ok("cadence") => println!("cargo:rustc-cfg=keel_uart_cadence"),
+        Ok("pl011") | Err(_) => {}
+        Ok(other) => panic!("KEEL_UART must be pl011 or cadence, not {other:?}"),
+    }
+    match env::var("KEEL_GIC").as_deref() {
+        Ok("2") => println!("cargo:rustc-cfg=keel_gic_v2"),
+        Ok("3") | Err(_) => {}
+        Ok(other) => panic!("KEEL_GIC must be 2 or 3, not {other:?}"),
+    }
+    let link_address = match env::var("KEEL_LINK_ADDRESS") {
+        Ok(text) => {
+            let digits = text.trim_start_matches("0x");
+            u64::from_str_radix(digits, 16)
+                .unwrap_or_else(|e| panic!("KEEL_LINK_ADDRESS {text:?} is not hexadecimal: {e}"))
+        }
+        Err(_) => 0x4020_0000,
+    };
+    assert!(
+        link_address % 0x20_0000 == 0,
+        "KEEL_LINK_ADDRESS {link_address:#x} is not 2 MiB aligned"
+    );
+    let script = fs::read_to_string(dir.join("link.ld"))
+        .unwrap()
+        .replace("LINK_ADDRESS", &format!("{link_address:#x}"));
+    let linked = out_dir.join("link.ld");
+    fs::write(&linked, script).unwrap();
+    println!("cargo:rustc-link-arg-bins=-T{}", linked.display());
 
     // `cargo xtask build` points KEEL_CONFIG_RS at the configuration compiler's output. Without it
     // (plain `cargo build`/`clippy` of this crate) the image has no VM and powers off at once.
@@ -29,8 +64,9 @@ const EMPTY_SYSTEM: &str = r#"
 /// No configuration was compiled in.
 pub static SYSTEM: keel_core::system::SystemDesc = keel_core::system::SystemDesc {
     name: "empty",
+    board: keel_core::board::QEMU_VIRT,
     ram_base: keel_core::addr::PhysAddr(0x4000_0000),
-    ram_size: 0,
+    ram_size: 0x4000_0000,
     pcpus: 1,
     policies: &[keel_core::sched::Policy::Pinned],
     switch_cost_ns: 0,

@@ -247,6 +247,11 @@ pub mod layout {
     pub const GICD_BASE: u64 = 0x0800_0000;
     /// Size of the distributor frame.
     pub const GICD_SIZE: u64 = 0x1_0000;
+    /// Where a guest on GICv2 hardware sees its GIC's CPU interface (GICC): Keel maps the
+    /// hardware virtual CPU interface (GICV) there.
+    pub const GICC_BASE: u64 = 0x0801_0000;
+    /// Size of that window: 8 KiB, GICC_DIR included.
+    pub const GICC_SIZE: u64 = 0x2000;
     /// First emulated GICv3 redistributor (RD + SGI frames, 128 KiB per vCPU).
     pub const GICR_BASE: u64 = 0x080A_0000;
     /// Size of one redistributor.

@@ -5,6 +5,7 @@
 pub mod abi;
 pub mod addr;
 pub mod admission;
+pub mod board;
 pub mod channel;
 pub mod console;
 pub mod console_queue;

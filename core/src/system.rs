@@ -232,6 +232,8 @@ impl ChannelDesc {
 pub struct SystemDesc {
     /// Name of the configuration.
     pub name: &'static str,
+    /// The board it was built for; checked against the DTB at boot.
+    pub board: crate::board::BoardDesc,
     /// Physical RAM the configuration was written for; checked against the DTB at boot.
     pub ram_base: PhysAddr,
     /// Size of that RAM.
@@ -449,6 +451,7 @@ mod tests {
     /// A system of `vms`, each given as its vCPUs' pCPUs, on 5 pCPUs.
     fn placed(vms: &[&'static [u32]]) -> SystemDesc {
         SystemDesc {
+            board: crate::board::QEMU_VIRT,
             name: "placement",
             ram_base: PhysAddr(0x4000_0000),
             ram_size: 0x4000_0000,
@@ -547,6 +550,7 @@ mod tests {
             },
         ];
         let system = SystemDesc {
+            board: crate::board::QEMU_VIRT,
             name: "channels",
             ram_base: PhysAddr(0x4000_0000),
             ram_size: 0x4000_0000,

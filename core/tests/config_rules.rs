@@ -2156,7 +2156,7 @@ fn rule_22_message_interrupt_is_not_the_virtio_spi() {
 
 /// The board of the passthrough rules: `passthrough/board.dts`, or `board-smmu.dts` for a
 /// machine with an SMMU, compiled with dtc (once per run each).
-fn passthrough_board(smmu: bool) -> Result<Vec<u8>, String> {
+fn passthrough_board(_board: &keel_core::board::BoardDesc, smmu: bool) -> Result<Vec<u8>, String> {
     static BLOBS: [std::sync::OnceLock<Vec<u8>>; 2] =
         [std::sync::OnceLock::new(), std::sync::OnceLock::new()];
     let name = if smmu { "board-smmu.dts" } else { "board.dts" };
@@ -2362,14 +2362,60 @@ fn passthrough_registers_are_whole_pages() {
 }
 
 #[test]
-fn passthrough_registers_are_not_ram() {
+fn system_ram_is_inside_the_boards_memory() {
+    // A board's devices are never in its RAM: `[system] ram` over them is refused as RAM the
+    // board does not have, before any device is given to a VM.
     assert_passthrough_refused(
         passthrough_with(
             "ram = { base = 0x4000_0000, size = \"1G\" }",
             "ram = { base = 0x0, size = \"2G\" }",
         ),
-        "vm 'rtc': passthrough: '/pl031@9010000' region 0x9010000..0x9011000 lies in RAM \
-         0x0..0x80000000",
+        "system: board: qemu-virt: ram 0x0..0x80000000 is not inside one of its memory banks \
+         (0x40000000..0x80000000)",
+    );
+}
+
+#[test]
+fn system_hypervisor_is_2_mib_aligned() {
+    assert_passthrough_refused(
+        passthrough_with(
+            "hypervisor = { base = 0x4000_0000, size = \"32M\" }",
+            "hypervisor = { base = 0x4010_0000, size = \"32M\" }",
+        ),
+        "system: hypervisor: base 0x40100000 is not 2 MiB aligned: Keel's image is linked at \
+         base + 2 MiB, where the loader puts an arm64 Image",
+    );
+}
+
+#[test]
+fn system_pcpus_are_the_boards() {
+    assert_passthrough_refused(
+        passthrough_with("pcpus = 3", "pcpus = 9"),
+        "system: board: qemu-virt: pcpus = 9, but it has 8 CPUs",
+    );
+}
+
+#[test]
+fn system_board_is_one_keel_knows() {
+    assert_passthrough_refused(
+        passthrough_with(
+            "name = \"passthrough\"",
+            "name = \"passthrough\"\nboard = \"zcu104\"",
+        ),
+        "system: board: unknown board 'zcu104' (Keel knows qemu-virt, qemu-virt-gicv2, zcu102, \
+         rpi4b)",
+    );
+}
+
+#[test]
+fn system_board_has_the_gic_keel_drives_on_it() {
+    assert_passthrough_refused(
+        passthrough_with(
+            "name = \"passthrough\"",
+            "name = \"passthrough\"\nboard = \"qemu-virt-gicv2\"",
+        ),
+        "system: board: qemu-virt-gicv2: its device tree has no GICv2 (compatible arm,gic-400 or \
+         arm,cortex-a15-gic or arm,cortex-a7-gic), the interrupt controller Keel drives on it",
     );
 }
 
@@ -2588,7 +2634,8 @@ fn iommu_needs_an_smmu_on_the_board() {
     let text = std::fs::read_to_string(&path)
         .unwrap()
         .replace("pcpus = 3\n", "pcpus = 3\niommu = \"smmuv3\"\n");
-    let without_smmu = |_smmu: bool| passthrough_board(false);
+    let without_smmu =
+        |board: &'static keel_core::board::BoardDesc, _smmu: bool| passthrough_board(board, false);
     assert_passthrough_refused(
         keel_core::config::parse_str_with_board(&text, &path, &guest_image, &without_smmu)
             .map_err(|error| error.to_string()),

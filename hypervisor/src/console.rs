@@ -135,6 +135,7 @@ static NAMES: cpu::Once<[&'static str; MAX_VMS]> = cpu::Once::new();
 
 /// Uses `uart` for Keel's own messages until [`init`].
 pub fn init_early(uart: Uart) {
+    uart.init();
     *EARLY_UART.lock_cold() = Some(uart);
 }
 

@@ -60,10 +60,10 @@ pub fn access(
     write: Option<u64>,
 ) -> Option<Result<u64, (&'static str, DeviceError)>> {
     let request = (desc, id, ipa, size, write);
-    serve(&Console, request)
-        .or_else(|| serve(&Distributor, request))
-        .or_else(|| serve(&Redistributors, request))
-        .or_else(|| serve(&virtio::VirtioConsoleDevice, request))
+    let gic = serve(&Console, request).or_else(|| serve(&Distributor, request));
+    #[cfg(not(keel_gic_v2))]
+    let gic = gic.or_else(|| serve(&Redistributors, request));
+    gic.or_else(|| serve(&virtio::VirtioConsoleDevice, request))
         .or_else(|| serve(&sp805::Sp805Device, request))
 }
 
@@ -87,6 +87,7 @@ fn serve<D: Device>(
     )
 }
 
+#[cfg(not(keel_gic_v2))]
 /// An access to one of the vGIC's frames, `read` or `write` being that frame's registers:
 /// under the VM's vGIC lock, a write counted in `gic_writes` (the timer fast path's check).
 fn gic_access(
@@ -106,9 +107,53 @@ fn gic_access(
     }
 }
 
-/// The GICv3 distributor.
+/// The distributor, GICv3 or GICv2 as the hardware's.
 struct Distributor;
 
+#[cfg(keel_gic_v2)]
+impl Device for Distributor {
+    fn name(&self) -> &'static str {
+        "GIC distributor"
+    }
+
+    #[inline(always)]
+    fn window(&self, _: &VmDesc) -> Option<(u64, u64)> {
+        Some((layout::GICD_BASE, layout::GICD_SIZE))
+    }
+
+    /// A GICv2 distributor's SGI, PPI and priority registers of ids 0-31 are banked: the
+    /// accessing vCPU's (the one running here). An SGI sent through GICD_SGIR to other vCPUs
+    /// kicks them out of the guest to take it.
+    fn access(&self, id: usize, access: Access) -> Result<u64, DeviceError> {
+        let vcpu = vm::current().map_or(0, |(_, vcpu)| vcpu);
+        let vm = vm::vm(id);
+        let (value, raised) = {
+            let mut vgic = vm.vgic.lock();
+            match access.write {
+                Some(value) => {
+                    vm.gic_writes.fetch_add(1, Ordering::Relaxed);
+                    let raised =
+                        vgic.v2_distributor_write(vcpu, access.offset, access.size, value)?;
+                    (0, raised)
+                }
+                None => (
+                    vgic.v2_distributor_read(vcpu, access.offset, access.size)?,
+                    0,
+                ),
+            }
+        };
+        let others = raised & !(1 << vcpu);
+        for target in (0..vm::desc(id).pcpus.len()).filter(|t| others & (1 << t) != 0) {
+            vm::kick_vcpu(id, target);
+        }
+        if access.write.is_some() && !vm::desc(id).devices.is_empty() {
+            irq::mirror_device_interrupts(id);
+        }
+        Ok(value)
+    }
+}
+
+#[cfg(not(keel_gic_v2))]
 impl Device for Distributor {
     fn name(&self) -> &'static str {
         "GIC distributor"
@@ -135,8 +180,10 @@ impl Device for Distributor {
 }
 
 /// The GICv3 redistributors, one frame pair per vCPU.
+#[cfg(not(keel_gic_v2))]
 struct Redistributors;
 
+#[cfg(not(keel_gic_v2))]
 impl Device for Redistributors {
     fn name(&self) -> &'static str {
         "GIC redistributor"

@@ -87,6 +87,17 @@ pub fn build(id: usize) -> Result<(), LoadError> {
                 .map_err(LoadError::Map)?;
         }
     }
+    // On a GICv2, the hardware virtual CPU interface (GICV) where the guest sees its GIC's CPU
+    // interface: it acknowledges and ends its interrupts there without a trap.
+    #[cfg(keel_gic_v2)]
+    tables
+        .map(
+            layout::GICC_BASE,
+            crate::platform::get().gic.virtual_cpu,
+            layout::GICC_SIZE,
+            MemoryKind::Device,
+        )
+        .map_err(LoadError::Map)?;
     irq::claim_device_interrupts(id);
     let vm = vm::vm(id);
     vm.set_stage2_root(tables.root_phys());

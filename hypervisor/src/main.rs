@@ -156,9 +156,6 @@ use config::SYSTEM;
 use console::{Boot, VmLabel};
 use platform::Platform;
 
-/// QEMU virt's PL011, used to report a device tree too broken to name the console.
-const FALLBACK_UART: u64 = 0x0900_0000;
-
 /// Reads the device tree at `address` into a slice, checking its header first.
 fn device_tree(address: u64) -> Result<&'static [u8], platform::BootError> {
     if address == 0 {
@@ -192,6 +189,17 @@ fn scrub_platform_seeds(address: u64) {
     }
 }
 
+/// The UART to report a board mismatch on: the board's, if it is of the kind Keel was built
+/// to drive, or else `fallback`.
+fn platform_uart(platform: &Platform, fallback: Uart) -> Uart {
+    if platform.uart_kind == SYSTEM.board.uart {
+        // SAFETY: the device tree names this UART, of the kind Keel drives, as the console.
+        unsafe { Uart::new(platform.uart) }
+    } else {
+        fallback
+    }
+}
+
 fn boot_failure(boot: Boot, uart: Uart, parts: &[&dyn Show]) -> ! {
     console::init_early(uart);
     keel_println!(boot, "boot error: ", parts);
@@ -202,19 +210,38 @@ fn boot_failure(boot: Boot, uart: Uart, parts: &[&dyn Show]) -> ! {
 #[unsafe(no_mangle)]
 extern "C" fn keel_primary_main(dtb: u64) -> ! {
     let boot = Boot::bring_up();
-    mmu::build();
+    mmu::build(SYSTEM.ram_base.0, SYSTEM.ram_size);
     mmu::enable();
     vectors::install();
     timers::init();
 
-    // SAFETY: QEMU virt's UART address, used only to report a device tree Keel cannot read.
-    let fallback = unsafe { Uart::new(FALLBACK_UART) };
+    // SAFETY: the UART the board Keel was built for usually has, used only to report a device
+    // tree Keel cannot read.
+    let fallback = unsafe { Uart::new(SYSTEM.board.early_uart) };
     let platform = match device_tree(dtb).and_then(Platform::from_dtb) {
         Ok(platform) => platform::record(platform),
         Err(error) => boot_failure(boot, fallback, &[&error]),
     };
     scrub_platform_seeds(dtb);
-    // SAFETY: the device tree names this PL011 as the board's UART; Keel is its only user.
+    if platform.gic_version != SYSTEM.board.gic || platform.uart_kind != SYSTEM.board.uart {
+        let uart = platform_uart(platform, fallback);
+        boot_failure(
+            boot,
+            uart,
+            &[&Fill(
+                "Keel was built for board {} ({}, {}) but this device tree has a {} and a {}",
+                &[
+                    &SYSTEM.board.name,
+                    &SYSTEM.board.gic.name(),
+                    &SYSTEM.board.uart.name(),
+                    &platform.gic_version.name(),
+                    &platform.uart_kind.name(),
+                ],
+            )],
+        );
+    }
+    // SAFETY: the device tree names this UART, of the kind Keel drives, as the board's
+    // console; Keel is its only user.
     let uart = unsafe { Uart::new(platform.uart) };
     console::init_early(uart);
     check_configuration(boot, platform)
@@ -222,9 +249,14 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
 
     keel_println!(
         boot,
-        "Keel {} on '{}': {} pCPUs, RAM {}+{}, configuration '{}' with {} VMs";
+        "Keel {} on '{}' (board {}: {} at {}, {} at {}): {} pCPUs, RAM {}+{}, configuration '{}' with {} VMs";
         env!("CARGO_PKG_VERSION"),
         platform.model,
+        SYSTEM.board.name,
+        platform.gic_version.name(),
+        Hex(platform.gic.distributor, 0),
+        platform.uart_kind.name(),
+        Hex(platform.uart, 0),
         platform.cpu_count,
         Hex(platform.ram_base, 0),
         Hex(platform.ram_size, 0),
@@ -233,7 +265,7 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
     );
 
     // SAFETY: the distributor address comes from the device tree.
-    let distributor = gic::install(unsafe { gic::Distributor::new(platform.gicd) });
+    let distributor = gic::install(unsafe { gic::Distributor::new(platform.gic.distributor) });
     distributor.enable_spi(platform.uart_intid, platform.cpus[0]);
 
     vm::assign_pcpus();
@@ -390,8 +422,7 @@ fn cpu_main(index: usize, boot: Boot) -> ! {
     let this = vm::percpu(index);
     this.mpidr.store(cpu::mpidr(), Ordering::Relaxed);
     // SAFETY: the redistributor region comes from the device tree.
-    let redistributor =
-        unsafe { gic::Redistributor::find(platform.gicr, platform.gicr_size, cpu::mpidr()) };
+    let redistributor = unsafe { gic::Redistributor::find(&platform.gic, cpu::mpidr()) };
     let Some(redistributor) = redistributor else {
         keel_println!(boot, "pCPU {}: no GIC redistributor for MPIDR {}"; index, Hex(cpu::mpidr(), 0));
         cpu::halt()
@@ -405,7 +436,7 @@ fn cpu_main(index: usize, boot: Boot) -> ! {
         redistributor.enable_private(intid);
     }
     this.redistributor.call_once(|| redistributor);
-    gic::init_cpu_interface();
+    gic::init_cpu_interface(&platform.gic);
     if vm::this_cpu_is_shared() {
         // Guest settings that do not change between the vCPUs placed here.
         arch::guest::configure_pcpu(false, true);

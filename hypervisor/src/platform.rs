@@ -9,8 +9,11 @@ use keel_core::fdt::{Fdt, FdtError, Node};
 use keel_core::seed::SeedKey;
 use keel_core::text::{Fill, Out, Show};
 
+use keel_core::board::{GicVersion, UartKind};
+
 use crate::arch::boot::MAX_CPUS;
 use crate::arch::cpu::Once;
+use crate::arch::gic::Regions;
 
 /// The board's facts, read once by pCPU 0 at boot ([`record`]) and only read after.
 static PLATFORM: Once<Platform> = Once::new();
@@ -52,13 +55,13 @@ pub struct Platform {
     pub cpus: [u64; MAX_CPUS],
     /// How many entries of `cpus` are valid.
     pub cpu_count: usize,
-    /// GICv3 distributor.
-    pub gicd: u64,
-    /// GICv3 redistributor region.
-    pub gicr: u64,
-    /// Its size.
-    pub gicr_size: u64,
-    /// Physical PL011 console.
+    /// The interrupt controller's version.
+    pub gic_version: GicVersion,
+    /// Its regions.
+    pub gic: Regions,
+    /// The console UART's kind.
+    pub uart_kind: UartKind,
+    /// The console UART.
     pub uart: u64,
     /// Its interrupt id.
     pub uart_intid: u32,
@@ -125,6 +128,97 @@ fn first_reg(node: &Node<'_>, name: &'static str, index: usize) -> Result<(u64, 
         })
 }
 
+/// The first node compatible with one of `compatibles`, and that string.
+fn find_any<'a>(
+    fdt: &Fdt<'a>,
+    compatibles: &'static [&'static str],
+) -> Result<Option<(Node<'a>, &'static str)>, BootError> {
+    for &compatible in compatibles {
+        if let Some(node) = fdt.find_compatible(compatible)? {
+            return Ok(Some((node, compatible)));
+        }
+    }
+    Ok(None)
+}
+
+/// The interrupt controller: a GICv3's distributor and redistributors, or a GICv2's
+/// distributor, CPU interface, virtual interface control and virtual CPU interface.
+///
+/// A GIC-400 whose CPU interfaces are given as 128 KiB regions (the ZynqMP's) has each 4 KiB
+/// page aliased every 64 KiB: the 8 KiB holding GICC_DIR is contiguous only from offset
+/// 0xF000, where Linux, Xen and Bao take it too.
+fn gic_regions(fdt: &Fdt<'_>) -> Result<(GicVersion, Regions), BootError> {
+    if let Some((gic, name)) = find_any(fdt, GicVersion::V3.compatibles())? {
+        let (distributor, _) = first_reg(&gic, name, 0)?;
+        let (redistributors, redistributors_size) = first_reg(&gic, name, 1)?;
+        return Ok((
+            GicVersion::V3,
+            Regions {
+                distributor,
+                redistributors,
+                redistributors_size,
+                ..Regions::default()
+            },
+        ));
+    }
+    let (gic, name) = find_any(fdt, GicVersion::V2.compatibles())?.ok_or(
+        BootError::MissingNode("GICv3 or GICv2 interrupt controller"),
+    )?;
+    let aliased = |(base, size): (u64, u64)| {
+        if size >= 0x2_0000 {
+            base + 0xf000
+        } else {
+            base
+        }
+    };
+    let (distributor, _) = first_reg(&gic, name, 0)?;
+    let cpu_interface = aliased(first_reg(&gic, name, 1)?);
+    let (virtual_control, _) = first_reg(&gic, name, 2)?;
+    let virtual_cpu = aliased(first_reg(&gic, name, 3)?);
+    Ok((
+        GicVersion::V2,
+        Regions {
+            distributor,
+            cpu_interface,
+            virtual_control,
+            virtual_cpu,
+            ..Regions::default()
+        },
+    ))
+}
+
+/// The console's UART: the one `/chosen/stdout-path` names (directly or through
+/// `/aliases`), if Keel drives its kind, or else the first PL011 or Cadence UART.
+fn console_uart<'a>(fdt: &Fdt<'a>) -> Result<(UartKind, Node<'a>, &'static str), BootError> {
+    let stdout = match fdt.find_node("/chosen")? {
+        Some(chosen) => chosen.property_str("stdout-path")?,
+        None => None,
+    };
+    let stdout = stdout.map(|path| path.split(':').next().unwrap_or(path));
+    let path = match stdout {
+        Some(path) if !path.starts_with('/') => match fdt.find_node("/aliases")? {
+            Some(aliases) => aliases.property_str(path)?,
+            None => None,
+        },
+        other => other,
+    };
+    for kind in [UartKind::Pl011, UartKind::Cadence] {
+        if let Some(node) = path.map(|path| fdt.find_node(path)).transpose()?.flatten() {
+            for &compatible in kind.compatibles() {
+                if node.is_compatible(compatible)? {
+                    return Ok((kind, node, compatible));
+                }
+            }
+        }
+    }
+    for kind in [UartKind::Pl011, UartKind::Cadence] {
+        if let Some((node, name)) = find_any(fdt, kind.compatibles())? {
+            return Ok((kind, node, name));
+        }
+    }
+    Err(BootError::MissingNode("PL011 or Cadence UART"))
+}
+
 impl Platform {
     /// Reads the platform from the blob at `dtb`.
     ///
@@ -160,17 +254,11 @@ impl Platform {
             return Err(BootError::PsciNotSmc);
         }
 
-        let gic = required(
-            fdt.find_compatible("arm,gic-v3")?,
-            "arm,gic-v3 interrupt controller",
-        )?;
-        let (gicd, _) = first_reg(&gic, "arm,gic-v3", 0)?;
-        let (gicr, gicr_size) = first_reg(&gic, "arm,gic-v3", 1)?;
-
-        let uart = required(fdt.find_compatible("arm,pl011")?, "arm,pl011 UART")?;
-        let (uart_base, _) = first_reg(&uart, "arm,pl011", 0)?;
+        let (gic_version, gic) = gic_regions(&fdt)?;
+        let (uart_kind, uart, uart_name) = console_uart(&fdt)?;
+        let (uart_base, _) = first_reg(&uart, uart_name, 0)?;
         let bad_interrupts = BootError::BadProperty {
-            node: "arm,pl011",
+            node: uart_name,
             property: "interrupts",
         };
         let mut interrupts = uart.interrupts()?.ok_or(bad_interrupts)?;
@@ -193,9 +281,9 @@ impl Platform {
             ram_size,
             cpus,
             cpu_count,
-            gicd,
-            gicr,
-            gicr_size,
+            gic_version,
+            gic,
+            uart_kind,
             uart: uart_base,
             uart_intid,
             seed_key,

@@ -64,6 +64,7 @@ pub fn run(micro_only: bool) -> Result<()> {
     let (under_keel, size) = under_keel()?;
 
     let native = Machine {
+        board: &keel_core::board::QEMU_VIRT,
         kernel: guest_image("test-guest").unwrap(),
         cpus: 1,
         cpu: crate::qemu::REFERENCE_CPU,

@@ -9,6 +9,7 @@
 //! `watchdog/arm,sp805.yaml`).
 
 use keel_core::abi::layout;
+use keel_core::board::GicVersion;
 use keel_core::config::{Channel, Vm, DTB_REGION_SIZE};
 use keel_core::seed::{GUEST_SEED_LEN, SEED_PROPERTIES};
 use vm_fdt::FdtWriter;
@@ -39,8 +40,13 @@ const IRQ_TYPE_LEVEL_HIGH: u32 = 4;
 /// Builds VM `vm`'s device tree blob (`vms`: the system's VMs, of which it names those it
 /// manages; `channels`: the system's, of which it describes those `vm` is a member); it must
 /// fit the [`DTB_REGION_SIZE`] reserved for it.
-pub fn guest_dtb(vm: &Vm, vms: &[Vm], channels: &[Channel]) -> Result<Vec<u8>, String> {
-    let blob = write_tree(vm, vms, channels)
+pub fn guest_dtb(
+    vm: &Vm,
+    vms: &[Vm],
+    channels: &[Channel],
+    gic: GicVersion,
+) -> Result<Vec<u8>, String> {
+    let blob = write_tree(vm, vms, channels, gic)
         .map_err(|error| format!("vm '{}': device tree: {error}", vm.name))?;
     if blob.len() as u64 > DTB_REGION_SIZE {
         return Err(format!(
@@ -59,7 +65,12 @@ fn timer_flags(vcpu_count: usize) -> u32 {
     mask << 8 | IRQ_TYPE_LEVEL_HIGH
 }
 
-fn write_tree(vm: &Vm, vms: &[Vm], channels: &[Channel]) -> Result<Vec<u8>, vm_fdt::Error> {
+fn write_tree(
+    vm: &Vm,
+    vms: &[Vm],
+    channels: &[Channel],
+    gic_version: GicVersion,
+) -> Result<Vec<u8>, vm_fdt::Error> {
     let mut fdt = FdtWriter::new()?;
     let vcpu_count = vm.vcpu_count();
     let uart_path = format!("/pl011@{:x}", layout::UART_BASE);
@@ -99,30 +110,48 @@ fn write_tree(vm: &Vm, vms: &[Vm], channels: &[Channel]) -> Result<Vec<u8>, vm_f
     fdt.end_node(memory)?;
 
     let gic = fdt.begin_node(&format!("intc@{:x}", layout::GICD_BASE))?;
-    fdt.property_string("compatible", "arm,gic-v3")?;
     fdt.property_null("interrupt-controller")?;
     fdt.property_u32("#interrupt-cells", 3)?;
     fdt.property_u32("#address-cells", 2)?;
     fdt.property_u32("#size-cells", 2)?;
     fdt.property_null("ranges")?;
-    fdt.property_array_u64(
-        "reg",
-        &[
-            layout::GICD_BASE,
-            layout::GICD_SIZE,
-            layout::GICR_BASE,
-            layout::GICR_STRIDE * vcpu_count as u64,
-        ],
-    )?;
-    fdt.property_u32("#redistributor-regions", 1)?;
-    fdt.property_array_u32(
-        "interrupts",
-        &[
-            GIC_PPI,
-            layout::MAINTENANCE_INTID - PPI_FIRST_INTID,
-            IRQ_TYPE_LEVEL_HIGH,
-        ],
-    )?;
+    match gic_version {
+        // The emulated distributor and Keel's mapping of the hardware GICV as its CPU
+        // interface (interrupt-controller/arm,gic.yaml).
+        GicVersion::V2 => {
+            fdt.property_string("compatible", "arm,cortex-a15-gic")?;
+            fdt.property_array_u64(
+                "reg",
+                &[
+                    layout::GICD_BASE,
+                    layout::GICD_SIZE,
+                    layout::GICC_BASE,
+                    layout::GICC_SIZE,
+                ],
+            )?;
+        }
+        GicVersion::V3 => {
+            fdt.property_string("compatible", "arm,gic-v3")?;
+            fdt.property_array_u64(
+                "reg",
+                &[
+                    layout::GICD_BASE,
+                    layout::GICD_SIZE,
+                    layout::GICR_BASE,
+                    layout::GICR_STRIDE * vcpu_count as u64,
+                ],
+            )?;
+            fdt.property_u32("#redistributor-regions", 1)?;
+            fdt.property_array_u32(
+                "interrupts",
+                &[
+                    GIC_PPI,
+                    layout::MAINTENANCE_INTID - PPI_FIRST_INTID,
+                    IRQ_TYPE_LEVEL_HIGH,
+                ],
+            )?;
+        }
+    }
     fdt.property_phandle(GIC_PHANDLE)?;
     fdt.end_node(gic)?;
 
@@ -444,7 +473,7 @@ mod tests {
             ipa: 0x40c0_0000,
             size: 0x1_2345,
         });
-        let blob = guest_dtb(&with_initrd, &[], &[]).unwrap();
+        let blob = guest_dtb(&with_initrd, &[], &[], GicVersion::V3).unwrap();
         let fdt = keel_core::fdt::Fdt::new(&blob).unwrap();
         let chosen = fdt.find_node("/chosen").unwrap().unwrap();
         assert_eq!(
@@ -455,7 +484,7 @@ mod tests {
             chosen.property_u64("linux,initrd-end").unwrap(),
             Some(0x40c1_2345)
         );
-        let without = guest_dtb(&vm(true, vec![1]), &[], &[]).unwrap();
+        let without = guest_dtb(&vm(true, vec![1]), &[], &[], GicVersion::V3).unwrap();
         let fdt = keel_core::fdt::Fdt::new(&without).unwrap();
         let chosen = fdt.find_node("/chosen").unwrap().unwrap();
         assert_eq!(chosen.property("linux,initrd-start").unwrap(), None);
@@ -463,7 +492,7 @@ mod tests {
 
     #[test]
     fn chosen_reserves_the_rng_seed_keel_fills() {
-        let blob = guest_dtb(&vm(false, vec![1]), &[], &[]).unwrap();
+        let blob = guest_dtb(&vm(false, vec![1]), &[], &[], GicVersion::V3).unwrap();
         let key = keel_core::seed::SeedKey::from_platform(&[3; 32]).unwrap();
         for seed in SEED_PROPERTIES {
             let patch = keel_core::seed::seed_patch(&blob, seed, Some(&key), VmId(0), 0)
@@ -538,7 +567,7 @@ mod tests {
 
     #[test]
     fn blob_header_is_valid() {
-        let blob = guest_dtb(&vm(true, vec![1, 2]), &[], &[]).unwrap();
+        let blob = guest_dtb(&vm(true, vec![1, 2]), &[], &[], GicVersion::V3).unwrap();
         assert_eq!(be32(&blob, 0), 0xd00d_feed, "FDT magic");
         assert_eq!(be32(&blob, 4) as usize, blob.len(), "totalsize");
         assert_eq!(be32(&blob, 20), 17, "version");
@@ -552,8 +581,33 @@ mod tests {
     }
 
     #[test]
+    fn a_gicv2_guest_sees_the_distributor_and_its_cpu_interface() {
+        let blob = guest_dtb(&vm(true, vec![1, 2]), &[], &[], GicVersion::V2).unwrap();
+        let source = decompile(&blob, "gicv2");
+        let lines: Vec<&str> = source.lines().map(str::trim).collect();
+        assert!(
+            lines.contains(&"compatible = \"arm,cortex-a15-gic\";"),
+            "{source}"
+        );
+        let reg = lines
+            .iter()
+            .skip_while(|line| !line.starts_with("intc@8000000"))
+            .find(|line| line.starts_with("reg = "))
+            .unwrap();
+        let cells: Vec<u64> = reg["reg = <".len()..reg.len() - 2]
+            .split(' ')
+            .map(|cell| u64::from_str_radix(&cell[2..], 16).unwrap())
+            .collect();
+        assert_eq!(
+            cells,
+            [0, 0x800_0000, 0, 0x1_0000, 0, 0x801_0000, 0, 0x2000]
+        );
+        assert!(!source.contains("gic-v3") && !source.contains("redistributor"));
+    }
+
+    #[test]
     fn decompiled_tree_describes_the_platform() {
-        let blob = guest_dtb(&vm(true, vec![1, 2]), &[], &[]).unwrap();
+        let blob = guest_dtb(&vm(true, vec![1, 2]), &[], &[], GicVersion::V3).unwrap();
         let source = decompile(&blob, "console");
         let lines: Vec<&str> = source.lines().map(str::trim).collect();
         let expected_lines = [
@@ -622,7 +676,7 @@ mod tests {
             ),
         ];
         let source = decompile(
-            &guest_dtb(&vm(true, vec![1]), &[], &channels).unwrap(),
+            &guest_dtb(&vm(true, vec![1]), &[], &channels, GicVersion::V3).unwrap(),
             "channels",
         );
         let lines: Vec<&str> = source.lines().map(str::trim).collect();
@@ -651,7 +705,7 @@ mod tests {
             ..vm(true, vec![1])
         };
         let alone = decompile(
-            &guest_dtb(&outsider, &[], &channels[..1]).unwrap(),
+            &guest_dtb(&outsider, &[], &channels[..1], GicVersion::V3).unwrap(),
             "no-channels",
         );
         assert!(!alone.contains("keel-channels"));
@@ -674,7 +728,10 @@ mod tests {
             managed_by(2, "bare", vec![]),
             managed_by(3, "logger", vec![2, 0]),
         ];
-        let source = decompile(&guest_dtb(&vms[0], &vms, &[]).unwrap(), "manager");
+        let source = decompile(
+            &guest_dtb(&vms[0], &vms, &[], GicVersion::V3).unwrap(),
+            "manager",
+        );
         let expected = [
             "compatible = \"keel,manager\";",
             "reg = <0x00 0xb010000 0x00 0x1000>;",
@@ -686,15 +743,21 @@ mod tests {
             expected.map(normalize_hex)
         );
         // VM 2 manages only vm 3; vm 1 manages none, and has no window.
-        let bare = decompile(&guest_dtb(&vms[2], &vms, &[]).unwrap(), "manager-bare");
+        let bare = decompile(
+            &guest_dtb(&vms[2], &vms, &[], GicVersion::V3).unwrap(),
+            "manager-bare",
+        );
         assert!(bare.contains("keel,managed-names = \"logger\";"), "{bare}");
-        let managed = decompile(&guest_dtb(&vms[1], &vms, &[]).unwrap(), "managed");
+        let managed = decompile(
+            &guest_dtb(&vms[1], &vms, &[], GicVersion::V3).unwrap(),
+            "managed",
+        );
         assert!(!managed.contains("keel-manager"), "{managed}");
     }
 
     #[test]
     fn no_console_means_no_uart() {
-        let blob = guest_dtb(&vm(false, vec![1]), &[], &[]).unwrap();
+        let blob = guest_dtb(&vm(false, vec![1]), &[], &[], GicVersion::V3).unwrap();
         let source = decompile(&blob, "headless");
         assert!(!source.contains("pl011"));
         assert!(!source.contains("stdout-path"));
@@ -709,7 +772,10 @@ mod tests {
             watchdog_device: true,
             ..vm(false, vec![1])
         };
-        let source = decompile(&guest_dtb(&with, &[], &[]).unwrap(), "watchdog");
+        let source = decompile(
+            &guest_dtb(&with, &[], &[], GicVersion::V3).unwrap(),
+            "watchdog",
+        );
         let node = |name: &str| node_lines(&source, name);
         let expected_watchdog = [
             "compatible = \"arm,sp805\\0arm,primecell\";",
@@ -735,7 +801,7 @@ mod tests {
         assert!(node("apb-pclk").contains(&normalize_hex("phandle = <0x02>;").as_str()));
         assert!(!source.contains("pl011"));
         let without = decompile(
-            &guest_dtb(&vm(true, vec![1]), &[], &[]).unwrap(),
+            &guest_dtb(&vm(true, vec![1]), &[], &[], GicVersion::V3).unwrap(),
             "no-watchdog",
         );
         assert!(!without.contains("sp805"));
@@ -777,7 +843,10 @@ ipa = 0x1c01_0000
             &crate::image::board_tree,
         )
         .unwrap();
-        let source = decompile(&guest_dtb(&system.vms[0], &[], &[]).unwrap(), "assigned");
+        let source = decompile(
+            &guest_dtb(&system.vms[0], &[], &[], GicVersion::V3).unwrap(),
+            "assigned",
+        );
         let node = |name: &str| node_lines(&source, name);
         let expected_rtc = [
             "clock-names = \"apb_pclk\";",

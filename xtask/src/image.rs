@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
+use keel_core::board::BoardDesc;
 use keel_core::config;
 
 use crate::build_lock::exclusive;
@@ -223,23 +224,32 @@ pub struct SystemImage {
     pub elf: PathBuf,
 }
 
+/// The CPUs of a board QEMU makes, in the device tree the compiler reads: the most Keel's
+/// image starts (`MAX_CPUS` in the hypervisor's boot code).
+const QEMU_CPUS: u32 = 8;
+
 /// The board's device tree that `[[vm.passthrough]]` paths and `[system] iommu` name: QEMU
 /// `virt`'s as Keel runs it ([`Machine::keel`](crate::qemu::Machine::keel), with the SMMUv3 in
 /// front of its PCI host bridge if `smmu`; its device nodes do not depend on the pCPU count),
 /// dumped once into the output directory.
-pub fn board_tree(smmu: bool) -> std::result::Result<Vec<u8>, String> {
-    let name = if smmu {
-        "board-virt-smmuv3.dtb"
-    } else {
-        "board-virt.dtb"
-    };
+pub fn board_tree(board: &'static BoardDesc, smmu: bool) -> std::result::Result<Vec<u8>, String> {
+    if let Ok(path) = board_dtb_file(board) {
+        return std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()));
+    }
+    let name = format!(
+        "board-{}{}.dtb",
+        board.name,
+        if smmu { "-smmuv3" } else { "" }
+    );
     let path = output_dir().join(name);
     exclusive(|| {
         if !path.exists() {
             std::fs::create_dir_all(output_dir()).map_err(|e| e.to_string())?;
             let machine = crate::qemu::Machine {
                 iommu: smmu,
-                ..crate::qemu::Machine::keel(&crate::workspace().join("README.md"), 1)
+                board,
+                // QEMU's board has the CPUs it is given: as many as Keel's image runs on.
+                ..crate::qemu::Machine::keel(&crate::workspace().join("README.md"), QEMU_CPUS)
             };
             let partial = partial_path(&path);
             machine.dump_device_tree(&partial)?;
@@ -247,6 +257,18 @@ pub fn board_tree(smmu: bool) -> std::result::Result<Vec<u8>, String> {
         }
         std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))
     })
+}
+
+/// The device tree a board without a QEMU-made one is given (`-dtb`), and the configuration
+/// compiler reads: the one Debian's arm64 kernel package ships for it. `Err` for a board whose
+/// device tree QEMU makes (`virt`), or if the package cannot be fetched.
+pub fn board_dtb_file(board: &BoardDesc) -> std::result::Result<PathBuf, String> {
+    let relative = match board.name {
+        "zcu102" => "xilinx/zynqmp-zcu102-rev1.0.dtb",
+        "rpi4b" => "broadcom/bcm2711-rpi-4-b.dtb",
+        _ => return Err(format!("QEMU makes board {}'s device tree", board.name)),
+    };
+    crate::debian::board_dtb(&output_dir().join("debian"), relative)
 }
 
 /// The tables of each system this process built, by name, once [`one_image_per_name`] is called.
@@ -271,9 +293,60 @@ fn build_system_now(config_path: &Path) -> Result<SystemImage> {
     if ring_bytes != 0 {
         return build_traced_now(config_path, ring_bytes);
     }
-    let system = config::load_with_board(config_path, &guest_image, &board_tree)
-        .map_err(|e| e.to_string())?;
+    let system = match board_override() {
+        None => config::load_with_board(config_path, &guest_image, &board_tree),
+        Some(board) => {
+            let text = std::fs::read_to_string(config_path)
+                .map_err(|e| format!("{}: {e}", config_path.display()))?;
+            let text = on_board(&text, board)
+                .ok_or_else(|| format!("{}: no [system] table", config_path.display()))?;
+            config::parse_str_with_board(&text, config_path, &guest_image, &board_tree).map(
+                |mut system| {
+                    system.name = format!("{}-{}", system.name, board.name);
+                    system
+                },
+            )
+        }
+    }
+    .map_err(|e| e.to_string())?;
     build_compiled(system, config_path)
+}
+
+thread_local! {
+    /// The board every configuration this thread builds is moved to ([`with_board`]).
+    static BOARD_OVERRIDE: std::cell::Cell<Option<&'static BoardDesc>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// Runs `run` with every configuration this thread builds moved to `board` (its `[system]
+/// board` set, its name suffixed with the board's, so that its image and logs are its own):
+/// how the scenarios run again on a GICv2.
+pub fn with_board<T>(board: &'static BoardDesc, run: impl FnOnce() -> T) -> T {
+    let before = BOARD_OVERRIDE.with(|cell| cell.replace(Some(board)));
+    let result = run();
+    BOARD_OVERRIDE.with(|cell| cell.set(before));
+    result
+}
+
+/// The board [`with_board`] moved this thread's configurations to, if any.
+pub fn board_override() -> Option<&'static BoardDesc> {
+    BOARD_OVERRIDE.with(std::cell::Cell::get)
+}
+
+/// Configuration `text` with `board = "<board>"` as the first key of its `[system]` table
+/// (`None` without one).
+fn on_board(text: &str, board: &BoardDesc) -> Option<String> {
+    let mut out = String::with_capacity(text.len() + 32);
+    let mut found = false;
+    for line in text.lines() {
+        out.push_str(line);
+        out.push('\n');
+        if !found && line.trim() == "[system]" {
+            out.push_str(&format!("board = \"{}\"\n", board.name));
+            found = true;
+        }
+    }
+    found.then_some(out)
 }
 
 /// Rings of this many bytes per pCPU in every system [`build_system`] builds from now on
@@ -311,7 +384,7 @@ fn build_compiled(system: config::System, config_path: &Path) -> Result<SystemIm
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let mut dtbs = Vec::new();
     for vm in &system.vms {
-        let blob = crate::dtb::guest_dtb(vm, &system.vms, &system.channels)?;
+        let blob = crate::dtb::guest_dtb(vm, &system.vms, &system.channels, system.board.gic)?;
         let path = dir.join(format!("{}.dtb", vm.name));
         std::fs::write(&path, blob).map_err(|e| e.to_string())?;
         dtbs.push(path);
@@ -334,7 +407,29 @@ fn build_compiled(system: config::System, config_path: &Path) -> Result<SystemIm
     }
     let tables = dir.join("system.rs");
     std::fs::write(&tables, text).map_err(|e| e.to_string())?;
-    let cargo_elf = cargo_build("keel", &[("KEEL_CONFIG_RS", &tables)])?;
+    let gic = match system.board.gic {
+        keel_core::board::GicVersion::V2 => "2",
+        keel_core::board::GicVersion::V3 => "3",
+    };
+    let link_address = format!(
+        "{:#x}",
+        system.hypervisor_base + config::HYPERVISOR_IMAGE_OFFSET
+    );
+    let cargo_elf = cargo_build(
+        "keel",
+        &[
+            ("KEEL_CONFIG_RS", &tables),
+            ("KEEL_GIC", Path::new(gic)),
+            (
+                "KEEL_UART",
+                Path::new(match system.board.uart {
+                    keel_core::board::UartKind::Pl011 => "pl011",
+                    keel_core::board::UartKind::Cadence => "cadence",
+                }),
+            ),
+            ("KEEL_LINK_ADDRESS", Path::new(&link_address)),
+        ],
+    )?;
     let elf = dir.join("keel.elf");
     let partial = partial_path(&elf);
     std::fs::copy(&cargo_elf, &partial)

@@ -9,6 +9,7 @@ use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use keel_core::board::{BoardDesc, GicVersion};
 use keel_core::console::TERMINAL_RESET;
 use regex::Regex;
 
@@ -43,6 +44,8 @@ pub enum ModuleKind {
 /// How to start QEMU.
 #[derive(Clone, Debug)]
 pub struct Machine {
+    /// The board QEMU models (`-M`): `virt` with a GICv3 or a GICv2, or the ZCU102.
+    pub board: &'static BoardDesc,
     /// Image given to `-kernel`.
     pub kernel: PathBuf,
     /// Number of CPUs.
@@ -119,6 +122,7 @@ impl Machine {
     /// A Keel image on `cpus` pCPUs.
     pub fn keel(kernel: &Path, cpus: u32) -> Self {
         Self {
+            board: &keel_core::board::QEMU_VIRT,
             kernel: kernel.into(),
             cpus,
             cpu: REFERENCE_CPU,
@@ -163,6 +167,8 @@ impl Machine {
             icount_sleep: false,
             icount_shift: 0,
             iommu: image.system.iommu.is_some(),
+            board: image.system.board,
+            dtb: crate::image::board_dtb_file(image.system.board).ok(),
             ..Self::keel(&image.path, image.system.pcpus)
         }
     }
@@ -210,6 +216,7 @@ impl Machine {
             ));
         }
         Ok(Self {
+            board: &keel_core::board::QEMU_VIRT,
             kernel: xen.into(),
             cpus: 1,
             cpu: REFERENCE_CPU,
@@ -256,10 +263,20 @@ impl Machine {
     }
 
     fn arguments_for(&self, dump_device_tree: Option<&Path>) -> Vec<String> {
-        let mut machine = if self.virtualization {
-            "virt,virtualization=on,gic-version=3".to_string()
-        } else {
-            "virt,gic-version=3".to_string()
+        let mut machine = match (self.board.name, self.virtualization) {
+            ("zcu102", _) => "xlnx-zcu102,virtualization=on".to_string(),
+            (_, virtualization) => format!(
+                "virt,{}gic-version={}",
+                if virtualization {
+                    "virtualization=on,"
+                } else {
+                    ""
+                },
+                match self.board.gic {
+                    GicVersion::V2 => 2,
+                    GicVersion::V3 => 3,
+                }
+            ),
         };
         if self.iommu {
             machine.push_str(",iommu=smmuv3");
@@ -270,25 +287,31 @@ impl Machine {
                 path.display().to_string().replace(',', ",,")
             ));
         }
-        let mut args: Vec<String> = [
-            "-M",
-            &machine,
-            "-cpu",
-            self.cpu,
-            "-m",
-            &format!("{}M", RAM_SIZE / MIB),
-            "-smp",
-            &self.cpus.to_string(),
-            "-display",
-            "none",
-            "-monitor",
-            "none",
-            "-nic",
-            "none",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        // The ZCU102's CPUs are its own (Cortex-A53); with more than 2 GiB QEMU 7.2 writes a
+        // wrong memory node into its device tree.
+        let zcu102 = self.board.name == "zcu102";
+        let (cpu, ram) = if zcu102 {
+            (None, 2048)
+        } else {
+            (Some(self.cpu), RAM_SIZE / MIB)
+        };
+        let mut args: Vec<String> = ["-M", &machine]
+            .into_iter()
+            .chain(cpu.map(|cpu| ["-cpu", cpu]).into_iter().flatten())
+            .chain([
+                "-m",
+                &format!("{ram}M"),
+                "-smp",
+                &self.cpus.to_string(),
+                "-display",
+                "none",
+                "-monitor",
+                "none",
+                "-nic",
+                "none",
+            ])
+            .map(|s| s.to_string())
+            .collect();
         if self.icount {
             args.extend(
                 [

@@ -259,6 +259,7 @@ fn linux_sharing() -> Result<()> {
     let linux = &image.system.vms[0];
     let shared_seconds = step_seconds(&under_keel, "matrixprod")?;
     let native = Machine {
+        board: &keel_core::board::QEMU_VIRT,
         kernel: linux.image_path.clone(),
         cpus: 1,
         cpu: crate::qemu::REFERENCE_CPU,
@@ -356,6 +357,7 @@ pub fn run(with_linux: bool) -> Result<()> {
     )?;
 
     let native = Machine {
+        board: &keel_core::board::QEMU_VIRT,
         kernel: guest_image("test-guest").ok_or("no test-guest image")?,
         cpus: 1,
         cpu: crate::qemu::REFERENCE_CPU,

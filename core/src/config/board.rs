@@ -12,31 +12,38 @@ use super::model::{DeviceInterrupt, DeviceNode, Iommu, IPA_BITS, VM_GIC_PHANDLE}
 use super::passthrough_problem::PassthroughProblem;
 use crate::abi::layout;
 use crate::addr::MemoryRegion;
+use crate::board::BoardDesc;
 use crate::devices::vgic::NR_IRQS;
 use crate::fdt::{Fdt, Node};
 
-/// The board's device tree as the compiler is given it, for a machine with an SMMUv3 in front
-/// of its PCI host bridge or without (the argument): read only when some VM is given a device
-/// or `[system] iommu` is set (`Err`: why there is none).
-pub type BoardTree<'a> = &'a dyn Fn(bool) -> Result<Vec<u8>, String>;
+/// The device tree of board `board` as the compiler is given it, for a machine with an SMMUv3
+/// in front of its PCI host bridge or without (the argument; only QEMU `virt` has one):
+/// `Err` says why there is none.
+pub type BoardTree<'a> = &'a dyn Fn(&'static BoardDesc, bool) -> Result<Vec<u8>, String>;
 
-/// A board without a device tree: any `[[vm.passthrough]]` is refused.
-pub fn no_board_tree(_smmu: bool) -> Result<Vec<u8>, String> {
-    Err("no board device tree was given to the configuration compiler".to_string())
+/// What [`no_board_tree`] answers: the compiler then skips the board's checks, and any
+/// `[[vm.passthrough]]` is refused.
+const NO_BOARD_TREE: &str = "no board device tree was given to the configuration compiler";
+
+/// A board without a device tree (the host tests of rules that do not depend on the board).
+pub fn no_board_tree(_board: &'static BoardDesc, _smmu: bool) -> Result<Vec<u8>, String> {
+    Err(NO_BOARD_TREE.to_string())
 }
 
 /// The board as the rules read it: its device tree, read at most once, for the machine the
 /// configuration runs on (with an SMMU when `[system] iommu` names one).
 pub(crate) struct Board<'a> {
+    desc: &'static BoardDesc,
     source: BoardTree<'a>,
     smmu: bool,
     blob: Option<Vec<u8>>,
 }
 
 impl<'a> Board<'a> {
-    /// The board `source` gives, with an SMMU or without.
-    pub(super) fn new(source: BoardTree<'a>, smmu: bool) -> Self {
+    /// Board `desc` as `source` gives it, with an SMMU or without.
+    pub(super) fn new(desc: &'static BoardDesc, source: BoardTree<'a>, smmu: bool) -> Self {
         Self {
+            desc,
             source,
             smmu,
             blob: None,
@@ -46,7 +53,7 @@ impl<'a> Board<'a> {
     /// The board's device tree.
     pub(super) fn tree(&mut self) -> Result<Fdt<'_>, PassthroughProblem> {
         if self.blob.is_none() {
-            let blob = (self.source)(self.smmu)
+            let blob = (self.source)(self.desc, self.smmu)
                 .map_err(|error| PassthroughProblem::BoardTree { error })?;
             self.blob = Some(blob);
         }
@@ -479,4 +486,92 @@ fn fixed_clock_hz(fdt: &Fdt, phandle: u32) -> Option<u32> {
         .filter_map(Result::ok)
         .find(|clock| clock.property_u32("phandle").ok().flatten() == Some(phandle))
         .and_then(|clock| clock.property_u32("clock-frequency").ok().flatten())
+}
+
+/// The board's own facts against the system: its device tree has the interrupt controller and
+/// the UART Keel is built to drive on it, RAM that holds `[system] ram`, and at least `pcpus`
+/// CPUs. Skipped without a device tree ([`no_board_tree`]: host tests of other rules).
+pub(super) fn check_board(board: &mut Board, ram: (u64, u64), pcpus: u32) -> Result<(), String> {
+    let desc = board.desc;
+    let fdt = match board.tree() {
+        Ok(fdt) => fdt,
+        Err(PassthroughProblem::BoardTree { error }) if error == NO_BOARD_TREE => return Ok(()),
+        Err(problem) => return Err(problem.to_string()),
+    };
+    let found = |compatibles: &[&str]| -> Result<bool, String> {
+        for compatible in compatibles {
+            if fdt
+                .find_compatible(compatible)
+                .map_err(|e| e.to_string())?
+                .is_some()
+            {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    };
+    if !found(desc.gic.compatibles())? {
+        return Err(format!(
+            "its device tree has no {} (compatible {}), the interrupt controller Keel drives on it",
+            desc.gic.name(),
+            desc.gic.compatibles().join(" or ")
+        ));
+    }
+    if !found(desc.uart.compatibles())? {
+        return Err(format!(
+            "its device tree has no {} (compatible {}) for Keel's console",
+            desc.uart.name(),
+            desc.uart.compatibles().join(" or ")
+        ));
+    }
+    let mut banks = Vec::new();
+    for node in fdt.root().children() {
+        let node = node.map_err(|e| e.to_string())?;
+        if node
+            .property_str("device_type")
+            .map_err(|e| e.to_string())?
+            != Some("memory")
+        {
+            continue;
+        }
+        if let Some(reg) = node.reg().map_err(|e| e.to_string())? {
+            banks.extend(reg);
+        }
+    }
+    let (base, size) = ram;
+    let end = base.saturating_add(size);
+    if !banks
+        .iter()
+        .any(|&(bank, length)| bank <= base && end <= bank.saturating_add(length))
+    {
+        let shown: Vec<String> = banks
+            .iter()
+            .map(|&(bank, length)| format!("{bank:#x}..{:#x}", bank.saturating_add(length)))
+            .collect();
+        return Err(format!(
+            "ram {base:#x}..{end:#x} is not inside one of its memory banks ({})",
+            if shown.is_empty() {
+                "none".to_string()
+            } else {
+                shown.join(", ")
+            }
+        ));
+    }
+    let mut cpus = 0;
+    if let Some(node) = fdt.find_node("/cpus").map_err(|e| e.to_string())? {
+        for child in node.children() {
+            let child = child.map_err(|e| e.to_string())?;
+            if child
+                .property_str("device_type")
+                .map_err(|e| e.to_string())?
+                == Some("cpu")
+            {
+                cpus += 1;
+            }
+        }
+    }
+    if pcpus > cpus {
+        return Err(format!("pcpus = {pcpus}, but it has {cpus} CPUs"));
+    }
+    Ok(())
 }

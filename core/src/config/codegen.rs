@@ -41,6 +41,7 @@ pub fn emit_rust(system: &System, dtb_paths: &[PathBuf]) -> String {
             .into(),
     );
     line(format!("    name: {:?},", system.name));
+    line(format!("    board: {},", board(system.board)));
     line(format!(
         "    ram_base: ::keel_core::addr::PhysAddr({:#x}),",
         system.ram_base
@@ -356,6 +357,23 @@ fn devices(devices: &[Passthrough]) -> String {
     devices.join(", ")
 }
 
+/// A board as a Rust expression.
+fn board(desc: &crate::board::BoardDesc) -> String {
+    let gic = match desc.gic {
+        crate::board::GicVersion::V2 => "V2",
+        crate::board::GicVersion::V3 => "V3",
+    };
+    let uart = match desc.uart {
+        crate::board::UartKind::Pl011 => "Pl011",
+        crate::board::UartKind::Cadence => "Cadence",
+    };
+    format!(
+        "::keel_core::board::BoardDesc {{ name: {:?}, gic: ::keel_core::board::GicVersion::{gic}, \
+         uart: ::keel_core::board::UartKind::{uart}, emulated: {}, early_uart: {:#x} }}",
+        desc.name, desc.emulated, desc.early_uart
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -398,6 +416,7 @@ mod tests {
             cmdline: "keel.mode=ticks".to_string(),
         };
         System {
+            board: &crate::board::QEMU_VIRT,
             name: "demo".to_string(),
             ram_base: 0x4000_0000,
             ram_size: 0x4000_0000,

@@ -245,6 +245,24 @@ impl fmt::Display for Backing {
 pub enum Problem {
     /// `must not be empty`.
     EmptyName,
+    /// `base <base> is not 2 MiB aligned: Keel's image is linked at base + 2 MiB, where the
+    /// loader puts an arm64 Image`.
+    HypervisorUnaligned {
+        /// The region's base.
+        base: u64,
+    },
+    /// `unknown board '<value>' (Keel knows <known>)`.
+    UnknownBoard {
+        /// The value given.
+        value: String,
+    },
+    /// `<board>: <why>` (its device tree lacks or contradicts what the system needs).
+    Board {
+        /// The board's name.
+        board: &'static str,
+        /// What is wrong.
+        why: String,
+    },
     /// `used by two VMs (#<first> and #<second>)`.
     DuplicateName {
         /// Index of the first VM with the name.
@@ -845,6 +863,20 @@ impl fmt::Display for Problem {
                 "size {size:#x} is below the minimum of {minimum:#x} ({} MiB)",
                 minimum >> 20
             ),
+            Self::HypervisorUnaligned { base } => write!(
+                f,
+                "base {base:#x} is not 2 MiB aligned: Keel's image is linked at base + 2 MiB, \
+                 where the loader puts an arm64 Image"
+            ),
+            Self::UnknownBoard { value } => {
+                let known: Vec<&str> = crate::board::BOARDS.iter().map(|b| b.name).collect();
+                write!(
+                    f,
+                    "unknown board '{value}' (Keel knows {})",
+                    known.join(", ")
+                )
+            }
+            Self::Board { board, why } => write!(f, "{board}: {why}"),
             Self::OutsideRam { range, ram } => write!(f, "{range} is outside RAM {ram}"),
             Self::OverlapsHypervisor { range, hypervisor } => {
                 write!(f, "{range} overlaps the hypervisor region {hypervisor}")

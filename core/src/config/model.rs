@@ -51,6 +51,8 @@ pub const KNOWN_DEVICES: &[&str] = &["console", "watchdog"];
 pub struct System {
     /// Name of the configuration.
     pub name: String,
+    /// The board it runs on (`[system] board`).
+    pub board: &'static crate::board::BoardDesc,
     /// First physical address of the board's RAM.
     pub ram_base: u64,
     /// Size of the board's RAM.

@@ -56,6 +56,8 @@ pub struct ChannelMemberTable {
 pub struct SystemTable {
     /// Name of the configuration.
     pub name: String,
+    /// The board: a name [`crate::board::BOARDS`] lists (default `"qemu-virt"`).
+    pub board: Option<String>,
     /// The board's RAM.
     pub ram: RegionTable,
     /// Memory reserved for Keel.

@@ -87,6 +87,15 @@ fn check_system(system: &SystemTable) -> Result<(AddressRange, AddressRange), Co
             },
         ));
     }
+    if hypervisor.start % HYPERVISOR_IMAGE_OFFSET != 0 {
+        return Err(invalid(
+            &subject,
+            "hypervisor",
+            Problem::HypervisorUnaligned {
+                base: hypervisor.start,
+            },
+        ));
+    }
     if hypervisor.size() <= HYPERVISOR_IMAGE_OFFSET {
         return Err(invalid(
             &subject,
@@ -542,7 +551,29 @@ pub fn validate(
         });
     }
     let names: Vec<&str> = file.vm.iter().map(|table| table.name.as_str()).collect();
-    let mut board = Board::new(board, file.system.iommu.is_some());
+    let desc = match &file.system.board {
+        None => &crate::board::QEMU_VIRT,
+        Some(name) => crate::board::board(name).ok_or_else(|| {
+            invalid(
+                &Subject::System,
+                "board",
+                Problem::UnknownBoard {
+                    value: name.clone(),
+                },
+            )
+        })?,
+    };
+    let mut board = Board::new(desc, board, file.system.iommu.is_some());
+    board::check_board(&mut board, (ram.start, ram.size()), file.system.pcpus).map_err(|why| {
+        invalid(
+            &Subject::System,
+            "board",
+            Problem::Board {
+                board: desc.name,
+                why,
+            },
+        )
+    })?;
     let iommu =
         board::check_iommu(file.system.iommu.as_deref(), &mut board).map_err(|problem| {
             invalid(
@@ -574,6 +605,7 @@ pub fn validate(
     let trace_bytes = check_trace(&file.system, hypervisor)?;
     Ok(System {
         name: file.system.name.clone(),
+        board: desc,
         ram_base: ram.start,
         ram_size: ram.size(),
         hypervisor_base: hypervisor.start,

@@ -23,6 +23,27 @@ pub fn kernel(cache: &Path, flavour: &str) -> Result<PathBuf, String> {
     })
 }
 
+/// The device tree `relative` (e.g. `xilinx/zynqmp-zcu102-rev1.0.dtb`) of a board, as Debian's
+/// generic arm64 kernel package ships it under `/usr/lib/linux-image-<version>/`.
+pub fn board_dtb(cache: &Path, relative: &str) -> Result<PathBuf, String> {
+    crate::build_lock::exclusive(|| {
+        let mut apt = Apt::new(cache)?;
+        let kernel = apt.kernel_package("arm64")?;
+        let path = kernel
+            .root
+            .join("usr/lib")
+            .join(format!("linux-image-{}", kernel.version))
+            .join(relative);
+        if !path.is_file() {
+            return Err(format!(
+                "Debian's kernel package {} has no {relative}",
+                kernel.version
+            ));
+        }
+        Ok(path)
+    })
+}
+
 /// `vmlinuz` if it is an arm64 Image, or `decompressed` made from it if it is gzip-compressed.
 fn arm64_image(vmlinuz: &Path, decompressed: &Path) -> Result<PathBuf, String> {
     let contents = fs::read(vmlinuz).map_err(|e| format!("{}: {e}", vmlinuz.display()))?;

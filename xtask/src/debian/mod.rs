@@ -37,6 +37,6 @@ mod xen;
 
 pub use firmware::firmware;
 pub use initramfs::initramfs;
-pub use kernel::{kernel, FLAVOURS};
+pub use kernel::{board_dtb, kernel, FLAVOURS};
 pub use rootfs::rootfs;
 pub use xen::{dom0_bootargs, xen};

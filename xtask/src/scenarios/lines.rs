@@ -72,7 +72,7 @@ pub const LIMITED: &[(&str, &str)] = &[
 /// Keel's lines at boot, before any guest runs (said whatever their number: the configuration
 /// decides them).
 const BOOT: &[&str] = &[
-    r"Keel \S+ on '.*': \d+ pCPUs, RAM .*, configuration '.*' with \d+ VMs",
+    r"Keel \S+ on '.*' \(board \S+: GICv[23] at \S+, .* at \S+\): \d+ pCPUs, RAM .*, configuration '.*' with \d+ VMs",
     r"vm '[^']+' \(id \d+\): \d+ MiB at IPA .*",
     r"vm '[^']+' \(id \d+\): \d+ MiB of flash at IPA .*",
     r"trace: \d+ rings of \d+ bytes at .*, one per pCPU",
@@ -280,7 +280,7 @@ mod tests {
     #[test]
     fn limited_lines_are_counted_per_kind_and_vm_with_what_they_left_out() {
         let run = lines(&[
-            "[keel] Keel 0.1.0 on 'linux,dummy-virt': 4 pCPUs, RAM 0x40000000+0x40000000, configuration 'x' with 2 VMs",
+            "[keel] Keel 0.1.0 on 'linux,dummy-virt' (board qemu-virt: GICv3 at 0x8000000, PL011 at 0x9000000): 4 pCPUs, RAM 0x40000000+0x40000000, configuration 'x' with 2 VMs",
             "[keel] vm 'rt' (id 0): 16 MiB at IPA 0x40000000 (PA 0x50000000), pCPUs [1], image 100 bytes at 0x40080000",
             "[rt] test-guest: vm 0 vcpu 0 keel 1.0 mode ticks entry clean",
             "[keel] vm 'rt' (id 0) stopped: asked by 'mgr'",

@@ -52,7 +52,10 @@ fn config(name: &str) -> std::path::PathBuf {
 }
 
 fn log_path(name: &str) -> std::path::PathBuf {
-    output_dir().join("logs").join(format!("{name}.log"))
+    let suffix = crate::image::board_override().map_or(String::new(), |b| format!("-{}", b.name));
+    output_dir()
+        .join("logs")
+        .join(format!("{name}{suffix}.log"))
 }
 
 /// Builds configuration `name` and boots it under icount, its console logged.

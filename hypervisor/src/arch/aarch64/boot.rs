@@ -2,7 +2,10 @@
 //! and the per-pCPU stacks.
 //!
 //! The header (Linux `Documentation/arch/arm64/booting.rst`) makes QEMU `-kernel` and U-Boot
-//! `booti` load Keel at RAM base + 2 MiB and pass the DTB address in x0, as for Xen.
+//! `booti` load Keel at a 2 MiB boundary + 2 MiB and pass the DTB address in x0, as for Xen.
+//! Keel is linked for its configuration's hypervisor region + 2 MiB (the board's RAM base +
+//! 2 MiB when the region starts there): loaded anywhere else, it stops at once, before
+//! any absolute address is used.
 
 use super::psci;
 
@@ -32,6 +35,10 @@ keel_primary_entry:
     msr     daifset, #0xf
     mrs     x1, CurrentEL
     cmp     x1, #(2 << 2)
+    b.ne    keel_not_el2
+    adr     x1, _start              // where the loader put Keel...
+    ldr     x2, =_start             // ...is where it is linked (the board's, from its
+    cmp     x1, x2                  // configuration), or its absolute addresses are wrong
     b.ne    keel_not_el2
     adrp    x1, __bss_start
     add     x1, x1, :lo12:__bss_start
@@ -71,6 +78,7 @@ keel_set_stack:
 keel_not_el2:
     wfe
     b       keel_not_el2
+    .ltorg
 
     .section .bss.stacks, "aw", %nobits
     .balign 4096

@@ -473,8 +473,8 @@ impl VcpuContext {
         // fast path, irq::relist_timer, refills only a register still in `listed`).
         self.interface.listed = listed;
         gic::save_listed(&mut self.interface.lrs, listed);
-        self.interface.vmcr = read_sysreg!("ich_vmcr_el2");
-        self.interface.hcr = read_sysreg!("ich_hcr_el2");
+        self.interface.vmcr = gic::read_vmcr();
+        self.interface.hcr = gic::read_hcr();
         gic::save_active_priorities(&mut self.interface.ap0r, &mut self.interface.ap1r);
         if self.owns_pmu {
             self.pmu.save();
@@ -513,11 +513,6 @@ impl VcpuContext {
         // The list registers it had filled are written back; every other one is empty.
         gic::restore_listed(&self.interface.lrs, self.interface.listed);
         gic::restore_active_priorities(&self.interface.ap0r, &self.interface.ap1r);
-        // SAFETY: the incoming vCPU's virtual interface control, as it left it.
-        unsafe {
-            write_sysreg!("ich_vmcr_el2", self.interface.vmcr);
-            write_sysreg!("ich_hcr_el2", self.interface.hcr);
-            core::arch::asm!("isb", options(nostack));
-        }
+        gic::write_vmcr_hcr(self.interface.vmcr, self.interface.hcr);
     }
 }

@@ -1,14 +1,17 @@
-//! Keel's own EL2 stage-1 translation: an identity map with 1 GiB blocks (Arm ARM D8).
+//! Keel's own EL2 stage-1 translation: an identity map with 1 GiB blocks (Arm ARM D8) of the
+//! first [`MAPPED_GIBS`] GiB of the physical space.
 //!
-//! The first GiB of the physical space (the QEMU virt device window: GIC, UART) is
-//! Device-nGnRnE and never executable; the next `RAM_GIBS` GiB are normal write-back memory.
+//! Each GiB that holds some of the board's RAM (the configuration's `[system] ram`, which the
+//! compiler checked against the board's device tree) is normal write-back memory; every other
+//! one is Device-nGnRnE and never executable: the board's devices (QEMU virt's below 1 GiB,
+//! the ZynqMP's from 3.5 GiB up).
 
 use core::cell::UnsafeCell;
 
 use super::regs::write_sysreg;
 
-/// GiB of normal memory mapped from 1 GiB up (QEMU virt RAM starts at 1 GiB).
-pub const RAM_GIBS: usize = 15;
+/// GiB of the physical space mapped.
+pub const MAPPED_GIBS: u64 = 16;
 
 #[repr(C, align(4096))]
 struct Level1Table(UnsafeCell<[u64; 512]>);
@@ -33,13 +36,23 @@ const TCR: u64 = 25 | (1 << 8) | (1 << 10) | (3 << 12) | (2 << 16) | (1 << 23) |
 /// SCTLR_EL2: MMU, data cache, alignment checks of SP, instruction cache, on top of RES1 bits.
 const SCTLR: u64 = 0x30c5_0830 | (1 << 0) | (1 << 2) | (1 << 3) | (1 << 12);
 
-/// Fills the identity map. Runs once, on the primary pCPU, with the MMU off.
-pub fn build() {
+/// Fills the identity map for the board's RAM at `ram_base` of `ram_size` bytes. Runs once,
+/// on the primary pCPU, with the MMU off.
+pub fn build(ram_base: u64, ram_size: u64) {
     // SAFETY: per the Sync justification, nothing else accesses the table now.
     let table = unsafe { &mut *EL2_TABLE.0.get() };
-    table[0] = VALID_BLOCK | ATTR_DEVICE | ACCESS_FLAG | EXECUTE_NEVER;
-    for (gib, entry) in table.iter_mut().enumerate().skip(1).take(RAM_GIBS) {
-        *entry = ((gib as u64) << 30) | VALID_BLOCK | ATTR_NORMAL | INNER_SHAREABLE | ACCESS_FLAG;
+    let ram_end = ram_base.saturating_add(ram_size);
+    for (gib, entry) in (0..MAPPED_GIBS).zip(table.iter_mut()) {
+        let start = gib << 30;
+        let ram = start < ram_end && ram_base < start + (1 << 30);
+        *entry = start
+            | VALID_BLOCK
+            | ACCESS_FLAG
+            | if ram {
+                ATTR_NORMAL | INNER_SHAREABLE
+            } else {
+                ATTR_DEVICE | EXECUTE_NEVER
+            };
     }
 }
 

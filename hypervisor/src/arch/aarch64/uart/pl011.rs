@@ -1,6 +1,6 @@
 //! Driver for the physical PL011 UART (PrimeCell UART, DDI 0183G): Keel's console.
 
-use super::mmio::Mmio;
+use super::super::mmio::Mmio;
 
 const DR: usize = 0x00;
 const FR: usize = 0x18;
@@ -31,6 +31,10 @@ impl Uart {
         let regs = unsafe { Mmio::new(base) };
         Self { regs }
     }
+
+    /// Readies the UART for Keel's console: nothing on a PL011, which the board's firmware (or
+    /// QEMU) leaves enabled.
+    pub fn init(&self) {}
 
     /// Writes bytes, waiting while the transmit FIFO is full. Out of line: its callers (the
     /// early console, the panic path, the flush before power-off) write a line as a few

@@ -5,8 +5,9 @@
 //! priority, and the interrupt stays active until deactivated, by Keel (ICC_DIR_EL1) or,
 //! for interrupts forwarded with a hardware-linked list register, by the guest's own EOI.
 
-use super::mmio::Mmio;
-use super::regs::{read_sysreg, write_sysreg};
+use super::super::mmio::Mmio;
+use super::super::regs::{read_sysreg, write_sysreg};
+use super::{list_register_is_pending, Regions};
 
 const GICD_CTLR: usize = 0x0000;
 const GICD_IGROUPR: usize = 0x0080;
@@ -136,7 +137,7 @@ fn spi_bit(intid: u32) -> (usize, u32) {
 }
 
 /// The distributor, once boot has [`install`]ed it.
-static DISTRIBUTOR: super::cpu::Once<Distributor> = super::cpu::Once::new();
+static DISTRIBUTOR: super::super::cpu::Once<Distributor> = super::super::cpu::Once::new();
 
 /// Initialises the distributor (affinity routing, group 1) and keeps it for [`distributor`].
 pub fn install(distributor: Distributor) -> &'static Distributor {
@@ -158,11 +159,13 @@ pub struct Redistributor {
 
 impl Redistributor {
     /// Finds the redistributor whose GICR_TYPER affinity matches `mpidr`, scanning the
-    /// region at `base` of `size` bytes.
+    /// redistributor region of `regions`.
     ///
     /// # Safety
-    /// `base..base + size` must be the GICv3 redistributor region, mapped as device memory.
-    pub unsafe fn find(base: u64, size: u64, mpidr: u64) -> Option<Self> {
+    /// `regions.redistributors` and its size must be the GICv3 redistributor region, mapped
+    /// as device memory.
+    pub unsafe fn find(regions: &Regions, mpidr: u64) -> Option<Self> {
+        let (base, size) = (regions.redistributors, regions.redistributors_size);
         let affinity = ((mpidr >> 8) & 0xff00_0000) | (mpidr & 0x00ff_ffff);
         let mut offset = 0;
         while offset + GICR_STRIDE as u64 <= size {
@@ -231,8 +234,9 @@ impl Redistributor {
     }
 }
 
-/// Sets up this pCPU's system-register CPU interface and the virtual interface.
-pub fn init_cpu_interface() {
+/// Sets up this pCPU's system-register CPU interface and the virtual interface (the GICv3's
+/// are system registers: `_regions` has nothing for them).
+pub fn init_cpu_interface(_regions: &Regions) {
     // SAFETY: configures this pCPU's own GIC CPU interface; Keel is its only user at EL2.
     unsafe {
         // ICC_SRE_EL2: SRE and Enable (lets EL1 use the system-register interface).
@@ -540,70 +544,26 @@ macro_rules! list_registers_at_once {
 
 list_registers_at_once!(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 
-/// Saves the list registers in `listed` (the ones Keel filled for the vCPU leaving this pCPU)
-/// into `lrs` and empties them, so that every list register is empty when no vCPU is loaded:
-/// the others are empty already (Keel empties one when it takes it back), and the next vCPU
-/// finds none of this one's interrupts ([`restore_listed`] writes only its own).
+/// The virtual machine control register (ICH_VMCR_EL2, 12.4.8): the guest's view of its CPU
+/// interface, saved when its vCPU leaves the pCPU.
 #[inline(always)]
-pub fn save_listed(lrs: &mut [u64; 16], listed: u64) {
-    let mut scan = listed;
-    while scan != 0 {
-        let lr = scan.trailing_zeros() as usize;
-        scan &= scan - 1;
-        if let Some(saved) = lrs.get_mut(lr) {
-            *saved = read_lr_at(lr);
-            write_lr_at(lr, 0);
-        }
-    }
+pub fn read_vmcr() -> u64 {
+    read_sysreg!("ich_vmcr_el2")
 }
 
-/// Writes back the list registers in `listed` as [`save_listed`] saved them (every list
-/// register is empty when it is called).
+/// The virtual interface control (ICH_HCR_EL2, 12.4.3), saved with [`read_vmcr`].
 #[inline(always)]
-pub fn restore_listed(lrs: &[u64; 16], listed: u64) {
-    let mut scan = listed;
-    while scan != 0 {
-        let lr = scan.trailing_zeros() as usize;
-        scan &= scan - 1;
-        if let Some(&value) = lrs.get(lr) {
-            write_lr_at(lr, value);
-        }
+pub fn read_hcr() -> u64 {
+    read_sysreg!("ich_hcr_el2")
+}
+
+/// Loads a vCPU's [`read_vmcr`] and [`read_hcr`] as it left them.
+#[inline(always)]
+pub fn write_vmcr_hcr(vmcr: u64, hcr: u64) {
+    // SAFETY: the incoming vCPU's virtual interface control, as it left it.
+    unsafe {
+        write_sysreg!("ich_vmcr_el2", vmcr);
+        write_sysreg!("ich_hcr_el2", hcr);
+        core::arch::asm!("isb", options(nostack));
     }
-}
-
-/// Whether a list register value has state invalid: the guest has finished with it.
-pub fn list_register_is_invalid(value: u64) -> bool {
-    value >> 62 == 0
-}
-
-/// Whether a list register value holds its interrupt pending (State bit 62, 12.4.6).
-pub fn list_register_is_pending(value: u64) -> bool {
-    value & (1 << 62) != 0
-}
-
-/// Whether a list register value holds its interrupt active (State bit 63, 12.4.6).
-pub fn list_register_is_active(value: u64) -> bool {
-    value & (1 << 63) != 0
-}
-
-/// Builds a list register value (ICH_LR<n>_EL2, 12.4.6): pending, group 1 or 0, with the
-/// given priority; `physical` links it to a physical interrupt the guest's EOI deactivates;
-/// `eoi_maintenance` asks for a maintenance interrupt when the guest EOIs it.
-pub fn list_register_value(
-    intid: u32,
-    priority: u8,
-    group1: bool,
-    physical: Option<u32>,
-    eoi_maintenance: bool,
-) -> u64 {
-    let mut value = u64::from(intid) | (u64::from(priority) << 48) | (1 << 62);
-    if group1 {
-        value |= 1 << 60;
-    }
-    match physical {
-        Some(pintid) => value |= (1 << 61) | (u64::from(pintid) << 32),
-        None if eoi_maintenance => value |= 1 << 41,
-        None => {}
-    }
-    value
 }
