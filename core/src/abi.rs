@@ -247,10 +247,12 @@ pub mod layout {
     pub const GICD_BASE: u64 = 0x0800_0000;
     /// Size of the distributor frame.
     pub const GICD_SIZE: u64 = 0x1_0000;
-    /// Where a guest on GICv2 hardware sees its GIC's CPU interface (GICC): Keel maps the
-    /// hardware virtual CPU interface (GICV) there.
+    /// GICv2 CPU interface of a guest that sees a GICv2 (where QEMU `virt,gic-version=2` puts
+    /// its GICC): Keel maps the hardware's virtual CPU interface (GICV) there, so the guest
+    /// acknowledges and ends its interrupts without a trap.
     pub const GICC_BASE: u64 = 0x0801_0000;
-    /// Size of that window: 8 KiB, GICC_DIR included.
+    /// Size of the GICv2 CPU interface frame: two 4 KiB pages, GICC_DIR in the second (GICv2
+    /// spec, IHI 0048B, 4.4).
     pub const GICC_SIZE: u64 = 0x2000;
     /// First emulated GICv3 redistributor (RD + SGI frames, 128 KiB per vCPU).
     pub const GICR_BASE: u64 = 0x080A_0000;

@@ -41,6 +41,10 @@ pub const TARGETS: &[Target] = &[
         run: vgic_mmio,
     },
     Target {
+        name: "vgic2-mmio",
+        run: vgic2_mmio,
+    },
+    Target {
         name: "pl011-mmio",
         run: pl011_mmio,
     },
@@ -145,7 +149,7 @@ fn width(input: &mut Reader<'_>) -> u8 {
 pub fn vgic_mmio(data: &[u8]) {
     let mut input = Reader { data };
     let vcpus = usize::from(input.u8() % 8) + 1;
-    let mut gic = Vgic::new(vcpus, &[33, 40, 79]);
+    let mut gic = Vgic::new(vcpus, &FUZZ_OWNED_SPIS);
     let mut listed: Vec<(usize, u32)> = Vec::new();
     while !input.is_empty() {
         let op = input.u8();
@@ -198,6 +202,150 @@ pub fn vgic_mmio(data: &[u8]) {
             }
         }
     }
+}
+
+/// The SPIs the GIC fuzz targets' VMs own.
+const FUZZ_OWNED_SPIS: [u32; 3] = [33, 40, 79];
+
+/// The emulated GIC's GICv2 distributor view: reads and writes by any vCPU (and by one the VM
+/// lacks) at any offset and width, mostly inside the frame's first 4 KiB, interleaved with
+/// interrupts raised, list registers filled and given back, vCPU and VM resets. A read is no
+/// wider than its access; a write names only existing vCPUs to kick, GICD_SGIR those its
+/// filter selects; GICD_ITARGETSR0-7 read the reader's own mask; an SPI is offered only to
+/// the lowest vCPU of its GICD_ITARGETSR byte, never when that byte is zero.
+pub fn vgic2_mmio(data: &[u8]) {
+    let mut input = Reader { data };
+    let vcpus = usize::from(input.u8() % 8) + 1;
+    let existing = (1u64 << vcpus) - 1;
+    let mut gic = Vgic::new(vcpus, &FUZZ_OWNED_SPIS);
+    let mut listed: Vec<(usize, u32)> = Vec::new();
+    while !input.is_empty() {
+        let op = input.u8();
+        let vcpu = usize::from(input.u8() % 9);
+        let size = width(&mut input);
+        let low = u64::from(input.u8()) | u64::from(input.u8()) << 8;
+        let offset = match op >> 6 {
+            0 | 1 => low & 0xfff,
+            2 => low,
+            _ => low << 16 | low,
+        };
+        let value = input.u64();
+        match op % 8 {
+            0 => {
+                if let Ok(read) = gic.v2_distributor_read(vcpu, offset, size) {
+                    assert!(size >= 8 || read >> (8 * u32::from(size)) == 0);
+                }
+            }
+            1 => {
+                if let Ok(kick) = gic.v2_distributor_write(vcpu, offset, size, value) {
+                    assert_eq!(kick & !existing, 0, "a vCPU the VM lacks to kick");
+                    if offset == 0xf00 {
+                        let itself = 1 << vcpu;
+                        let expected = match value >> 24 & 3 {
+                            0 => value >> 16 & 0xff,
+                            1 => !itself,
+                            2 => itself,
+                            _ => 0,
+                        } & existing;
+                        assert_eq!(kick, expected, "GICD_SGIR's targets");
+                    }
+                }
+            }
+            2 => gic.raise(vcpu, value as u32 % 1100),
+            3 => gic.set_level(value as u32 % 1100, value & 1 << 32 != 0),
+            4 => {
+                let vcpu = vcpu % vcpus;
+                let occupied = listed
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, (v, _))| *v == vcpu)
+                    .fold(0u64, |mask, (i, _)| mask | 1 << (i % 4));
+                let (now, _) = gic.fill_list_registers(vcpu, occupied, 4, |_, intid, _, _| {
+                    listed.push((vcpu, intid));
+                });
+                assert_eq!(now & occupied, occupied);
+            }
+            5 => {
+                if let Some((vcpu, intid)) = listed.pop() {
+                    gic.unlisted(vcpu, intid, value & 1 != 0, value & 2 != 0);
+                }
+            }
+            6 => gic.reset_vcpu(vcpu),
+            _ => {
+                if value & 0xff == 0 {
+                    gic.reset(vcpus, &FUZZ_OWNED_SPIS);
+                    listed.clear();
+                }
+            }
+        }
+        for vcpu in 0..vcpus {
+            assert_eq!(
+                gic.v2_distributor_read(vcpu, 0x800, 4),
+                Ok(0x0101_0101 << vcpu)
+            );
+            if let Some((intid, _, _)) = gic.next_pending(vcpu) {
+                assert!((intid as usize) < 128);
+                if intid >= 32 {
+                    let targets = gic.v2_distributor_read(0, 0x800 + u64::from(intid), 1);
+                    assert!(
+                        matches!(targets, Ok(t) if t != 0 && t.trailing_zeros() as usize == vcpu),
+                        "SPI {intid} offered to vCPU {vcpu}, its targets {targets:?}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// A seed for `vgic2_mmio` on two vCPUs: Linux's GICv2 distributor set-up (disabled,
+/// SPIs to CPU 0, level, priority 0xa0, deactivated and disabled, enabled; each CPU's SGIs
+/// enabled), SPI 33 enabled, its line raised, listed at CPU 0 and moved to CPU 1, an IPI
+/// from CPU 1 to CPU 0, list registers filled and given back, and SPI 33 listed at CPU 1.
+fn vgic2_mmio_seed() -> Vec<u8> {
+    let mut seed = vec![1];
+    let mut op = |op: u8, vcpu: u8, size: u8, offset: u16, value: u64| {
+        let size_code = match size {
+            1 => 0,
+            _ => 2,
+        };
+        seed.extend([op, vcpu, size_code]);
+        seed.extend(offset.to_le_bytes());
+        seed.extend(value.to_le_bytes());
+    };
+    let (read, write) = (0, 1);
+    op(write, 0, 4, 0x000, 0);
+    op(read, 0, 4, 0x004, 0);
+    op(read, 0, 4, 0x800, 0);
+    for intid in (32..128).step_by(4) {
+        op(write, 0, 4, 0x800 + intid, 0x0101_0101);
+        op(write, 0, 4, 0x400 + intid, 0xa0a0_a0a0);
+    }
+    for intid in (32..128).step_by(16) {
+        op(write, 0, 4, 0xc00 + intid / 4, 0);
+    }
+    for intid in (32..128).step_by(32) {
+        op(write, 0, 4, 0x380 + intid / 8, 0xffff_ffff);
+        op(write, 0, 4, 0x180 + intid / 8, 0xffff_ffff);
+    }
+    op(write, 0, 4, 0x000, 1);
+    for vcpu in 0..2 {
+        op(write, vcpu, 4, 0x380, 0xffff_ffff);
+        op(write, vcpu, 4, 0x180, 0xffff_ffff);
+        op(write, vcpu, 4, 0x400, 0xa0a0_a0a0);
+        op(write, vcpu, 4, 0x100, 0xff);
+    }
+    op(write, 0, 4, 0x104, 1 << 1);
+    op(3, 0, 4, 0, 33 | 1 << 32);
+    op(4, 0, 4, 0, 0);
+    op(write, 0, 1, 0x821, 2);
+    op(write, 1, 4, 0xf00, 0x0001_0001);
+    op(4, 0, 4, 0, 0);
+    op(4, 1, 4, 0, 0);
+    op(5, 0, 4, 0, 0);
+    op(5, 0, 4, 0, 0);
+    op(4, 1, 4, 0, 0);
+    op(read, 1, 4, 0xf20, 0);
+    seed
 }
 
 /// The emulated PL011: reads and writes at any offset and width, bytes received.
@@ -706,6 +854,7 @@ pub fn seeds(target: &str, device_tree: &[u8], config_files: &[Vec<u8>]) -> Vec<
             0, 2, 0, 0, 0, 0, 0, 0, 0, 4, 1, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 6, 0,
             0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
         ]],
+        "vgic2-mmio" => vec![vgic2_mmio_seed()],
         "pl011-mmio" => vec![vec![
             1, 2, 0x30, 1, 3, 0, 0, 0, 1, 2, 0, 0x41, 0, 0, 0, 0, 2, 0, 0, 0x42,
         ]],

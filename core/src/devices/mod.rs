@@ -30,6 +30,12 @@ pub enum DeviceError {
         /// Offset in the redistributor region.
         offset: u64,
     },
+    /// An access made on behalf of a vCPU the VM does not have (a caller's error: banked
+    /// registers are the accessing vCPU's).
+    NoSuchVcpu {
+        /// The vCPU index.
+        vcpu: usize,
+    },
     /// An access to an offset with no register, or in a direction the register lacks (a read
     /// of a write-only register, a write of a read-only one).
     NoSuchRegister {
@@ -66,6 +72,9 @@ impl crate::text::Show for DeviceError {
                 Hex(offset, 0),
                 " (no such vCPU)"
             ),
+            DeviceError::NoSuchVcpu { vcpu } => {
+                crate::text!(out, "access by vCPU ", vcpu, ", which the VM does not have")
+            }
             DeviceError::NoSuchRegister { offset, write } => {
                 let access = if write { "write" } else { "read" };
                 crate::text!(

@@ -12,8 +12,14 @@
 //! the VM does not own, and any access beyond the implemented lines, are refused with a
 //! [`DeviceError`]; other writes to unowned SPIs are ignored and reads return zero, as for
 //! unimplemented interrupts on real hardware.
+//!
+//! A VM whose guest sees a GICv2 has the same state, decoded by the GICv2 distributor view
+//! (`vgic/gicv2.rs`: [`Vgic::v2_distributor_read`], [`Vgic::v2_distributor_write`]) instead
+//! of this GICv3 decoding.
 
 use super::DeviceError;
+
+mod gicv2;
 
 /// Interrupt ids implemented: SGIs, PPIs and 96 SPIs (`GICD_TYPER.ITLinesNumber = 3`).
 pub const NR_IRQS: usize = 128;
@@ -148,6 +154,14 @@ pub struct Vgic {
     /// GICD_IROUTER of each SPI.
     route: [u64; NR_IRQS],
     asleep: [bool; MAX_VCPUS],
+    /// GICv2 view only (`gicv2`): the GICD_ITARGETSR byte of each SPI, its CPU targets as
+    /// the guest wrote them (delivery goes to the lowest, written into `route`).
+    cpu_targets: [u8; NR_IRQS],
+    /// GICv2 view only: the SPIs whose CPU targets are none, which no vCPU is offered.
+    untargeted: u128,
+    /// GICv2 view only: the SPIs of `untargeted` the guest enabled, held here instead of in
+    /// `spis.enabled` so that the delivery functions never offer them.
+    enabled_untargeted: u128,
 }
 
 const PRIVATE_MASK: u128 = 0xffff_ffff;
@@ -170,6 +184,9 @@ impl Vgic {
         private_priority: [[0; 32]; MAX_VCPUS],
         route: [0; NR_IRQS],
         asleep: [false; MAX_VCPUS],
+        cpu_targets: [0; NR_IRQS],
+        untargeted: 0,
+        enabled_untargeted: 0,
     };
 
     /// A GIC in its reset state for `vcpus` vCPUs, owning the SPIs listed in `owned_spis`.
@@ -205,6 +222,10 @@ impl Vgic {
         }
         self.route.fill(0);
         self.asleep.fill(true);
+        // Every SPI targets vCPU 0, as `route` says.
+        self.cpu_targets.fill(1);
+        self.untargeted = 0;
+        self.enabled_untargeted = 0;
     }
 
     /// Number of vCPUs (redistributors).
