@@ -125,6 +125,14 @@ impl Device for Distributor {
     /// accessing vCPU's (the one running here). An SGI sent through GICD_SGIR to other vCPUs
     /// kicks them out of the guest to take it.
     fn access(&self, id: usize, access: Access) -> Result<u64, DeviceError> {
+        // The registers no write changes (GICD_TYPER, GICD_IIDR, ICPIDR2) are read without
+        // the lock.
+        if access.write.is_none() {
+            let vcpus = vm::desc(id).pcpus.len();
+            if let Some(value) = Vgic::v2_distributor_constant(access.offset, access.size, vcpus) {
+                return Ok(value);
+            }
+        }
         let vcpu = vm::current().map_or(0, |(_, vcpu)| vcpu);
         let vm = vm::vm(id);
         let (value, raised) = {

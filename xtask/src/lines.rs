@@ -66,6 +66,11 @@ pub const UNLIMITED: &[(&str, &str, &str)] = &[
     ),
     (
         "main.rs",
+        "platform_uart",
+        "the UART of a boot error: a device tree not of the board Keel was built for",
+    ),
+    (
+        "main.rs",
         "check_configuration",
         "the configuration against the board, at boot",
     ),

@@ -137,6 +137,14 @@ pub fn run(args: &TestArgs) -> ExitCode {
             .args(["--", "-D", "warnings"]),
     );
     tally.check(
+        "clippy (Keel for a board with a GICv2 and a Cadence UART)",
+        Command::new(&cargo)
+            .args(["clippy", "--quiet", "--target", setup::TARGET, "-p", "keel"])
+            .args(["--", "-D", "warnings"])
+            .env("KEEL_GIC", "2")
+            .env("KEEL_UART", "cadence"),
+    );
+    tally.check(
         "clippy (the Linux command, aarch64)",
         Command::new(&cargo)
             .args(["clippy", "--quiet", "--target", setup::LINUX_TARGET])

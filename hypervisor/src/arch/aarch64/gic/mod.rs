@@ -27,8 +27,10 @@ pub struct Regions {
     /// The distributor (GICD).
     pub distributor: u64,
     /// GICv3: the redistributors (GICR), back to back.
+    #[cfg_attr(keel_gic_v2, allow(dead_code))]
     pub redistributors: u64,
     /// Their size.
+    #[cfg_attr(keel_gic_v2, allow(dead_code))]
     pub redistributors_size: u64,
     /// GICv2: the physical CPU interface (GICC), 8 KiB with GICC_DIR at 0x1000.
     #[cfg_attr(not(keel_gic_v2), allow(dead_code))]
