@@ -298,8 +298,13 @@ fn build_system_now(config_path: &Path) -> Result<SystemImage> {
         Some(board) => {
             let text = std::fs::read_to_string(config_path)
                 .map_err(|e| format!("{}: {e}", config_path.display()))?;
-            let text = on_board(&text, board)
-                .ok_or_else(|| format!("{}: no [system] table", config_path.display()))?;
+            let text = on_board(&text, board).map_err(|e| {
+                format!(
+                    "{}: moved to board {}: {e}",
+                    config_path.display(),
+                    board.name
+                )
+            })?;
             config::parse_str_with_board(&text, config_path, &guest_image, &board_tree).map(
                 |mut system| {
                     system.name = format!("{}-{}", system.name, board.name);
@@ -333,20 +338,47 @@ pub fn board_override() -> Option<&'static BoardDesc> {
     BOARD_OVERRIDE.with(std::cell::Cell::get)
 }
 
-/// Configuration `text` with `board = "<board>"` as the first key of its `[system]` table
-/// (`None` without one).
-fn on_board(text: &str, board: &BoardDesc) -> Option<String> {
-    let mut out = String::with_capacity(text.len() + 32);
-    let mut found = false;
-    for line in text.lines() {
-        out.push_str(line);
-        out.push('\n');
-        if !found && line.trim() == "[system]" {
-            out.push_str(&format!("board = \"{}\"\n", board.name));
-            found = true;
+/// Configuration `text` moved to `board`: `[system] board` set to it and, when the board's
+/// RAM starts elsewhere than the configuration's (`[system] ram`), the RAM the board has under
+/// QEMU ([`crate::qemu::ram_of`]) and every physical region (Keel's, the VMs' memory and flash,
+/// the channels') moved by the same distance. Where the VMs see them does not change.
+fn on_board(text: &str, board: &BoardDesc) -> std::result::Result<String, String> {
+    let mut file: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
+    let system = file
+        .get_mut("system")
+        .and_then(toml::Value::as_table_mut)
+        .ok_or("no [system] table")?;
+    system.insert("board".into(), toml::Value::String(board.name.into()));
+    let (ram_base, ram_size) = crate::qemu::ram_of(board);
+    let old_base = system
+        .get("ram")
+        .and_then(|ram| ram.get("base"))
+        .and_then(toml::Value::as_integer)
+        .ok_or("no [system] ram base")?;
+    let distance = ram_base as i64 - old_base;
+    if distance == 0 {
+        return toml::to_string(&file).map_err(|e| e.to_string());
+    }
+    let mut ram = toml::Table::new();
+    ram.insert("base".into(), toml::Value::Integer(ram_base as i64));
+    ram.insert("size".into(), toml::Value::Integer(ram_size as i64));
+    system.insert("ram".into(), toml::Value::Table(ram));
+    let shift = |region: Option<&mut toml::Value>| {
+        if let Some(base) = region.and_then(|region| region.get_mut("base")) {
+            if let Some(value) = base.as_integer() {
+                *base = toml::Value::Integer(value + distance);
+            }
+        }
+    };
+    shift(system.get_mut("hypervisor"));
+    for (array, key) in [("vm", "memory"), ("vm", "flash"), ("channel", "memory")] {
+        if let Some(tables) = file.get_mut(array).and_then(toml::Value::as_array_mut) {
+            for table in tables {
+                shift(table.get_mut(key));
+            }
         }
     }
-    found.then_some(out)
+    toml::to_string(&file).map_err(|e| e.to_string())
 }
 
 /// Rings of this many bytes per pCPU in every system [`build_system`] builds from now on

@@ -41,6 +41,18 @@ pub enum ModuleKind {
     Initrd,
 }
 
+/// The RAM QEMU gives `board` (base, size): `virt`'s [`RAM_SIZE`] at [`RAM_BASE`], the ZCU102's
+/// 2 GiB at 0 (with more, QEMU 7.2 writes a wrong memory node into its device tree).
+pub fn ram_of(board: &BoardDesc) -> (u64, u64) {
+    match board.name {
+        "zcu102" => (0, ZCU102_RAM),
+        _ => (RAM_BASE, RAM_SIZE),
+    }
+}
+
+/// The ZCU102's RAM under QEMU.
+const ZCU102_RAM: u64 = 2 << 30;
+
 /// How to start QEMU.
 #[derive(Clone, Debug)]
 pub struct Machine {
@@ -290,11 +302,8 @@ impl Machine {
         // The ZCU102's CPUs are its own (Cortex-A53); with more than 2 GiB QEMU 7.2 writes a
         // wrong memory node into its device tree.
         let zcu102 = self.board.name == "zcu102";
-        let (cpu, ram) = if zcu102 {
-            (None, 2048)
-        } else {
-            (Some(self.cpu), RAM_SIZE / MIB)
-        };
+        let cpu = (!zcu102).then_some(self.cpu);
+        let ram = ram_of(self.board).1 / MIB;
         let mut args: Vec<String> = ["-M", &machine]
             .into_iter()
             .chain(cpu.map(|cpu| ["-cpu", cpu]).into_iter().flatten())

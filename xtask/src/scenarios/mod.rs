@@ -1293,26 +1293,32 @@ fn tick_lateness(ended: &Ended, vm: &str) -> u64 {
 /// Every scenario, in the order they run.
 pub fn all() -> Vec<Scenario> {
     let mut scenarios = on_gicv3();
-    let gicv2 = keel_core::board::board("qemu-virt-gicv2").expect("a known board");
-    scenarios.extend(
-        on_gicv3()
-            .into_iter()
-            .filter(|scenario| ON_GICV2.iter().any(|name| scenario.name.starts_with(name)))
-            .map(|scenario| {
-                let run = scenario.run;
-                Scenario {
-                    name: format!("{} [GICv2]", scenario.name),
-                    run: Box::new(move || crate::image::with_board(gicv2, &run)),
-                }
-            }),
-    );
+    for &(board, tag, names) in AGAIN_ON {
+        let board = keel_core::board::board(board).expect("a known board");
+        scenarios.extend(
+            on_gicv3()
+                .into_iter()
+                .filter(|scenario| names.iter().any(|name| scenario.name.starts_with(name)))
+                .map(|scenario| {
+                    let run = scenario.run;
+                    Scenario {
+                        name: format!("{} [{tag}]", scenario.name),
+                        run: Box::new(move || crate::image::with_board(board, &run)),
+                    }
+                }),
+        );
+    }
     scenarios
 }
 
-/// The scenarios that run again with every configuration moved to QEMU `virt` with a GICv2
-/// (`[system] board = "qemu-virt-gicv2"`), named by how their names start; each keeps its
-/// expectations, and its name gains ` [GICv2]`.
-const ON_GICV2: &[&str] = &["two VMs tick in step"];
+/// The scenarios that run again on another board, each with every configuration it builds
+/// moved there ([`crate::image::with_board`]: `[system] board` set, the physical regions moved
+/// to the board's RAM), named by how their names start: (board, the tag its names gain, the
+/// scenarios). Each keeps its expectations.
+const AGAIN_ON: &[(&str, &str, &[&str])] = &[
+    ("qemu-virt-gicv2", "GICv2", &["two VMs tick in step"]),
+    ("zcu102", "ZCU102", &["two VMs tick in step"]),
+];
 
 /// Every scenario on the reference board, QEMU `virt` with a GICv3.
 fn on_gicv3() -> Vec<Scenario> {
