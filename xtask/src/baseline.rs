@@ -25,6 +25,11 @@ const MICRO: [&str; 6] = [
     "timer-irq-roundtrip",
 ];
 
+/// The boards whose micro-benchmarks (each one their guest prints) and image are held besides
+/// the reference board's, each with the bench system moved there
+/// ([`crate::image::with_board`]); their figures are named `<board>.<figure>`.
+pub const OTHER_BOARDS: [&str; 2] = ["qemu-virt-gicv2", "zcu102"];
+
 fn path() -> PathBuf {
     workspace().join("xtask/baseline.toml")
 }
@@ -45,6 +50,24 @@ pub fn measure() -> Result<Figures> {
         .map_err(|e| format!("{}: {e}", guest.display()))?
         .len();
     figures.insert("image-bytes".into(), image - guest);
+    for name in OTHER_BOARDS {
+        let board = keel_core::board::board(name).ok_or("an unknown board")?;
+        let (micro, image) = crate::image::with_board(board, bench::under_keel)?;
+        if micro.is_empty() {
+            return Err(format!("the micro-benchmarks on {name} printed no figure"));
+        }
+        // Every figure its guest prints: a GICv2 guest has no system-register GIC to trap.
+        for (figure, (_, avg, _)) in micro {
+            figures.insert(format!("{name}.{figure}"), avg);
+        }
+        figures.insert(format!("{name}.image-bytes"), image - guest);
+    }
+    // A board QEMU cannot boot: its image is built only.
+    let rpi4b = crate::image::build_system(&workspace().join("configs/boards/rpi4b.toml"))?;
+    let image = std::fs::metadata(&rpi4b.path)
+        .map_err(|e| format!("{}: {e}", rpi4b.path.display()))?
+        .len();
+    figures.insert("rpi4b.image-bytes".into(), image - guest);
     figures.insert("switch-pair".into(), sched_bench::switch_pair(false)?.1);
     for (config, name) in [
         ("messages-one-pcpu", "msg-delivery-100-one-pcpu"),

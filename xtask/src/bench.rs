@@ -49,7 +49,7 @@ pub(crate) fn parse(lines: &[String], prefix: &str) -> Result<Figures> {
 pub(crate) fn under_keel() -> Result<(Figures, u64)> {
     let keel = build_system(&workspace().join("configs/bench.toml"))?;
     let ended = Machine::keel_icount(&keel)
-        .spawn(&output_dir().join("logs/bench-keel.log"))?
+        .spawn(&output_dir().join(format!("logs/{}-keel.log", keel.system.name)))?
         .finish(Duration::from_secs(300));
     let figures = parse(&ended.lines, "[bench] ")?;
     let size = std::fs::metadata(&keel.path)
@@ -122,6 +122,25 @@ pub fn run(micro_only: bool) -> Result<()> {
         "-",
         format!("{} (+{guest} guest)", size - guest)
     );
+    for name in crate::baseline::OTHER_BOARDS {
+        let board = keel_core::board::board(name).ok_or("an unknown board")?;
+        let (figures, size) = crate::image::with_board(board, crate::bench::under_keel)?;
+        println!();
+        println!(
+            "Keel micro-benchmarks on board {name} ({}, {}; the bench system moved there), -icount shift=0,sleep=off; instructions, min / avg / max",
+            board.gic.name(),
+            board.uart.name()
+        );
+        println!("{:<28} {:>22}", "figure", "Keel VM");
+        for (figure, &(min, avg, max)) in &figures {
+            println!("{figure:<28} {:>22}", format!("{min} / {avg} / {max}"));
+        }
+        println!(
+            "{:<28} {:>22}",
+            "Keel image (bytes)",
+            format!("{} (+{guest} guest)", size - guest)
+        );
+    }
     println!("icount does not model stage-2 walks or TLB misses: these are instruction counts, lower bounds on time.");
     if micro_only {
         return Ok(());

@@ -540,9 +540,13 @@ pub(super) fn check_board(board: &mut Board, ram: (u64, u64), pcpus: u32) -> Res
     }
     let (base, size) = ram;
     let end = base.saturating_add(size);
-    if !banks
-        .iter()
-        .any(|&(bank, length)| bank <= base && end <= bank.saturating_add(length))
+    // A bank of size 0 is one the board's firmware fills in at boot (the Raspberry Pi's): the
+    // RAM cannot be checked here, and Keel checks it at boot against what the firmware wrote.
+    let filled_at_boot = !banks.is_empty() && banks.iter().all(|&(_, length)| length == 0);
+    if !filled_at_boot
+        && !banks
+            .iter()
+            .any(|&(bank, length)| bank <= base && end <= bank.saturating_add(length))
     {
         let shown: Vec<String> = banks
             .iter()

@@ -213,6 +213,33 @@ fn two_vms() -> Result<()> {
     expect_clean_exit(&ended)
 }
 
+/// Keel built for QEMU `virt` with a GICv2 and booted on `virt` with a GICv3: one line naming
+/// both, then it powers off.
+fn wrong_board() -> Result<()> {
+    let board = keel_core::board::board("qemu-virt-gicv2").expect("a known board");
+    let image = crate::image::with_board(board, || build_system(&config("two-vms")))?;
+    let machine = Machine {
+        board: &keel_core::board::QEMU_VIRT,
+        ..crate::image::machine(&image, true)?
+    };
+    let ended = machine.spawn(&log_path("wrong-board"))?.finish(DEADLINE);
+    let check = || {
+        expect_line(
+            &ended,
+            r"^\[keel\] boot error: Keel was built for board qemu-virt-gicv2 \(GICv2, PL011\) but this device tree has a GICv3 and a PL011$",
+        )?;
+        if ended.lines.iter().any(|line| line.contains("starts at")) {
+            return Err("a VM started on the wrong board".into());
+        }
+        Ok(())
+    };
+    check().map_err(|m| with_console_tail(m, &ended))?;
+    match ended.exit_code {
+        Some(0) => Ok(()),
+        other => Err(format!("QEMU ended with {other:?}, not powered off")),
+    }
+}
+
 /// SYSTEM_RESET restarts only the calling VM, from its pristine image; the other VM's ticks
 /// continue without a gap.
 fn reset_one_vm() -> Result<()> {
@@ -1341,6 +1368,21 @@ fn on_gicv3() -> Vec<Scenario> {
         Scenario {
             name: "a device tree without a UART is a clear boot error".into(),
             run: Box::new(broken_device_tree),
+        },
+        Scenario {
+            name: "the Raspberry Pi 4: configs/boards/rpi4b.toml passes the board checks against Debian's bcm2711-rpi-4-b.dtb and builds".into(),
+            run: Box::new(|| {
+                let image = build_system(&workspace().join("configs/boards/rpi4b.toml"))?;
+                let board = image.system.board;
+                if board.name != "rpi4b" || board.gic != keel_core::board::GicVersion::V2 {
+                    return Err(format!("built for {board:?}, not the Raspberry Pi 4's GIC-400"));
+                }
+                Ok(())
+            }),
+        },
+        Scenario {
+            name: "a Keel built for one board halts with one line on another's device tree".into(),
+            run: Box::new(wrong_board),
         },
         Scenario {
             name: "the demo: Linux boots from its disk on the PCI bridge, its shell answers and drives the RT control loop over /dev/hvc0, the RT heartbeat comes once a minute".into(),
