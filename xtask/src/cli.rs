@@ -23,8 +23,13 @@ pub enum Command {
     /// Build CONFIG and boot it in QEMU, the console on this terminal (Ctrl-A then 0-9 focuses
     /// a VM, n the next VM, x powers off)
     Run {
-        /// The configuration [default: configs/demo.toml]
+        /// The configuration [default: configs/demo.toml, or the board's own demo,
+        /// configs/boards/<BOARD>-demo.toml, if it has one]
         config: Option<PathBuf>,
+        /// The board to run it on: qemu-virt (the default), qemu-virt-gicv2 or zcu102; a
+        /// configuration written for another board is moved there (its RAM, its regions)
+        #[arg(long, value_name = "BOARD")]
+        board: Option<String>,
     },
     /// Run every test: the standards checks, the host unit tests, the book's checks, then the QEMU
     /// scenarios; ends with `N passed, N failed`

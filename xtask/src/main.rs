@@ -60,7 +60,7 @@ pub fn step(what: &str) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run { config } => run(config),
+        Command::Run { config, board } => run(config, board.as_deref()),
         Command::Test(args) => return test_command::run(&args),
         Command::Bench(args) => setup::ensure_tools().and_then(|()| bench(args.which)),
         Command::Fuzz(args) => setup::ensure_tools().and_then(|()| {
@@ -111,11 +111,33 @@ fn build(config: &Path) -> Result<()> {
     image::build_system(config).map(|_| ())
 }
 
-fn run(config: Option<PathBuf>) -> Result<()> {
+fn run(config: Option<PathBuf>, board: Option<&str>) -> Result<()> {
+    let board = match board {
+        None => None,
+        Some(name) => {
+            let board = keel_core::board::board(name).ok_or_else(|| {
+                let known: Vec<&str> = keel_core::board::BOARDS.iter().map(|b| b.name).collect();
+                format!("unknown board '{name}' (Keel knows {})", known.join(", "))
+            })?;
+            if !board.emulated {
+                return Err(format!(
+                    "QEMU has no model of board {name}: `cargo xtask build` builds Keel for it"
+                ));
+            }
+            Some(board)
+        }
+    };
     setup::ensure_tools()?;
-    let config = config.unwrap_or_else(|| workspace().join("configs/demo.toml"));
+    let board_demo =
+        board.map(|b| workspace().join(format!("configs/boards/{}-demo.toml", b.name)));
+    let config = config
+        .or_else(|| board_demo.filter(|path| path.is_file()))
+        .unwrap_or_else(|| workspace().join("configs/demo.toml"));
     image::build_guests()?;
-    let image = image::build_system(&config)?;
+    let image = match board {
+        Some(board) => image::with_board(board, || image::build_system(&config))?,
+        None => image::build_system(&config)?,
+    };
     let machine = image::machine(&image, false)?;
     // A network card: a file to fetch from the host, as the README's demo lines do.
     let server = if machine.user_network {
