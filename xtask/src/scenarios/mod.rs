@@ -1354,6 +1354,7 @@ const AGAIN_ON: &[(&str, &str, &[&str])] = &[
 /// the trace; U-Boot) and run on the reference board only (the testing chapter says so).
 const ON_GICV2: &[&str] = &[
     "two VMs tick in step",
+    "SGIs between two vCPUs",
     "console input reaches only the focused VM",
     "SYSTEM_RESET restarts only the calling VM",
     "Debian generic kernel",
@@ -1385,6 +1386,7 @@ const ON_GICV2: &[&str] = &[
 /// Linux VMs under stress-ng.
 const ON_ZCU102: &[&str] = &[
     "two VMs tick in step",
+    "SGIs between two vCPUs",
     "console input reaches only the focused VM",
     "SYSTEM_RESET restarts only the calling VM",
     "Debian generic kernel",
@@ -1406,6 +1408,17 @@ fn on_gicv3() -> Vec<Scenario> {
         Scenario {
             name: "console input reaches only the focused VM".into(),
             run: Box::new(console_focus),
+        },
+        Scenario {
+            name: "SGIs between two vCPUs of a VM: 100 pings, each answered from the other's interrupt handler".into(),
+            run: Box::new(|| {
+                boot_to_end_checked("sgi", |ended| {
+                    expect_line(
+                        ended,
+                        r"^\[pair\] sgi: 100 of 100 round trips between vCPU 0 and vCPU 1 \(GICv[23]\), vCPU 1 took 100 pings$",
+                    )
+                })
+            }),
         },
     ];
     scenarios.extend(console::all());
