@@ -60,11 +60,19 @@ pub fn access(
     write: Option<u64>,
 ) -> Option<Result<u64, (&'static str, DeviceError)>> {
     let request = (desc, id, ipa, size, write);
-    let gic = serve(&Console, request).or_else(|| serve(&Distributor, request));
     #[cfg(not(keel_gic_v2))]
-    let gic = gic.or_else(|| serve(&Redistributors, request));
-    gic.or_else(|| serve(&virtio::VirtioConsoleDevice, request))
-        .or_else(|| serve(&sp805::Sp805Device, request))
+    let served = serve(&Console, request)
+        .or_else(|| serve(&Distributor, request))
+        .or_else(|| serve(&Redistributors, request))
+        .or_else(|| serve(&virtio::VirtioConsoleDevice, request))
+        .or_else(|| serve(&sp805::Sp805Device, request));
+    // A GICv2 has no redistributors.
+    #[cfg(keel_gic_v2)]
+    let served = serve(&Console, request)
+        .or_else(|| serve(&Distributor, request))
+        .or_else(|| serve(&virtio::VirtioConsoleDevice, request))
+        .or_else(|| serve(&sp805::Sp805Device, request));
+    served
 }
 
 /// [`access`] by `device`, if VM `desc` has it and `ipa` lies in its window.
