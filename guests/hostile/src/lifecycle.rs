@@ -7,7 +7,7 @@ use core::sync::atomic::Ordering;
 use keel_guest::cpu::{disable_irqs, enable_irqs};
 use keel_guest::devicetree::BootInfo;
 use keel_guest::entry_check::take_entry_state;
-use keel_guest::gicv3::irq_pending;
+use keel_guest::gic::irq_pending;
 use keel_guest::psci::{affinity_info, cpu_off, cpu_on};
 use keel_guest::{println, system_reset};
 

@@ -10,7 +10,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 
 use keel_guest::abi::{layout, psci, KEEL_VERSION};
 use keel_guest::exceptions::{set_irq_handler, stamp_irq_entries, IRQ_ENTRY_STAMP};
-use keel_guest::gicv3::{IntId, Redistributor, DISTRIBUTOR};
+use keel_guest::gic::{IntId, PrivateInterrupts, DISTRIBUTOR};
 use keel_guest::{pmu, println, system_off, timer};
 
 use crate::interrupts::PRIORITY;
@@ -61,7 +61,7 @@ impl Stats {
 }
 
 /// Runs every benchmark, prints `bench: done` and powers off.
-pub fn run(native: bool, redistributor: &Redistributor) -> ! {
+pub fn run(native: bool, interrupts: &PrivateInterrupts) -> ! {
     pmu::enable_cycle_counter();
     stamp_irq_entries();
     let bracket = minimum(bracket_alone);
@@ -76,7 +76,7 @@ pub fn run(native: bool, redistributor: &Redistributor) -> ! {
     series(bracket, load_gicd_typer).report("mmio-gicd-typer");
 
     let_console_settle();
-    let (entry, round_trip) = timer_interrupt_series(redistributor);
+    let (entry, round_trip) = timer_interrupt_series(interrupts);
     entry.report("timer-irq-entry");
     round_trip.report("timer-irq-roundtrip");
 
@@ -220,9 +220,9 @@ fn handle_timer_irq(intid: IntId) {
 /// Entry is the vector's count minus the loop's last count; round trip is the loop's first
 /// count after the return minus its last count before. Both less the cost of two
 /// back-to-back counter reads.
-fn timer_interrupt_series(redistributor: &Redistributor) -> (Stats, Stats) {
+fn timer_interrupt_series(interrupts: &PrivateInterrupts) -> (Stats, Stats) {
     set_irq_handler(handle_timer_irq);
-    redistributor.enable_private(layout::VTIMER_INTID, PRIORITY);
+    interrupts.enable(layout::VTIMER_INTID, PRIORITY);
     let back_to_back = minimum(back_to_back_reads);
     let (mut entry, mut round_trip) = (Stats::new(), Stats::new());
     let mut attempts = 0;
@@ -237,7 +237,7 @@ fn timer_interrupt_series(redistributor: &Redistributor) -> (Stats, Stats) {
         }
     }
     timer::disable();
-    redistributor.disable_private(layout::VTIMER_INTID);
+    interrupts.disable(layout::VTIMER_INTID);
     (entry, round_trip)
 }
 
