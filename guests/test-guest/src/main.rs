@@ -1,5 +1,5 @@
-//! Keel's test guest: periodic ticks with console echo and a control loop, hostile actions, and
-//! micro-benchmarks.
+//! Keel's test guest: periodic ticks with console echo and a control loop, hostile actions,
+//! SGIs between two vCPUs, and micro-benchmarks.
 //!
 //! The same image runs as a Keel VM and natively on bare QEMU (`keel.native`); see
 //! [`options`] for the boot arguments it understands.
@@ -16,6 +16,7 @@ mod manager;
 mod messages;
 mod options;
 mod rtc;
+mod sgi;
 mod shares;
 mod storm;
 mod task_reuse;
@@ -104,6 +105,7 @@ fn main(device_tree_address: usize) -> ! {
         Mode::TraceReader => trace_reader::run(BootArgs::new(info.bootargs)),
         Mode::Manager => manager::run(BootArgs::new(info.bootargs)),
         Mode::TaskReuse => task_reuse::run(BootArgs::new(info.bootargs)),
+        Mode::Sgi => sgi::run(BootArgs::new(info.bootargs), &private_interrupts),
         Mode::Pingpong => shares::pingpong(
             info.bootargs.contains("keel.pingpong=measure"),
             info.bootargs.split_whitespace().any(|t| t == "keel.fp"),
