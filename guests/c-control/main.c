@@ -15,7 +15,8 @@
  * prints "c-control: done after 3 s" and powers the partition off (PSCI SYSTEM_OFF).
  *
  * Everything runs at EL1 with the MMU off and interrupts masked: memory is Device memory (no
- * unaligned access, hence -mstrict-align) and the timer's interrupt is taken by polling.
+ * unaligned access, hence -mstrict-align) and the timer's interrupt is taken by polling,
+ * through the GIC the device tree names (a GICv3, or on GICv2 hardware a GICv2; keel.h).
  */
 #include <stdint.h>
 
@@ -204,60 +205,11 @@ static void put_error(int64_t code)
 }
 
 /*
- * The GICv3 (IHI 0069): enough to wake vCPU 0 from WFI with its virtual timer's interrupt,
- * which stays masked in PSTATE and is acknowledged by polling. The CPU interface registers are
- * named by their encodings (12.2) so that any assembler takes them.
+ * The GIC, as the device tree names it (keel.h: GICv3 or GICv2): enough to wake vCPU 0 from
+ * WFI with its virtual timer's interrupt, which stays masked in PSTATE and is acknowledged by
+ * polling. Keel's GICv3 at its fixed addresses until main() has read the tree.
  */
-
-#define GICD_CTLR 0x0000
-#define GICD_CTLR_ENABLE_GROUP1 (1u << 1)
-#define GICD_CTLR_AFFINITY_ROUTING (1u << 4)
-#define GICD_CTLR_WRITE_PENDING (1u << 31)
-#define GICR_WAKER 0x0014
-#define GICR_WAKER_PROCESSOR_SLEEP (1u << 1)
-#define GICR_WAKER_CHILDREN_ASLEEP (1u << 2)
-#define GICR_SGI_FRAME 0x10000
-#define GICR_IGROUPR0 0x0080
-#define GICR_ISENABLER0 0x0100
-#define GICR_IPRIORITYR 0x0400
-#define GIC_SPURIOUS_FIRST 1020
-
-static volatile uint32_t *gic(uint64_t address)
-{
-	return (volatile uint32_t *)(uintptr_t)address;
-}
-
-static void gic_init_vcpu0(void)
-{
-	uint64_t redistributor = KEEL_GICR_BASE; /* vCPU 0's */
-	uint64_t sgi = redistributor + GICR_SGI_FRAME;
-	uint32_t timer = KEEL_VTIMER_INTID;
-	uint64_t value;
-
-	*gic(KEEL_GICD_BASE + GICD_CTLR) = GICD_CTLR_AFFINITY_ROUTING | GICD_CTLR_ENABLE_GROUP1;
-	while (*gic(KEEL_GICD_BASE + GICD_CTLR) & GICD_CTLR_WRITE_PENDING)
-		;
-	*gic(redistributor + GICR_WAKER) &= ~GICR_WAKER_PROCESSOR_SLEEP;
-	while (*gic(redistributor + GICR_WAKER) & GICR_WAKER_CHILDREN_ASLEEP)
-		;
-	*gic(sgi + GICR_IGROUPR0) |= 1u << timer;
-	*gic(sgi + GICR_IPRIORITYR + timer / 4 * 4) =
-		(*gic(sgi + GICR_IPRIORITYR + timer / 4 * 4) & ~(0xffu << timer % 4 * 8)) |
-		0x80u << timer % 4 * 8;
-	*gic(sgi + GICR_ISENABLER0) = 1u << timer;
-	__asm__ volatile("mrs %0, s3_0_c12_c12_5\n\t" /* ICC_SRE_EL1.SRE */
-			 "orr %0, %0, #1\n\t"
-			 "msr s3_0_c12_c12_5, %0\n\t"
-			 "isb\n\t"
-			 "msr s3_0_c4_c6_0, %1\n\t" /* ICC_PMR_EL1: every priority */
-			 "mrs %0, s3_0_c12_c12_4\n\t" /* ICC_CTLR_EL1.EOImode = 0 */
-			 "bic %0, %0, #2\n\t"
-			 "msr s3_0_c12_c12_4, %0\n\t"
-			 "msr s3_0_c12_c12_7, %2\n\t" /* ICC_IGRPEN1_EL1 */
-			 "isb"
-			 : "=&r"(value)
-			 : "r"((uint64_t)0xff), "r"((uint64_t)1));
-}
+static struct keel_gic gic = { KEEL_GIC_V3, KEEL_GICD_BASE, KEEL_GICR_BASE, KEEL_GICR_STRIDE };
 
 /*
  * Sleeps until the counter reaches `at`: WFI, so that Keel gives the pCPU to the tasks, woken
@@ -268,10 +220,10 @@ static void gic_init_vcpu0(void)
 static void sleep_until(uint64_t at)
 {
 	static int ready;
-	uint64_t intid;
 
 	if (!ready) {
-		gic_init_vcpu0();
+		keel_gic_init(&gic, 0);
+		keel_gic_enable_private(&gic, 0, KEEL_VTIMER_INTID, 0x80);
 		ready = 1;
 	}
 	__asm__ volatile("msr cntv_cval_el0, %0\n\t"
@@ -283,11 +235,11 @@ static void sleep_until(uint64_t at)
 		__asm__ volatile("wfi");
 	__asm__ volatile("msr cntv_ctl_el0, xzr\n\tisb");
 	for (;;) {
-		__asm__ volatile("mrs %0, s3_0_c12_c12_0" : "=r"(intid)); /* ICC_IAR1_EL1 */
-		intid &= 0xffffff;
-		if (intid >= GIC_SPURIOUS_FIRST)
+		uint32_t acknowledged = keel_gic_acknowledge(&gic);
+
+		if (keel_gic_intid(&gic, acknowledged) >= 1020) /* 1020-1023: nothing pending */
 			break;
-		__asm__ volatile("msr s3_0_c12_c12_1, %0" : : "r"(intid)); /* ICC_EOIR1_EL1 */
+		keel_gic_end_of_interrupt(&gic, acknowledged);
 	}
 }
 
@@ -393,17 +345,17 @@ static void report(uint64_t second, const int64_t handles[TASKS])
 	}
 }
 
-/* vCPU 0, from start.S with the device tree's address (unused: everything here is fixed). */
+/* vCPU 0, from start.S with the device tree's address (read for the GIC alone). */
 void main(uint64_t device_tree)
 {
 	int64_t handles[TASKS];
+	struct keel_gic found;
 	uint64_t vcpu = 0;
 	uint64_t vm = keel_vm_id(&vcpu);
 	int64_t version = keel_version();
 	uint64_t per_us;
 	uint64_t next;
 
-	(void)device_tree;
 	*uart(UART_CR) = UART_CR_ENABLE;
 	put_str("c-control: Keel ");
 	put_u64((uint64_t)version >> 16);
@@ -414,6 +366,19 @@ void main(uint64_t device_tree)
 	put_str(" vcpu ");
 	put_u64(vcpu);
 	put_str("\n");
+	if (keel_gic_from_device_tree((const void *)(uintptr_t)device_tree, &found) == 0) {
+		gic = found;
+	} else {
+		put_str("c-control: no GIC in the device tree; Keel's GICv3 assumed\n");
+	}
+	/* On a GICv3 nothing more is said, so that those runs print what they always did. */
+	if (gic.version == KEEL_GIC_V2) {
+		put_str("c-control: GICv2 (from the device tree): distributor ");
+		put_hex(gic.distributor);
+		put_str(", CPU interface ");
+		put_hex(gic.cpu);
+		put_str("\n");
+	}
 
 	per_us = calibrate();
 	for (uint64_t i = 0; i < TASKS; i++)

@@ -7,10 +7,15 @@
 //! | `read8`, `read32`, `read64`, `write32`, `write64` | a load or store at the address |
 //! | `fetch` | a branch to the address |
 //! | `sysreg` | the system register access named by the address field (see [`sysreg`]) |
+//!
+//! The GIC system registers (`icc_*`) exist on a GICv3 only: on a GICv2 the probe is skipped
+//! with a line saying so (`hostile: probe skipped: ...`), as an access there is UNDEFINED at
+//! EL1 whatever Keel does.
 
 use core::arch::asm;
 use core::ptr::{read_volatile, write_volatile};
 
+use keel_guest::gic::{self, Version};
 use keel_guest::println;
 
 /// Performs the probe `spec` (`kind:hex`); returns only if the VM survived it.
@@ -51,6 +56,12 @@ pub fn probe(spec: &str) {
 /// The system register accesses a guest is not given, by name.
 fn sysreg(name: &str) {
     println!("hostile: probe sysreg {name}");
+    if name.starts_with("icc_") && gic::version() == Version::V2 {
+        println!(
+            "hostile: probe skipped: {name} is a GICv3 CPU interface register, and this GIC is a GICv2"
+        );
+        return;
+    }
     let mut value: u64 = 0;
     // SAFETY: (all arms) deliberately hostile accesses to single system registers; no memory
     // is touched. Each traps to Keel (or is UNDEFINED at EL1), which must stop the VM.

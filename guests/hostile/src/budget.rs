@@ -33,7 +33,7 @@ use keel_guest::bootargs::BootArgs;
 use keel_guest::cpu::{disable_irqs, enable_irqs, wait_for_interrupt};
 use keel_guest::devicetree::BootInfo;
 use keel_guest::entry_check::{take_entry_state, EntryState};
-use keel_guest::gicv3::{init_cpu_interface, send_sgi, DISTRIBUTOR};
+use keel_guest::gic::{init_cpu_interface, send_sgi, DISTRIBUTOR};
 use keel_guest::psci::{affinity_info, cpu_off, cpu_on};
 use keel_guest::{println, system_off, system_reset, timer};
 

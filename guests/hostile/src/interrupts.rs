@@ -8,7 +8,7 @@
 use core::fmt::Write;
 
 use keel_guest::cpu::{disable_irqs, enable_irqs};
-use keel_guest::gicv3::send_sgi;
+use keel_guest::gic::send_sgi;
 use keel_guest::println;
 
 use crate::lifecycle::{start_secondary, stop_secondary, SecondaryTask, TASK};

@@ -7,7 +7,7 @@ use core::sync::atomic::Ordering;
 use keel_guest::cpu::{disable_irqs, enable_irqs};
 use keel_guest::devicetree::BootInfo;
 use keel_guest::entry_check::take_entry_state;
-use keel_guest::gicv3::irq_pending;
+use keel_guest::gic::irq_pending;
 use keel_guest::psci::{affinity_info, cpu_off, cpu_on};
 use keel_guest::{println, system_reset};
 
@@ -35,6 +35,8 @@ pub enum SecondaryTask {
     Off = 5,
     /// Storm the managed VM with stops, starts and restarts (`manager-storm`).
     ManagerStorm = 6,
+    /// Be the other vCPU of `sgi-foreign`'s banked registers (GICv2).
+    BankedTarget = 7,
 }
 
 /// vCPU 1's task, set by vCPU 0 before CPU_ON and to [`SecondaryTask::Off`] to stop it.
@@ -103,6 +105,8 @@ pub fn secondary_main(_stack_top: usize) -> ! {
         RESULT.set(if timer_works(1) { 1 } else { 2 });
     } else if task == SecondaryTask::ManagerStorm as u64 {
         crate::manager_storm::storm_secondary();
+    } else if task == SecondaryTask::BankedTarget as u64 {
+        crate::sgi_foreign::banked_target();
     }
     while TASK.get() != SecondaryTask::Off as u64 {
         keel_guest::cpu::spin_hint();

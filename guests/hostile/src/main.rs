@@ -6,6 +6,7 @@
 //! | --- | --- |
 //! | `sgi-self` | 16 distinct SGIs (and one twice) raised at itself with IRQs masked: more pending than list registers |
 //! | `sgi-cross` | vCPU 0 raises 16 SGIs at vCPU 1 while vCPU 1 has IRQs masked |
+//! | `sgi-foreign` | SGIs at vCPUs the VM does not have; on a GICv2, vCPU 0 writes its banked SGI/PPI registers and vCPU 1's must be untouched (see [`sgi_foreign`]) |
 //! | `timer-cpu-off` | CPU_OFF with the virtual timer interrupt pending, then active; CPU_ON must give a working timer |
 //! | `timer-reset` | SYSTEM_RESET with the timer interrupt active, then pending, then a clean one; the timer must work after each |
 //! | `pmu-reset` | with `pmu = true`: fills every PMU register and lets the counters count, then CPU_OFF/CPU_ON and SYSTEM_RESET; each start must find the PMU clean (see [`pmu`]) |
@@ -36,6 +37,7 @@ mod manager_storm;
 mod pmu;
 mod reset_loop;
 mod ro_channel;
+mod sgi_foreign;
 mod shared;
 
 use keel_guest::bootargs::BootArgs;
@@ -89,6 +91,7 @@ fn run(attack: &str, args: &BootArgs<'_>, info: &BootInfo<'_>) {
     match attack {
         "sgi-self" => interrupts::sgi_self(),
         "sgi-cross" => interrupts::sgi_cross(),
+        "sgi-foreign" => sgi_foreign::sgi_foreign(),
         "timer-cpu-off" => lifecycle::timer_cpu_off(),
         "timer-reset" => lifecycle::timer_reset(info),
         "pmu-reset" => pmu::pmu_reset(info),

@@ -18,7 +18,7 @@
 
 use keel_guest::bootargs::BootArgs;
 use keel_guest::cpu::{disable_irqs, wait_for_interrupt};
-use keel_guest::gicv3::{acknowledge, end_of_interrupt};
+use keel_guest::gic::{acknowledge, end_of_interrupt};
 use keel_guest::health::{self, VmStatus};
 use keel_guest::{println, timer};
 
@@ -81,8 +81,8 @@ fn nap(micros: u64) {
         wait_for_interrupt();
     }
     timer::disable();
-    while let Some(intid) = acknowledge() {
-        end_of_interrupt(intid);
+    while let Some(interrupt) = acknowledge() {
+        end_of_interrupt(interrupt);
     }
 }
 

@@ -7,7 +7,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use keel_guest::abi::layout;
 use keel_guest::exceptions::set_irq_handler;
-use keel_guest::gicv3::{init_cpu_interface, IntId, Redistributor, DISTRIBUTOR};
+use keel_guest::gic::{init_cpu_interface, IntId, PrivateInterrupts, DISTRIBUTOR};
 use keel_guest::timer;
 
 /// vCPUs the guest uses.
@@ -132,22 +132,22 @@ fn handle_irq(intid: IntId) {
 
 /// Brings up this vCPU's GIC interface with every SGI and the virtual timer enabled, the
 /// counting handler installed, and IRQs still masked; clears this vCPU's counts.
-pub fn init_interrupts(vcpu: usize) -> Redistributor {
+pub fn init_interrupts(vcpu: usize) -> PrivateInterrupts {
     for slot in &TAKEN[vcpu] {
         slot.store(0, Ordering::Relaxed);
     }
-    let redistributor = Redistributor::for_cpu(vcpu as u64).expect("a redistributor per vCPU");
+    let interrupts = PrivateInterrupts::for_cpu(vcpu as u64).expect("the GIC has every vCPU");
     if vcpu == 0 {
         DISTRIBUTOR.enable();
     }
-    redistributor.wake();
+    interrupts.wake();
     init_cpu_interface();
     for intid in 0..16 {
-        redistributor.enable_private(intid, PRIORITY);
+        interrupts.enable(intid, PRIORITY);
     }
-    redistributor.enable_private(layout::VTIMER_INTID, PRIORITY);
+    interrupts.enable(layout::VTIMER_INTID, PRIORITY);
     set_irq_handler(handle_irq);
-    redistributor
+    interrupts
 }
 
 /// How many times `vcpu` took SGI `intid`.

@@ -1,5 +1,6 @@
 /*
- * keel.h - Keel's guest-visible hypercall ABI for C guests (the same as keel_core::abi).
+ * keel.h - Keel's guest-visible hypercall ABI for C guests (the same as keel_core::abi), and a
+ * small helper for the guest's GIC (GICv3 or GICv2, read from its device tree).
  *
  * Calls use `HVC #0` with the SMC Calling Convention (Arm DEN0028, SMCCC 1.1): function
  * id in w0, arguments in x1..x3, results in x0..x3; x4..x17 are preserved. The real-time
@@ -169,7 +170,12 @@
 /* No channel has that id, or the channel no member at that position. */
 #define KEEL_NO_SUCH_CHANNEL (-38)
 
-/* Guest-physical layout of the emulated platform (QEMU `virt` addresses). */
+/*
+ * Guest-physical layout of the emulated platform (QEMU `virt` addresses). The GIC's are those
+ * of a GICv3; a guest on GICv2 hardware has a GICv2 instead (distributor at the same address,
+ * a memory-mapped CPU interface after it): read the GIC from the device tree with
+ * keel_gic_from_device_tree() below rather than assume these.
+ */
 #define KEEL_GICD_BASE 0x08000000u
 #define KEEL_GICD_SIZE 0x00010000u
 #define KEEL_GICR_BASE 0x080A0000u
@@ -183,6 +189,267 @@
 #define KEEL_HYP_TIMER_INTID 26u
 
 #if defined(__aarch64__) && !defined(__ASSEMBLER__)
+
+/*
+ * The guest's GIC, read from the device tree the guest was entered with (x0), for guests that
+ * take an interrupt or two without a driver of their own: the node whose compatible is
+ * "arm,gic-v3" (a GICv3: reg = distributor, redistributors) or "arm,cortex-a15-gic",
+ * "arm,gic-400" or "arm,cortex-a7-gic" (a GICv2: reg = distributor, CPU interface). Every
+ * interrupt is Group 1 on a GICv3 (system-register CPU interface, ICC_*) and Group 0 on a
+ * GICv2 (memory-mapped CPU interface, GICC_*; no ICC_* register exists there, and none is
+ * touched). EOImode 0 on both: an end of interrupt drops the priority and deactivates.
+ * Its register accesses are single aligned 32-bit loads and stores (MMU off: Device memory).
+ */
+enum keel_gic_version { KEEL_GIC_NONE = 0, KEEL_GIC_V2 = 2, KEEL_GIC_V3 = 3 };
+
+struct keel_gic {
+	enum keel_gic_version version;
+	uint64_t distributor; /* GICD */
+	uint64_t cpu; /* GICv2: the CPU interface (GICC); GICv3: the first redistributor */
+	uint64_t cpu_size; /* the size of that region (GICv3: 128 KiB per vCPU) */
+};
+
+/* A big-endian 32-bit cell of the device tree, read a byte at a time (any alignment). */
+static inline uint32_t keel_fdt_cell(const uint8_t *at)
+{
+	return (uint32_t)at[0] << 24 | (uint32_t)at[1] << 16 | (uint32_t)at[2] << 8 | at[3];
+}
+
+/* Whether the NUL-terminated `text` is `name`. */
+static inline int keel_fdt_name_is(const char *text, const char *name)
+{
+	while (*name && *text == *name) {
+		text++;
+		name++;
+	}
+	return *text == *name;
+}
+
+/* Whether the stringlist `list` (`length` bytes) holds `name`. */
+static inline int keel_fdt_has_string(const uint8_t *list, uint32_t length, const char *name)
+{
+	uint32_t start = 0;
+
+	while (start < length) {
+		uint32_t i = 0;
+
+		while (start + i < length && name[i] && list[start + i] == (uint8_t)name[i])
+			i++;
+		if (!name[i] && start + i < length && !list[start + i])
+			return 1;
+		while (start < length && list[start])
+			start++;
+		start++;
+	}
+	return 0;
+}
+
+/* A (address, size) of `address_cells` and `size_cells` cells (each 1 or 2) at `at`. */
+static inline const uint8_t *keel_fdt_pair(const uint8_t *at, uint32_t address_cells,
+					   uint32_t size_cells, uint64_t *address, uint64_t *size)
+{
+	*address = keel_fdt_cell(at);
+	if (address_cells == 2)
+		*address = *address << 32 | keel_fdt_cell(at + 4);
+	at += 4 * address_cells;
+	*size = keel_fdt_cell(at);
+	if (size_cells == 2)
+		*size = *size << 32 | keel_fdt_cell(at + 4);
+	return at + 4 * size_cells;
+}
+
+/*
+ * Fills *gic from the first GIC node of the flattened device tree at `device_tree` (Devicetree
+ * Specification 0.4, chapter 5), its reg read with its parent's #address-cells and #size-cells.
+ * Returns 0, or -1 (and *gic zeroed) without a valid blob or such a node.
+ */
+static inline int keel_gic_from_device_tree(const void *device_tree, struct keel_gic *gic)
+{
+	enum { BEGIN_NODE = 1, END_NODE = 2, PROP = 3, NOP = 4, END = 9, DEPTH = 16 };
+	const uint8_t *blob = (const uint8_t *)device_tree;
+	const uint8_t *token, *strings, *end, *reg = 0;
+	uint32_t address_cells[DEPTH + 1], size_cells[DEPTH + 1], reg_length = 0;
+	enum keel_gic_version found = KEEL_GIC_NONE;
+	int depth = 0;
+
+	*gic = (struct keel_gic){ KEEL_GIC_NONE, 0, 0, 0 };
+	if (!blob || keel_fdt_cell(blob) != 0xd00dfeedu)
+		return -1;
+	token = blob + keel_fdt_cell(blob + 8);
+	strings = blob + keel_fdt_cell(blob + 12);
+	end = blob + keel_fdt_cell(blob + 4);
+	address_cells[0] = 2; /* the root's defaults (5.2: as if its parent said 2 and 1) */
+	size_cells[0] = 1;
+	while (token + 4 <= end) {
+		uint32_t kind = keel_fdt_cell(token);
+
+		token += 4;
+		if (kind == BEGIN_NODE || kind == END_NODE || kind == END) {
+			/* The properties of the node at `depth` are all read: is it the GIC? */
+			if (found != KEEL_GIC_NONE && reg && depth >= 1) {
+				uint32_t address = address_cells[depth - 1];
+				uint32_t size = size_cells[depth - 1];
+				uint64_t ignored;
+
+				/* Two (address, size) entries of 1 or 2 cells each. */
+				if (address < 1 || address > 2 || size < 1 || size > 2 ||
+				    reg_length < 8 * (address + size))
+					return -1;
+				reg = keel_fdt_pair(reg, address, size, &gic->distributor, &ignored);
+				keel_fdt_pair(reg, address, size, &gic->cpu, &gic->cpu_size);
+				gic->version = found;
+				return 0;
+			}
+			found = KEEL_GIC_NONE;
+			reg = 0;
+		}
+		if (kind == BEGIN_NODE) {
+			if (depth >= DEPTH)
+				return -1;
+			depth++;
+			address_cells[depth] = 2;
+			size_cells[depth] = 1;
+			while (token < end && *token)
+				token++;
+			token = blob + ((token + 1 - blob + 3) & ~(uintptr_t)3);
+		} else if (kind == END_NODE) {
+			depth--;
+		} else if (kind == PROP) {
+			uint32_t length = keel_fdt_cell(token);
+			const char *name = (const char *)strings + keel_fdt_cell(token + 4);
+			const uint8_t *value = token + 8;
+
+			if (keel_fdt_name_is(name, "compatible")) {
+				if (keel_fdt_has_string(value, length, "arm,gic-v3"))
+					found = KEEL_GIC_V3;
+				else if (keel_fdt_has_string(value, length, "arm,cortex-a15-gic") ||
+					 keel_fdt_has_string(value, length, "arm,gic-400") ||
+					 keel_fdt_has_string(value, length, "arm,cortex-a7-gic"))
+					found = KEEL_GIC_V2;
+			} else if (keel_fdt_name_is(name, "reg")) {
+				reg = value;
+				reg_length = length;
+			} else if (keel_fdt_name_is(name, "#address-cells") && length == 4) {
+				address_cells[depth] = keel_fdt_cell(value);
+			} else if (keel_fdt_name_is(name, "#size-cells") && length == 4) {
+				size_cells[depth] = keel_fdt_cell(value);
+			}
+			token = value + ((length + 3) & ~3u);
+		} else if (kind != NOP) {
+			return -1;
+		}
+	}
+	return -1;
+}
+
+/* A 32-bit GIC register. */
+static inline volatile uint32_t *keel_gic_register(uint64_t address)
+{
+	return (volatile uint32_t *)(uintptr_t)address;
+}
+
+/* Sets `intid`'s byte of the byte-per-INTID array at `array` (a 32-bit read-modify-write). */
+static inline void keel_gic_set_byte(uint64_t array, uint32_t intid, uint8_t value)
+{
+	volatile uint32_t *word = keel_gic_register(array + intid / 4 * 4);
+
+	*word = (*word & ~(0xffu << intid % 4 * 8)) | (uint32_t)value << intid % 4 * 8;
+}
+
+/*
+ * Brings up vCPU `vcpu`'s side of the GIC: the distributor enabled (GICv3: with affinity
+ * routing and Group 1; GICv2: Group 0), its redistributor woken (GICv3), and this CPU's
+ * interface with every priority let through. IRQs stay masked in PSTATE.
+ */
+static inline void keel_gic_init(const struct keel_gic *gic, uint64_t vcpu)
+{
+	if (gic->version == KEEL_GIC_V3) {
+		uint64_t redistributor = gic->cpu + vcpu * 0x20000;
+		uint64_t value;
+
+		/* GICD_CTLR: ARE | EnableGrp1 (DS = 1), then wait while RWP. */
+		*keel_gic_register(gic->distributor) = 1u << 4 | 1u << 1;
+		while (*keel_gic_register(gic->distributor) & 1u << 31)
+			;
+		/* GICR_WAKER: clear ProcessorSleep, wait while ChildrenAsleep. */
+		*keel_gic_register(redistributor + 0x14) &= ~(1u << 1);
+		while (*keel_gic_register(redistributor + 0x14) & 1u << 2)
+			;
+		__asm__ volatile("mrs %0, s3_0_c12_c12_5\n\t" /* ICC_SRE_EL1.SRE */
+				 "orr %0, %0, #1\n\t"
+				 "msr s3_0_c12_c12_5, %0\n\t"
+				 "isb\n\t"
+				 "msr s3_0_c4_c6_0, %1\n\t" /* ICC_PMR_EL1: every priority */
+				 "mrs %0, s3_0_c12_c12_4\n\t" /* ICC_CTLR_EL1.EOImode = 0 */
+				 "bic %0, %0, #2\n\t"
+				 "msr s3_0_c12_c12_4, %0\n\t"
+				 "msr s3_0_c12_c12_7, %2\n\t" /* ICC_IGRPEN1_EL1 */
+				 "isb"
+				 : "=&r"(value)
+				 : "r"((uint64_t)0xff), "r"((uint64_t)1));
+	} else if (gic->version == KEEL_GIC_V2) {
+		/* GICD_CTLR.EnableGrp0. */
+		*keel_gic_register(gic->distributor) = 1u << 0;
+		/* GICC_PMR: every priority; GICC_CTLR: EnableGrp0, FIQEn and EOImode clear. */
+		*keel_gic_register(gic->cpu + 0x04) = 0xff;
+		*keel_gic_register(gic->cpu) =
+			(*keel_gic_register(gic->cpu) & ~(1u << 3 | 1u << 9)) | 1u << 0;
+	}
+}
+
+/*
+ * Enables vCPU `vcpu`'s SGI or PPI `intid` (0-31) with `priority`: in its redistributor's SGI
+ * frame as Group 1 (GICv3), or in the distributor's banked registers, which are the calling
+ * CPU's own whatever `vcpu` says, left in Group 0 (GICv2).
+ */
+static inline void keel_gic_enable_private(const struct keel_gic *gic, uint64_t vcpu,
+					   uint32_t intid, uint8_t priority)
+{
+	uint64_t frame;
+
+	if (gic->version == KEEL_GIC_V3) {
+		frame = gic->cpu + vcpu * 0x20000 + 0x10000;
+		*keel_gic_register(frame + 0x80) |= 1u << intid; /* GICR_IGROUPR0 */
+	} else if (gic->version == KEEL_GIC_V2) {
+		frame = gic->distributor;
+	} else {
+		return;
+	}
+	keel_gic_set_byte(frame + 0x400, intid, priority); /* GICR_/GICD_IPRIORITYR */
+	*keel_gic_register(frame + 0x100) = 1u << intid; /* GICR_/GICD_ISENABLER0 */
+}
+
+/*
+ * Acknowledges the highest-priority pending interrupt: what ICC_IAR1_EL1 (GICv3) or GICC_IAR
+ * (GICv2) read, to be given to keel_gic_intid() and keel_gic_end_of_interrupt().
+ */
+static inline uint32_t keel_gic_acknowledge(const struct keel_gic *gic)
+{
+	uint64_t value = 1023;
+
+	if (gic->version == KEEL_GIC_V3)
+		__asm__ volatile("mrs %0, s3_0_c12_c12_0" : "=r"(value)); /* ICC_IAR1_EL1 */
+	else if (gic->version == KEEL_GIC_V2)
+		value = *keel_gic_register(gic->cpu + 0x0c); /* GICC_IAR */
+	return (uint32_t)value;
+}
+
+/* The INTID of what keel_gic_acknowledge() read: 1020-1023 when nothing was pending. */
+static inline uint32_t keel_gic_intid(const struct keel_gic *gic, uint32_t acknowledged)
+{
+	return acknowledged & (gic->version == KEEL_GIC_V2 ? 0x3ffu : 0xffffffu);
+}
+
+/* Ends an acknowledged interrupt (GICv2: with the SGI source its acknowledge read). */
+static inline void keel_gic_end_of_interrupt(const struct keel_gic *gic, uint32_t acknowledged)
+{
+	if (gic->version == KEEL_GIC_V3)
+		__asm__ volatile("msr s3_0_c12_c12_1, %0" /* ICC_EOIR1_EL1 */
+				 :
+				 : "r"((uint64_t)(acknowledged & 0xffffffu)));
+	else if (gic->version == KEEL_GIC_V2)
+		*keel_gic_register(gic->cpu + 0x10) = acknowledged; /* GICC_EOIR */
+}
 
 /* What a call left in x0..x3. */
 struct keel_hvc_result {

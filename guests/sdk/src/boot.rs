@@ -3,7 +3,8 @@
 //! The header follows the Linux arm64 boot protocol (Documentation/arch/arm64/booting.rst,
 //! "Call the kernel image"): both QEMU's `-kernel` loader and Keel place the image at
 //! RAM base + `text_offset` and enter its first instruction at EL1 with the MMU off and
-//! x0 = the device tree's address.
+//! x0 = the device tree's address. Before the guest's entry point, the boot code reads the
+//! device tree's GIC ([`crate::gic`]).
 
 use core::sync::atomic::{AtomicUsize, Ordering};
 
@@ -69,6 +70,8 @@ core::arch::global_asm!(
     "    msr     vbar_el1, x1",
     "    isb",
     "    mov     x0, x19",
+    "    bl      {select_gic}",
+    "    mov     x0, x19",
     "    bl      __keel_guest_main",
     "5:  wfe",
     "    b       5b",
@@ -96,6 +99,7 @@ core::arch::global_asm!(
     sctlr_low = const SCTLR_EL1_AT_ENTRY & 0xFFFF,
     sctlr_high = const SCTLR_EL1_AT_ENTRY >> 16,
     secondary = sym secondary_main,
+    select_gic = sym crate::gic::select_from_boot_device_tree,
     entry_sctlr_low = const crate::entry_check::KEEL_SCTLR_EL1_AT_ENTRY & 0xFFFF,
     entry_sctlr_high = const crate::entry_check::KEEL_SCTLR_EL1_AT_ENTRY >> 16,
 );
@@ -117,6 +121,7 @@ pub fn set_secondary_main(main: fn(usize) -> !) {
 
 /// Called by the CPU_ON entry with the stack top.
 extern "C" fn secondary_main(stack_top: usize) -> ! {
+    crate::exceptions::install_gicv2_vectors_if_needed();
     let main = SECONDARY_MAIN.load(Ordering::Acquire);
     if main == 0 {
         loop {
@@ -130,8 +135,8 @@ extern "C" fn secondary_main(stack_top: usize) -> ! {
 
 /// Names the guest's Rust entry point, `fn(device_tree_address: usize) -> !`.
 ///
-/// The boot code calls it with IRQs masked, the stack set, BSS zeroed and the SDK's
-/// exception vectors installed.
+/// The boot code calls it with IRQs masked, the stack set, BSS zeroed, the device tree's GIC
+/// selected ([`crate::gic`]) and the SDK's exception vectors for it installed.
 #[macro_export]
 macro_rules! entry {
     ($main:path) => {

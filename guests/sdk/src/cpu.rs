@@ -44,6 +44,12 @@ pub fn isb() {
     unsafe { asm!("isb", options(nostack, preserves_flags)) }
 }
 
+/// Data synchronization barrier (`dsb sy`): every earlier memory access completes first.
+pub fn data_synchronization_barrier() {
+    // SAFETY: a barrier has no other effect.
+    unsafe { asm!("dsb sy", options(nostack, preserves_flags)) }
+}
+
 /// MPIDR_EL1 (Arm ARM D17.2.101): this CPU's affinity.
 pub fn mpidr() -> u64 {
     let value: u64;
@@ -66,4 +72,13 @@ pub fn affinity_for_irouter() -> u64 {
 pub fn spin_hint() {
     // SAFETY: `yield` has no architectural effect.
     unsafe { asm!("yield", options(nomem, nostack, preserves_flags)) }
+}
+
+/// Whether an IRQ is pending at this CPU, masked or not (ISR_EL1.I, Arm ARM D17.2.86): under
+/// a hypervisor, that a virtual interrupt sits pending in a list register.
+pub fn irq_pending() -> bool {
+    let isr: u64;
+    // SAFETY: reads a status register. No memory is touched.
+    unsafe { asm!("mrs {}, isr_el1", out(reg) isr, options(nomem, nostack, preserves_flags)) };
+    isr & (1 << 7) != 0
 }

@@ -3,6 +3,10 @@
 //! A guest links with the SDK's `link.ld` (see `build.rs`), names its entry point with
 //! [`entry!`], and runs at EL1 with the MMU off: all memory is then Device-nGnRnE, so the
 //! SDK uses only aligned plain loads and stores (no exclusives, no `compare_exchange`).
+//!
+//! The interrupt controller is [`gic`]: one interface over the GICv3 ([`gicv3`]) and GICv2
+//! ([`gicv2`]) drivers, picked by the boot code from the device tree's GIC node before the
+//! entry point runs, so that one image runs on either.
 #![no_std]
 
 pub mod boot;
@@ -15,6 +19,8 @@ pub mod entry_check;
 pub mod environment;
 pub mod exceptions;
 pub mod fatal;
+pub mod gic;
+pub mod gicv2;
 pub mod gicv3;
 pub mod health;
 pub mod keel;

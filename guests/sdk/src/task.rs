@@ -97,6 +97,7 @@ core::arch::global_asm!(
 );
 
 extern "C" fn task_start(start: &'static TaskStart) -> ! {
+    crate::exceptions::install_gicv2_vectors_if_needed();
     (start.main)(start.arg)
 }
 

@@ -60,21 +60,39 @@ fn write_control(value: u64) {
 
 /// Sleeps (WFI, so that Keel gives the pCPU away) until the counter reaches `at`, woken by
 /// the virtual timer; interrupts stay masked in PSTATE and the timer's is taken by polling.
-/// The first call sets up the distributor, vCPU 0's redistributor and this CPU's interface
-/// for the timer's interrupt.
+/// The first call sets up the distributor, vCPU 0's private interrupts and this CPU's
+/// interface for the timer's interrupt, on whichever GIC the device tree names.
+///
+/// The GIC's version is looked at once, before the WFI: from the wake-up on, a GICv3 runs
+/// the GICv3 driver's instructions alone.
 pub fn sleep_until(at: u64) {
-    use crate::gicv3::{
-        acknowledge, end_of_interrupt, init_cpu_interface, Redistributor, DISTRIBUTOR,
-    };
+    use crate::gic::{init_cpu_interface, PrivateInterrupts, Version, DISTRIBUTOR};
     static READY: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
     if !READY.swap(true, core::sync::atomic::Ordering::Relaxed) {
-        if let Some(redistributor) = Redistributor::for_cpu(0) {
+        if let Some(interrupts) = PrivateInterrupts::for_cpu(0) {
             DISTRIBUTOR.enable();
-            redistributor.wake();
+            interrupts.wake();
             init_cpu_interface();
-            redistributor.enable_private(keel_core::abi::layout::VTIMER_INTID, 0x80);
+            interrupts.enable(keel_core::abi::layout::VTIMER_INTID, 0x80);
         }
     }
+    match crate::gic::version() {
+        Version::V3 => sleep_then(at, || {
+            while let Some(intid) = crate::gicv3::acknowledge() {
+                crate::gicv3::end_of_interrupt(intid);
+            }
+        }),
+        Version::V2 => sleep_then(at, || {
+            while let Some(interrupt) = crate::gic::acknowledge() {
+                crate::gic::end_of_interrupt(interrupt);
+            }
+        }),
+    }
+}
+
+/// [`sleep_until`]'s wait, then `acknowledge_all`.
+#[inline(always)]
+fn sleep_then(at: u64, acknowledge_all: impl FnOnce()) {
     set_deadline(at);
     enable();
     while counter() < at {
@@ -83,7 +101,5 @@ pub fn sleep_until(at: u64) {
     // The timer's condition holds until it is disabled: only then is its interrupt taken
     // (acknowledged while still asserted, it would be pending again at once).
     disable();
-    while let Some(intid) = acknowledge() {
-        end_of_interrupt(intid);
-    }
+    acknowledge_all();
 }

@@ -4,13 +4,17 @@
 //! `isb; mrs pmccntr_el0` pairs; the cost of the bracket alone is measured first and
 //! subtracted, so natively a one-instruction body reports 1. Figures print as
 //! `bench: <name> min=<n> avg=<n> max=<n>`.
+//!
+//! On a GICv2 there is no ICC_SGI1R_EL1 (no system-register CPU interface): `sysreg-trap`
+//! prints `n/a`, and `mmio-gicd-sgir` times its counterpart, a store to GICD_SGIR with an
+//! empty target list. Which GIC, and where, is read outside the brackets.
 
 use core::arch::asm;
 use core::sync::atomic::{AtomicU32, Ordering};
 
 use keel_guest::abi::{layout, psci, KEEL_VERSION};
 use keel_guest::exceptions::{set_irq_handler, stamp_irq_entries, IRQ_ENTRY_STAMP};
-use keel_guest::gicv3::{IntId, Redistributor, DISTRIBUTOR};
+use keel_guest::gic::{self, IntId, PrivateInterrupts, Version, DISTRIBUTOR};
 use keel_guest::{pmu, println, system_off, timer};
 
 use crate::interrupts::PRIORITY;
@@ -61,7 +65,7 @@ impl Stats {
 }
 
 /// Runs every benchmark, prints `bench: done` and powers off.
-pub fn run(native: bool, redistributor: &Redistributor) -> ! {
+pub fn run(native: bool, interrupts: &PrivateInterrupts) -> ! {
     pmu::enable_cycle_counter();
     stamp_irq_entries();
     let bracket = minimum(bracket_alone);
@@ -72,11 +76,17 @@ pub fn run(native: bool, redistributor: &Redistributor) -> ! {
         series(bracket, hvc_keel_version).report("hvc-null");
     }
     series(bracket, hvc_psci_version).report("psci-version");
-    series(bracket, write_sgi1r).report("sysreg-trap");
+    match gic::version() {
+        Version::V3 => series(bracket, write_sgi1r).report("sysreg-trap"),
+        Version::V2 => {
+            println!("bench: sysreg-trap n/a");
+            series(bracket, store_gicd_sgir).report("mmio-gicd-sgir");
+        }
+    }
     series(bracket, load_gicd_typer).report("mmio-gicd-typer");
 
     let_console_settle();
-    let (entry, round_trip) = timer_interrupt_series(redistributor);
+    let (entry, round_trip) = timer_interrupt_series(interrupts);
     entry.report("timer-irq-entry");
     round_trip.report("timer-irq-roundtrip");
 
@@ -182,6 +192,35 @@ fn write_sgi1r() -> u64 {
     end - start
 }
 
+/// GICD_SGIR with an empty CPUTargetList (TargetListFilter 0): forwards no SGI (GICv2 spec
+/// 4.3.15).
+const SGIR_NO_TARGETS: u32 = 0;
+
+/// One 32-bit store to GICD_SGIR with an empty target list (a GICv2's SGI register).
+fn store_gicd_sgir() -> u64 {
+    let Some(address) = DISTRIBUTOR.sgir_address() else {
+        return 0;
+    };
+    let (start, end): (u64, u64);
+    // SAFETY: a single aligned store to a distributor register, not to memory; an SGI with no
+    // target CPU is not delivered anywhere.
+    unsafe {
+        asm!(
+            "isb",
+            "mrs {start}, pmccntr_el0",
+            "str {value:w}, [{address}]",
+            "isb",
+            "mrs {end}, pmccntr_el0",
+            start = out(reg) start,
+            end = out(reg) end,
+            value = in(reg) SGIR_NO_TARGETS,
+            address = in(reg) address,
+            options(nostack, preserves_flags),
+        )
+    };
+    end - start
+}
+
 /// One 32-bit load of GICD_TYPER.
 fn load_gicd_typer() -> u64 {
     let (start, end): (u64, u64);
@@ -220,9 +259,9 @@ fn handle_timer_irq(intid: IntId) {
 /// Entry is the vector's count minus the loop's last count; round trip is the loop's first
 /// count after the return minus its last count before. Both less the cost of two
 /// back-to-back counter reads.
-fn timer_interrupt_series(redistributor: &Redistributor) -> (Stats, Stats) {
+fn timer_interrupt_series(interrupts: &PrivateInterrupts) -> (Stats, Stats) {
     set_irq_handler(handle_timer_irq);
-    redistributor.enable_private(layout::VTIMER_INTID, PRIORITY);
+    interrupts.enable(layout::VTIMER_INTID, PRIORITY);
     let back_to_back = minimum(back_to_back_reads);
     let (mut entry, mut round_trip) = (Stats::new(), Stats::new());
     let mut attempts = 0;
@@ -237,7 +276,7 @@ fn timer_interrupt_series(redistributor: &Redistributor) -> (Stats, Stats) {
         }
     }
     timer::disable();
-    redistributor.disable_private(layout::VTIMER_INTID);
+    interrupts.disable(layout::VTIMER_INTID);
     (entry, round_trip)
 }
 

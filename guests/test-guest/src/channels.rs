@@ -19,9 +19,9 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use keel_guest::abi::layout;
 use keel_guest::bootargs::BootArgs;
 use keel_guest::channel::{self, ChannelError, Window, EVERY_OTHER_MEMBER};
-use keel_guest::cpu::{affinity_for_irouter, disable_irqs, enable_irqs, wait_for_interrupt};
+use keel_guest::cpu::{disable_irqs, enable_irqs, wait_for_interrupt};
 use keel_guest::exceptions::set_irq_handler;
-use keel_guest::gicv3::{IntId, Redistributor, Trigger, DISTRIBUTOR, FIRST_SPI};
+use keel_guest::gic::{IntId, PrivateInterrupts, Trigger, DISTRIBUTOR, FIRST_SPI};
 use keel_guest::{println, system_off, timer};
 
 use crate::interrupts::PRIORITY;
@@ -66,7 +66,7 @@ struct Setup {
 }
 
 /// Runs the role `keel.chan` names.
-pub fn run(args: BootArgs<'_>, redistributor: &Redistributor) -> ! {
+pub fn run(args: BootArgs<'_>, interrupts: &PrivateInterrupts) -> ! {
     let number = |key: &str| args.value(key).and_then(|value| value.parse::<u64>().ok());
     let size = number("keel.size").unwrap_or(64 << 10) as usize;
     let window = |key: &str| {
@@ -84,7 +84,7 @@ pub fn run(args: BootArgs<'_>, redistributor: &Redistributor) -> ! {
         to: number("keel.to").unwrap_or(0),
     };
     if let Some(intid) = number("keel.irq") {
-        enable_doorbell(intid as IntId, redistributor);
+        enable_doorbell(intid as IntId, interrupts);
     }
     match (args.value("keel.chan"), setup.incoming, setup.outgoing) {
         (Some("writer"), Some(incoming), Some(outgoing)) => writer(
@@ -109,15 +109,15 @@ pub fn run(args: BootArgs<'_>, redistributor: &Redistributor) -> ! {
 
 /// Takes doorbell `intid` (an SGI, or an SPI routed here, edge-triggered) and the virtual
 /// timer's interrupt (a wait's timeout), and unmasks IRQs.
-fn enable_doorbell(intid: IntId, redistributor: &Redistributor) {
+fn enable_doorbell(intid: IntId, interrupts: &PrivateInterrupts) {
     DOORBELL.store(intid, Ordering::Relaxed);
     set_irq_handler(handle_irq);
     if intid < FIRST_SPI {
-        redistributor.enable_private(intid, PRIORITY);
+        interrupts.enable(intid, PRIORITY);
     } else {
-        DISTRIBUTOR.enable_spi(intid, PRIORITY, Trigger::Edge, affinity_for_irouter());
+        DISTRIBUTOR.enable_spi(intid, PRIORITY, Trigger::Edge);
     }
-    redistributor.enable_private(layout::VTIMER_INTID, PRIORITY);
+    interrupts.enable(layout::VTIMER_INTID, PRIORITY);
     enable_irqs();
 }
 

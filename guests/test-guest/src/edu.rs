@@ -36,10 +36,10 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use keel_guest::abi::layout;
 use keel_guest::bootargs::BootArgs;
-use keel_guest::cpu::{affinity_for_irouter, disable_irqs, enable_irqs, wait_for_interrupt};
+use keel_guest::cpu::{disable_irqs, enable_irqs, wait_for_interrupt};
 use keel_guest::exceptions::set_irq_handler;
 use keel_guest::fdt::{Fdt, Node};
-use keel_guest::gicv3::{IntId, Redistributor, Trigger, DISTRIBUTOR, FIRST_SPI};
+use keel_guest::gic::{IntId, PrivateInterrupts, Trigger, DISTRIBUTOR, FIRST_SPI};
 use keel_guest::mmio::MmioFrame;
 use keel_guest::{println, system_off, timer};
 
@@ -172,7 +172,7 @@ fn inta_intid(map: &Node, slot: u32) -> Option<IntId> {
 }
 
 /// Runs edu mode on the device tree `tree`.
-pub fn run(tree: &Fdt<'static>, args: BootArgs<'_>, redistributor: &Redistributor) -> ! {
+pub fn run(tree: &Fdt<'static>, args: BootArgs<'_>, interrupts: &PrivateInterrupts) -> ! {
     let number = |key: &str, default: u64| {
         args.value(key)
             .and_then(|value| {
@@ -223,10 +223,10 @@ pub fn run(tree: &Fdt<'static>, args: BootArgs<'_>, redistributor: &Redistributo
     }
     EDU_BASE.store(bridge.window as u64, Ordering::Relaxed);
     set_irq_handler(handle_irq);
-    redistributor.enable_private(layout::VTIMER_INTID, PRIORITY);
+    interrupts.enable(layout::VTIMER_INTID, PRIORITY);
     if let Some(intid) = intid {
         EDU_INTID.store(intid, Ordering::Relaxed);
-        DISTRIBUTOR.enable_spi(intid, PRIORITY, Trigger::Level, affinity_for_irouter());
+        DISTRIBUTOR.enable_spi(intid, PRIORITY, Trigger::Level);
     }
     enable_irqs();
 

@@ -6,14 +6,16 @@
 use core::arch::asm;
 use core::ptr::{read_volatile, write_volatile};
 
-use keel_guest::abi::{layout, psci};
+use keel_guest::abi::psci;
 use keel_guest::devicetree::BootInfo;
+use keel_guest::gic::DISTRIBUTOR;
 use keel_guest::println;
 
 /// Distance past the end of the guest's memory that `write-outside` stores to.
 const OUTSIDE_OFFSET: u64 = 0x1000;
-/// GICD_ISENABLER1: set-enable bits of INTIDs 32..63.
-const GICD_ISENABLER1: u64 = layout::GICD_BASE + 0x0104;
+/// GICD_ISENABLER1's offset in the distributor (the same on GICv2 and GICv3): set-enable
+/// bits of INTIDs 32..63.
+const GICD_ISENABLER1: usize = 0x0104;
 /// INTID 34's bit in GICD_ISENABLER1: an SPI this guest does not own.
 const FOREIGN_SPI_BIT: u32 = 1 << (34 - 32);
 
@@ -44,7 +46,12 @@ pub fn run(mode: &str, info: &BootInfo<'_>, target: Option<u64>) {
         "gic-foreign" => {
             // SAFETY: deliberately hostile: a single aligned store to a distributor register,
             // not to memory.
-            unsafe { write_volatile(GICD_ISENABLER1 as *mut u32, FOREIGN_SPI_BIT) };
+            unsafe {
+                write_volatile(
+                    (DISTRIBUTOR.base() + GICD_ISENABLER1) as *mut u32,
+                    FOREIGN_SPI_BIT,
+                )
+            };
         }
         "smc" => {
             let x0: u64;

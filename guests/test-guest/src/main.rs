@@ -1,5 +1,5 @@
-//! Keel's test guest: periodic ticks with console echo and a control loop, hostile actions, and
-//! micro-benchmarks.
+//! Keel's test guest: periodic ticks with console echo and a control loop, hostile actions,
+//! SGIs between two vCPUs, and micro-benchmarks.
 //!
 //! The same image runs as a Keel VM and natively on bare QEMU (`keel.native`); see
 //! [`options`] for the boot arguments it understands.
@@ -16,6 +16,7 @@ mod manager;
 mod messages;
 mod options;
 mod rtc;
+mod sgi;
 mod shares;
 mod storm;
 mod task_reuse;
@@ -26,6 +27,7 @@ use keel_guest::bootargs::BootArgs;
 use keel_guest::devicetree::{boot_info, device_tree_at};
 use keel_guest::entry_check::take_entry_state;
 use keel_guest::environment::{set_environment, Environment};
+use keel_guest::gic;
 use keel_guest::{keel_version, println, system_off, vm_id};
 
 use crate::options::{Mode, Options};
@@ -73,13 +75,23 @@ fn main(device_tree_address: usize) -> ! {
         vcpu
     };
 
-    let Some(redistributor) = interrupts::init(vcpu) else {
-        println!("test-guest: no redistributor for vcpu {vcpu}");
+    // The GICv3 runs print nothing more, so that their output stays as it was.
+    if let gic::Description::V2 {
+        distributor,
+        cpu_interface,
+    } = gic::selected()
+    {
+        println!(
+            "test-guest: GICv2 (from the device tree): distributor {distributor:#x}, CPU interface {cpu_interface:#x}"
+        );
+    }
+    let Some(private_interrupts) = interrupts::init(vcpu) else {
+        println!("test-guest: the GIC has no CPU interface for vcpu {vcpu}");
         system_off();
     };
     match options.mode {
-        Mode::Ticks => ticks::run(&options, &info, &redistributor),
-        Mode::Bench => bench::run(options.native, &redistributor),
+        Mode::Ticks => ticks::run(&options, &info, &private_interrupts),
+        Mode::Bench => bench::run(options.native, &private_interrupts),
         Mode::Spin => loop {
             core::hint::spin_loop();
         },
@@ -87,12 +99,13 @@ fn main(device_tree_address: usize) -> ! {
         Mode::Share => shares::share(options.report_every_seconds),
         Mode::Work => shares::work(options.iterations, options.start_ms, options.print_ms),
         Mode::Messages => messages::run(BootArgs::new(info.bootargs)),
-        Mode::Channel => channels::run(BootArgs::new(info.bootargs), &redistributor),
-        Mode::Rtc => rtc::run(&tree, BootArgs::new(info.bootargs), &redistributor),
-        Mode::Edu => edu::run(&tree, BootArgs::new(info.bootargs), &redistributor),
+        Mode::Channel => channels::run(BootArgs::new(info.bootargs), &private_interrupts),
+        Mode::Rtc => rtc::run(&tree, BootArgs::new(info.bootargs), &private_interrupts),
+        Mode::Edu => edu::run(&tree, BootArgs::new(info.bootargs), &private_interrupts),
         Mode::TraceReader => trace_reader::run(BootArgs::new(info.bootargs)),
         Mode::Manager => manager::run(BootArgs::new(info.bootargs)),
         Mode::TaskReuse => task_reuse::run(BootArgs::new(info.bootargs)),
+        Mode::Sgi => sgi::run(BootArgs::new(info.bootargs), &private_interrupts),
         Mode::Pingpong => shares::pingpong(
             info.bootargs.contains("keel.pingpong=measure"),
             info.bootargs.split_whitespace().any(|t| t == "keel.fp"),

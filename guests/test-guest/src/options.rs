@@ -3,7 +3,7 @@
 //! | token | meaning |
 //! | --- | --- |
 //! | `keel.native` | running on bare QEMU: no Keel hypercalls |
-//! | `keel.mode=ticks\|bench\|spin\|job\|share\|pingpong\|work\|messages\|channel\|rtc\|task-reuse` | what to run (default `ticks`) |
+//! | `keel.mode=ticks\|bench\|spin\|job\|share\|pingpong\|work\|messages\|channel\|rtc\|task-reuse\|sgi` | what to run (default `ticks`) |
 //! | `keel.edu=write\|read`, `keel.flood=<ms>`, `keel.target=<hex>` | edu mode: the attack, the interrupt flood's length, the attack's address (see [`crate::edu`]) |
 //! | `keel.canary=<hex ipa>` | ticks mode: fill 4 KiB there at the start and check it at each report (`canary: s=N intact`) |
 //! | `keel.alarm=<seconds>` | rtc mode: how far ahead each alarm is set (default 2; see [`crate::rtc`]) |
@@ -37,6 +37,7 @@
 //! | `keel.input=echo\|count\|ignore` | ticks mode: what becomes of console input: each byte echoed in a line (`echo: X`, the default); counted, with the FNV-1a hash of all of it in order, said each second it changed (`input: s=N bytes=B fnv=HHHHHHHHHHHHHHHH`); or never read (the receive interrupt left masked) |
 //! | `keel.storm=<ms>`, `keel.storm-pause=<us>` | manager mode: restart, stop and start the managed VM as fast as it can from two vCPUs for that long, optionally pausing between calls (see [`crate::storm`]) |
 //! | `keel.restart-on-key` | manager mode with `keel.restarts`: wait for a byte typed on this VM's console instead |
+//! | `keel.mode=sgi` with `keel.rounds=<n>` | SGIs back and forth between vCPU 0 and vCPU 1, n round trips (default 100; see [`crate::sgi`]) |
 //! | `keel.mode=task-reuse` with `keel.rounds=<n>`, `keel.pcpu=<id>` | a task index reused after a far launch and a delete, n rounds, the tasks on that pCPU (see [`crate::task_reuse`]) |
 
 use core::fmt;
@@ -77,6 +78,8 @@ pub enum Mode {
     /// A real-time task's index reused after a far launch and a delete (see
     /// [`crate::task_reuse`]).
     TaskReuse,
+    /// SGIs back and forth between vCPU 0 and vCPU 1 (see [`crate::sgi`]).
+    Sgi,
 }
 
 impl fmt::Display for Mode {
@@ -96,6 +99,7 @@ impl fmt::Display for Mode {
             Mode::TraceReader => "trace-reader",
             Mode::Manager => "manager",
             Mode::TaskReuse => "task-reuse",
+            Mode::Sgi => "sgi",
         })
     }
 }
@@ -203,12 +207,13 @@ impl<'a> Options<'a> {
             Some("trace-reader") => Mode::TraceReader,
             Some("manager") => Mode::Manager,
             Some("task-reuse") => Mode::TaskReuse,
+            Some("sgi") => Mode::Sgi,
             Some(value) => {
                 return Err(OptionError {
                     key: "keel.mode",
                     value,
                     expected: "ticks, bench, spin, job, share, pingpong, work, messages, channel, \
-                           rtc, edu, trace-reader, manager or task-reuse",
+                           rtc, edu, trace-reader, manager, task-reuse or sgi",
                 })
             }
         };

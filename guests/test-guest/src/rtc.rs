@@ -16,10 +16,10 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use keel_guest::abi::layout;
 use keel_guest::bootargs::BootArgs;
-use keel_guest::cpu::{affinity_for_irouter, disable_irqs, enable_irqs, wait_for_interrupt};
+use keel_guest::cpu::{disable_irqs, enable_irqs, wait_for_interrupt};
 use keel_guest::exceptions::set_irq_handler;
 use keel_guest::fdt::Fdt;
-use keel_guest::gicv3::{IntId, Redistributor, Trigger, DISTRIBUTOR, FIRST_SPI};
+use keel_guest::gic::{IntId, PrivateInterrupts, Trigger, DISTRIBUTOR, FIRST_SPI};
 use keel_guest::mmio::MmioFrame;
 use keel_guest::{println, system_off, timer};
 
@@ -76,7 +76,7 @@ fn handle_irq(intid: IntId) {
 }
 
 /// Runs RTC mode on the device tree `tree`.
-pub fn run(tree: &Fdt, args: BootArgs<'_>, redistributor: &Redistributor) -> ! {
+pub fn run(tree: &Fdt, args: BootArgs<'_>, interrupts: &PrivateInterrupts) -> ! {
     let Some((base, intid)) = find_rtc(tree) else {
         println!("rtc: no arm,pl031 node in the device tree");
         system_off()
@@ -99,8 +99,8 @@ pub fn run(tree: &Fdt, args: BootArgs<'_>, redistributor: &Redistributor) -> ! {
     RTC_BASE.store(base as u64, Ordering::Relaxed);
     RTC_INTID.store(intid, Ordering::Relaxed);
     set_irq_handler(handle_irq);
-    DISTRIBUTOR.enable_spi(intid, PRIORITY, Trigger::Level, affinity_for_irouter());
-    redistributor.enable_private(layout::VTIMER_INTID, PRIORITY);
+    DISTRIBUTOR.enable_spi(intid, PRIORITY, Trigger::Level);
+    interrupts.enable(layout::VTIMER_INTID, PRIORITY);
     rtc.write_u32(RTCIMSC, 1);
     enable_irqs();
     for alarm in 1..=ALARMS {

@@ -5,10 +5,10 @@
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use keel_guest::abi::layout;
-use keel_guest::cpu::{affinity_for_irouter, enable_irqs, wait_for_interrupt, with_irqs_masked};
+use keel_guest::cpu::{enable_irqs, wait_for_interrupt, with_irqs_masked};
 use keel_guest::devicetree::BootInfo;
 use keel_guest::exceptions::set_irq_handler;
-use keel_guest::gicv3::{IntId, Redistributor, Trigger, DISTRIBUTOR};
+use keel_guest::gic::{IntId, PrivateInterrupts, Trigger, DISTRIBUTOR};
 use keel_guest::histogram::{Histogram, Line, Printer};
 use keel_guest::{console, println, system_off, system_reset, timer};
 
@@ -116,7 +116,7 @@ fn set_reset_marker(info: &BootInfo<'_>) {
 }
 
 /// Runs ticks mode until `keel.off` (or forever).
-pub fn run(options: &Options<'_>, info: &BootInfo<'_>, redistributor: &Redistributor) -> ! {
+pub fn run(options: &Options<'_>, info: &BootInfo<'_>, interrupts: &PrivateInterrupts) -> ! {
     let mut reset_pending = options.reset_after_seconds;
     if reset_pending.is_some() && reset_marker_set(info) {
         println!("test-guest: restarted after a reset");
@@ -143,19 +143,14 @@ pub fn run(options: &Options<'_>, info: &BootInfo<'_>, redistributor: &Redistrib
     NEXT_DEADLINE.store(start + period, Ordering::Relaxed);
     timer::set_deadline(start + period);
     timer::enable();
-    redistributor.enable_private(layout::VTIMER_INTID, PRIORITY);
+    interrupts.enable(layout::VTIMER_INTID, PRIORITY);
 
     // A guest that ignores its input never unmasks the receive interrupt: the input waits in
     // Keel's queue, which refuses what does not fit (and says how much).
     if options.input != InputMode::Ignore {
         console::enable_receive_interrupt();
     }
-    DISTRIBUTOR.enable_spi(
-        layout::UART_INTID,
-        PRIORITY,
-        Trigger::Level,
-        affinity_for_irouter(),
-    );
+    DISTRIBUTOR.enable_spi(layout::UART_INTID, PRIORITY, Trigger::Level);
     enable_irqs();
 
     let mut control = options

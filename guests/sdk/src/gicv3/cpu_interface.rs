@@ -5,7 +5,7 @@
 
 use core::arch::asm;
 
-use super::IntId;
+use super::{IntId, SPURIOUS_INTID_FIRST};
 
 /// ICC_SRE_EL1.SRE: system-register interface enabled.
 const SRE_ENABLE: u64 = 1 << 0;
@@ -15,9 +15,6 @@ const CTLR_EOI_MODE: u64 = 1 << 1;
 const PRIORITY_MASK_ALL: u64 = 0xFF;
 /// ICC_IGRPEN1_EL1.Enable.
 const GROUP1_ENABLE: u64 = 1 << 0;
-/// INTIDs 1020..1023 are special (GICv3 spec 2.2.1); an acknowledge returning one of them
-/// means nothing was pending for this CPU.
-pub const SPURIOUS_INTID_FIRST: IntId = 1020;
 
 /// Enables the system-register interface, unmasks every priority, selects EOImode 0 and
 /// enables Group 1 interrupts at this CPU.
@@ -84,13 +81,4 @@ pub fn send_sgi(intid: IntId, targets: u16) {
             options(nomem, nostack, preserves_flags),
         )
     };
-}
-
-/// Whether an IRQ is pending at this CPU, masked or not (ISR_EL1.I, Arm ARM D17.2.86): under
-/// a hypervisor, that a virtual interrupt sits pending in a list register.
-pub fn irq_pending() -> bool {
-    let isr: u64;
-    // SAFETY: reads a status register. No memory is touched.
-    unsafe { asm!("mrs {}, isr_el1", out(reg) isr, options(nomem, nostack, preserves_flags)) };
-    isr & (1 << 7) != 0
 }

@@ -1,14 +1,13 @@
 //! The GIC distributor (GICv3 spec 12.9): global enable and shared peripheral interrupts (SPIs).
 
-use keel_core::abi::layout;
-
-use super::{IntId, FIRST_SPI};
+use super::{IntId, Trigger, FIRST_SPI};
+use crate::gic::{bit_position, byte_position, config_position};
 use crate::mmio::MmioFrame;
 
 /// GICD_CTLR.
 const CTLR: usize = 0x0000;
 /// GICD_TYPER.
-pub(super) const TYPER: usize = 0x0004;
+const TYPER: usize = 0x0004;
 /// GICD_IGROUPR<n>: one bit per INTID, 1 = Group 1.
 const IGROUPR: usize = 0x0080;
 /// GICD_ISENABLER<n>: one bit per INTID, write 1 to enable.
@@ -29,25 +28,11 @@ const CTLR_AFFINITY_ROUTING: u32 = 1 << 4;
 /// GICD_CTLR.RWP: a register write is still taking effect.
 const CTLR_REGISTER_WRITE_PENDING: u32 = 1 << 31;
 
-/// How an SPI is signalled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Trigger {
-    /// Level-sensitive (GICD_ICFGR field 0b00).
-    Level,
-    /// Edge-triggered (GICD_ICFGR field 0b10).
-    Edge,
-}
-
 /// A GICv3 distributor.
 #[derive(Debug)]
 pub struct Distributor {
     registers: MmioFrame,
 }
-
-/// The distributor at `layout::GICD_BASE`.
-// SAFETY: GICD_BASE is the distributor frame of QEMU `virt` and of Keel's emulated GIC.
-pub static DISTRIBUTOR: Distributor =
-    Distributor::new(unsafe { MmioFrame::new(layout::GICD_BASE as usize) });
 
 impl Distributor {
     /// The distributor whose registers are `registers`.
@@ -80,7 +65,7 @@ impl Distributor {
         let (word, bit) = bit_position(intid);
         self.set_bits(IGROUPR + word, 1 << bit);
         self.set_priority(intid, priority);
-        let (config_word, config_shift) = ((intid / 16) as usize * 4, (intid % 16) * 2);
+        let (config_word, config_shift) = config_position(intid);
         let config = self.registers.read_u32(ICFGR + config_word) & !(0b11 << config_shift);
         let edge = match trigger {
             Trigger::Level => 0b00,
@@ -101,7 +86,7 @@ impl Distributor {
     }
 
     fn set_priority(&self, intid: IntId, priority: u8) {
-        let (offset, shift) = ((intid / 4) as usize * 4, (intid % 4) * 8);
+        let (offset, shift) = byte_position(intid);
         let others = self.registers.read_u32(IPRIORITYR + offset) & !(0xFF << shift);
         self.registers
             .write_u32(IPRIORITYR + offset, others | u32::from(priority) << shift);
@@ -117,10 +102,4 @@ impl Distributor {
             core::hint::spin_loop();
         }
     }
-}
-
-/// Byte offset of the 32-bit register holding `intid`'s bit in a one-bit-per-INTID array, and
-/// the bit within it.
-pub(super) fn bit_position(intid: IntId) -> (usize, u32) {
-    ((intid / 32) as usize * 4, intid % 32)
 }

@@ -1,8 +1,7 @@
 //! A CPU's redistributor (GICv3 spec 12.10/12.11): wake-up, and its SGIs and PPIs.
 
-use keel_core::abi::layout;
-
-use super::{distributor::bit_position, IntId, FIRST_SPI};
+use super::{IntId, FIRST_SPI};
+use crate::gic::{bit_position, byte_position};
 use crate::mmio::MmioFrame;
 
 /// GICR_WAKER, in the RD frame.
@@ -23,9 +22,8 @@ const WAKER_PROCESSOR_SLEEP: u32 = 1 << 1;
 /// GICR_WAKER.ChildrenAsleep.
 const WAKER_CHILDREN_ASLEEP: u32 = 1 << 2;
 
-/// Redistributors that fit in QEMU `virt`'s first redistributor region (which ends before
-/// the UART); also a bound that keeps every frame below `layout::UART_BASE`.
-pub const MAX_REDISTRIBUTORS: u64 = 123;
+/// Bytes from one redistributor to the next: its RD and SGI frames (GICv3 spec 12.10).
+const STRIDE: usize = 0x2_0000;
 
 /// One CPU's redistributor: its RD frame and its SGI frame.
 #[derive(Debug)]
@@ -35,15 +33,14 @@ pub struct Redistributor {
 }
 
 impl Redistributor {
-    /// The redistributor of CPU (vCPU) `index`, at `GICR_BASE + index * GICR_STRIDE`; `None`
-    /// beyond [`MAX_REDISTRIBUTORS`].
-    pub fn for_cpu(index: u64) -> Option<Self> {
-        if index >= MAX_REDISTRIBUTORS {
-            return None;
-        }
-        let base = (layout::GICR_BASE + index * layout::GICR_STRIDE) as usize;
-        // SAFETY: the two frames lie in the redistributor region of QEMU `virt` / Keel's
-        // emulated GIC (bounded by MAX_REDISTRIBUTORS), which holds no RAM.
+    /// The redistributor of CPU (vCPU) `index` in the region of `count` redistributors that
+    /// starts at `region` (the device tree's), at `region + index * 128 KiB`; `None` beyond
+    /// the region.
+    pub fn for_cpu(region: usize, count: usize, index: u64) -> Option<Self> {
+        let index = usize::try_from(index).ok().filter(|&index| index < count)?;
+        let base = region + index * STRIDE;
+        // SAFETY: the two frames lie in the redistributor region the device tree names (or
+        // Keel's fixed one), which holds no RAM.
         let (control, sgi) = unsafe { (MmioFrame::new(base), MmioFrame::new(base + SGI_FRAME)) };
         Some(Self { control, sgi })
     }
@@ -64,7 +61,7 @@ impl Redistributor {
         let (_, bit) = bit_position(intid);
         let groups = self.sgi.read_u32(IGROUPR0);
         self.sgi.write_u32(IGROUPR0, groups | 1 << bit);
-        let (offset, shift) = ((intid / 4) as usize * 4, (intid % 4) * 8);
+        let (offset, shift) = byte_position(intid);
         let others = self.sgi.read_u32(IPRIORITYR + offset) & !(0xFF << shift);
         self.sgi
             .write_u32(IPRIORITYR + offset, others | u32::from(priority) << shift);
