@@ -134,7 +134,9 @@ impl Machine {
     /// A Keel image on `cpus` pCPUs.
     pub fn keel(kernel: &Path, cpus: u32) -> Self {
         Self {
-            board: &keel_core::board::QEMU_VIRT,
+            // The board this thread's configurations are moved to, if any (a scenario run again
+            // on another board: `crate::image::with_board`).
+            board: crate::image::board_override().unwrap_or(&keel_core::board::QEMU_VIRT),
             kernel: kernel.into(),
             cpus,
             cpu: REFERENCE_CPU,

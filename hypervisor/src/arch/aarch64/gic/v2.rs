@@ -209,9 +209,8 @@ impl Redistributor {
         // SAFETY: per this function's contract.
         let regs = unsafe { Mmio::new(regions.distributor) };
         let mask = regs.read32(GICD_ITARGETSR) as u8;
-        let slot = INTERFACES
-            .iter()
-            .find(|entry| entry.load(Ordering::Relaxed) == 0)?;
+        // This pCPU's own slot: pCPUs come up at once, and none may take another's.
+        let slot = INTERFACES.get(super::super::cpu::index())?;
         slot.store(
             (mpidr & 0xff_00ff_ffff) << 8 | u64::from(mask),
             Ordering::Relaxed,
@@ -284,20 +283,44 @@ fn clear_list_registers() {
     }
 }
 
-/// Acknowledges the highest-priority pending interrupt (GICC_IAR; an SGI's source CPU bits
-/// are dropped: Keel's SGIs are its own).
+/// The source CPU bits (GICC_IAR[12:10]) of the SGI of each id this pCPU acknowledged last,
+/// per pCPU: its EOI and deactivation must name the same source (4.4.5).
+static SGI_SOURCE: [[core::sync::atomic::AtomicU16; 16]; MAX_CPUS] =
+    [const { [const { core::sync::atomic::AtomicU16::new(0) }; 16] }; MAX_CPUS];
+
+/// The GICC_EOIR or GICC_DIR value that ends `intid` on this pCPU: with an SGI, the source
+/// its acknowledge gave.
+fn with_source(intid: u32) -> u32 {
+    if intid < 16 {
+        let sources = SGI_SOURCE.get(super::super::cpu::index());
+        let source = sources.map_or(0, |s| s[intid as usize].load(Ordering::Relaxed));
+        intid | u32::from(source)
+    } else {
+        intid
+    }
+}
+
+/// Acknowledges the highest-priority pending interrupt (GICC_IAR): its id, an SGI's source
+/// kept for its EOI and deactivation.
 pub fn acknowledge() -> u32 {
-    interfaces().0.read32(GICC_IAR) & 0x3ff
+    let iar = interfaces().0.read32(GICC_IAR);
+    let intid = iar & 0x3ff;
+    if intid < 16 {
+        if let Some(sources) = SGI_SOURCE.get(super::super::cpu::index()) {
+            sources[intid as usize].store((iar & 0x1c00) as u16, Ordering::Relaxed);
+        }
+    }
+    intid
 }
 
 /// Drops the running priority of `intid` (EOImode 1: it stays active).
 pub fn end_of_interrupt(intid: u32) {
-    interfaces().0.write32(GICC_EOIR, intid);
+    interfaces().0.write32(GICC_EOIR, with_source(intid));
 }
 
 /// Deactivates `intid`.
 pub fn deactivate(intid: u32) {
-    interfaces().0.write32(GICC_DIR, intid);
+    interfaces().0.write32(GICC_DIR, with_source(intid));
 }
 
 /// Sends SGI `intid` to the pCPU with affinity `mpidr` (GICD_SGIR, 4.3.15: its CPU interface
