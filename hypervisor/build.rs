@@ -78,4 +78,5 @@ pub const MESSAGE_POOL: usize = 0;
 pub const TRACE_RING_BYTES: usize = 0;
 pub const TRACE_RINGS: usize = 0;
 pub const HEALTH: bool = false;
+pub const SHARED_PCPUS: bool = false;
 "#;

@@ -422,10 +422,16 @@ pub fn end_masked() {
     masked().end();
 }
 
+/// Whether the configuration has a shared pCPU (one whose policy is not `pinned`). Without,
+/// [`this_cpu_is_shared`] and [`is_shared_pcpu`] are the constant `false`, and the shared
+/// pCPUs' scheduler and switch are left out of the image (as health monitoring and the trace
+/// are).
+pub const SHARED_PCPUS: bool = crate::config::SHARED_PCPUS;
+
 /// Whether this pCPU is shared between vCPUs (its policy is not `pinned`).
 #[inline(always)]
 pub fn this_cpu_is_shared() -> bool {
-    this_cpu().shared.load(Ordering::Relaxed)
+    SHARED_PCPUS && this_cpu().shared.load(Ordering::Relaxed)
 }
 
 /// The vCPU running on this pCPU (pinned here, or loaded on a shared pCPU): `(vm, vcpu)`.
@@ -543,8 +549,10 @@ pub fn shares_a_pcpu(id: usize) -> bool {
 
 /// Whether pCPU `pcpu` is shared between vCPUs.
 pub fn is_shared_pcpu(pcpu: u32) -> bool {
-    CPUS.get(pcpu as usize)
-        .is_some_and(|cpu| cpu.shared.load(Ordering::Relaxed))
+    SHARED_PCPUS
+        && CPUS
+            .get(pcpu as usize)
+            .is_some_and(|cpu| cpu.shared.load(Ordering::Relaxed))
 }
 
 /// Interrupts the pCPU of vCPU `vcpu` of VM `id` so it looks at the vCPU again: a pinned

@@ -12,7 +12,9 @@ use crate::system::WfiPolicy;
 /// queue rings, `pub const TRACE_RING_BYTES: usize`, the bytes of records in each pCPU's
 /// trace ring, `pub const TRACE_RINGS: usize`, how many (0 and 0: no trace), and
 /// `pub const HEALTH: bool`, whether some VM has a health policy other than the default, a
-/// manager or a watchdog (otherwise the hypervisor leaves health monitoring out).
+/// manager or a watchdog (otherwise the hypervisor leaves health monitoring out), and
+/// `pub const SHARED_PCPUS: bool`, whether some pCPU's policy is not `pinned` (otherwise the
+/// hypervisor leaves the shared pCPUs' scheduler out).
 ///
 /// Images and device trees are embedded with `include_bytes!` of absolute paths
 /// (`dtb_paths[i]` is VM `i`'s generated device tree; a relative one is made absolute against
@@ -199,6 +201,8 @@ pub fn emit_rust(system: &System, dtb_paths: &[PathBuf]) -> String {
             || vm.watchdog_device
     });
     line(format!("pub const HEALTH: bool = {health};"));
+    let shared = system.policies.iter().any(|policy| policy.is_shared());
+    line(format!("pub const SHARED_PCPUS: bool = {shared};"));
     out
 }
 
@@ -546,7 +550,7 @@ mod tests {
              senders: &[1, 0], pool_offset: 0 }),",
             "messages: None,",
             // rt-a's one vCPU and three tasks: four rings of 8 * (8 + 256) bytes.
-            "};\npub const MESSAGE_POOL: usize = 8448;\npub const TRACE_RING_BYTES: usize = 0;\npub const TRACE_RINGS: usize = 0;\npub const HEALTH: bool = false;\n",
+            "};\npub const MESSAGE_POOL: usize = 8448;\npub const TRACE_RING_BYTES: usize = 0;\npub const TRACE_RINGS: usize = 0;\npub const HEALTH: bool = false;\npub const SHARED_PCPUS: bool = true;\n",
             "trace_reader: true,",
             "trace_reader: false,",
             "sched: &[::keel_core::sched::Params { priority: 0, reservation: \
@@ -569,7 +573,7 @@ mod tests {
     #[test]
     fn emitted_source_parses_as_the_system_and_its_message_pool() {
         let file = syn::parse_file(&emitted()).expect("emitted Rust parses");
-        assert_eq!(file.items.len(), 5);
+        assert_eq!(file.items.len(), 6);
         assert!(matches!(&file.items[0], syn::Item::Static(item) if item.ident == "SYSTEM"));
         assert!(matches!(&file.items[1], syn::Item::Const(item) if item.ident == "MESSAGE_POOL"));
         assert!(
@@ -577,6 +581,7 @@ mod tests {
         );
         assert!(matches!(&file.items[3], syn::Item::Const(item) if item.ident == "TRACE_RINGS"));
         assert!(matches!(&file.items[4], syn::Item::Const(item) if item.ident == "HEALTH"));
+        assert!(matches!(&file.items[5], syn::Item::Const(item) if item.ident == "SHARED_PCPUS"));
     }
 
     #[test]

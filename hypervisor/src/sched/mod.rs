@@ -593,6 +593,11 @@ pub fn give_away_until(until: u64) {
 }
 
 fn give_away_waiting(yielding: bool, message_until: Option<u64>) {
+    // Only a shared pCPU's exits come here: in a system without one, this (and with it the
+    // scheduler and the switch) is left out of the image.
+    if !vm::SHARED_PCPUS {
+        return;
+    }
     let mut guard = this_shared().lock();
     let shared = &mut *guard;
     let now = timer::now();
@@ -678,6 +683,10 @@ fn switch_to(next: Option<usize>) -> ! {
 /// `unsynced`: the running vCPU's list registers are behind its vGIC (its caller was to bring
 /// them up to date after this call): if it is switched out, that is done when it next runs.
 pub fn reschedule(unsynced: bool) {
+    // As in `give_away_waiting`: only a shared pCPU comes here.
+    if !vm::SHARED_PCPUS {
+        return;
+    }
     let mut guard = this_shared().lock();
     let shared = &mut *guard;
     if shared
