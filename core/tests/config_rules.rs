@@ -2155,12 +2155,19 @@ fn rule_22_message_interrupt_is_not_the_virtio_spi() {
 // ---- Board devices given to VMs ([[vm.passthrough]]) -------------------------------------
 
 /// The board of the passthrough rules: `passthrough/board.dts`, or `board-smmu.dts` for a
-/// machine with an SMMU, compiled with dtc (once per run each).
-fn passthrough_board(_board: &keel_core::board::BoardDesc, smmu: bool) -> Result<Vec<u8>, String> {
-    static BLOBS: [std::sync::OnceLock<Vec<u8>>; 2] =
-        [std::sync::OnceLock::new(), std::sync::OnceLock::new()];
-    let name = if smmu { "board-smmu.dts" } else { "board.dts" };
-    let blob = BLOBS[usize::from(smmu)].get_or_init(|| {
+/// machine with an SMMU, or `zcu102.dts` for the ZCU102, compiled with dtc (once per run each).
+fn passthrough_board(board: &keel_core::board::BoardDesc, smmu: bool) -> Result<Vec<u8>, String> {
+    static BLOBS: [std::sync::OnceLock<Vec<u8>>; 3] = [
+        std::sync::OnceLock::new(),
+        std::sync::OnceLock::new(),
+        std::sync::OnceLock::new(),
+    ];
+    let (slot, name) = match (board.name, smmu) {
+        ("zcu102", _) => (2, "zcu102.dts"),
+        (_, true) => (1, "board-smmu.dts"),
+        (_, false) => (0, "board.dts"),
+    };
+    let blob = BLOBS[slot].get_or_init(|| {
         let output = std::process::Command::new("dtc")
             .args(["-I", "dts", "-O", "dtb"])
             .arg(Path::new(FIXTURES).join("passthrough").join(name))
@@ -2231,7 +2238,9 @@ fn passthrough_resolves_registers_interrupts_and_the_node() {
         }]
     );
     assert_eq!(rtc.node.name, "pl031@9010000");
-    assert_eq!(rtc.node.clock_hz, Some(24_000_000));
+    assert_eq!(rtc.node.clocks, [24_000_000]);
+    assert!(rtc.node.children.is_empty());
+    assert!(!rtc.unisolated_dma);
     let names: Vec<&str> = rtc
         .node
         .properties
@@ -2303,12 +2312,12 @@ fn passthrough_path_names_a_node_under_the_root() {
 fn passthrough_path_is_in_the_board() {
     assert_passthrough_refused(
         passthrough_with(PL031, "path = \"/pl031@9000000\""),
-        "vm 'rtc': passthrough: '/pl031@9000000' is not in the board's device tree",
+        "vm 'rtc': passthrough: '/pl031@9000000' is not in the device tree of board qemu-virt",
     );
     // The unit address is part of the name.
     assert_passthrough_refused(
         passthrough_with(PL031, "path = \"/pl031\""),
-        "vm 'rtc': passthrough: '/pl031' is not in the board's device tree",
+        "vm 'rtc': passthrough: '/pl031' is not in the device tree of board qemu-virt",
     );
 }
 
@@ -2349,15 +2358,27 @@ fn passthrough_needs_registers() {
 
 #[test]
 fn passthrough_registers_are_whole_pages() {
-    assert_passthrough_refused(
-        passthrough_with(PL031, "path = \"/fw-cfg@9020000\""),
-        "vm 'rtc': passthrough: '/fw-cfg@9020000' region 0x9020000..0x9020018 is not 4 KiB \
-         aligned (stage 2 maps whole pages)",
+    assert_passthrough_refused_on_zcu102(
+        zcu102_with(GPIO, "path = \"/axi/pl-bus@a0000000/timer@6800\""),
+        "vm 'rt': passthrough: '/axi/pl-bus@a0000000/timer@6800' region 0xa0006800..0xa0006900 \
+         is not 4 KiB aligned (stage 2 maps whole pages)",
     );
     assert_passthrough_refused(
         passthrough_with("ipa = 0x0c03_0000", "ipa = 0x0c03_0800"),
         "vm 'rtc': passthrough: '/pl061@9030000' region 0xc030800..0xc031800 is not 4 KiB \
          aligned (stage 2 maps whole pages)",
+    );
+}
+
+#[test]
+fn passthrough_register_page_is_the_devices_alone() {
+    // The RTC's 256 bytes are mapped with the rest of their page, which no other node has
+    // (passthrough_reaches_devices_under_buses); these two timers share one.
+    assert_passthrough_refused_on_zcu102(
+        zcu102_with(GPIO, "path = \"/axi/pl-bus@a0000000/timer@6000\""),
+        "vm 'rt': passthrough: '/axi/pl-bus@a0000000/timer@6000' region 0xa0006000..0xa0006100 \
+         is not a whole page, and the rest of its page 0xa0006000..0xa0007000 holds registers \
+         of '/axi/pl-bus@a0000000/timer@6800' (stage 2 maps whole pages)",
     );
 }
 
@@ -2517,25 +2538,170 @@ fn passthrough_interrupts_are_the_vms_alone() {
 }
 
 #[test]
-fn passthrough_node_keeps_only_a_fixed_clock() {
+fn passthrough_clock_is_fixed_or_given_a_rate() {
+    // A clock is named by its clock-names entry, or else by its position.
     assert_passthrough_refused(
         passthrough_with(PL031, "path = \"/pll-clocked@9130000\""),
-        "vm 'rtc': passthrough: '/pll-clocked@9130000': 'clocks' names phandle 32772, not a \
-         fixed clock the VM's tree can copy",
+        "vm 'rtc': passthrough: '/pll-clocked@9130000': clock '0' comes from '/pl061@9030000' \
+         (arm,pl061), not a fixed clock: give the rate it runs at on the board with clocks = { 0 \
+         = \"<frequency>\" } in its [[vm.passthrough]] table (e.g. \"100MHz\"), and the VM's \
+         device tree gets a fixed clock of that rate",
+    );
+    assert!(passthrough_with(
+        PL031,
+        "path = \"/pll-clocked@9130000\"\nclocks = { 0 = \"1MHz\" }"
+    )
+    .is_ok());
+    assert_passthrough_refused_on_zcu102(
+        zcu102_with(GEM_CLOCKS, ""),
+        "vm 'linux': passthrough: '/axi/ethernet@ff0e0000': clock 'pclk' comes from \
+         '/firmware/zynqmp-firmware/clock-controller' (xlnx,zynqmp-clk), not a fixed clock: give \
+         the rate it runs at on the board with clocks = { pclk = \"<frequency>\" } in its \
+         [[vm.passthrough]] table (e.g. \"100MHz\"), and the VM's device tree gets a fixed \
+         clock of that rate",
     );
 }
 
 #[test]
-fn passthrough_refuses_dma_masters_without_an_smmu() {
-    assert_passthrough_refused(
-        passthrough_with(PL031, "path = \"/pcie@10000000\""),
-        "vm 'rtc': passthrough: '/pcie@10000000' can master DMA (a PCI host bridge) and no SMMU \
-         guards it",
+fn passthrough_clock_rates_name_the_devices_clocks() {
+    assert_passthrough_refused_on_zcu102(
+        zcu102_with(
+            "tsu_clk = \"250MHz\"",
+            "tsu_clk = \"250MHz\", ref_clk = \"1MHz\"",
+        ),
+        "vm 'linux': passthrough: '/axi/ethernet@ff0e0000': clocks.ref_clk: it has no clock of \
+         that name (its clocks: pclk, hclk, tx_clk, rx_clk, tsu_clk)",
     );
+    assert_passthrough_refused_on_zcu102(
+        zcu102_with(
+            "path = \"/axi/rtc@ffa60000\"",
+            "path = \"/axi/rtc@ffa60000\"\nclocks = { \"rtc.clk\" = \"32.768kHz\" }",
+        ),
+        "vm 'linux': passthrough: '/axi/rtc@ffa60000': clocks.\"rtc.clk\": it has no clock of \
+         that name (it has no clocks)",
+    );
+}
+
+#[test]
+fn passthrough_clock_rates_are_frequencies() {
+    for (rate, why) in [
+        (
+            "\"100\"",
+            "'100' has no unit (write e.g. \"100MHz\" or \"32.768kHz\")",
+        ),
+        (
+            "100",
+            "'100' has no unit (write e.g. \"100MHz\" or \"32.768kHz\")",
+        ),
+        (
+            "\"100 mhz\"",
+            "'100 mhz' has the unit 'mhz', not Hz, kHz, MHz or GHz (write e.g. \"100MHz\" or \
+             \"32.768kHz\")",
+        ),
+        (
+            "\"fast\"",
+            "'fast' is not a frequency (write e.g. \"100MHz\" or \"32.768kHz\")",
+        ),
+        ("\"0.5Hz\"", "'0.5Hz' is not a whole number of hertz"),
+        (
+            "\"5GHz\"",
+            "'5GHz' is not between 1 Hz and 4294967295 Hz (a fixed clock's clock-frequency is \
+             one 32-bit cell)",
+        ),
+    ] {
+        assert_passthrough_refused_on_zcu102(
+            zcu102_with("pclk = \"100MHz\"", &format!("pclk = {rate}")),
+            &format!("vm 'linux': passthrough: '/axi/ethernet@ff0e0000': clocks.pclk: {why}"),
+        );
+    }
+}
+
+#[test]
+fn passthrough_refuses_dma_masters_without_an_smmu() {
+    let unguarded = |path: &str, what: &str| {
+        format!(
+            "'{path}' can master DMA ({what}) and no SMMU Keel drives guards it: its DMA would \
+             reach all of physical memory, Keel's and the other VMs' included (a VM mapped 1:1 \
+             may accept that with unisolated_dma = true)"
+        )
+    };
+    for (path, what) in [
+        ("/pcie@10000000", "a PCI host bridge"),
+        ("/behind-iommu@9140000", "the board puts it behind an IOMMU"),
+        (
+            "/fw-cfg@9020000",
+            "its DMA is coherent with the CPUs (dma-coherent)",
+        ),
+    ] {
+        assert_passthrough_refused(
+            passthrough_with(PL031, &format!("path = \"{path}\"")),
+            &format!("vm 'rtc': passthrough: {}", unguarded(path, what)),
+        );
+    }
+    assert_passthrough_refused_on_zcu102(
+        zcu102_with("unisolated_dma = true\n", ""),
+        &format!(
+            "vm 'linux': passthrough: {}",
+            unguarded(
+                "/axi/ethernet@ff0e0000",
+                "the board puts it behind the IOMMU '/axi/iommu@fd800000' (arm,mmu-500)"
+            )
+        ),
+    );
+    for (path, what) in [
+        (
+            "/axi/dma-controller@ffa80000",
+            "a DMA controller (#dma-cells)",
+        ),
+        (
+            "/axi/pl-bus@a0000000/ethernet@8000",
+            "a known bus master (cdns,macb)",
+        ),
+        (
+            "/axi/pl-bus@a0000000/iommu@9000",
+            "an IOMMU (its table walks read memory)",
+        ),
+    ] {
+        assert_passthrough_refused_on_zcu102(
+            zcu102_with(GPIO, &format!("path = \"{path}\"")),
+            &format!("vm 'rt': passthrough: {}", unguarded(path, what)),
+        );
+    }
+}
+
+#[test]
+fn passthrough_unisolated_dma_needs_a_vm_mapped_one_to_one() {
+    assert_passthrough_refused_on_zcu102(
+        zcu102_with("ipa = 0x4000_0000\n", "ipa = 0x6000_0000\n"),
+        "vm 'linux': passthrough: '/axi/ethernet@ff0e0000': unisolated_dma = true needs the VM \
+         mapped 1:1, and its memory at ipa 0x60000000 is at physical 0x40000000: the device's \
+         DMA addresses would be IPAs, which the hardware takes for physical addresses",
+    );
+    // A device the compiler does not take for a DMA master may be declared one: the same rule.
+    assert_passthrough_refused_on_zcu102(
+        zcu102_with(GPIO, &format!("{GPIO}\nunisolated_dma = true")),
+        "vm 'rt': passthrough: '/axi/pl-bus@a0000000/gpio@3000': unisolated_dma = true needs \
+         the VM mapped 1:1, and its memory at ipa 0x40000000 is at physical 0x50000000: the \
+         device's DMA addresses would be IPAs, which the hardware takes for physical addresses",
+    );
+    // Flash at IPA 0 is mapped 1:1 only if it is at physical 0 too.
+    assert_passthrough_refused_on_zcu102(
+        zcu102_with(
+            "ipa = 0x4000_0000\n",
+            "ipa = 0x4000_0000\nflash = { base = 0x3000_0000, size = \"16M\" }\n",
+        ),
+        "vm 'linux': passthrough: '/axi/ethernet@ff0e0000': unisolated_dma = true needs the VM \
+         mapped 1:1, and its flash at ipa 0x0 is at physical 0x30000000: the device's DMA \
+         addresses would be IPAs, which the hardware takes for physical addresses",
+    );
+}
+
+#[test]
+fn passthrough_unisolated_dma_is_not_for_a_device_the_smmu_guards() {
     assert_passthrough_refused(
-        passthrough_with(PL031, "path = \"/behind-iommu@9140000\""),
-        "vm 'rtc': passthrough: '/behind-iommu@9140000' can master DMA (the board puts it \
-         behind an IOMMU) and no SMMU guards it",
+        smmu_with(PL031, "path = \"/pcie@10000000\"\nunisolated_dma = true"),
+        "vm 'rtc': passthrough: '/pcie@10000000': unisolated_dma = true, but the SMMU Keel \
+         drives guards its DMA (remove unisolated_dma)",
     );
 }
 
@@ -2639,7 +2805,7 @@ fn iommu_needs_an_smmu_on_the_board() {
     assert_passthrough_refused(
         keel_core::config::parse_str_with_board(&text, &path, &guest_image, &without_smmu)
             .map_err(|error| error.to_string()),
-        "system: iommu: the board's device tree has no arm,smmu-v3 node",
+        "system: iommu: board qemu-virt has no SMMUv3 (its device tree has no arm,smmu-v3 node)",
     );
 }
 
@@ -2720,6 +2886,268 @@ fn passthrough_bridge_stays_where_the_board_has_it() {
         ]),
         "vm 'rtc': passthrough: '/pcie@10000000': 'ipa' cannot move a node with 'ranges' (its \
          windows stay where the board has them)",
+    );
+}
+
+// ---- The ZCU102's devices: under the /axi bus, with firmware clocks, DMA without an SMMU --
+
+/// `passthrough/zcu102.toml` with each `(old, new)` replaced, compiled against the ZCU102.
+fn zcu102_with_all(replacements: &[(&str, &str)]) -> Result<System, String> {
+    let path = Path::new(FIXTURES).join("passthrough/zcu102.toml");
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    for (old, new) in replacements {
+        assert_eq!(text.matches(old).count(), 1, "{old:?}");
+        text = text.replace(old, new);
+    }
+    keel_core::config::parse_str_with_board(&text, &path, &guest_image, &passthrough_board)
+        .map_err(|error| error.to_string())
+}
+
+/// `passthrough/zcu102.toml` with `old` replaced by `new`, compiled against the ZCU102.
+fn zcu102_with(old: &str, new: &str) -> Result<System, String> {
+    zcu102_with_all(&[(old, new)])
+}
+
+/// Asserts the change to `zcu102.toml` is refused with `message` after the file's path.
+fn assert_passthrough_refused_on_zcu102(result: Result<System, String>, message: &str) {
+    let path = Path::new(FIXTURES).join("passthrough/zcu102.toml");
+    assert_eq!(
+        result.map(|_| ()),
+        Err(format!("{}: {message}", path.display()))
+    );
+}
+
+/// The real-time partition's device in `zcu102.toml`: the entry the ZCU102 tests change.
+const GPIO: &str = "path = \"/axi/pl-bus@a0000000/gpio@3000\"";
+/// The rates `zcu102.toml` gives GEM3's firmware clocks.
+const GEM_CLOCKS: &str = "clocks = { pclk = \"100MHz\", hclk = \"125MHz\", tx_clk = \"125MHz\", \
+                          rx_clk = \"125MHz\", tsu_clk = \"250MHz\" }\n";
+
+/// The value of property `name` of `node`.
+fn property<'n>(node: &'n keel_core::config::DeviceNode, name: &str) -> &'n [u8] {
+    &node
+        .properties
+        .iter()
+        .find(|(n, _)| n == name)
+        .unwrap_or_else(|| panic!("{} has no {name}", node.name))
+        .1
+}
+
+#[test]
+fn passthrough_reaches_devices_under_buses() {
+    use keel_core::addr::{GuestPhysAddr, MemoryRegion, PhysAddr};
+    let system = zcu102_with_all(&[]).unwrap();
+    let linux = &system.vms[0];
+    let (rtc, gem) = (&linux.passthrough[0], &linux.passthrough[1]);
+    // The RTC's 256 bytes under /axi (identity ranges): its page mapped, its reg as the
+    // board's, its node at the VM's top level.
+    assert_eq!(
+        rtc.regions,
+        [MemoryRegion {
+            ipa: GuestPhysAddr(0xffa6_0000),
+            phys: PhysAddr(0xffa6_0000),
+            size: 0x1000
+        }]
+    );
+    assert_eq!(rtc.node.name, "rtc@ffa60000");
+    assert_eq!(
+        property(&rtc.node, "reg"),
+        [0, 0, 0, 0, 0xff, 0xa6, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0]
+    );
+    let intids: Vec<u32> = rtc.interrupts.iter().map(|i| i.intid).collect();
+    assert_eq!(intids, [58, 59]);
+    let names = |node: &keel_core::config::DeviceNode| -> Vec<String> {
+        node.properties.iter().map(|(n, _)| n.clone()).collect()
+    };
+    assert_eq!(
+        names(&rtc.node),
+        [
+            "compatible",
+            "status",
+            "reg",
+            "interrupts",
+            "interrupt-names",
+            "calibration"
+        ]
+    );
+    assert!(rtc.node.clocks.is_empty() && rtc.streams.is_empty());
+    // GEM3: its one SPI once, no SMMU streams (its DMA accepted unisolated), its firmware
+    // clocks at the rates given, its board plumbing left out, its PHY kept and renumbered.
+    assert_eq!(gem.node.name, "ethernet@ff0e0000");
+    assert_eq!(gem.regions[0].phys, PhysAddr(0xff0e_0000));
+    let intids: Vec<u32> = gem.interrupts.iter().map(|i| i.intid).collect();
+    assert_eq!(intids, [95]);
+    assert!(gem.unisolated_dma && gem.streams.is_empty());
+    assert_eq!(
+        gem.node.clocks,
+        [
+            100_000_000,
+            125_000_000,
+            125_000_000,
+            125_000_000,
+            250_000_000
+        ]
+    );
+    assert_eq!(
+        names(&gem.node),
+        [
+            "compatible",
+            "status",
+            "interrupts",
+            "reg",
+            "clock-names",
+            "#address-cells",
+            "#size-cells",
+            "phy-handle",
+            "phy-mode"
+        ]
+    );
+    assert_eq!(property(&gem.node, "phy-handle"), 0x1000u32.to_be_bytes());
+    let phy = &gem.node.children[0];
+    assert_eq!(phy.name, "ethernet-phy@c");
+    assert_eq!(
+        names(phy),
+        [
+            "reg",
+            "ti,rx-internal-delay",
+            "ti,tx-internal-delay",
+            "ti,fifo-depth",
+            "ti,dp83867-rxctrl-strap-quirk",
+            "phandle"
+        ]
+    );
+    assert_eq!(property(phy, "phandle"), 0x1000u32.to_be_bytes());
+    // A bus that translates (its 0x3000 is the CPUs' 0xa0003000), inside /axi; its fixed clock
+    // copied from the board.
+    let gpio = &system.vms[1].passthrough[0];
+    assert_eq!(gpio.regions[0].phys, PhysAddr(0xa000_3000));
+    assert_eq!(gpio.regions[0].ipa, GuestPhysAddr(0xa000_3000));
+    assert_eq!(gpio.node.name, "gpio@a0003000");
+    assert_eq!(gpio.node.clocks, [27_000_000]);
+    assert_eq!(gpio.interrupts[0].intid, 121);
+    // `ipa` moves a device under a bus as any other.
+    let moved = zcu102_with(GPIO, &format!("{GPIO}\nipa = 0x0c00_0000")).unwrap();
+    assert_eq!(moved.vms[1].passthrough[0].node.name, "gpio@c000000");
+}
+
+#[test]
+fn passthrough_under_a_node_that_is_not_a_bus_is_refused() {
+    assert_passthrough_refused_on_zcu102(
+        zcu102_with(GPIO, "path = \"/axi/ethernet@ff0e0000/ethernet-phy@c\""),
+        "vm 'rt': passthrough: '/axi/ethernet@ff0e0000/ethernet-phy@c' is not a node directly \
+         under the root ('/name@address')",
+    );
+}
+
+#[test]
+fn passthrough_bus_maps_its_children() {
+    assert_passthrough_refused_on_zcu102(
+        zcu102_with(GPIO, "path = \"/axi/no-ranges-bus/device@1000\""),
+        "vm 'rt': passthrough: '/axi/no-ranges-bus/device@1000': its bus '/axi/no-ranges-bus' \
+         has no 'ranges', so its registers are not at addresses the CPUs see",
+    );
+}
+
+#[test]
+fn passthrough_registers_are_inside_the_buses_ranges() {
+    assert_passthrough_refused_on_zcu102(
+        zcu102_with(GPIO, "path = \"/axi/pl-bus@a0000000/beyond@200000\""),
+        "vm 'rt': passthrough: '/axi/pl-bus@a0000000/beyond@200000' region 0x200000..0x201000 \
+         (in bus '/axi/pl-bus@a0000000''s addresses) is outside that bus's 'ranges'",
+    );
+}
+
+#[test]
+fn passthrough_of_a_device_the_board_lacks_says_so() {
+    // QEMU virt's PCI host bridge on the ZCU102.
+    assert_passthrough_refused_on_zcu102(
+        zcu102_with(GPIO, "path = \"/pcie@10000000\""),
+        "vm 'rt': passthrough: '/pcie@10000000' is not in the device tree of board zcu102",
+    );
+}
+
+#[test]
+fn passthrough_device_is_enabled_on_the_board() {
+    assert_passthrough_refused_on_zcu102(
+        zcu102_with(GPIO, "path = \"/axi/ethernet@ff0b0000\""),
+        "vm 'rt': passthrough: '/axi/ethernet@ff0b0000' is disabled in the board's device tree \
+         (status = \"disabled\"): the board does not wire it up, or keeps it for its firmware",
+    );
+}
+
+#[test]
+fn passthrough_refuses_keels_own_devices_under_buses() {
+    for (path, what) in [
+        (
+            "/axi/interrupt-controller@f9010000",
+            "the interrupt controller",
+        ),
+        // stdout-path = "serial0:115200n8", serial0 = "/axi/serial@ff000000".
+        ("/axi/serial@ff000000", "its console's UART"),
+    ] {
+        assert_passthrough_refused_on_zcu102(
+            zcu102_with(GPIO, &format!("path = \"{path}\"")),
+            &format!("vm 'rt': passthrough: '{path}' is Keel's own ({what})"),
+        );
+    }
+}
+
+#[test]
+fn passthrough_node_refers_to_nothing_outside_the_device() {
+    assert_passthrough_refused_on_zcu102(
+        zcu102_with(GPIO, "path = \"/axi/pl-bus@a0000000/sensor@7000\""),
+        "vm 'rt': passthrough: '/axi/pl-bus@a0000000/sensor@7000': it has 'io-channels', a \
+         reference to '/axi/gpio@ff0a0000' outside the device, which the VM's device tree \
+         cannot have",
+    );
+    assert_passthrough_refused_on_zcu102(
+        zcu102_with(GPIO, "path = \"/axi/pl-bus@a0000000/mac@4000\""),
+        "vm 'rt': passthrough: '/axi/pl-bus@a0000000/mac@4000': its child 'ethernet-phy@1' has \
+         'reset-gpios', a reference to '/axi/gpio@ff0a0000' outside the device, which the VM's \
+         device tree cannot have",
+    );
+}
+
+#[test]
+fn passthrough_child_nodes_have_no_interrupts() {
+    assert_passthrough_refused_on_zcu102(
+        zcu102_with(GPIO, "path = \"/axi/pl-bus@a0000000/mac@5000\""),
+        "vm 'rt': passthrough: '/axi/pl-bus@a0000000/mac@5000': its child 'ethernet-phy@2' has \
+         interrupts, which Keel does not forward (only the device's own)",
+    );
+}
+
+#[test]
+fn passthrough_survives_any_board_tree() {
+    // The board's device tree is input too: every byte of the ZCU102's flipped, and every
+    // cell made 0xffffffff, one at a time, is refused or accepted, never a panic.
+    let path = Path::new(FIXTURES).join("passthrough/zcu102.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let blob = passthrough_board(keel_core::board::board("zcu102").unwrap(), false).unwrap();
+    let mut accepted = 0;
+    let mutants = (0..blob.len())
+        .map(|offset| (offset, None))
+        .chain((0..blob.len() / 4).map(|cell| (cell * 4, Some(u32::MAX))));
+    for (offset, cell) in mutants {
+        let mut mutant = blob.clone();
+        match cell {
+            None => mutant[offset] ^= 0xff,
+            Some(value) => mutant[offset..offset + 4].copy_from_slice(&value.to_be_bytes()),
+        }
+        let board = |_: &'static keel_core::board::BoardDesc, _: bool| Ok(mutant.clone());
+        if keel_core::config::parse_str_with_board(&text, &path, &guest_image, &board).is_ok() {
+            accepted += 1;
+        }
+    }
+    assert!(accepted > 0, "some mutants only change what no rule reads");
+}
+
+#[test]
+fn iommu_is_one_the_board_has() {
+    assert_passthrough_refused_on_zcu102(
+        zcu102_with("pcpus = 4\n", "pcpus = 4\niommu = \"smmuv3\"\n"),
+        "system: iommu: board zcu102 has no SMMUv3 (its device tree has no arm,smmu-v3 node); it \
+         has '/axi/iommu@fd800000' (arm,mmu-500), an IOMMU Keel does not drive",
     );
 }
 

@@ -255,7 +255,7 @@ fn write_clocks(fdt: &mut FdtWriter, vm: &Vm) -> Result<Vec<(u32, u32)>, vm_fdt:
     for hz in watchdog_clock.into_iter().chain(
         vm.passthrough
             .iter()
-            .filter_map(|device| device.node.clock_hz),
+            .flat_map(|device| device.node.clocks.iter().copied()),
     ) {
         if clocks.iter().any(|&(known, _)| known == hz) {
             continue;
@@ -317,27 +317,43 @@ fn write_watchdog(fdt: &mut FdtWriter, clocks: &[(u32, u32)]) -> Result<(), vm_f
 }
 
 /// The board devices given to the VM: each the board's node as the compiler copied it
-/// ([`keel_core::config::DeviceNode`]), its `clocks` pointing at the VM's clock of the same
-/// frequency (`clocks`, from [`write_clocks`]). Interrupts keep the board's specifiers: the
-/// VM's GIC numbers them as the board's does.
+/// ([`keel_core::config::DeviceNode`]), its `clocks` pointing at the VM's clocks of the same
+/// frequencies (`clocks`, from [`write_clocks`]), with its child nodes. Interrupts keep the
+/// board's specifiers: the VM's GIC numbers them as the board's does.
 fn write_assigned_devices(
     fdt: &mut FdtWriter,
     vm: &Vm,
     clocks: &[(u32, u32)],
 ) -> Result<(), vm_fdt::Error> {
     for device in &vm.passthrough {
-        let node = fdt.begin_node(&device.node.name)?;
-        for (name, value) in &device.node.properties {
-            fdt.property(name, value)?;
-        }
-        if let Some(hz) = device.node.clock_hz {
-            if let Some(&(_, phandle)) = clocks.iter().find(|&&(known, _)| known == hz) {
-                fdt.property_u32("clocks", phandle)?;
-            }
-        }
-        fdt.end_node(node)?;
+        write_device_node(fdt, &device.node, clocks)?;
     }
     Ok(())
+}
+
+/// One node of an assigned device ([`write_assigned_devices`]) and its children.
+fn write_device_node(
+    fdt: &mut FdtWriter,
+    device: &keel_core::config::DeviceNode,
+    clocks: &[(u32, u32)],
+) -> Result<(), vm_fdt::Error> {
+    let node = fdt.begin_node(&device.name)?;
+    for (name, value) in &device.properties {
+        fdt.property(name, value)?;
+    }
+    let phandles: Vec<u32> = device
+        .clocks
+        .iter()
+        .filter_map(|&hz| clocks.iter().find(|&&(known, _)| known == hz))
+        .map(|&(_, phandle)| phandle)
+        .collect();
+    if !phandles.is_empty() {
+        fdt.property_array_u32("clocks", &phandles)?;
+    }
+    for child in &device.children {
+        write_device_node(fdt, child, clocks)?;
+    }
+    fdt.end_node(node)
 }
 
 /// Third cell of an SPI's specifier: edge-triggered, rising (a doorbell is an event).

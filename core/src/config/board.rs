@@ -1,20 +1,21 @@
 //! The board's device tree as the configuration compiler reads it: the SMMU Keel drives
 //! (`[system] iommu`) and, for each device a VM is given, what Keel needs of its node: whether
 //! it is Keel's own or a DMA master (and its SMMU streams), its interrupts (`interrupts`, or a
-//! host bridge's `interrupt-map`), a bridge's windows (`ranges`) and the node the VM's device
-//! tree gets. The rules that judge them are in `passthrough`.
+//! host bridge's `interrupt-map`) and a bridge's windows (`ranges`); and the board's own facts
+//! (its GIC, UART, RAM and CPUs) against the system. The rules that judge a device are in
+//! `passthrough`, the VM's copy of its node in `device_node`, the walk of the tree in
+//! `board_nodes`.
 //!
 //! The board's device tree is the one the board hands Keel (QEMU `virt`'s, dumped by xtask
-//! with the machine options Keel runs under): the compiler reads it only when a VM is given
-//! a device or an SMMU is named, and the hypervisor never parses it for this.
+//! with the machine options Keel runs under, or the DTB a board ships with): the hypervisor
+//! never parses it for this.
 
-use super::model::{DeviceInterrupt, DeviceNode, Iommu, IPA_BITS, VM_GIC_PHANDLE};
+use super::board_nodes::{number, BoardNodes, Untranslatable};
+use super::model::{DeviceInterrupt, Iommu, IPA_BITS, VM_GIC_PHANDLE};
 use super::passthrough_problem::PassthroughProblem;
-use crate::abi::layout;
-use crate::addr::MemoryRegion;
 use crate::board::BoardDesc;
 use crate::devices::vgic::NR_IRQS;
-use crate::fdt::{Fdt, Node};
+use crate::fdt::{Fdt, FdtError, Node};
 
 /// The device tree of board `board` as the compiler is given it, for a machine with an SMMUv3
 /// in front of its PCI host bridge or without (the argument; only QEMU `virt` has one):
@@ -50,6 +51,11 @@ impl<'a> Board<'a> {
         }
     }
 
+    /// The board Keel is built for.
+    pub(super) fn desc(&self) -> &'static BoardDesc {
+        self.desc
+    }
+
     /// The board's device tree.
     pub(super) fn tree(&mut self) -> Result<Fdt<'_>, PassthroughProblem> {
         if self.blob.is_none() {
@@ -82,14 +88,20 @@ pub(super) fn check_iommu(
             value: name.to_string(),
         });
     }
+    let desc = board.desc;
     let fdt = board.tree()?;
     let bad = |why: &str| PassthroughProblem::Smmu {
         why: why.to_string(),
     };
-    let node = fdt
+    let Some(node) = fdt
         .find_compatible("arm,smmu-v3")
         .map_err(|error| bad(&error.to_string()))?
-        .ok_or_else(|| bad("the board's device tree has no arm,smmu-v3 node"))?;
+    else {
+        return Err(PassthroughProblem::NoSmmu {
+            board: desc.name,
+            others: other_iommus(&fdt),
+        });
+    };
     let (phys, size) = node
         .reg()
         .map_err(|error| bad(&error.to_string()))?
@@ -122,7 +134,25 @@ pub(super) fn check_iommu(
     }))
 }
 
-/// GIC interrupt specifier (`arm,gic-v3` binding): first cell 0 for an SPI, 1 for a PPI.
+/// The board's IOMMUs (nodes with `#iommu-cells`), none of them an SMMUv3: each path and
+/// first `compatible`, for the message that says Keel drives none of them.
+fn other_iommus(fdt: &Fdt) -> Vec<(String, String)> {
+    let Ok(nodes) = BoardNodes::new(fdt) else {
+        return Vec::new();
+    };
+    nodes
+        .indices()
+        .filter_map(|index| {
+            let entry = nodes.entry(index)?;
+            entry.node.property("#iommu-cells").ok().flatten()?;
+            let compatible = entry.node.property_str("compatible").ok().flatten()?;
+            Some((entry.path.to_string(), compatible.to_string()))
+        })
+        .collect()
+}
+
+/// GIC interrupt specifier (`arm,gic.yaml` and `arm,gic-v3.yaml` bindings): first cell 0 for
+/// an SPI, 1 for a PPI.
 const GIC_SPI: u32 = 0;
 /// Third cell: edge-triggered, rising.
 const IRQ_TYPE_EDGE_RISING: u32 = 1;
@@ -130,27 +160,15 @@ const IRQ_TYPE_EDGE_RISING: u32 = 1;
 const IRQ_TYPE_LEVEL_HIGH: u32 = 4;
 /// The trigger bits of the third cell (the rest is GICv2's CPU mask).
 const IRQ_TYPE_MASK: u32 = 0xf;
-/// Cells of one GICv3 interrupt specifier.
+/// Cells of one GIC interrupt specifier (both versions).
 const GIC_INTERRUPT_CELLS: usize = 3;
-
-/// Properties of the board's node the VM's copy leaves out: they refer to the board (its
-/// phandles, its interrupt controller, its IOMMU and MSI controller), which the VM's tree
-/// describes its own way or not at all.
-const DROPPED_PROPERTIES: &[&str] = &[
-    "phandle",
-    "linux,phandle",
-    "interrupt-parent",
-    "iommus",
-    "iommu-map",
-    "iommu-map-mask",
-    "msi-map",
-    "msi-parent",
-    "clocks",
-];
 
 /// The board's nodes Keel keeps for itself, by `compatible`, with what Keel uses them as.
 const KEELS_OWN: &[(&str, &str)] = &[
     ("arm,gic-v3", "the interrupt controller"),
+    ("arm,gic-400", "the interrupt controller"),
+    ("arm,cortex-a15-gic", "the interrupt controller"),
+    ("arm,cortex-a7-gic", "the interrupt controller"),
     ("arm,gic-v3-its", "the interrupt controller's ITS"),
     ("arm,smmu-v3", "the SMMU"),
     ("arm,armv8-timer", "the architected timer"),
@@ -158,20 +176,24 @@ const KEELS_OWN: &[(&str, &str)] = &[
     ("arm,psci-0.2", "PSCI"),
 ];
 
-/// What Keel uses `node` as, if it is Keel's: the interrupt controller, the SMMU, the timer,
-/// PSCI, the UART of its console (the PL011 at [`layout::UART_BASE`]), memory or CPUs.
-pub(super) fn keels_own(node: &Node) -> Result<Option<&'static str>, crate::fdt::FdtError> {
+/// What Keel uses node `index` as, if it is Keel's: the interrupt controller, the SMMU, the
+/// timer, PSCI, the UART of its console ([`console_uart`]), memory or CPUs.
+pub(super) fn keels_own(
+    nodes: &BoardNodes,
+    index: usize,
+    fdt: &Fdt,
+    desc: &BoardDesc,
+) -> Result<Option<&'static str>, FdtError> {
+    let Some(entry) = nodes.entry(index) else {
+        return Ok(None);
+    };
+    let node = entry.node;
     for &(compatible, what) in KEELS_OWN {
         if node.is_compatible(compatible)? {
             return Ok(Some(what));
         }
     }
-    if node.is_compatible("arm,pl011")?
-        && node
-            .reg()?
-            .and_then(|mut reg| reg.next())
-            .is_some_and(|(address, _)| address == layout::UART_BASE)
-    {
+    if console_uart(nodes, fdt, desc)? == Some(index) {
         return Ok(Some("its console's UART"));
     }
     match node.property_str("device_type")? {
@@ -181,14 +203,120 @@ pub(super) fn keels_own(node: &Node) -> Result<Option<&'static str>, crate::fdt:
     }
 }
 
-/// Why `node` is taken for a DMA master, if it is one: a PCI host bridge (its functions
-/// master DMA), or a node the board puts behind an IOMMU (`iommus`, `iommu-map`).
-pub(super) fn dma_master(node: &Node) -> Result<Option<&'static str>, crate::fdt::FdtError> {
-    if node.property_str("device_type")? == Some("pci") {
-        return Ok(Some("a PCI host bridge"));
+/// The UART of Keel's console, as Keel finds it at boot: the node `/chosen/stdout-path` names
+/// (directly or through `/aliases`) if it is of the kind Keel drives on board `desc`, else
+/// the first node of that kind.
+fn console_uart(
+    nodes: &BoardNodes,
+    fdt: &Fdt,
+    desc: &BoardDesc,
+) -> Result<Option<usize>, FdtError> {
+    let stdout = match fdt.find_node("/chosen")? {
+        Some(chosen) => chosen.property_str("stdout-path")?,
+        None => None,
+    };
+    let stdout = stdout.map(|path| path.split(':').next().unwrap_or(path));
+    let path = match stdout {
+        Some(path) if !path.starts_with('/') => match fdt.find_node("/aliases")? {
+            Some(aliases) => aliases.property_str(path)?,
+            None => None,
+        },
+        other => other,
+    };
+    let is_kind = |index: usize| -> Result<bool, FdtError> {
+        let Some(entry) = nodes.entry(index) else {
+            return Ok(false);
+        };
+        for compatible in desc.uart.compatibles() {
+            if entry.node.is_compatible(compatible)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    };
+    if let Some(index) = path.and_then(|path| nodes.find_loosely(path)) {
+        if is_kind(index)? {
+            return Ok(Some(index));
+        }
     }
-    if node.property("iommus")?.is_some() || node.property("iommu-map")?.is_some() {
-        return Ok(Some("the board puts it behind an IOMMU"));
+    for index in nodes.indices() {
+        if is_kind(index)? {
+            return Ok(Some(index));
+        }
+    }
+    Ok(None)
+}
+
+/// Device-tree `compatible` strings of devices that master DMA though their nodes need not say
+/// so (no `iommus`, `#dma-cells` or `dma-coherent`): Ethernet MACs, USB, SD/eMMC and SATA
+/// controllers of the boards Keel knows, and virtio-mmio (QEMU reads and writes guest memory
+/// for it). Not every DMA master of every board: see `unisolated_dma` in the configuration
+/// reference.
+const KNOWN_DMA_MASTERS: &[&str] = &[
+    "cdns,gem",
+    "cdns,macb",
+    "cdns,zynqmp-gem",
+    "brcm,genet-v5",
+    "brcm,bcm2711-genet-v5",
+    "snps,dwc3",
+    "generic-xhci",
+    "arasan,sdhci-8.9a",
+    "brcm,bcm2711-emmc2",
+    "brcm,bcm2835-sdhci",
+    "generic-ahci",
+    "ceva,ahci-1v84",
+    "virtio,mmio",
+];
+
+/// Why node `index` is taken for a DMA master, if it is one (the first reason that holds): a
+/// PCI host bridge (its functions master DMA); a node the board puts behind an IOMMU
+/// (`iommus`, `iommu-map`), named if the tree has it; an IOMMU itself (`#iommu-cells`: its
+/// table walks read memory); a DMA controller (`#dma-cells`); a node whose DMA is coherent
+/// with the CPUs (`dma-coherent`); or one of the [`KNOWN_DMA_MASTERS`].
+pub(super) fn dma_master(nodes: &BoardNodes, index: usize) -> Result<Option<String>, FdtError> {
+    let Some(entry) = nodes.entry(index) else {
+        return Ok(None);
+    };
+    let node = entry.node;
+    if node.property_str("device_type")? == Some("pci") {
+        return Ok(Some("a PCI host bridge".to_string()));
+    }
+    let iommu = match node.property_cells("iommus")? {
+        Some(mut cells) => Some(cells.next()),
+        None => node
+            .property_cells("iommu-map")?
+            .map(|mut cells| cells.nth(1)),
+    };
+    if let Some(phandle) = iommu {
+        let named = phandle
+            .and_then(|phandle| nodes.by_phandle(phandle))
+            .and_then(|index| nodes.entry(index));
+        return Ok(Some(match named {
+            Some(iommu) => match iommu.node.property_str("compatible")? {
+                Some(compatible) => format!(
+                    "the board puts it behind the IOMMU '{}' ({compatible})",
+                    iommu.path
+                ),
+                None => format!("the board puts it behind the IOMMU '{}'", iommu.path),
+            },
+            None => "the board puts it behind an IOMMU".to_string(),
+        }));
+    }
+    if node.property("#iommu-cells")?.is_some() {
+        return Ok(Some("an IOMMU (its table walks read memory)".to_string()));
+    }
+    if node.property("#dma-cells")?.is_some() {
+        return Ok(Some("a DMA controller (#dma-cells)".to_string()));
+    }
+    if node.property("dma-coherent")?.is_some() {
+        return Ok(Some(
+            "its DMA is coherent with the CPUs (dma-coherent)".to_string(),
+        ));
+    }
+    for compatible in KNOWN_DMA_MASTERS {
+        if node.is_compatible(compatible)? {
+            return Ok(Some(format!("a known bus master ({compatible})")));
+        }
     }
     Ok(None)
 }
@@ -203,10 +331,7 @@ pub(super) fn smmu_phandle(fdt: &Fdt, iommu: &Iommu) -> Option<u32> {
 /// last)`: from `iommu-map` (a PCI host bridge: `<rid-base iommu sid-base length>` entries,
 /// requester ID = stream ID as on QEMU `virt`) or `iommus` (`<iommu sid>`, one-cell
 /// specifiers). Entries for another IOMMU are not Keel's to program and are skipped.
-pub(super) fn smmu_streams(
-    node: &Node,
-    smmu: u32,
-) -> Result<Vec<(u32, u32)>, crate::fdt::FdtError> {
+pub(super) fn smmu_streams(node: &Node, smmu: u32) -> Result<Vec<(u32, u32)>, FdtError> {
     let mut streams = Vec::new();
     if let Some(cells) = node.property_cells("iommu-map")? {
         let cells: Vec<u32> = cells.collect();
@@ -233,26 +358,49 @@ pub(super) fn smmu_streams(
 }
 
 /// A host bridge's windows from its `ranges` (§2.3.8: child address, parent address, size;
-/// the child's cells per the node's `#address-cells`, the parent's the root's 2, sizes per
-/// the node's `#size-cells`): the parent ranges inside the guest-physical space, and the
-/// `ranges` value the VM's tree gets (the entries of those alone). `None` without `ranges`.
-pub(super) fn bridge_windows(node: &Node) -> Result<Option<Windows>, crate::fdt::FdtError> {
-    let Some(cells) = node.property_cells("ranges")? else {
+/// the child's cells per the node's `#address-cells`, the parent's per its bus's, sizes per
+/// the node's `#size-cells`), each parent address translated to a physical one through the
+/// buses above: the windows inside the guest-physical space, and the `ranges` value the VM's
+/// tree gets (the entries of those alone, the parent address as the root's two cells, where
+/// the VM's copy of the node sits). `None` without `ranges`.
+pub(super) fn bridge_windows(
+    nodes: &BoardNodes,
+    index: usize,
+) -> Result<Option<Windows>, Untranslatable> {
+    let (Some(entry), Some(bus)) = (nodes.entry(index), nodes.parent(index)) else {
         return Ok(None);
     };
-    let child_cells = node.property_u32("#address-cells")?.unwrap_or(2) as usize;
-    let size_cells = node.property_u32("#size-cells")?.unwrap_or(1) as usize;
+    let Some(cells) = entry.node.property_cells("ranges")? else {
+        return Ok(None);
+    };
+    let child_cells = nodes.address_cells(index)? as usize;
+    let parent_cells = nodes.address_cells(bus)?;
+    let size_cells = nodes.size_cells(index)?;
+    if parent_cells > 2 || size_cells > 2 {
+        return Err(Untranslatable::Tree(FdtError::UnsupportedCells {
+            address_cells: parent_cells,
+            size_cells,
+        }));
+    }
+    let (parent_cells, size_cells) = (parent_cells as usize, size_cells as usize);
     let cells: Vec<u32> = cells.collect();
-    let entry_cells = child_cells + 2 + size_cells;
-    let number = |cells: &[u32]| cells.iter().fold(0u64, |n, &c| n << 32 | u64::from(c));
+    let entry_cells = child_cells + parent_cells + size_cells;
     let mut windows = Vec::new();
     let mut kept = Vec::new();
-    for entry in cells.chunks_exact(entry_cells.max(1)) {
-        let parent = number(&entry[child_cells..child_cells + 2]);
-        let size = number(&entry[child_cells + 2..]);
-        if parent.saturating_add(size) <= 1 << IPA_BITS {
-            windows.push((parent, size));
-            kept.extend(entry.iter().flat_map(|cell| cell.to_be_bytes()));
+    for range in cells.chunks_exact(entry_cells.max(1)) {
+        let (child, rest) = range.split_at(child_cells.min(range.len()));
+        let (parent, size) = rest.split_at(parent_cells.min(rest.len()));
+        let size = number(size);
+        let physical = nodes.to_physical(bus, number(parent), size)?;
+        if physical.saturating_add(size) <= 1 << IPA_BITS {
+            windows.push((physical, size));
+            kept.extend(child.iter().flat_map(|cell| cell.to_be_bytes()));
+            kept.extend(physical.to_be_bytes());
+            kept.extend(
+                range[child_cells + parent_cells..]
+                    .iter()
+                    .flat_map(|cell| cell.to_be_bytes()),
+            );
         }
     }
     Ok(Some(Windows {
@@ -277,6 +425,25 @@ pub(super) struct InterruptMap {
     pub map: Vec<u8>,
 }
 
+/// The board's interrupt controller: the first node of a GIC of the version Keel drives on
+/// board `desc`.
+fn board_gic<'a>(fdt: &Fdt<'a>, desc: &BoardDesc) -> Result<Option<Node<'a>>, FdtError> {
+    for compatible in desc.gic.compatibles() {
+        if let Some(node) = fdt.find_compatible(compatible)? {
+            return Ok(Some(node));
+        }
+    }
+    Ok(None)
+}
+
+/// The phandle of the board's GIC.
+fn gic_phandle(fdt: &Fdt, desc: &BoardDesc) -> Result<Option<u32>, FdtError> {
+    match board_gic(fdt, desc)? {
+        Some(gic) => gic.property_u32("phandle"),
+        None => Ok(None),
+    }
+}
+
 /// A host bridge's legacy interrupts from its `interrupt-map` (the PCI binding: child unit
 /// address and interrupt, then the parent's phandle, unit address and specifier): the GIC's
 /// SPIs they name (each once), and the map for the VM's tree, every parent phandle the VM's
@@ -284,19 +451,19 @@ pub(super) struct InterruptMap {
 pub(super) fn interrupt_map(
     node: &Node,
     fdt: &Fdt,
+    desc: &BoardDesc,
     path: &str,
 ) -> Result<Option<InterruptMap>, PassthroughProblem> {
     let refuse = |why: String| PassthroughProblem::Interrupt {
         path: path.to_string(),
         why,
     };
-    let bad_tree = |error: crate::fdt::FdtError| refuse(error.to_string());
+    let bad_tree = |error: FdtError| refuse(error.to_string());
     let Some(cells) = node.property_cells("interrupt-map").map_err(bad_tree)? else {
         return Ok(None);
     };
-    let gic = gic_phandle(fdt).map_err(bad_tree)?;
-    let gic_node = fdt.find_compatible("arm,gic-v3").map_err(bad_tree)?;
-    let parent_address = match gic_node {
+    let gic = gic_phandle(fdt, desc).map_err(bad_tree)?;
+    let parent_address = match board_gic(fdt, desc).map_err(bad_tree)? {
         Some(gic) => gic
             .property_u32("#address-cells")
             .map_err(bad_tree)?
@@ -347,40 +514,44 @@ pub(super) fn interrupt_map(
     Ok(Some(InterruptMap { interrupts, map }))
 }
 
-/// The phandle of the board's interrupt controller that `node`'s interrupts go to: its own
-/// `interrupt-parent`, else the nearest ancestor's (here: the root's).
-fn interrupt_parent(node: &Node, fdt: &Fdt) -> Result<Option<u32>, crate::fdt::FdtError> {
-    match node.property_u32("interrupt-parent")? {
-        Some(phandle) => Ok(Some(phandle)),
-        None => fdt.root().property_u32("interrupt-parent"),
+/// The phandle of the interrupt controller that node `index`'s interrupts go to: its own
+/// `interrupt-parent`, else the nearest ancestor's (§2.4.1).
+fn interrupt_parent(nodes: &BoardNodes, index: usize) -> Result<Option<u32>, FdtError> {
+    let mut at = Some(index);
+    while let Some(node) = at {
+        if let Some(entry) = nodes.entry(node) {
+            if let Some(phandle) = entry.node.property_u32("interrupt-parent")? {
+                return Ok(Some(phandle));
+            }
+        }
+        at = nodes.parent(node);
     }
+    Ok(None)
 }
 
-/// The phandle of the board's GIC.
-fn gic_phandle(fdt: &Fdt) -> Result<Option<u32>, crate::fdt::FdtError> {
-    match fdt.find_compatible("arm,gic-v3")? {
-        Some(gic) => gic.property_u32("phandle"),
-        None => Ok(None),
-    }
-}
-
-/// `node`'s interrupts: SPIs of the GIC, level-high or edge-rising, each below the virtual
-/// GIC's [`NR_IRQS`] (the VM sees the board's INTID).
+/// Node `index`'s interrupts: SPIs of the GIC, level-high or edge-rising, each below the
+/// virtual GIC's [`NR_IRQS`] (the VM sees the board's INTID), each once (a ZynqMP GEM names
+/// its one SPI once per queue).
 pub(super) fn interrupts(
-    node: &Node,
+    nodes: &BoardNodes,
+    index: usize,
     fdt: &Fdt,
+    desc: &BoardDesc,
     path: &str,
 ) -> Result<Vec<DeviceInterrupt>, PassthroughProblem> {
     let refuse = |why: String| PassthroughProblem::Interrupt {
         path: path.to_string(),
         why,
     };
-    let bad_tree = |error: crate::fdt::FdtError| refuse(error.to_string());
-    let Some(cells) = node.interrupts().map_err(bad_tree)? else {
+    let bad_tree = |error: FdtError| refuse(error.to_string());
+    let Some(entry) = nodes.entry(index) else {
         return Ok(Vec::new());
     };
-    let parent = interrupt_parent(node, fdt).map_err(bad_tree)?;
-    if parent.is_none() || parent != gic_phandle(fdt).map_err(bad_tree)? {
+    let Some(cells) = entry.node.interrupts().map_err(bad_tree)? else {
+        return Ok(Vec::new());
+    };
+    let parent = interrupt_parent(nodes, index).map_err(bad_tree)?;
+    if parent.is_none() || parent != gic_phandle(fdt, desc).map_err(bad_tree)? {
         return Err(refuse("its interrupt parent is not the GIC".to_string()));
     }
     let cells: Vec<u32> = cells.collect();
@@ -390,10 +561,13 @@ pub(super) fn interrupts(
             cells.len()
         )));
     }
-    let mut found = Vec::new();
+    let mut found: Vec<DeviceInterrupt> = Vec::new();
     for specifier in cells.chunks_exact(GIC_INTERRUPT_CELLS) {
         if let &[kind, number, flags] = specifier {
-            found.push(spi(kind, number, flags).map_err(refuse)?);
+            let interrupt = spi(kind, number, flags).map_err(refuse)?;
+            if !found.iter().any(|known| known.intid == interrupt.intid) {
+                found.push(interrupt);
+            }
         }
     }
     Ok(found)
@@ -425,67 +599,6 @@ fn spi(kind: u32, number: u32, flags: u32) -> Result<DeviceInterrupt, String> {
         }
     };
     Ok(DeviceInterrupt { intid, level })
-}
-
-/// The VM's copy of `node`: the board's properties but those in [`DROPPED_PROPERTIES`], those
-/// in `rewritten` replaced by their new values (`reg` at the VM's IPAs, a bridge's `ranges`
-/// and `interrupt-map`), named after its first region (`first`), and its fixed clock's
-/// frequency if it names one.
-pub(super) fn copy_node(
-    node: &Node,
-    fdt: &Fdt,
-    path: &str,
-    first: Option<&MemoryRegion>,
-    rewritten: &[(String, Vec<u8>)],
-) -> Result<DeviceNode, PassthroughProblem> {
-    let refuse = |why: String| PassthroughProblem::Node {
-        path: path.to_string(),
-        why,
-    };
-    let mut properties = Vec::new();
-    for property in node.properties() {
-        let property = property.map_err(|error| refuse(error.to_string()))?;
-        if DROPPED_PROPERTIES.contains(&property.name) {
-            continue;
-        }
-        let value = match rewritten.iter().find(|(name, _)| name == property.name) {
-            Some((_, value)) => value.clone(),
-            None => property.value.to_vec(),
-        };
-        properties.push((property.name.to_string(), value));
-    }
-    let clock_hz = match node
-        .property_cells("clocks")
-        .map_err(|error| refuse(error.to_string()))?
-    {
-        None => None,
-        Some(mut clocks) => {
-            let (Some(phandle), None) = (clocks.next(), clocks.next()) else {
-                return Err(refuse(
-                    "'clocks' names more than one clock (the VM gets one fixed clock)".into(),
-                ));
-            };
-            Some(fixed_clock_hz(fdt, phandle).ok_or_else(|| {
-                refuse(format!(
-                    "'clocks' names phandle {phandle}, not a fixed clock the VM's tree can copy"
-                ))
-            })?)
-        }
-    };
-    let unit = first.map_or(0, |region| region.ipa.0);
-    Ok(DeviceNode {
-        name: format!("{}@{unit:x}", node.base_name()),
-        properties,
-        clock_hz,
-    })
-}
-
-/// The frequency of the board's `fixed-clock` node with `phandle`, if it is one.
-fn fixed_clock_hz(fdt: &Fdt, phandle: u32) -> Option<u32> {
-    fdt.compatible_nodes("fixed-clock")
-        .filter_map(Result::ok)
-        .find(|clock| clock.property_u32("phandle").ok().flatten() == Some(phandle))
-        .and_then(|clock| clock.property_u32("clock-frequency").ok().flatten())
 }
 
 /// The board's own facts against the system: its device tree has the interrupt controller and

@@ -237,7 +237,7 @@ mod tests {
         assert_eq!(tables[0].keys, ["system", "vm", "pcpu", "channel"]);
         assert_eq!(
             table(&tables, "vm.passthrough").map(|t| t.keys.clone()),
-            Some(vec!["path", "ipa"])
+            Some(vec!["path", "ipa", "clocks", "unisolated_dma"])
         );
         // A table inside an option inside an array of tables.
         assert_eq!(

@@ -1,22 +1,26 @@
 //! The configuration compiler (host only): a system described in TOML, validated, emitted as Rust tables.
 //!
-//! [`load`] parses a file (`schema`; durations in `duration`, percentages in `percent`) and
-//! checks every rejection rule in file order (`validate`, with the scheduling rules and
-//! build-time admission in `schedule`, the `tasks` table's rules in `tasks`, the `messages`
-//! table's in `messages` and the `[[channel]]` tables' in `channels`, the `[[vm.passthrough]]` tables' against the
-//! board's device tree in `passthrough`; each rule's exact
-//! message is a [`Problem`] or [`Unschedulable`]
-//! variant); [`emit_rust`] turns the result into the
-//! [`SystemDesc`](crate::system::SystemDesc) and message pool size the hypervisor links in. EL2
-//! never parses TOML. [`accepted_keys`] lists every key the parser takes, table by table, for
-//! the configuration reference's check.
+//! [`load`] parses a file (`schema`; durations in `duration`, percentages in `percent`, clock
+//! frequencies in `frequency`) and checks every rejection rule in file order (`validate`, with
+//! the scheduling rules and build-time admission in `schedule`, the `tasks` table's rules in
+//! `tasks`, the `messages` table's in `messages`, the `[[channel]]` tables' in `channels`, and
+//! the `[[vm.passthrough]]` tables' against the board's device tree in `passthrough`, which
+//! reads the board's tree through `board` and `board_nodes` and makes the VM's copy of a
+//! device's node in `device_node`; each rule's exact message is a [`Problem`],
+//! [`PassthroughProblem`] or [`Unschedulable`] variant); [`emit_rust`] turns the result into
+//! the [`SystemDesc`](crate::system::SystemDesc) and message pool size the hypervisor links
+//! in. EL2 never parses TOML. [`accepted_keys`] lists every key the parser takes, table by
+//! table, for the configuration reference's check.
 
 mod board;
+mod board_nodes;
 mod channels;
 mod codegen;
 mod decimal;
+mod device_node;
 mod duration;
 mod error;
+mod frequency;
 mod health;
 mod image;
 mod keys;
@@ -37,6 +41,7 @@ pub use board::{no_board_tree, BoardTree};
 pub use codegen::emit_rust;
 pub use duration::{format_duration, parse_duration, DurationError};
 pub use error::{AddressRange, Backing, ConfigError, ConfigErrorKind, Problem, Subject, VcpuName};
+pub use frequency::{parse_frequency, FrequencyError};
 pub use image::{inspect as inspect_image, ImageLayout};
 pub use keys::{accepted_keys, KeyTable};
 pub use load::{load, load_with_board, parse_str, parse_str_with_board};
@@ -45,7 +50,7 @@ pub use model::{
     Messages, Passthrough, System, Tasks, Vm, DEFAULT_IPA, DEVICE_WINDOW_END, DEVICE_WINDOW_START,
     DTB_REGION_SIZE, FLASH_WINDOW_SIZE, HYPERVISOR_IMAGE_OFFSET, IPA_BITS, KNOWN_DEVICES,
     LINUX_IMAGE_BASE_ALIGN, MAX_PCPUS, MAX_VCPUS, MAX_VMS, MIN_VM_MEMORY, PAGE_SIZE,
-    VM_GIC_PHANDLE,
+    VM_DEVICE_PHANDLE_BASE, VM_GIC_PHANDLE,
 };
 pub use passthrough_problem::PassthroughProblem;
 pub use percent::{parse_percent, PercentError};

@@ -43,6 +43,9 @@ pub const MAX_VCPUS: usize = crate::system::MAX_VCPUS;
 pub const FLASH_WINDOW_SIZE: u64 = 0x0800_0000;
 /// Phandle of the GIC in every VM's generated device tree (the interrupt parent of its devices).
 pub const VM_GIC_PHANDLE: u32 = 1;
+/// First phandle of the nodes inside a VM's assigned devices that the devices refer to (a
+/// MAC's PHY): the VM's tree numbers its own nodes (GIC, fixed clocks) below it.
+pub const VM_DEVICE_PHANDLE_BASE: u32 = 0x1000;
 /// Device names a `[[vm]]` may list.
 pub const KNOWN_DEVICES: &[&str] = &["console", "watchdog"];
 
@@ -210,9 +213,12 @@ pub struct Vm {
 /// forwarded in hardware, its node copied into the VM's device tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Passthrough {
-    /// Its path in the board's device tree (a node directly under the root).
+    /// Its path in the board's device tree (a node directly under the root, or under buses).
     pub path: String,
-    /// Its register regions: page aligned, clear of RAM, at the IPAs the VM sees them.
+    /// Its register regions as stage 2 maps them: whole pages (a region smaller than its page
+    /// is mapped with the rest of the page, which no other node's registers share), clear of
+    /// RAM, physical (translated through the buses above the node), at the IPAs the VM sees
+    /// them.
     pub regions: Vec<MemoryRegion>,
     /// Its interrupts: SPIs the VM alone receives, as the board numbers them (the VM sees the
     /// same INTIDs).
@@ -221,8 +227,12 @@ pub struct Passthrough {
     pub node: DeviceNode,
     /// The SMMU streams of its DMA (first and last stream ID of each range, within the
     /// [`MAX_STREAMS`](crate::system::MAX_STREAMS) Keel's stream table covers): empty for a
-    /// device that masters no DMA.
+    /// device that masters no DMA, or whose DMA no SMMU Keel drives guards.
     pub streams: Vec<(u32, u32)>,
+    /// Whether the configuration accepts that its DMA is not isolated (`unisolated_dma`): no
+    /// SMMU Keel drives guards it, the VM is mapped 1:1, and the device can read and write all
+    /// of physical memory.
+    pub unisolated_dma: bool,
 }
 
 /// One interrupt of an assigned device.
@@ -234,19 +244,25 @@ pub struct DeviceInterrupt {
     pub level: bool,
 }
 
-/// An assigned device's node as the VM's device tree describes it: the board's node, its
-/// properties copied except those that refer to the board (phandles, `interrupt-parent`,
-/// IOMMU and MSI maps), `reg` moved to the VM's IPAs, and its clock, if it names a fixed
-/// clock, replaced by the VM's copy of that clock.
+/// An assigned device's node as the VM's device tree describes it, at its top level: the
+/// board's node, its properties copied except those that wire it into the board (phandles,
+/// `interrupt-parent`, IOMMU and MSI maps, power domains, resets, pin control), `reg` moved to
+/// the VM's IPAs, its clocks replaced by fixed clocks of the VM's tree, and its child nodes
+/// (references between them renumbered from [`VM_DEVICE_PHANDLE_BASE`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceNode {
-    /// The node's name, `name@unit-address` (at the VM's IPA).
+    /// The node's name: the device's `name@unit-address` (at the VM's IPA); a child's as the
+    /// board names it.
     pub name: String,
-    /// The properties to copy, name and raw value, in board order.
+    /// The properties to copy, name and raw value, in board order (a renumbered `phandle`
+    /// last).
     pub properties: Vec<(String, Vec<u8>)>,
-    /// The frequency of the fixed clock its `clocks` named, if any: the VM's tree gets a
-    /// `fixed-clock` of that frequency and the node's `clocks` points at it.
-    pub clock_hz: Option<u32>,
+    /// The frequency of each entry of its `clocks`, in order (empty: no clocks): the VM's tree
+    /// gets a `fixed-clock` of each frequency, and the node's `clocks` names them in this order
+    /// (its `clock-names` is the board's).
+    pub clocks: Vec<u32>,
+    /// Its child nodes (a MAC's PHY), copied the same way; none has clocks.
+    pub children: Vec<DeviceNode>,
 }
 
 /// A VM's validated `tasks` table, emitted as a [`TaskGrant`](crate::system::TaskGrant).

@@ -1,20 +1,25 @@
 //! The `[[vm.passthrough]]` rules: each board device a VM is given, found by its path in the
-//! board's device tree, its registers, interrupts and node resolved, and refused (naming the
-//! VM and the device) when it is Keel's, another VM's, in RAM, in the way of what the VM
-//! already sees, or able to master DMA with no SMMU in front of it.
+//! board's device tree (directly under the root or under `simple-bus` nodes), its registers
+//! translated to physical addresses, its interrupts and node resolved, and refused (naming
+//! the VM and the device) when it is disabled, Keel's, another VM's, in RAM, in the way of what
+//! the VM already sees, or able to master DMA with no SMMU Keel drives in front of it (unless
+//! a VM mapped 1:1 accepts that: `unisolated_dma`).
 //!
 //! What each device is, as the board's device tree says, is read in `board`.
 
 use super::board::{
-    bridge_windows, copy_node, dma_master, interrupt_map, interrupts, keels_own, smmu_phandle,
-    smmu_streams, Board, InterruptMap, Windows,
+    bridge_windows, dma_master, interrupt_map, interrupts, keels_own, smmu_phandle, smmu_streams,
+    Board, InterruptMap, Windows,
 };
+use super::board_nodes::{BoardNodes, Untranslatable};
+use super::device_node::{copy_device, CopyOf};
 use super::error::AddressRange;
-use super::model::{Iommu, Passthrough, Vm, IPA_BITS, PAGE_SIZE};
+use super::model::{Iommu, Passthrough, Vm, IPA_BITS, PAGE_SIZE, VM_DEVICE_PHANDLE_BASE};
 use super::passthrough_problem::PassthroughProblem;
 use super::schema::{PassthroughTable, VmTable};
 use crate::abi::layout;
 use crate::addr::{GuestPhysAddr, MemoryRegion, PhysAddr};
+use crate::board::BoardDesc;
 use crate::devices::vgic::REDISTRIBUTOR_SIZE;
 use crate::fdt::Fdt;
 use crate::smmu::{arrays_needed, StreamAssignment};
@@ -22,7 +27,8 @@ use crate::system::{MAX_STREAMS, MAX_STREAM_ARRAYS, MAX_STREAM_RANGES};
 
 /// A VM's `[[vm.passthrough]]` tables resolved against the board's tree: `vm` is the VM checked
 /// so far (its memory, flash and emulated devices), `earlier` the VMs before it, `ram` the
-/// board's RAM, `iommu` the SMMU Keel drives (a DMA master needs one in front of it).
+/// board's RAM, `iommu` the SMMU Keel drives (a DMA master needs one in front of it, or a VM
+/// mapped 1:1 that accepts its DMA unisolated).
 pub(super) fn check_passthrough(
     table: &VmTable,
     vm: &Vm,
@@ -34,11 +40,23 @@ pub(super) fn check_passthrough(
     if table.passthrough.is_empty() {
         return Ok(Vec::new());
     }
+    let desc = board.desc();
     let fdt = board.tree()?;
+    let nodes = BoardNodes::new(&fdt).map_err(|error| PassthroughProblem::BoardTree {
+        error: error.to_string(),
+    })?;
     let smmu = match iommu {
         Some(iommu) => smmu_phandle(&fdt, iommu),
         None => None,
     };
+    let board = BoardView {
+        fdt: &fdt,
+        nodes: &nodes,
+        desc,
+        ram,
+        smmu,
+    };
+    let mut next_phandle = VM_DEVICE_PHANDLE_BASE;
     let mut devices: Vec<Passthrough> = Vec::with_capacity(table.passthrough.len());
     for (position, entry) in table.passthrough.iter().enumerate() {
         let path = entry.path.clone();
@@ -57,7 +75,8 @@ pub(super) fn check_passthrough(
                 other: other.name.clone(),
             });
         }
-        let device = resolve(&fdt, entry, ram, smmu)?;
+        let device = resolve(&board, entry, &mut next_phandle)?;
+        check_unisolated_dma(&device, vm)?;
         check_guest_view(&device, vm, &devices)?;
         check_interrupts(&device, vm, earlier, &devices)?;
         check_streams(&device, earlier, &devices)?;
@@ -65,6 +84,46 @@ pub(super) fn check_passthrough(
         check_stream_arrays(earlier, &devices)?;
     }
     Ok(devices)
+}
+
+/// The board as [`resolve`] reads it.
+struct BoardView<'b, 'a> {
+    /// Its device tree.
+    fdt: &'b Fdt<'a>,
+    /// That tree walked ([`BoardNodes`]).
+    nodes: &'b BoardNodes<'a>,
+    /// The board Keel is built for.
+    desc: &'static BoardDesc,
+    /// Its RAM (`[system] ram`).
+    ram: AddressRange,
+    /// The phandle of the SMMU Keel drives, if it drives one.
+    smmu: Option<u32>,
+}
+
+/// A device whose DMA the configuration accepts unisolated (`unisolated_dma`): not one the SMMU
+/// Keel drives guards, and given to a VM mapped 1:1 (memory, and flash if it has one), so that
+/// the addresses its driver gives it (the VM's IPAs) are the physical addresses it reaches.
+fn check_unisolated_dma(device: &Passthrough, vm: &Vm) -> Result<(), PassthroughProblem> {
+    if !device.unisolated_dma {
+        return Ok(());
+    }
+    if !device.streams.is_empty() {
+        return Err(PassthroughProblem::UnisolatedButGuarded {
+            path: device.path.clone(),
+        });
+    }
+    let flash = vm.flash.map(|flash| ("flash", 0, flash.phys));
+    for (what, ipa, phys) in [("memory", vm.ipa, vm.phys)].into_iter().chain(flash) {
+        if ipa != phys {
+            return Err(PassthroughProblem::NotOneToOne {
+                path: device.path.clone(),
+                what,
+                ipa,
+                phys,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The streams of the VMs so far (`earlier`, and this one's `devices`, the last of which is
@@ -107,98 +166,137 @@ fn check_stream_arrays(earlier: &[Vm], devices: &[Passthrough]) -> Result<(), Pa
     }
 }
 
-/// One device from the board's tree: found, not Keel's, its registers and interrupts read.
-fn resolve(
-    fdt: &Fdt,
-    entry: &PassthroughTable,
-    ram: AddressRange,
-    smmu: Option<u32>,
-) -> Result<Passthrough, PassthroughProblem> {
-    let path = entry.path.as_str();
-    let not_found = || PassthroughProblem::NotFound {
+/// The node at `path`: directly under the root, or under one or more `simple-bus` nodes;
+/// its index in `nodes`.
+fn find_device(
+    nodes: &BoardNodes,
+    desc: &BoardDesc,
+    path: &str,
+) -> Result<usize, PassthroughProblem> {
+    let not_top_level = || PassthroughProblem::NotTopLevel {
         path: path.to_string(),
     };
-    let name = path
+    let relative = path
         .strip_prefix('/')
-        .filter(|name| !name.is_empty() && !name.contains('/'))
-        .ok_or_else(|| PassthroughProblem::NotTopLevel {
+        .filter(|relative| relative.split('/').all(|name| !name.is_empty()))
+        .ok_or_else(not_top_level)?;
+    let mut at = 0;
+    for (depth, name) in relative.split('/').enumerate() {
+        if depth > 0 {
+            let bus = nodes.entry(at).ok_or_else(not_top_level)?;
+            let is_bus = bus.node.is_compatible("simple-bus").map_err(|error| {
+                PassthroughProblem::BoardTree {
+                    error: error.to_string(),
+                }
+            })?;
+            if !is_bus {
+                return Err(not_top_level());
+            }
+        }
+        at = nodes
+            .child(at, name)
+            .ok_or_else(|| PassthroughProblem::NotFound {
+                path: path.to_string(),
+                board: desc.name,
+            })?;
+    }
+    Ok(at)
+}
+
+/// A bus address of device `path` that does not translate, as its refusal.
+fn untranslatable(path: &str, why: Untranslatable) -> PassthroughProblem {
+    match why {
+        Untranslatable::NoRanges { bus } => PassthroughProblem::BusWithoutRanges {
             path: path.to_string(),
-        })?;
-    let node = fdt
-        .root()
-        .child(name)
-        .map_err(|error| PassthroughProblem::BoardTree {
-            error: error.to_string(),
-        })?
-        .filter(|node| node.name() == name)
-        .ok_or_else(not_found)?;
+            bus,
+        },
+        Untranslatable::Outside { bus, address, size } => PassthroughProblem::OutsideBusRanges {
+            path: path.to_string(),
+            bus,
+            range: AddressRange {
+                start: address,
+                end: address.saturating_add(size),
+            },
+        },
+        Untranslatable::Tree(error) => PassthroughProblem::Node {
+            path: path.to_string(),
+            why: error.to_string(),
+        },
+    }
+}
+
+/// One device from the board's tree: found, enabled, not Keel's, its DMA guarded (or accepted
+/// unisolated), its registers translated to physical addresses and placed, its interrupts
+/// read and its node copied for the VM (phandles inside it from `next_phandle` up).
+fn resolve(
+    board: &BoardView,
+    entry: &PassthroughTable,
+    next_phandle: &mut u32,
+) -> Result<Passthrough, PassthroughProblem> {
+    let (fdt, nodes) = (board.fdt, board.nodes);
+    let path = entry.path.as_str();
+    let index = find_device(nodes, board.desc, path)?;
     let bad_tree = |error: crate::fdt::FdtError| PassthroughProblem::Node {
         path: path.to_string(),
         why: error.to_string(),
     };
-    if let Some(what) = keels_own(&node).map_err(bad_tree)? {
+    let (Some(found), Some(bus)) = (nodes.entry(index), nodes.parent(index)) else {
+        return Err(PassthroughProblem::NotTopLevel {
+            path: path.to_string(),
+        });
+    };
+    let node = found.node;
+    if let Some(status) = node.property_str("status").map_err(bad_tree)? {
+        if status != "okay" && status != "ok" {
+            return Err(PassthroughProblem::Disabled {
+                path: path.to_string(),
+                status: status.to_string(),
+            });
+        }
+    }
+    if let Some(what) = keels_own(nodes, index, fdt, board.desc).map_err(bad_tree)? {
         return Err(PassthroughProblem::Keels {
             path: path.to_string(),
             what,
         });
     }
-    let streams = match dma_master(&node).map_err(bad_tree)? {
-        None => Vec::new(),
-        Some(what) => {
-            let unguarded = || PassthroughProblem::DmaUnguarded {
-                path: path.to_string(),
-                what,
-            };
-            let streams = smmu_streams(&node, smmu.ok_or_else(unguarded)?).map_err(bad_tree)?;
-            let first = streams.iter().map(|&(first, _)| first).min();
-            let covered: Vec<(u32, u32)> = streams
-                .iter()
-                .filter(|&&(first, _)| first < MAX_STREAMS)
-                .map(|&(first, last)| (first, last.min(MAX_STREAMS - 1)))
-                .collect();
-            match (first, covered.is_empty()) {
-                (None, _) => return Err(unguarded()),
-                (Some(first), true) => {
-                    return Err(PassthroughProblem::StreamsBeyond {
-                        path: path.to_string(),
-                        first,
-                        max: MAX_STREAMS,
-                    })
-                }
-                (Some(_), false) => covered,
-            }
-        }
-    };
-    let mut regions = Vec::new();
+    let streams = dma_streams(&node, nodes, index, entry, board.smmu)?;
     let reg = node
         .reg()
         .map_err(bad_tree)?
         .ok_or_else(|| PassthroughProblem::NoRegisters {
             path: path.to_string(),
         })?;
-    let first = reg.clone().next().map_or(0, |(address, _)| address);
+    let mut physical = Vec::new();
+    for (address, size) in reg {
+        let base = nodes
+            .to_physical(bus, address, size)
+            .map_err(|why| untranslatable(path, why))?;
+        physical.push((base, size));
+    }
+    let first = physical.first().map_or(0, |&(address, _)| address);
     // With `ipa` the regions move together: the first to `ipa`, the others after it as on the
     // board.
     let shift = entry.ipa.map_or(0, |ipa| ipa.wrapping_sub(first));
-    for (address, size) in reg {
-        regions.push(device_region(
-            path,
-            address,
-            size,
-            address.wrapping_add(shift),
-            ram,
-        )?);
+    let mut regions = Vec::new();
+    let mut reg_entries = Vec::new();
+    for &(address, size) in &physical {
+        let ipa = address.wrapping_add(shift);
+        regions.push(device_region(board, index, path, address, size, ipa)?);
+        reg_entries.push((ipa, size));
     }
     if regions.is_empty() {
         return Err(PassthroughProblem::NoRegisters {
             path: path.to_string(),
         });
     }
-    let mut rewritten = vec![reg_property(&regions)];
+    let mut rewritten = vec![reg_property(&reg_entries)];
     // A host bridge's windows (`ranges`) are its registers too: mapped where the board has
     // them; one beyond the guest-physical space (QEMU's 64-bit window) is left out of the
     // VM's tree as well.
-    if let Some(Windows { windows, ranges }) = bridge_windows(&node).map_err(bad_tree)? {
+    if let Some(Windows { windows, ranges }) =
+        bridge_windows(nodes, index).map_err(|why| untranslatable(path, why))?
+    {
         if entry.ipa.is_some() {
             return Err(PassthroughProblem::Node {
                 path: path.to_string(),
@@ -208,44 +306,129 @@ fn resolve(
             });
         }
         for (address, size) in windows {
-            regions.push(device_region(path, address, size, address, ram)?);
+            regions.push(device_region(board, index, path, address, size, address)?);
         }
         rewritten.push(("ranges".to_string(), ranges));
     }
-    let (interrupts, map) = match interrupt_map(&node, fdt, path)? {
+    let (interrupts, map) = match interrupt_map(&node, fdt, board.desc, path)? {
         Some(InterruptMap { interrupts, map }) => (interrupts, Some(map)),
-        None => (self::interrupts(&node, fdt, path)?, None),
+        None => (self::interrupts(nodes, index, fdt, board.desc, path)?, None),
     };
     rewritten.extend(map.map(|map| ("interrupt-map".to_string(), map)));
-    let node = copy_node(&node, fdt, path, regions.first(), &rewritten)?;
+    let copy = CopyOf {
+        path,
+        unit: regions.first().map_or(0, |region| region.ipa.0),
+        rewritten: &rewritten,
+        rates: &entry.clocks,
+    };
+    let node = copy_device(nodes, index, &copy, next_phandle)?;
     Ok(Passthrough {
         path: path.to_string(),
         regions,
         interrupts,
         node,
         streams,
+        unisolated_dma: entry.unisolated_dma,
     })
 }
 
-/// One register region of device `path`, at `address` of `size` bytes on the board, seen by
-/// the VM at `ipa`: whole pages on the board and where the VM sees it (stage 2 maps pages),
-/// not empty, and clear of the board's RAM (`ram`).
+/// The SMMU streams of device `index` (`node`) if it masters DMA: those through which the SMMU
+/// Keel drives (phandle `smmu`) sees it, within Keel's stream table; none if it masters no
+/// DMA, or if no SMMU Keel drives guards it and its table accepts that (`unisolated_dma`).
+fn dma_streams(
+    node: &crate::fdt::Node,
+    nodes: &BoardNodes,
+    index: usize,
+    entry: &PassthroughTable,
+    smmu: Option<u32>,
+) -> Result<Vec<(u32, u32)>, PassthroughProblem> {
+    let path = entry.path.as_str();
+    let bad_tree = |error: crate::fdt::FdtError| PassthroughProblem::Node {
+        path: path.to_string(),
+        why: error.to_string(),
+    };
+    let Some(what) = dma_master(nodes, index).map_err(bad_tree)? else {
+        return Ok(Vec::new());
+    };
+    let streams = match smmu {
+        Some(smmu) => smmu_streams(node, smmu).map_err(bad_tree)?,
+        None => Vec::new(),
+    };
+    let Some(first) = streams.iter().map(|&(first, _)| first).min() else {
+        // Unguarded: refused, unless the configuration accepts it (and the VM is 1:1, which
+        // `check_unisolated_dma` sees to).
+        if entry.unisolated_dma {
+            return Ok(Vec::new());
+        }
+        return Err(PassthroughProblem::DmaUnguarded {
+            path: path.to_string(),
+            what,
+        });
+    };
+    let covered: Vec<(u32, u32)> = streams
+        .iter()
+        .filter(|&&(first, _)| first < MAX_STREAMS)
+        .map(|&(first, last)| (first, last.min(MAX_STREAMS - 1)))
+        .collect();
+    if covered.is_empty() {
+        return Err(PassthroughProblem::StreamsBeyond {
+            path: path.to_string(),
+            first,
+            max: MAX_STREAMS,
+        });
+    }
+    Ok(covered)
+}
+
+/// One register region of device `path` (node `index`), at physical `address` of `size` bytes,
+/// seen by the VM at `ipa`, as stage 2 maps it: whole pages from a page boundary on the board
+/// and where the VM sees it, not empty, clear of the board's RAM; a region that ends inside a
+/// page is mapped with the rest of that page, if no other node's registers are there.
 fn device_region(
+    board: &BoardView,
+    index: usize,
     path: &str,
     address: u64,
     size: u64,
     ipa: u64,
-    ram: AddressRange,
 ) -> Result<MemoryRegion, PassthroughProblem> {
     let range = AddressRange::new(address, size).ok_or_else(|| PassthroughProblem::Node {
         path: path.to_string(),
         why: format!("region at {address:#x} of {size:#x} bytes wraps"),
     })?;
-    if !address.is_multiple_of(PAGE_SIZE) || !size.is_multiple_of(PAGE_SIZE) || size == 0 {
+    if !address.is_multiple_of(PAGE_SIZE) || size == 0 {
         return Err(PassthroughProblem::Unaligned {
             path: path.to_string(),
             range,
         });
+    }
+    let mapped = size
+        .checked_next_multiple_of(PAGE_SIZE)
+        .and_then(|mapped| AddressRange::new(address, mapped))
+        .ok_or_else(|| PassthroughProblem::Node {
+            path: path.to_string(),
+            why: format!("region at {address:#x} of {size:#x} bytes wraps"),
+        })?;
+    if mapped.end != range.end {
+        let rest = AddressRange {
+            start: range.end,
+            end: mapped.end,
+        };
+        let sharing = board
+            .nodes
+            .physical_regions(index)
+            .into_iter()
+            .find(|&(base, length, _)| {
+                AddressRange::new(base, length.max(1)).is_some_and(|other| other.overlaps(&rest))
+            });
+        if let Some((_, _, other)) = sharing {
+            return Err(PassthroughProblem::PageShared {
+                path: path.to_string(),
+                range,
+                page: mapped,
+                other: other.to_string(),
+            });
+        }
     }
     if !ipa.is_multiple_of(PAGE_SIZE) {
         return Err(PassthroughProblem::Unaligned {
@@ -256,33 +439,26 @@ fn device_region(
             },
         });
     }
-    if range.overlaps(&ram) {
+    if mapped.overlaps(&board.ram) {
         return Err(PassthroughProblem::InRam {
             path: path.to_string(),
             range,
-            ram,
+            ram: board.ram,
         });
     }
     Ok(MemoryRegion {
         ipa: GuestPhysAddr(ipa),
         phys: PhysAddr(address),
-        size,
+        size: mapped.size(),
     })
 }
 
-/// `reg` for the VM's tree: the device's register regions at the VM's IPAs (the root's
-/// `#address-cells` and `#size-cells` are 2, in the VM's tree as in the board's).
-fn reg_property(regions: &[MemoryRegion]) -> (String, Vec<u8>) {
-    let value = regions
+/// `reg` for the VM's tree: the device's register regions (IPA and size as the board gives it)
+/// (the root's `#address-cells` and `#size-cells` are 2 in the VM's tree).
+fn reg_property(entries: &[(u64, u64)]) -> (String, Vec<u8>) {
+    let value = entries
         .iter()
-        .flat_map(|region| {
-            region
-                .ipa
-                .0
-                .to_be_bytes()
-                .into_iter()
-                .chain(region.size.to_be_bytes())
-        })
+        .flat_map(|&(ipa, size)| ipa.to_be_bytes().into_iter().chain(size.to_be_bytes()))
         .collect();
     ("reg".to_string(), value)
 }

@@ -1,9 +1,10 @@
 //! Why a `[[vm.passthrough]]` table or `[system] iommu` is refused: one variant per rule, each
-//! with its exact message.
+//! with its exact message (its doc comment).
 
 use std::fmt;
 
 use super::error::AddressRange;
+use super::frequency::FrequencyError;
 
 /// What a `[[vm.passthrough]]` table breaks; shown after `vm '<name>': passthrough: `.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,15 +14,43 @@ pub enum PassthroughProblem {
         /// Why.
         error: String,
     },
-    /// `'<path>' is not a node directly under the root ('/name@address')`.
+    /// `'<path>' is not a node directly under the root ('/name@address')`: not an absolute
+    /// path, or a node below one that is not a `simple-bus` (a device under buses is taken).
     NotTopLevel {
         /// The path given.
         path: String,
     },
-    /// `'<path>' is not in the board's device tree`.
+    /// `'<path>' is not in the device tree of board <board>`.
     NotFound {
         /// The path given.
         path: String,
+        /// The board's name.
+        board: &'static str,
+    },
+    /// `'<path>' is disabled in the board's device tree (status = "<status>"): the board does
+    /// not wire it up, or keeps it for its firmware`.
+    Disabled {
+        /// The path given.
+        path: String,
+        /// Its `status`.
+        status: String,
+    },
+    /// `'<path>': its bus '<bus>' has no 'ranges', so its registers are not at addresses the
+    /// CPUs see`.
+    BusWithoutRanges {
+        /// The path given.
+        path: String,
+        /// The bus's path.
+        bus: String,
+    },
+    /// `'<path>' region <range> (in bus '<bus>''s addresses) is outside that bus's 'ranges'`.
+    OutsideBusRanges {
+        /// The path given.
+        path: String,
+        /// The bus's path.
+        bus: String,
+        /// The region, in the bus's addresses.
+        range: AddressRange,
     },
     /// `'<path>' is listed twice`.
     ListedTwice {
@@ -47,6 +76,18 @@ pub enum PassthroughProblem {
         path: String,
         /// The region, physical.
         range: AddressRange,
+    },
+    /// `'<path>' region <range> is not a whole page, and the rest of its page <page> holds
+    /// registers of '<other>' (stage 2 maps whole pages)`.
+    PageShared {
+        /// The path given.
+        path: String,
+        /// The region, physical.
+        range: AddressRange,
+        /// The page(s) that would be mapped.
+        page: AddressRange,
+        /// The node whose registers share them.
+        other: String,
     },
     /// `'<path>' region <range> lies in RAM <ram>`.
     InRam {
@@ -100,12 +141,33 @@ pub enum PassthroughProblem {
         /// Who else has it.
         other: String,
     },
-    /// `'<path>' can master DMA (<what>) and no SMMU guards it`.
+    /// `'<path>' can master DMA (<what>) and no SMMU Keel drives guards it: its DMA would
+    /// reach all of physical memory, Keel's and the other VMs' included (a VM mapped 1:1 may
+    /// accept that with unisolated_dma = true)`.
     DmaUnguarded {
         /// The path given.
         path: String,
         /// Why it is taken for a DMA master.
+        what: String,
+    },
+    /// `'<path>': unisolated_dma = true, but the SMMU Keel drives guards its DMA (remove
+    /// unisolated_dma)`.
+    UnisolatedButGuarded {
+        /// The path given.
+        path: String,
+    },
+    /// `'<path>': unisolated_dma = true needs the VM mapped 1:1, and its <what> at ipa <ipa> is
+    /// at physical <phys>: the device's DMA addresses would be IPAs, which the hardware takes
+    /// for physical addresses`.
+    NotOneToOne {
+        /// The path given.
+        path: String,
+        /// `memory` or `flash`.
         what: &'static str,
+        /// Where the VM sees it.
+        ipa: u64,
+        /// Where it is.
+        phys: u64,
     },
     /// `'<path>' streams <first>..=<last> are already vm '<other>''s`.
     StreamsTaken {
@@ -154,7 +216,16 @@ pub enum PassthroughProblem {
         /// The value given.
         value: String,
     },
-    /// `<why>` (`[system] iommu`: the board's SMMU cannot be found or read).
+    /// `board <board> has no SMMUv3 (its device tree has no arm,smmu-v3 node)`, then, for each
+    /// IOMMU it has, `; it has '<path>' (<compatible>), an IOMMU Keel does not drive`
+    /// (`[system] iommu`).
+    NoSmmu {
+        /// The board's name.
+        board: &'static str,
+        /// The IOMMUs it has: path and compatible.
+        others: Vec<(String, String)>,
+    },
+    /// `<why>` (`[system] iommu`: the board's SMMU cannot be read).
     Smmu {
         /// Why.
         why: String,
@@ -166,6 +237,71 @@ pub enum PassthroughProblem {
         /// Why.
         why: String,
     },
+    /// `'<path>': it has '<property>'` (or `its child '<child>' has ...`) `, a reference to
+    /// <target> outside the device, which the VM's device tree cannot have`.
+    Reference {
+        /// The path given.
+        path: String,
+        /// The child that has it, by its path below the device (`None`: the device itself).
+        child: Option<String>,
+        /// The property.
+        property: String,
+        /// What it refers to: `'<path>'`, or `phandle <n>` if the tree has no such node.
+        target: String,
+    },
+    /// `'<path>': its child '<child>' has interrupts, which Keel does not forward (only the
+    /// device's own)`.
+    ChildInterrupts {
+        /// The path given.
+        path: String,
+        /// The child, by its path below the device.
+        child: String,
+    },
+    /// `'<path>': clocks.<clock>: it has no clock of that name (its clocks: <known>)`.
+    UnknownClock {
+        /// The path given.
+        path: String,
+        /// The name the configuration gives.
+        clock: String,
+        /// Its clocks' names.
+        known: Vec<String>,
+    },
+    /// `'<path>': clocks.<clock>: <error>` (a rate that is not a frequency).
+    ClockFrequency {
+        /// The path given.
+        path: String,
+        /// The clock.
+        clock: String,
+        /// Why.
+        error: FrequencyError,
+    },
+    /// `'<path>': clock '<clock>' comes from '<provider>' (<compatible>), not a fixed clock:
+    /// give the rate it runs at on the board with clocks = { <clock> = "<frequency>" } in its
+    /// [[vm.passthrough]] table (e.g. "100MHz"), and the VM's device tree gets a fixed clock of
+    /// that rate`.
+    ClockRate {
+        /// The path given.
+        path: String,
+        /// The clock's name.
+        clock: String,
+        /// Its provider's path.
+        provider: String,
+        /// Its provider's first compatible.
+        compatible: Option<String>,
+    },
+}
+
+/// `name` as a TOML key: bare if it may be (letters, digits, `_` and `-`), else quoted.
+fn toml_key(name: &str) -> String {
+    if !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        name.to_string()
+    } else {
+        format!("{name:?}")
+    }
 }
 
 impl fmt::Display for PassthroughProblem {
@@ -178,7 +314,34 @@ impl fmt::Display for PassthroughProblem {
                 f,
                 "'{path}' is not a node directly under the root ('/name@address')"
             ),
-            Self::NotFound { path } => write!(f, "'{path}' is not in the board's device tree"),
+            Self::NotFound { path, board } => {
+                write!(f, "'{path}' is not in the device tree of board {board}")
+            }
+            Self::Disabled { path, status } => write!(
+                f,
+                "'{path}' is disabled in the board's device tree (status = \"{status}\"): the \
+                 board does not wire it up, or keeps it for its firmware"
+            ),
+            Self::BusWithoutRanges { path, bus } => write!(
+                f,
+                "'{path}': its bus '{bus}' has no 'ranges', so its registers are not at \
+                 addresses the CPUs see"
+            ),
+            Self::OutsideBusRanges { path, bus, range } => write!(
+                f,
+                "'{path}' region {range} (in bus '{bus}''s addresses) is outside that bus's \
+                 'ranges'"
+            ),
+            Self::PageShared {
+                path,
+                range,
+                page,
+                other,
+            } => write!(
+                f,
+                "'{path}' region {range} is not a whole page, and the rest of its page {page} \
+                 holds registers of '{other}' (stage 2 maps whole pages)"
+            ),
             Self::ListedTwice { path } => write!(f, "'{path}' is listed twice"),
             Self::Keels { path, what } => write!(f, "'{path}' is Keel's own ({what})"),
             Self::NoRegisters { path } => write!(f, "'{path}' has no registers (reg) to map"),
@@ -208,9 +371,28 @@ impl fmt::Display for PassthroughProblem {
             Self::InterruptTaken { path, intid, other } => {
                 write!(f, "'{path}' interrupt {intid} is already {other}")
             }
-            Self::DmaUnguarded { path, what } => {
-                write!(f, "'{path}' can master DMA ({what}) and no SMMU guards it")
-            }
+            Self::DmaUnguarded { path, what } => write!(
+                f,
+                "'{path}' can master DMA ({what}) and no SMMU Keel drives guards it: its DMA \
+                 would reach all of physical memory, Keel's and the other VMs' included (a VM \
+                 mapped 1:1 may accept that with unisolated_dma = true)"
+            ),
+            Self::UnisolatedButGuarded { path } => write!(
+                f,
+                "'{path}': unisolated_dma = true, but the SMMU Keel drives guards its DMA \
+                 (remove unisolated_dma)"
+            ),
+            Self::NotOneToOne {
+                path,
+                what,
+                ipa,
+                phys,
+            } => write!(
+                f,
+                "'{path}': unisolated_dma = true needs the VM mapped 1:1, and its {what} at ipa \
+                 {ipa:#x} is at physical {phys:#x}: the device's DMA addresses would be IPAs, \
+                 which the hardware takes for physical addresses"
+            ),
             Self::StreamsTaken {
                 path,
                 first,
@@ -239,8 +421,75 @@ impl fmt::Display for PassthroughProblem {
             Self::UnknownIommu { value } => {
                 write!(f, "unknown IOMMU '{value}' (expected 'smmuv3')")
             }
+            Self::NoSmmu { board, others } => {
+                write!(
+                    f,
+                    "board {board} has no SMMUv3 (its device tree has no arm,smmu-v3 node)"
+                )?;
+                for (path, compatible) in others {
+                    write!(
+                        f,
+                        "; it has '{path}' ({compatible}), an IOMMU Keel does not drive"
+                    )?;
+                }
+                Ok(())
+            }
             Self::Smmu { why } => f.write_str(why),
             Self::Node { path, why } => write!(f, "'{path}': {why}"),
+            Self::Reference {
+                path,
+                child,
+                property,
+                target,
+            } => {
+                match child {
+                    None => write!(f, "'{path}': it has '{property}'")?,
+                    Some(child) => write!(f, "'{path}': its child '{child}' has '{property}'")?,
+                }
+                write!(
+                    f,
+                    ", a reference to {target} outside the device, which the VM's device tree \
+                     cannot have"
+                )
+            }
+            Self::ChildInterrupts { path, child } => write!(
+                f,
+                "'{path}': its child '{child}' has interrupts, which Keel does not forward \
+                 (only the device's own)"
+            ),
+            Self::UnknownClock { path, clock, known } => {
+                write!(
+                    f,
+                    "'{path}': clocks.{}: it has no clock of that name (",
+                    toml_key(clock)
+                )?;
+                if known.is_empty() {
+                    f.write_str("it has no clocks)")
+                } else {
+                    write!(f, "its clocks: {})", known.join(", "))
+                }
+            }
+            Self::ClockFrequency { path, clock, error } => {
+                write!(f, "'{path}': clocks.{}: {error}", toml_key(clock))
+            }
+            Self::ClockRate {
+                path,
+                clock,
+                provider,
+                compatible,
+            } => {
+                write!(f, "'{path}': clock '{clock}' comes from '{provider}'")?;
+                if let Some(compatible) = compatible {
+                    write!(f, " ({compatible})")?;
+                }
+                write!(
+                    f,
+                    ", not a fixed clock: give the rate it runs at on the board with clocks = {{ \
+                     {} = \"<frequency>\" }} in its [[vm.passthrough]] table (e.g. \"100MHz\"), \
+                     and the VM's device tree gets a fixed clock of that rate",
+                    toml_key(clock)
+                )
+            }
         }
     }
 }

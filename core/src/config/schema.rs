@@ -1,8 +1,11 @@
 //! The TOML file exactly as written: serde structures, before any resolution or checking.
 
+use std::collections::BTreeMap;
+
 use serde::Deserialize;
 
 use super::duration::DurationText;
+use super::frequency::FrequencyText;
 use super::percent::PercentText;
 use super::size::ByteSize;
 
@@ -284,15 +287,26 @@ pub struct RestartsTable {
     pub window: DurationText,
 }
 
-/// One `[[vm.passthrough]]` table: `{ path = "/pl031@9010000" }`, optionally with `ipa`.
+/// One `[[vm.passthrough]]` table: `{ path = "/pl031@9010000" }`, optionally with `ipa`,
+/// `clocks` and `unisolated_dma`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PassthroughTable {
-    /// The device's node in the board's device tree, as Xen's `xen,path`.
+    /// The device's node in the board's device tree, as Xen's `xen,path`: directly under the
+    /// root, or under `simple-bus` nodes.
     pub path: String,
     /// Where the VM sees its first register region (the others keep their offsets from it);
     /// default: where the board has it.
     pub ipa: Option<u64>,
+    /// The rate of each of the device's clocks the VM's tree cannot copy from the board (one
+    /// that is not a `fixed-clock`), by its `clock-names` name: `{ pclk = "100MHz" }`.
+    #[serde(default)]
+    pub clocks: BTreeMap<String, FrequencyText>,
+    /// The VM accepts that the device masters DMA with no SMMU Keel drives in front of it, and
+    /// can read and write all of physical memory (default: such a device is refused). The VM
+    /// must be mapped 1:1.
+    #[serde(default)]
+    pub unisolated_dma: bool,
 }
 
 /// `image = { guest = "..." }` or `image = { file = "..." }`.
