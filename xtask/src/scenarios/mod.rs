@@ -1074,6 +1074,28 @@ enum Containment {
     Survives(&'static str),
 }
 
+/// How `probe` is contained when the matrix runs on a board with a GICv2
+/// ([`crate::image::with_board`]), where it differs from the GICv3's `containment`: the
+/// guest's GIC CPU interface at 0x0801_0000 is the hardware's GICV, its own; the distributor has
+/// no GICD_IROUTER (0x6100 is reserved, and a 64-bit access to it is refused as on any
+/// distributor register); and the GICv3 system registers are not implemented, so their access
+/// is undefined at EL1, the guest's own fatal exception.
+fn on_this_gic(probe: &str, containment: Containment) -> Containment {
+    let gicv2 = crate::image::board_override()
+        .is_some_and(|board| board.gic == keel_core::board::GicVersion::V2);
+    if !gicv2 {
+        return containment;
+    }
+    match probe {
+        "read32:0x8010000" => Containment::Survives("the VM's own GIC CPU interface (GICV)"),
+        "write64:0x8006100" => Containment::Stopped("GIC distributor at IPA 0x8006100: "),
+        probe if probe.starts_with("sysreg:icc_") => {
+            Containment::Stopped("guest reported a fatal exception")
+        }
+        _ => containment,
+    }
+}
+
 /// The access probes of the attack matrix: `keel.probe` and how each is contained. The
 /// attacker has 16 MiB at IPA 0x4000_0000, one vCPU, and a console.
 const ACCESS_PROBES: &[(&str, &str, Containment)] = &[
@@ -1275,6 +1297,7 @@ fn access_matrix() -> Result<()> {
         std::fs::write(&path, text).map_err(|e| e.to_string())?;
         let ended = boot_config(&path, &format!("attack-matrix-{boot}"))?.finish(DEADLINE);
         for (i, (kind, probe, containment)) in chunk.iter().enumerate() {
+            let containment = &on_this_gic(probe, *containment);
             let vm = format!("h{i}");
             let stopped_prefix = format!("[keel] vm '{vm}' (id {}) stopped: ", i + 1);
             let stopped = ended
