@@ -4,6 +4,7 @@
 //! while the timer is enabled, unmasked and CNTVCT_EL0 >= CNTV_CVAL_EL0.
 
 use core::arch::asm;
+use core::sync::atomic::{AtomicBool, Ordering};
 
 /// CNTV_CTL_EL0.ENABLE.
 const CTL_ENABLE: u64 = 1 << 0;
@@ -63,36 +64,16 @@ fn write_control(value: u64) {
 /// The first call sets up the distributor, vCPU 0's private interrupts and this CPU's
 /// interface for the timer's interrupt, on whichever GIC the device tree names.
 ///
-/// The GIC's version is looked at once, before the WFI: from the wake-up on, a GICv3 runs
-/// the GICv3 driver's instructions alone.
+/// The GIC's version is looked at once, first: on a GICv3 the rest runs the GICv3 driver's
+/// instructions alone, as before there was a choice (benchmarks sleep here before their
+/// samples).
 pub fn sleep_until(at: u64) {
-    use crate::gic::{init_cpu_interface, PrivateInterrupts, Version, DISTRIBUTOR};
-    static READY: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
-    if !READY.swap(true, core::sync::atomic::Ordering::Relaxed) {
-        if let Some(interrupts) = PrivateInterrupts::for_cpu(0) {
-            DISTRIBUTOR.enable();
-            interrupts.wake();
-            init_cpu_interface();
-            interrupts.enable(keel_core::abi::layout::VTIMER_INTID, 0x80);
-        }
+    if crate::gic::version() == crate::gic::Version::V2 {
+        return sleep_until_gicv2(at);
     }
-    match crate::gic::version() {
-        Version::V3 => sleep_then(at, || {
-            while let Some(intid) = crate::gicv3::acknowledge() {
-                crate::gicv3::end_of_interrupt(intid);
-            }
-        }),
-        Version::V2 => sleep_then(at, || {
-            while let Some(interrupt) = crate::gic::acknowledge() {
-                crate::gic::end_of_interrupt(interrupt);
-            }
-        }),
+    if !TIMER_INTERRUPT_READY.swap(true, Ordering::Relaxed) {
+        init_timer_interrupt();
     }
-}
-
-/// [`sleep_until`]'s wait, then `acknowledge_all`.
-#[inline(always)]
-fn sleep_then(at: u64, acknowledge_all: impl FnOnce()) {
     set_deadline(at);
     enable();
     while counter() < at {
@@ -101,5 +82,40 @@ fn sleep_then(at: u64, acknowledge_all: impl FnOnce()) {
     // The timer's condition holds until it is disabled: only then is its interrupt taken
     // (acknowledged while still asserted, it would be pending again at once).
     disable();
-    acknowledge_all();
+    while let Some(intid) = crate::gicv3::acknowledge() {
+        crate::gicv3::end_of_interrupt(intid);
+    }
+}
+
+/// [`sleep_until`] on a GICv2 (out of line, so that the GICv3 path stays as it was).
+#[inline(never)]
+fn sleep_until_gicv2(at: u64) {
+    if !TIMER_INTERRUPT_READY.swap(true, Ordering::Relaxed) {
+        init_timer_interrupt();
+    }
+    set_deadline(at);
+    enable();
+    while counter() < at {
+        crate::cpu::wait_for_interrupt();
+    }
+    disable();
+    while let Some(interrupt) = crate::gic::acknowledge() {
+        crate::gic::end_of_interrupt(interrupt);
+    }
+}
+
+/// Whether [`init_timer_interrupt`] ran.
+static TIMER_INTERRUPT_READY: AtomicBool = AtomicBool::new(false);
+
+/// Enables the distributor, vCPU 0's private interrupts and this CPU's interface, and the
+/// timer's interrupt there.
+#[inline(never)]
+fn init_timer_interrupt() {
+    use crate::gic::{init_cpu_interface, PrivateInterrupts, DISTRIBUTOR};
+    if let Some(interrupts) = PrivateInterrupts::for_cpu(0) {
+        DISTRIBUTOR.enable();
+        interrupts.wake();
+        init_cpu_interface();
+        interrupts.enable(keel_core::abi::layout::VTIMER_INTID, 0x80);
+    }
 }
