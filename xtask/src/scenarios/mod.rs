@@ -1389,6 +1389,7 @@ const AGAIN_ON: &[(&str, &str, &[&str])] = &[
 /// (the board's devices: the PL031, the PCI bridge behind the SMMU; the console's isolation;
 /// the trace; U-Boot) and run on the reference board only (the testing chapter says so).
 const ON_GICV2: &[&str] = &[
+    "the demo: Linux boots from its disk",
     "two VMs tick in step",
     "SGIs between two vCPUs",
     "console input reaches only the focused VM",
@@ -1587,4 +1588,59 @@ fn on_gicv3() -> Vec<Scenario> {
         });
     }
     scenarios
+}
+
+#[cfg(test)]
+mod board_lines {
+    use clap::Parser;
+
+    use crate::cli::{Cli, Command};
+
+    /// Every line README.md's "## Boards" section tells a user to type is `cargo xtask run
+    /// --board B` for a board QEMU models, and the demo runs again there among the scenarios
+    /// (`AGAIN_ON`), so the test command boots what that line boots.
+    #[test]
+    fn the_readmes_board_lines_run_the_demo_where_the_scenarios_boot_it() {
+        let readme = std::fs::read_to_string(crate::workspace().join("README.md")).unwrap();
+        let section = readme
+            .split_once("\n## Boards\n")
+            .map(|(_, rest)| rest.split("\n## ").next().unwrap_or(rest))
+            .expect("README.md has a Boards section");
+        let mut in_block = false;
+        let mut lines = Vec::new();
+        for line in section.lines() {
+            match (in_block, line.trim_end()) {
+                (false, "```sh") => in_block = true,
+                (true, "```") => in_block = false,
+                (true, text) if !text.is_empty() => lines.push(text.to_string()),
+                _ => {}
+            }
+        }
+        assert!(!lines.is_empty(), "the Boards section has no command");
+        for line in lines {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            assert_eq!(words[..2], ["cargo", "xtask"], "{line}");
+            let cli =
+                Cli::try_parse_from(std::iter::once("xtask").chain(words[2..].iter().copied()))
+                    .unwrap_or_else(|e| panic!("{line}: {e}"));
+            let Command::Run {
+                config: None,
+                board: Some(board),
+            } = cli.command
+            else {
+                panic!("{line}: not `cargo xtask run --board B`");
+            };
+            let desc = keel_core::board::board(&board).unwrap_or_else(|| panic!("{line}"));
+            assert!(desc.emulated, "{line}: QEMU has no model of {board}");
+            assert!(
+                super::AGAIN_ON
+                    .iter()
+                    .any(|(name, _, scenarios)| *name == board
+                        && scenarios
+                            .iter()
+                            .any(|s| s.starts_with("the demo: Linux boots"))),
+                "{line}: the demo does not run again on {board}"
+            );
+        }
+    }
 }

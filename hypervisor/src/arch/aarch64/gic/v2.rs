@@ -146,9 +146,11 @@ fn spi_bit(intid: u32) -> (usize, u32) {
 /// The distributor, once boot has [`install`]ed it.
 static DISTRIBUTOR: Once<Distributor> = Once::new();
 
-/// Initialises the distributor and keeps it for [`distributor`].
+/// Initialises the distributor and keeps it for [`distributor`]. The boot pCPU's CPU interface
+/// is recorded here, before the routes to it (its UART's SPI) are written.
 pub fn install(distributor: Distributor) -> &'static Distributor {
     distributor.init();
+    record_interface(&distributor.regs, super::super::cpu::mpidr());
     DISTRIBUTOR.call_once(|| distributor)
 }
 
@@ -162,15 +164,33 @@ pub fn distributor() -> Option<&'static Distributor> {
 /// name CPU interfaces, not affinities.
 static INTERFACES: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
 
-/// The CPU interface mask of the pCPU with affinity `mpidr` (0: not started, which targets
-/// no CPU).
+/// Records the CPU interface of the pCPU this runs on, affinity `mpidr`, in its own slot
+/// (pCPUs come up at once, and none may take another's): the first byte of its banked
+/// GICD_ITARGETSR0 (`regs`: the distributor).
+fn record_interface(regs: &Mmio, mpidr: u64) -> Option<()> {
+    let mask = regs.read32(GICD_ITARGETSR) as u8;
+    let slot = INTERFACES.get(super::super::cpu::index())?;
+    slot.store(
+        (mpidr & 0xff_00ff_ffff) << 8 | u64::from(mask),
+        Ordering::Relaxed,
+    );
+    Some(())
+}
+
+/// The CPU interface mask of the pCPU with affinity `mpidr`: the one it recorded when it came
+/// up, or, before that (routes written at boot, before the other pCPUs start), the interface
+/// numbered as its core in the first cluster, as a GIC-400 numbers them (0 beyond: no CPU).
 fn interface_mask(mpidr: u64) -> u8 {
     let mpidr = mpidr & 0xff_00ff_ffff;
-    INTERFACES
+    let recorded = INTERFACES
         .iter()
         .map(|entry| entry.load(Ordering::Relaxed))
-        .find(|&entry| entry != 0 && entry >> 8 == mpidr)
-        .map_or(0, |entry| entry as u8)
+        .find(|&entry| entry != 0 && entry >> 8 == mpidr);
+    match recorded {
+        Some(entry) => entry as u8,
+        None if mpidr < 8 => 1 << mpidr,
+        None => 0,
+    }
 }
 
 /// The CPU interface and virtual interface control, set by [`init_cpu_interface`] (the same
@@ -208,13 +228,7 @@ impl Redistributor {
     pub unsafe fn find(regions: &Regions, mpidr: u64) -> Option<Self> {
         // SAFETY: per this function's contract.
         let regs = unsafe { Mmio::new(regions.distributor) };
-        let mask = regs.read32(GICD_ITARGETSR) as u8;
-        // This pCPU's own slot: pCPUs come up at once, and none may take another's.
-        let slot = INTERFACES.get(super::super::cpu::index())?;
-        slot.store(
-            (mpidr & 0xff_00ff_ffff) << 8 | u64::from(mask),
-            Ordering::Relaxed,
-        );
+        record_interface(&regs, mpidr)?;
         Some(Self { regs })
     }
 
