@@ -145,7 +145,9 @@ impl Machine {
             icount_sleep: false,
             icount_shift: 0,
             append: None,
-            dtb: None,
+            // A board whose device tree QEMU does not make gets its own (`-dtb`).
+            dtb: crate::image::board_override()
+                .and_then(|board| crate::image::board_dtb_file(board).ok()),
             initrd: None,
             modules: Vec::new(),
             exec_log: None,

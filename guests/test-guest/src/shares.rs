@@ -12,13 +12,17 @@ const DESCHEDULED_GAP_TICKS: u64 = 1000;
 /// `keel.mode=job`: each job does `work_us` of work (counter time), then yields: its job is
 /// complete and it waits for its next release. `None` (`keel.work=forever`): it never
 /// yields, so Keel throttles it at its budget every period. Reports Keel's statistics
-/// every `report_seconds`.
+/// every `report_seconds`: its jobs since this loop began (its boot's are left out), its
+/// misses, overruns and worst response since the VM started.
 pub fn job(work_us: Option<u64>, report_seconds: u64) -> ! {
     let frequency = timer::frequency();
     let work = work_us.map(|us| us * frequency / 1_000_000);
     let report_every = report_seconds * frequency;
     let mut next_report = timer::counter() + report_every;
     let mut seconds = 0;
+    // Keel's count of this vCPU's jobs when this loop begins (the guest's boot ran in them):
+    // each report counts from here, over the same seconds as its `s=`.
+    let released_before = sched_stats().map_or(0, |stats| stats.jobs);
     loop {
         let start = timer::counter();
         loop {
@@ -34,7 +38,7 @@ pub fn job(work_us: Option<u64>, report_seconds: u64) -> ! {
             match sched_stats() {
                 Ok(stats) => println!(
                     "[job] s={seconds} jobs={} misses={} overruns={} worst_response_us={}",
-                    stats.jobs,
+                    stats.jobs.saturating_sub(released_before),
                     stats.deadline_misses,
                     stats.overruns,
                     stats.worst_response_ns / 1000
