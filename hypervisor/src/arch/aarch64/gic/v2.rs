@@ -193,23 +193,27 @@ fn interface_mask(mpidr: u64) -> u8 {
     }
 }
 
-/// The CPU interface and virtual interface control, set by [`init_cpu_interface`] (the same
-/// addresses on every pCPU: each accesses its own).
-static CPU_INTERFACE: Once<(Mmio, Mmio)> = Once::new();
+/// The CPU interface's and the virtual interface control's addresses (the same on every
+/// pCPU: each reaches its own there), set by [`init_cpu_interface`] on each pCPU before it
+/// takes an interrupt. Plain loads on the interrupt path (a `Once` cost its acquire and a
+/// check at each register access).
+static GICC_BASE: AtomicU64 = AtomicU64::new(0);
+static GICH_BASE: AtomicU64 = AtomicU64::new(0);
 
-/// This pCPU's CPU interface (GICC) and virtual interface control (GICH).
+/// This pCPU's CPU interface (GICC).
 #[inline(always)]
-fn interfaces() -> &'static (Mmio, Mmio) {
-    match CPU_INTERFACE.get() {
-        Some(interfaces) => interfaces,
-        None => panic!("GICv2 CPU interface used before it is set up"),
-    }
+fn gicc() -> Mmio {
+    // SAFETY: the GICv2 CPU interface from the device tree, mapped as device memory, stored by
+    // `init_cpu_interface` on this pCPU before any of its interrupts is taken; nothing else
+    // uses it.
+    unsafe { Mmio::new(GICC_BASE.load(Ordering::Relaxed)) }
 }
 
-/// This pCPU's GICH.
+/// This pCPU's virtual interface control (GICH).
 #[inline(always)]
-fn gich() -> &'static Mmio {
-    &interfaces().1
+fn gich() -> Mmio {
+    // SAFETY: as for `gicc`, the virtual interface control region.
+    unsafe { Mmio::new(GICH_BASE.load(Ordering::Relaxed)) }
 }
 
 /// This pCPU's SGIs and PPIs: the distributor's banked registers (GICv2 has no
@@ -272,16 +276,9 @@ impl Redistributor {
 /// Sets up this pCPU's CPU interface (EOImode 1, all priorities unmasked) and its virtual
 /// interface (enabled, every list register empty).
 pub fn init_cpu_interface(regions: &Regions) {
-    let (gicc, _) = CPU_INTERFACE.call_once(|| {
-        // SAFETY: the CPU interface and virtual interface control regions from the device
-        // tree, mapped as device memory; each pCPU reaches its own at these addresses.
-        unsafe {
-            (
-                Mmio::new(regions.cpu_interface),
-                Mmio::new(regions.virtual_control),
-            )
-        }
-    });
+    GICC_BASE.store(regions.cpu_interface, Ordering::Relaxed);
+    GICH_BASE.store(regions.virtual_control, Ordering::Relaxed);
+    let gicc = gicc();
     gicc.write32(GICC_PMR, 0xff);
     gicc.write32(GICC_BPR, 0);
     gicc.write32(GICC_CTLR, GICC_CTLR_VALUE);
@@ -317,7 +314,7 @@ fn with_source(intid: u32) -> u32 {
 /// Acknowledges the highest-priority pending interrupt (GICC_IAR): its id, an SGI's source
 /// kept for its EOI and deactivation.
 pub fn acknowledge() -> u32 {
-    let iar = interfaces().0.read32(GICC_IAR);
+    let iar = gicc().read32(GICC_IAR);
     let intid = iar & 0x3ff;
     if intid < 16 {
         if let Some(sources) = SGI_SOURCE.get(super::super::cpu::index()) {
@@ -329,12 +326,12 @@ pub fn acknowledge() -> u32 {
 
 /// Drops the running priority of `intid` (EOImode 1: it stays active).
 pub fn end_of_interrupt(intid: u32) {
-    interfaces().0.write32(GICC_EOIR, with_source(intid));
+    gicc().write32(GICC_EOIR, with_source(intid));
 }
 
 /// Deactivates `intid`.
 pub fn deactivate(intid: u32) {
-    interfaces().0.write32(GICC_DIR, with_source(intid));
+    gicc().write32(GICC_DIR, with_source(intid));
 }
 
 /// Sends SGI `intid` to the pCPU with affinity `mpidr` (GICD_SGIR, 4.3.15: its CPU interface
