@@ -663,7 +663,7 @@ fn broken_device_tree() -> Result<()> {
         .finish(Duration::from_secs(60));
     expect_line(
         &ended,
-        r"^\[keel\] boot error: device tree has no arm,pl011 UART node$",
+        r"^\[keel\] boot error: device tree has no PL011 or Cadence UART node$",
     )?;
     match ended.exit_code {
         Some(0) => Ok(()),
