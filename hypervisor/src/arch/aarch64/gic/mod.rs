@@ -20,6 +20,26 @@ pub use v2::*;
 #[cfg(not(keel_gic_v2))]
 pub use v3::*;
 
+/// The byte offset of the 32-bit word holding `intid`'s bit in a one-bit-per-interrupt
+/// register array (both versions' distributors), and the bit.
+fn spi_bit(intid: u32) -> (usize, u32) {
+    ((intid / 32) as usize * 4, 1 << (intid % 32))
+}
+
+/// The distributor, once boot has [`install`]ed it.
+static DISTRIBUTOR: super::cpu::Once<Distributor> = super::cpu::Once::new();
+
+/// Initialises the distributor and keeps it for [`distributor`].
+pub fn install(distributor: Distributor) -> &'static Distributor {
+    distributor.init();
+    DISTRIBUTOR.call_once(|| distributor)
+}
+
+/// The distributor, if boot has installed it.
+pub fn distributor() -> Option<&'static Distributor> {
+    DISTRIBUTOR.get()
+}
+
 /// The interrupt controller's register regions, from the device tree (0 where the version
 /// has no such region).
 #[derive(Clone, Copy, Debug, Default)]

@@ -15,9 +15,8 @@
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use super::super::boot::MAX_CPUS;
-use super::super::cpu::Once;
 use super::super::mmio::Mmio;
-use super::{list_register_is_pending, Regions};
+use super::{list_register_is_pending, spi_bit, Regions};
 
 const GICD_CTLR: usize = 0x000;
 const GICD_ISENABLER: usize = 0x100;
@@ -71,9 +70,11 @@ impl Distributor {
         Self { regs }
     }
 
-    /// Enables forwarding (both groups; see the module).
-    fn init(&self) {
+    /// Enables forwarding (both groups; see the module), and records the boot pCPU's CPU
+    /// interface, before the routes to it (its UART's SPI) are written.
+    pub(super) fn init(&self) {
         self.regs.write32(GICD_CTLR, 0b11);
+        record_interface(&self.regs, super::super::cpu::mpidr());
     }
 
     /// Routes SPI `intid` to the pCPU with affinity `mpidr`, at Keel's priority, and enables it.
@@ -135,28 +136,6 @@ fn write_byte(regs: &Mmio, array: usize, intid: u32, value: u8) {
     let shift = 8 * (intid % 4);
     let old = regs.read32(word) & !(0xff << shift);
     regs.write32(word, old | (u32::from(value) << shift));
-}
-
-/// The byte offset of the 32-bit word holding `intid`'s bit in a one-bit-per-interrupt
-/// register array, and the bit.
-fn spi_bit(intid: u32) -> (usize, u32) {
-    ((intid / 32) as usize * 4, 1 << (intid % 32))
-}
-
-/// The distributor, once boot has [`install`]ed it.
-static DISTRIBUTOR: Once<Distributor> = Once::new();
-
-/// Initialises the distributor and keeps it for [`distributor`]. The boot pCPU's CPU interface
-/// is recorded here, before the routes to it (its UART's SPI) are written.
-pub fn install(distributor: Distributor) -> &'static Distributor {
-    distributor.init();
-    record_interface(&distributor.regs, super::super::cpu::mpidr());
-    DISTRIBUTOR.call_once(|| distributor)
-}
-
-/// The distributor, if boot has installed it.
-pub fn distributor() -> Option<&'static Distributor> {
-    DISTRIBUTOR.get()
 }
 
 /// Each pCPU's MPIDR and the mask of its CPU interface (GICD_ITARGETSR0's first byte, read by
@@ -337,7 +316,7 @@ pub fn deactivate(intid: u32) {
 /// Sends SGI `intid` to the pCPU with affinity `mpidr` (GICD_SGIR, 4.3.15: its CPU interface
 /// in the target list).
 pub fn send_sgi(intid: u32, mpidr: u64) {
-    let Some(distributor) = distributor() else {
+    let Some(distributor) = super::distributor() else {
         return;
     };
     let targets = u32::from(interface_mask(mpidr));

@@ -7,7 +7,7 @@
 
 use super::super::mmio::Mmio;
 use super::super::regs::{read_sysreg, write_sysreg};
-use super::{list_register_is_pending, Regions};
+use super::{list_register_is_pending, spi_bit, Regions};
 
 const GICD_CTLR: usize = 0x0000;
 const GICD_IGROUPR: usize = 0x0080;
@@ -61,7 +61,7 @@ impl Distributor {
     }
 
     /// Enables affinity routing and group 1.
-    fn init(&self) {
+    pub(super) fn init(&self) {
         self.regs.write32(GICD_CTLR, 0);
         self.wait_rwp();
         self.regs.write32(GICD_CTLR, CTLR_ARE | CTLR_ENABLE_GRP1);
@@ -128,26 +128,6 @@ impl Distributor {
         let (word, bit) = spi_bit(intid);
         self.regs.write32(GICD_ICACTIVER + word, bit);
     }
-}
-
-/// The byte offset of the 32-bit word holding `intid`'s bit in a one-bit-per-interrupt
-/// register array, and the bit.
-fn spi_bit(intid: u32) -> (usize, u32) {
-    ((intid / 32) as usize * 4, 1 << (intid % 32))
-}
-
-/// The distributor, once boot has [`install`]ed it.
-static DISTRIBUTOR: super::super::cpu::Once<Distributor> = super::super::cpu::Once::new();
-
-/// Initialises the distributor (affinity routing, group 1) and keeps it for [`distributor`].
-pub fn install(distributor: Distributor) -> &'static Distributor {
-    distributor.init();
-    DISTRIBUTOR.call_once(|| distributor)
-}
-
-/// The distributor, if boot has installed it.
-pub fn distributor() -> Option<&'static Distributor> {
-    DISTRIBUTOR.get()
 }
 
 /// This pCPU's redistributor.
