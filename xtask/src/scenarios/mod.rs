@@ -1602,21 +1602,7 @@ mod board_lines {
     #[test]
     fn the_readmes_board_lines_run_the_demo_where_the_scenarios_boot_it() {
         let readme = std::fs::read_to_string(crate::workspace().join("README.md")).unwrap();
-        let section = readme
-            .split_once("\n## Boards\n")
-            .map(|(_, rest)| rest.split("\n## ").next().unwrap_or(rest))
-            .expect("README.md has a Boards section");
-        let mut in_block = false;
-        let mut lines = Vec::new();
-        for line in section.lines() {
-            match (in_block, line.trim_end()) {
-                (false, "```sh") => in_block = true,
-                (true, "```") => in_block = false,
-                (true, text) if !text.is_empty() => lines.push(text.to_string()),
-                _ => {}
-            }
-        }
-        assert!(!lines.is_empty(), "the Boards section has no command");
+        let lines = super::readme_demo::sh_lines(&readme, "Boards").unwrap();
         for line in lines {
             let words: Vec<&str> = line.split_whitespace().collect();
             assert_eq!(words[..2], ["cargo", "xtask"], "{line}");

@@ -39,10 +39,16 @@ pub fn all() -> Vec<Scenario> {
 
 /// The lines of the ```sh blocks under README.md's "## The demo" heading, as written.
 fn demo_lines(readme: &str) -> Result<Vec<String>> {
+    sh_lines(readme, "The demo")
+}
+
+/// The lines of the ```sh blocks under README.md's `## <heading>` heading, as written: what
+/// the README tells a user to type there.
+pub(super) fn sh_lines(readme: &str, heading: &str) -> Result<Vec<String>> {
     let section = readme
-        .split_once("\n## The demo\n")
+        .split_once(&format!("\n## {heading}\n"))
         .map(|(_, rest)| rest.split("\n## ").next().unwrap_or(rest))
-        .ok_or("README.md has no \"## The demo\" section")?;
+        .ok_or(format!("README.md has no \"## {heading}\" section"))?;
     let mut lines = Vec::new();
     let mut in_block = false;
     for line in section.lines() {
@@ -54,10 +60,14 @@ fn demo_lines(readme: &str) -> Result<Vec<String>> {
         }
     }
     if in_block {
-        return Err("README.md's demo section has a ```sh block without its end".into());
+        return Err(format!(
+            "README.md's section \"{heading}\" has a ```sh block without its end"
+        ));
     }
     if lines.is_empty() {
-        return Err("README.md's demo section has no ```sh block".into());
+        return Err(format!(
+            "README.md's section \"{heading}\" has no ```sh block"
+        ));
     }
     Ok(lines)
 }
