@@ -158,10 +158,7 @@ impl Device for Distributor {
                 ),
             }
         };
-        let others = raised & !(1 << vcpu);
-        for target in (0..vm::desc(id).pcpus.len()).filter(|t| others & (1 << t) != 0) {
-            vm::kick_vcpu(id, target);
-        }
+        vm::kick_vcpus_but(id, raised, vcpu);
         if access.write.is_some() && !vm::desc(id).devices.is_empty() {
             irq::mirror_device_interrupts(id);
         }

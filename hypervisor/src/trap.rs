@@ -755,9 +755,7 @@ fn send_virtual_sgi(id: usize, vcpu: usize, value: u64) -> bool {
             vgic.raise(target, intid);
         }
     }
-    for target in (0..vcpus).filter(|&t| targets & (1 << t) != 0 && t != vcpu) {
-        vm::kick_vcpu(id, target);
-    }
+    vm::kick_vcpus_but(id, targets, vcpu);
     targets & (1 << vcpu) != 0
 }
 

@@ -567,6 +567,17 @@ pub fn kick_vcpu(id: usize, vcpu: usize) {
     }
 }
 
+/// [`kick_vcpu`]s each vCPU of VM `id` in the mask `vcpus` (bit `i`: vCPU `i`) but `caller`,
+/// the one running here: after SGIs were raised at them (it takes its own at its trap's
+/// return).
+#[inline(always)]
+pub fn kick_vcpus_but(id: usize, vcpus: u64, caller: usize) {
+    let others = vcpus & !(1 << caller);
+    for target in (0..desc(id).pcpus.len()).filter(|&t| others & (1 << t) != 0) {
+        kick_vcpu(id, target);
+    }
+}
+
 /// Sends the kick SGI to pCPU `pcpu` (also this one: it is then taken at the next exit) for
 /// something that changed about VM `id`'s vCPUs there.
 #[inline(always)]
