@@ -260,7 +260,8 @@ pub fn board_tree(board: &'static BoardDesc, smmu: bool) -> std::result::Result<
 }
 
 /// The device tree a board without a QEMU-made one is given (`-dtb`), and the configuration
-/// compiler reads: the one Debian's arm64 kernel package ships for it. `Err` for a board whose
+/// compiler reads: the one Debian's arm64 kernel package ships for it, with QEMU's model of
+/// the board where it differs from the board ([`ZCU102_QEMU_PHY`]). `Err` for a board whose
 /// device tree QEMU makes (`virt`), or if the package cannot be fetched.
 pub fn board_dtb_file(board: &BoardDesc) -> std::result::Result<PathBuf, String> {
     let relative = match board.name {
@@ -268,7 +269,48 @@ pub fn board_dtb_file(board: &BoardDesc) -> std::result::Result<PathBuf, String>
         "rpi4b" => "broadcom/bcm2711-rpi-4-b.dtb",
         _ => return Err(format!("QEMU makes board {}'s device tree", board.name)),
     };
-    crate::debian::board_dtb(&output_dir().join("debian"), relative)
+    let debian = crate::debian::board_dtb(&output_dir().join("debian"), relative)?;
+    if board.name != "zcu102" {
+        return Ok(debian);
+    }
+    let blob = std::fs::read(&debian).map_err(|e| format!("{}: {e}", debian.display()))?;
+    let (node, address) = ZCU102_QEMU_PHY;
+    let patched =
+        with_reg(&blob, node, address).map_err(|e| format!("{}: {node}: {e}", debian.display()))?;
+    let path = output_dir().join("board-zcu102-qemu.dtb");
+    if std::fs::read(&path).ok().as_deref() != Some(patched.as_slice()) {
+        let partial = partial_path(&path);
+        std::fs::write(&partial, &patched).map_err(|e| format!("{}: {e}", partial.display()))?;
+        std::fs::rename(&partial, &path).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(path)
+}
+
+/// Where QEMU 7.2's ZCU102 differs from the board its device tree describes: the machine
+/// sets each GEM's `phy-addr` to 23, so its PHY answers MDIO at address 23, where the board
+/// has GEM3's TI DP83867 at 12 (the node below). The tree QEMU runs (and the compiler reads)
+/// says 23, so that Linux's macb finds the PHY QEMU models; on the board, Debian's tree is
+/// right as it is. (The node keeps its name, `@c`: only `reg` is read.)
+const ZCU102_QEMU_PHY: (&str, u32) = ("/axi/ethernet@ff0e0000/ethernet-phy@c", 23);
+
+/// `blob` with the one-cell `reg` of the node at `path` set to `value`, in place.
+fn with_reg(blob: &[u8], path: &str, value: u32) -> std::result::Result<Vec<u8>, String> {
+    let fdt = keel_core::fdt::Fdt::new(blob).map_err(|e| format!("{e:?}"))?;
+    let node = fdt
+        .find_node(path)
+        .map_err(|e| format!("{e:?}"))?
+        .ok_or("no such node")?;
+    let reg = node
+        .property("reg")
+        .map_err(|e| format!("{e:?}"))?
+        .ok_or("no reg")?;
+    if reg.len() != 4 {
+        return Err(format!("reg is {} bytes, not one cell", reg.len()));
+    }
+    let offset = reg.as_ptr() as usize - blob.as_ptr() as usize;
+    let mut patched = blob.to_vec();
+    patched[offset..offset + 4].copy_from_slice(&value.to_be_bytes());
+    Ok(patched)
 }
 
 /// The tables of each system this process built, by name, once [`one_image_per_name`] is called.
@@ -501,7 +543,8 @@ fn has_pci_bridge(vm: &config::Vm) -> bool {
 /// and, when a VM running a Debian kernel is given the PCI host bridge, the devices its Linux
 /// finds there: the ext4 root file system of its flavour on `virtio-blk-pci` (QEMU keeps the
 /// writes in an overlay it drops at exit: they survive the VM's resets, the cached image
-/// stays as built) and a `virtio-net-pci` card on QEMU's user network.
+/// stays as built) and a `virtio-net-pci` card on QEMU's user network; a VM given a Cadence
+/// GEM (the ZCU102's Ethernet) has QEMU's user network on it.
 pub fn machine(image: &SystemImage, icount: bool) -> Result<crate::qemu::Machine> {
     let mut machine = crate::qemu::Machine {
         icount,
@@ -519,5 +562,65 @@ pub fn machine(image: &SystemImage, icount: bool) -> Result<crate::qemu::Machine
         });
         machine.user_network = true;
     }
+    if image.system.vms.iter().any(has_cadence_gem) {
+        machine.user_network = true;
+    }
     Ok(machine)
+}
+
+/// Whether `vm` is given a Cadence GEM Ethernet MAC (the ZynqMP's): QEMU's user network is
+/// plugged into it.
+fn has_cadence_gem(vm: &config::Vm) -> bool {
+    vm.passthrough.iter().any(|device| {
+        device.node.properties.iter().any(|(name, value)| {
+            name == "compatible" && value.split(|&b| b == 0).any(|c| c == b"cdns,gem")
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_reg;
+
+    fn tree(reg: &[u32]) -> Vec<u8> {
+        let mut fdt = vm_fdt::FdtWriter::new().unwrap();
+        let root = fdt.begin_node("").unwrap();
+        let mac = fdt.begin_node("ethernet@ff0e0000").unwrap();
+        let phy = fdt.begin_node("ethernet-phy@c").unwrap();
+        fdt.property_array_u32("reg", reg).unwrap();
+        fdt.property_u32("ti,fifo-depth", 1).unwrap();
+        fdt.end_node(phy).unwrap();
+        fdt.end_node(mac).unwrap();
+        fdt.end_node(root).unwrap();
+        fdt.finish().unwrap()
+    }
+
+    #[test]
+    fn the_phys_reg_is_rewritten_and_nothing_else() {
+        let blob = tree(&[0xc]);
+        let patched = with_reg(&blob, "/ethernet@ff0e0000/ethernet-phy@c", 23).unwrap();
+        let fdt = keel_core::fdt::Fdt::new(&patched).unwrap();
+        let phy = fdt
+            .find_node("/ethernet@ff0e0000/ethernet-phy@c")
+            .unwrap()
+            .unwrap();
+        assert_eq!(phy.property_u32("reg").unwrap(), Some(23));
+        assert_eq!(phy.property_u32("ti,fifo-depth").unwrap(), Some(1));
+        let changed = blob.iter().zip(&patched).filter(|(a, b)| a != b).count();
+        assert_eq!((patched.len(), changed), (blob.len(), 1));
+    }
+
+    #[test]
+    fn a_missing_node_or_a_wider_reg_is_an_error() {
+        let blob = tree(&[0xc]);
+        assert_eq!(
+            with_reg(&blob, "/ethernet@0/phy@c", 23),
+            Err("no such node".into())
+        );
+        let wide = tree(&[0, 0xc]);
+        assert_eq!(
+            with_reg(&wide, "/ethernet@ff0e0000/ethernet-phy@c", 23),
+            Err("reg is 8 bytes, not one cell".into())
+        );
+    }
 }

@@ -325,6 +325,11 @@ impl Machine {
             ])
             .map(|s| s.to_string())
             .collect();
+        if zcu102 {
+            // The ZCU102's DisplayPort has audio, which QEMU would give the host's sound
+            // system (ALSA's complaints on a machine without one): it goes nowhere.
+            args.extend(["-audiodev", "none,id=none"].map(String::from));
+        }
         if self.icount {
             args.extend(
                 [
@@ -409,7 +414,15 @@ impl Machine {
                 format!("virtio-blk-pci,drive=disk0{virtio_options}"),
             ]);
         }
-        if self.user_network {
+        if self.user_network && zcu102 {
+            // The ZynqMP's four GEMs take QEMU's NICs in order, and the ZCU102 wires GEM3
+            // (0xff0e0000) to its Ethernet jack: the first three get user networks that reach
+            // nothing (`restrict=on`), GEM3 the user network.
+            for _ in 0..3 {
+                args.extend(["-nic", "user,model=cadence_gem,restrict=on"].map(String::from));
+            }
+            args.extend(["-nic", "user,model=cadence_gem"].map(String::from));
+        } else if self.user_network {
             args.extend([
                 "-netdev".to_string(),
                 "user,id=net0".to_string(),
@@ -719,6 +732,27 @@ mod tests {
             visible_line(raw.as_bytes()),
             "[shell] \x1b[1mbold\x1b[0m ~ # \n"
         );
+    }
+
+    #[test]
+    fn the_zcu102s_network_is_on_gem3() {
+        let machine = Machine {
+            board: keel_core::board::board("zcu102").unwrap(),
+            user_network: true,
+            ..Machine::native_linux(Path::new("Image"), 1, "quiet", Path::new("initrd"))
+        };
+        let args = machine.arguments();
+        let nics: Vec<&str> = args
+            .windows(2)
+            .filter(|w| w[0] == "-nic")
+            .map(|w| w[1].as_str())
+            .collect();
+        let unused = "user,model=cadence_gem,restrict=on";
+        assert_eq!(
+            nics,
+            ["none", unused, unused, unused, "user,model=cadence_gem"]
+        );
+        assert!(!args.iter().any(|a| a.contains("virtio-net")));
     }
 
     #[test]

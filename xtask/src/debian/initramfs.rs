@@ -12,7 +12,7 @@ use super::elf::{is_elf, Elf};
 use super::scripts::{
     modules_test, BANDWIDTH_TEST, BENCH_TEST, CRASH_TEST, DISK_READ_TEST, DISK_TEST,
     IMAGESAVE_TEST, INIT, LOAD_TEST, MATRIXPROD_TEST, NET_TEST, RTC_TEST, STRESS_TEST,
-    TEST_LIBRARY, UDHCPC_SCRIPT, VIRTIO_TEST,
+    TEST_LIBRARY, UDHCPC_SCRIPT, VIRTIO_TEST, ZYNQMP_TEST,
 };
 use crate::step;
 
@@ -38,7 +38,8 @@ const LIBRARY_DIRECTORIES: &[&str] = &[
 /// CRC32C its checksums need (which ext4 asks the crypto API for, not a module dependency:
 /// Debian's generic kernel has both as modules, its cloud kernel has them built in), and the
 /// SP805 watchdog's driver for Keel's emulated one (with the watchdog core, a module of the
-/// cloud kernel).
+/// cloud kernel), and the ZynqMP's GEM Ethernet driver (macb, with the PHY library: modules
+/// of the generic and RT kernels, absent from the cloud kernel).
 const MODULES: &[&str] = &[
     "virtio_mmio",
     "virtio_pci",
@@ -48,6 +49,7 @@ const MODULES: &[&str] = &[
     "crc32c_generic",
     "ext4",
     "sp805_wdt",
+    "macb",
 ];
 
 /// The applets of Debian bookworm's busybox-static 1.35 that go in /sbin (the rest go in /bin).
@@ -215,6 +217,7 @@ fn base_system(image: &mut Tree) {
     );
     image.insert("tests/net.sh", 0o100755, Node::Data(NET_TEST.into()));
     image.insert("tests/rtc.sh", 0o100755, Node::Data(RTC_TEST.into()));
+    image.insert("tests/zynqmp.sh", 0o100755, Node::Data(ZYNQMP_TEST.into()));
     image.insert(
         "tests/imagesave.sh",
         0o100755,

@@ -391,6 +391,27 @@ echo "KEEL-RTC alarm interrupts ${before:-none} -> $(rtc_interrupts); wakealarm 
 exit $status
 "#;
 
+/// `keel.test=zynqmp`: the ZynqMP's own devices given to this VM (on the ZCU102). Its RTC:
+/// Debian 12's kernels have no driver for it (`CONFIG_RTC_DRV_ZYNQMP` is not set in any
+/// flavour), so its time register (CURRENT_TIME, at 0x10) is read with devmem at the address
+/// the VM's device tree gives, twice, two seconds apart (`KEEL-ZYNQMP-RTC current_time A then
+/// B`). Then its GEM3 through Linux's macb, as `keel.test=net` (DHCP, the fetch of
+/// `keel.url=URL`), and the interrupts the driver took (`KEEL-GEM interrupts N`, all CPUs'
+/// counts of its eth0 lines in /proc/interrupts).
+pub(super) const ZYNQMP_TEST: &str = r#". /tests/lib.sh
+rtc=$(ls -d /proc/device-tree/rtc@* 2>/dev/null | head -n 1)
+[ -n "$rtc" ] || { echo "keel: no rtc node in the device tree"; exit 1; }
+echo "KEEL-ZYNQMP-RTC compatible $(tr '\0' ' ' < "$rtc/compatible")"
+base=$((0x$(od -An -tx1 -N8 "$rtc/reg" | tr -d ' \n')))
+first=$(devmem $((base + 0x10)) 32) || exit 1
+sleep 2
+second=$(devmem $((base + 0x10)) 32) || exit 1
+echo "KEEL-ZYNQMP-RTC current_time $((first)) then $((second))"
+sh /tests/net.sh || status=1
+echo "KEEL-GEM interrupts $(awk '/eth0/ { for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++) n += $i } END { print n + 0 }' /proc/interrupts)"
+exit $status
+"#;
+
 /// `keel.test=imagesave`, on the root file system: the Xen on ARM paper's "image saving"
 /// macro benchmark (its table III): the network up (`network_up`), then `keel.count=N` images
 /// fetched one after another from `keel.url=BASE` (`BASE<i>.bin`, i from 0) with busybox wget

@@ -223,6 +223,70 @@ fn rtc() -> Result<()> {
     check().map_err(|message| with_console_tail(message, &ended))
 }
 
+/// Bytes of the file Linux fetches through the ZCU102's GEM.
+const GEM_FETCH_BYTES: usize = 1 << 20;
+
+/// The ZCU102 (`configs/tests/zcu102-devices.toml`): Linux reads the ZynqMP RTC given to it
+/// (its time QEMU's, from the scenarios' fixed date, and moving), gets an address by DHCP
+/// through GEM3 and fetches a file from the host, checked by its size and SHA-256, with the
+/// GEM's interrupts forwarded to it; the partition's ticks stay whole.
+fn zynqmp_devices() -> Result<()> {
+    let server = FileServer::start(GEM_FETCH_BYTES)?;
+    let template = config("zcu102-devices");
+    let text =
+        std::fs::read_to_string(&template).map_err(|e| format!("{}: {e}", template.display()))?;
+    let test = "keel.test=zynqmp\"";
+    if !text.contains(test) {
+        return Err(format!("{}: no {test} to extend", template.display()));
+    }
+    let text = text.replace(
+        test,
+        &format!("keel.test=zynqmp keel.url={}\"", server.guest_url()),
+    );
+    let path = output_dir().join("zcu102-devices.toml");
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let machine = crate::image::machine(&build_system(&path)?, true)?;
+    let (ended, _) = run_to_end(&machine, "zcu102-devices")?;
+    let check = || -> Result<()> {
+        expect_success(&ended)?;
+        expect_line(
+            &ended,
+            r"^\[keel\] Keel .* \(board zcu102: GICv2 at 0xf9010000, Cadence UART at 0xff000000\)",
+        )?;
+        let linux = linux_lines(&ended);
+        expect_line(&linux, "^KEEL-ZYNQMP-RTC compatible xlnx,zynqmp-rtc $")?;
+        let times = captured(&linux, r"^KEEL-ZYNQMP-RTC current_time (\d+ then \d+)$")?;
+        let (first, second) = times
+            .split_once(" then ")
+            .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?)))
+            .ok_or_else(|| format!("RTC times '{times}'"))?;
+        // QEMU's RTC starts at the scenarios' fixed date, 2024-01-01 (icount runs).
+        if !(1_704_067_200..1_704_067_200 + 600).contains(&first)
+            || !(2..=3).contains(&(second - first.min(second)))
+        {
+            return Err(format!(
+                "the RTC read {first}, then {second} two seconds later"
+            ));
+        }
+        expect_line(&linux, r"^KEEL-NET address 10\.0\.2\.15/24$")?;
+        let fetched = captured(&linux, r"^KEEL-FETCH (bytes=\d+ sha256=[0-9a-f]{64})$")?;
+        let served = format!("bytes={} sha256={}", server.size, server.sha256);
+        if fetched != served {
+            return Err(format!(
+                "the guest fetched {fetched}, the host served {served}"
+            ));
+        }
+        let interrupts: u64 = captured(&linux, r"^KEEL-GEM interrupts (\d+)$")?
+            .parse()
+            .map_err(|e| format!("GEM interrupts: {e}"))?;
+        if interrupts == 0 {
+            return Err("the GEM's driver took no interrupt".into());
+        }
+        Ok(())
+    };
+    check().map_err(|message| with_console_tail(message, &ended))
+}
+
 /// The scenarios of Linux with real devices under Keel.
 pub fn all() -> Vec<Scenario> {
     vec![
@@ -237,6 +301,10 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             name: "Linux devices: the board's PL031 given to the VM is /dev/rtc0, its alarm interrupt fires".into(),
             run: Box::new(rtc),
+        },
+        Scenario {
+            name: "Linux devices [ZCU102]: the ZynqMP's RTC and GEM3 given to Linux by their DT paths: it reads the RTC's time, gets an address by DHCP through the GEM and fetches 1 MiB, checked by SHA-256; the RT partition ticks on".into(),
+            run: Box::new(zynqmp_devices),
         },
     ]
 }
