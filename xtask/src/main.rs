@@ -130,11 +130,14 @@ fn run(config: Option<PathBuf>, board: Option<&str>) -> Result<()> {
     setup::ensure_tools()?;
     let board_demo =
         board.map(|b| workspace().join(format!("configs/boards/{}-demo.toml", b.name)));
-    let config = config
-        .or_else(|| board_demo.filter(|path| path.is_file()))
-        .unwrap_or_else(|| workspace().join("configs/demo.toml"));
+    // The board's own demo is written for it; any other configuration is moved there.
+    let (config, moved) = match (config, board_demo.filter(|path| path.is_file())) {
+        (Some(config), _) => (config, board),
+        (None, Some(own)) => (own, None),
+        (None, None) => (workspace().join("configs/demo.toml"), board),
+    };
     image::build_guests()?;
-    let image = match board {
+    let image = match moved {
         Some(board) => image::with_board(board, || image::build_system(&config))?,
         None => image::build_system(&config)?,
     };

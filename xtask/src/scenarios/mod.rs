@@ -1597,8 +1597,9 @@ mod board_lines {
     use crate::cli::{Cli, Command};
 
     /// Every line README.md's "## Boards" section tells a user to type is `cargo xtask run
-    /// --board B` for a board QEMU models, and the demo runs again there among the scenarios
-    /// (`AGAIN_ON`), so the test command boots what that line boots.
+    /// --board B` for a board QEMU models, and the test command boots what that line boots:
+    /// the board's own demo (`configs/boards/B-demo.toml`, a README demo of its own), or the
+    /// demo run again there among the scenarios (`AGAIN_ON`).
     #[test]
     fn the_readmes_board_lines_run_the_demo_where_the_scenarios_boot_it() {
         let readme = std::fs::read_to_string(crate::workspace().join("README.md")).unwrap();
@@ -1618,6 +1619,16 @@ mod board_lines {
             };
             let desc = keel_core::board::board(&board).unwrap_or_else(|| panic!("{line}"));
             assert!(desc.emulated, "{line}: QEMU has no model of {board}");
+            let own = format!("configs/boards/{board}-demo.toml");
+            if crate::workspace().join(&own).is_file() {
+                assert!(
+                    super::readme_demo::DEMOS
+                        .iter()
+                        .any(|demo| demo.board == Some(board.as_str()) && demo.config == own),
+                    "{line}: the scenarios do not boot {own}"
+                );
+                continue;
+            }
             assert!(
                 super::AGAIN_ON
                     .iter()

@@ -1,7 +1,8 @@
-//! The README's demo as a user meets it: `configs/demo.toml` booted as `cargo xtask run` boots
-//! it (the same image and QEMU command line, in real time, and the same file served on the
-//! host), and the README's own demo lines, read from README.md when the scenario runs, typed
-//! into Linux's shell one after another, each answer checked before the next line.
+//! The README's demos as a user meets them: `configs/demo.toml` booted as `cargo xtask run`
+//! boots it, and the ZCU102's `configs/boards/zcu102-demo.toml` as `cargo xtask run --board
+//! zcu102` does (the same image and QEMU command line, in real time, and the same file served
+//! on the host), and the README's own lines for each, read from README.md when the scenario
+//! runs, typed into Linux's shell one after another, each answer checked before the next line.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -29,15 +30,51 @@ const RTC_SLACK_S: u64 = 600;
 /// A console line of Linux that means a typed command failed.
 const FAILURE: &str = r"^\[linux\] .*(No such device|not found|[Cc]an't |[Ee]rror|failed|Permission denied|Network is unreachable)";
 
-/// The scenario of this module.
+/// A demo the README tells a user to run, and what to type into its Linux.
+pub(super) struct Demo {
+    /// The README's section with the lines to type.
+    pub heading: &'static str,
+    /// The configuration `cargo xtask run` boots, relative to the workspace.
+    pub config: &'static str,
+    /// The board of `cargo xtask run --board B` that boots it (its own demo), if not the
+    /// default.
+    pub board: Option<&'static str>,
+    /// The console log's name.
+    log: &'static str,
+}
+
+/// The demos: `configs/demo.toml` on QEMU `virt`, and the ZCU102's own.
+pub(super) const DEMOS: &[Demo] = &[
+    Demo {
+        heading: "The demo",
+        config: "configs/demo.toml",
+        board: None,
+        log: "readme-demo",
+    },
+    Demo {
+        heading: "The demo on the ZCU102",
+        config: "configs/boards/zcu102-demo.toml",
+        board: Some("zcu102"),
+        log: "readme-demo-zcu102",
+    },
+];
+
+/// The scenarios of this module.
 pub fn all() -> Vec<Scenario> {
-    vec![Scenario {
-        name: "the demo as `cargo xtask run` boots it (real time, its served file): the README's own demo lines, typed into Linux's shell, answer: telemetry, the root disk, a DHCP lease, the file's SHA-256, the RTC; the heartbeat says what its lateness measures".into(),
-        run: Box::new(readme_demo),
-    }]
+    vec![
+        Scenario {
+            name: "the demo as `cargo xtask run` boots it (real time, its served file): the README's own demo lines, typed into Linux's shell, answer: telemetry, the root disk, a DHCP lease, the file's SHA-256, the RTC; the heartbeat says what its lateness measures".into(),
+            run: Box::new(|| readme_demo(&DEMOS[0])),
+        },
+        Scenario {
+            name: "the ZCU102's demo as `cargo xtask run --board zcu102` boots it (real time, its served file): the README's lines, typed into Linux's shell, answer: telemetry, a DHCP lease through the GEM, the file's SHA-256, the ZynqMP RTC's seconds [ZCU102]".into(),
+            run: Box::new(|| readme_demo(&DEMOS[1])),
+        },
+    ]
 }
 
 /// The lines of the ```sh blocks under README.md's "## The demo" heading, as written.
+#[cfg(test)]
 fn demo_lines(readme: &str) -> Result<Vec<String>> {
     sh_lines(readme, "The demo")
 }
@@ -113,6 +150,8 @@ enum Check {
     Digest,
     /// The PL031's count of seconds since the epoch.
     Rtc,
+    /// The ZynqMP RTC's seconds register read with devmem (hexadecimal).
+    RtcRegister,
 }
 
 /// The check of demo line `line`; a line the scenario does not know is an error, so that a
@@ -142,6 +181,9 @@ fn check_of(line: &str) -> Result<Check> {
     }
     if command.contains("/sys/class/rtc/rtc0/since_epoch") {
         return Ok(Check::Rtc);
+    }
+    if command.starts_with("devmem 0xffa60010 32") {
+        return Ok(Check::RtcRegister);
     }
     Err(format!(
         "README demo line {line:?}: the scenario does not know what it answers (give it a check in {})",
@@ -223,11 +265,17 @@ fn type_and_check(
             }
             answer(session, mark, &format!(r"^\[linux\] {}  -$", served.sha256))?;
         }
-        Check::Rtc => {
-            let reply = answer(session, mark, r"^\[linux\] \d+$")?;
-            let seconds: u64 = reply["[linux] ".len()..]
-                .parse()
-                .map_err(|e| format!("{reply}: {e}"))?;
+        Check::Rtc | Check::RtcRegister => {
+            let seconds = if check == Check::Rtc {
+                let reply = answer(session, mark, r"^\[linux\] \d+$")?;
+                reply["[linux] ".len()..]
+                    .parse()
+                    .map_err(|e| format!("{reply}: {e}"))?
+            } else {
+                let reply = answer(session, mark, r"^\[linux\] 0x[0-9A-F]{8}$")?;
+                u64::from_str_radix(&reply["[linux] 0x".len()..], 16)
+                    .map_err(|e| format!("{reply}: {e}"))?
+            };
             let now = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_err(|e| e.to_string())?
@@ -242,23 +290,33 @@ fn type_and_check(
     Ok(())
 }
 
-/// Boots the demo as `cargo xtask run` does and types the README's demo lines.
-fn readme_demo() -> Result<()> {
+/// Boots `demo` as `cargo xtask run` does and types the README's lines for it.
+fn readme_demo(demo: &Demo) -> Result<()> {
     let readme = std::fs::read_to_string(workspace().join("README.md"))
         .map_err(|e| format!("README.md: {e}"))?;
-    let lines = demo_lines(&readme)?;
+    let lines = sh_lines(&readme, demo.heading)?;
     for line in &lines {
         check_of(line)?;
     }
+    // `cargo xtask run --board B` boots the board's own demo by this name (main.rs).
+    if let Some(board) = demo.board {
+        let own = format!("configs/boards/{board}-demo.toml");
+        if demo.config != own {
+            return Err(format!(
+                "`cargo xtask run --board {board}` boots {own}, not {}",
+                demo.config
+            ));
+        }
+    }
     // `cargo xtask run`'s own steps (main.rs): the image, the machine without icount, the file.
-    let image = build_system(&workspace().join("configs/demo.toml"))?;
+    let image = build_system(&workspace().join(demo.config))?;
     let machine = machine(&image, false)?;
     if !machine.user_network {
         return Err("the demo's machine has no network card: xtask serves no file".into());
     }
     let (server, announcement) = http::demo_file()?;
     let served = served(&announcement)?;
-    let mut session = machine.spawn(&log_path("readme-demo"))?;
+    let mut session = machine.spawn(&log_path(demo.log))?;
     let mut steps = || -> Result<()> {
         session.wait_for(r"^\[linux\] KEEL-INIT-END shell$", BOOT)?;
         let mut setpoint = None;
