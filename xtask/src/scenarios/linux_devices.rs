@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use regex::Regex;
 
-use super::rootfs::{boot_times, captured, timed_ns, Figures, DD_RUNS, ROOT_DEVICE};
+use super::rootfs::{
+    boot_times, captured, expect_fetched, timed_ns, Figures, DD_RUNS, ROOT_DEVICE,
+};
 use super::{check_tick_counts, config, expect_line, log_path, with_console_tail, Scenario};
 use crate::http::FileServer;
 use crate::image::{build_system, output_dir};
@@ -129,14 +131,7 @@ pub(crate) fn fetch(bytes: usize, real_time: bool) -> Result<Figures> {
     let check = || -> Result<Figures> {
         expect_success(&ended)?;
         let linux = linux_lines(&ended);
-        expect_line(&linux, r"^KEEL-NET address 10\.0\.2\.15/24$")?;
-        let fetched = captured(&linux, r"^KEEL-FETCH (bytes=\d+ sha256=[0-9a-f]{64})$")?;
-        let served = format!("bytes={} sha256={}", server.size, server.sha256);
-        if fetched != served {
-            return Err(format!(
-                "the guest fetched {fetched}, the host served {served}"
-            ));
-        }
+        expect_fetched(&linux, &server)?;
         Ok(Figures {
             bytes: bytes as u64,
             ns: timed_ns(&linux, "fetch")?,
@@ -268,14 +263,7 @@ fn zynqmp_devices() -> Result<()> {
                 "the RTC read {first}, then {second} two seconds later"
             ));
         }
-        expect_line(&linux, r"^KEEL-NET address 10\.0\.2\.15/24$")?;
-        let fetched = captured(&linux, r"^KEEL-FETCH (bytes=\d+ sha256=[0-9a-f]{64})$")?;
-        let served = format!("bytes={} sha256={}", server.size, server.sha256);
-        if fetched != served {
-            return Err(format!(
-                "the guest fetched {fetched}, the host served {served}"
-            ));
-        }
+        expect_fetched(&linux, &server)?;
         let interrupts: u64 = captured(&linux, r"^KEEL-GEM interrupts (\d+)$")?
             .parse()
             .map_err(|e| format!("GEM interrupts: {e}"))?;

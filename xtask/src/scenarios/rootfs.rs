@@ -154,6 +154,19 @@ fn expect_success(ended: &Ended) -> Result<()> {
     }
 }
 
+/// The guest's network came up with QEMU's DHCP address, and the file it fetched
+/// (`KEEL-FETCH`) is the one `server` served, by size and SHA-256.
+pub(super) fn expect_fetched(guest: &Ended, server: &FileServer) -> Result<()> {
+    expect_line(guest, r"^KEEL-NET address 10\.0\.2\.15/24$")?;
+    let fetched = captured(guest, r"^KEEL-FETCH (bytes=\d+ sha256=[0-9a-f]{64})$")?;
+    let served = format!("bytes={} sha256={}", server.size, server.sha256);
+    if fetched != served {
+        return Err(format!(
+            "the guest fetched {fetched}, the host served {served}"
+        ));
+    }
+    Ok(())
+}
 /// The value of the first console line matching `pattern`'s first group.
 pub(super) fn captured(ended: &Ended, pattern: &str) -> Result<String> {
     let regex = Regex::new(pattern).map_err(|e| e.to_string())?;
@@ -332,14 +345,7 @@ pub(crate) fn fetch(bytes: usize, iommu: bool, real_time: bool, host: Host) -> R
             expect_line(&ended, r"arm-smmu-v3 9050000\.smmuv3: ias ")?;
             expect_line(&ended, r"virtio-pci 0000:00:02\.0: Adding to iommu group")?;
         }
-        expect_line(&ended, r"^KEEL-NET address 10\.0\.2\.15/24$")?;
-        let fetched = captured(&ended, r"^KEEL-FETCH (bytes=\d+ sha256=[0-9a-f]{64})$")?;
-        let served = format!("bytes={} sha256={}", server.size, server.sha256);
-        if fetched != served {
-            return Err(format!(
-                "the guest fetched {fetched}, the host served {served}"
-            ));
-        }
+        expect_fetched(&ended, &server)?;
         if server.served() != 1 {
             return Err(format!(
                 "the server sent the file {} times, expected once",
