@@ -7,6 +7,7 @@ pub mod addr;
 pub mod admission;
 pub mod board;
 pub mod channel;
+pub mod colour;
 pub mod console;
 pub mod console_queue;
 pub mod cpu_features;

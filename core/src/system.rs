@@ -2,6 +2,7 @@
 //! configuration compiler (`keel_core::config`), never parsed at run time.
 
 use crate::addr::{GuestPhysAddr, MemoryRegion, PhysAddr, VmId};
+use crate::colour::Colours;
 use crate::sched::{Params, Policy};
 
 /// Most VMs Keel runs (its stage-2 table pool and VMIDs are sized for this).
@@ -32,6 +33,10 @@ pub struct VmDesc {
     pub name: &'static str,
     /// Guest RAM.
     pub memory: MemoryRegion,
+    /// The colours of the last-level cache its RAM is backed by ([`crate::colour`]):
+    /// [`Colours::NONE`] for RAM that is one physical range, `[phys, phys + size)`; otherwise
+    /// its guest pages are the frames of these colours from `memory.phys` on.
+    pub colours: Colours,
     /// vCPU `i` runs on pCPU `pcpus[i]`.
     pub pcpus: &'static [u32],
     /// vCPU `i`'s scheduling parameters (durations in nanoseconds).
@@ -344,6 +349,7 @@ pub(crate) fn test_vm(id: u16, phys: u64, vcpus: usize) -> VmDesc {
     VmDesc {
         id: VmId(id),
         name: "vm",
+        colours: Colours::NONE,
         memory: MemoryRegion {
             ipa: GuestPhysAddr(0x4000_0000),
             phys: PhysAddr(phys),
@@ -388,6 +394,7 @@ mod tests {
             id: VmId(0),
             name: "fw",
             memory: region(0x4000_0000, 0x6000_0000, 0x400_0000),
+            colours: Colours::NONE,
             flash: Some(region(0, 0x7000_0000, 0x800_0000)),
             pcpus: &[1],
             sched: &[Params {

@@ -77,6 +77,10 @@ pub fn emit_rust(system: &System, dtb_paths: &[PathBuf]) -> String {
         ));
         line(format!("                size: {:#x},", vm.size));
         line("            },".into());
+        line(format!(
+            "            colours: ::keel_core::colour::Colours {{ mask: {:#x}, count: {} }},",
+            vm.colours.mask, vm.colours.count
+        ));
         line(format!("            pcpus: &[{}],", pcpus.join(", ")));
         let sched: Vec<String> = vm.sched.iter().map(|p| params(*p)).collect();
         line(format!("            sched: &[{}],", sched.join(", ")));
@@ -391,6 +395,7 @@ mod tests {
             phys,
             ipa: 0x4000_0000,
             size: 0x100_0000,
+            colours: crate::colour::Colours::NONE,
             sched: vec![Params::default(); pcpus.len()],
             pcpus,
             tasks: None,

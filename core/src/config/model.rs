@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use super::error::Backing;
 use crate::abi::layout;
 use crate::addr::{GuestPhysAddr, MemoryRegion, PhysAddr};
+pub use crate::colour::Colours;
 use crate::sched::{Params, Policy};
 use crate::system::WfiPolicy;
 
@@ -153,6 +154,9 @@ pub struct Vm {
     pub ipa: u64,
     /// Memory size in bytes.
     pub size: u64,
+    /// The last-level cache's colours its memory is backed by ([`crate::colour`]):
+    /// [`Colours::NONE`] if it is not coloured (its memory is `[phys, phys + size)`).
+    pub colours: Colours,
     /// vCPU `i` runs on pCPU `pcpus[i]`: alone if that pCPU is pinned, else sharing it under
     /// its policy with the other vCPUs placed there.
     pub pcpus: Vec<u32>,

@@ -22,6 +22,7 @@ use super::passthrough;
 use super::schedule;
 use super::schema::{ConfigFile, RegionTable, SystemTable, VmTable};
 use super::tasks;
+use crate::colour::Colours;
 use crate::sched::Policy;
 use crate::system::WfiPolicy;
 use crate::trace;
@@ -495,6 +496,7 @@ fn check_vm(
         phys: memory.start,
         ipa,
         size: memory.size(),
+        colours: Colours::NONE,
         pcpus: table.pcpus.clone(),
         sched,
         tasks,
