@@ -128,6 +128,13 @@ impl Colours {
         Some(last + FRAME)
     }
 
+    /// Translation tables (4 KiB each) that mapping `size` bytes of guest pages one by one
+    /// takes below a level-1 table: level-3 tables for every 2 MiB and level-2 tables for
+    /// every GiB, one more of each for a start that is not aligned.
+    pub fn page_tables(size: u64) -> usize {
+        (size.div_ceil(2 << 20) + 1 + size.div_ceil(1 << 30) + 1) as usize
+    }
+
     /// The colours both sets have.
     pub fn common(&self, other: &Colours) -> u64 {
         self.mask & other.mask

@@ -14,7 +14,9 @@ use crate::system::WfiPolicy;
 /// `pub const HEALTH: bool`, whether some VM has a health policy other than the default, a
 /// manager or a watchdog (otherwise the hypervisor leaves health monitoring out), and
 /// `pub const SHARED_PCPUS: bool`, whether some pCPU's policy is not `pinned` (otherwise the
-/// hypervisor leaves the shared pCPUs' scheduler out).
+/// hypervisor leaves the shared pCPUs' scheduler out), and `pub const COLOURED_TABLES: usize`,
+/// the translation tables that mapping the coloured VMs' RAM page by page takes (once for
+/// their stage 2, once for Keel's own view of it).
 ///
 /// Images and device trees are embedded with `include_bytes!` of absolute paths
 /// (`dtb_paths[i]` is VM `i`'s generated device tree; a relative one is made absolute against
@@ -207,6 +209,13 @@ pub fn emit_rust(system: &System, dtb_paths: &[PathBuf]) -> String {
     line(format!("pub const HEALTH: bool = {health};"));
     let shared = system.policies.iter().any(|policy| policy.is_shared());
     line(format!("pub const SHARED_PCPUS: bool = {shared};"));
+    let coloured: usize = system
+        .vms
+        .iter()
+        .filter(|vm| vm.colours.is_coloured())
+        .map(|vm| crate::colour::Colours::page_tables(vm.size))
+        .sum();
+    line(format!("pub const COLOURED_TABLES: usize = {coloured};"));
     out
 }
 
@@ -555,7 +564,7 @@ mod tests {
              senders: &[1, 0], pool_offset: 0 }),",
             "messages: None,",
             // rt-a's one vCPU and three tasks: four rings of 8 * (8 + 256) bytes.
-            "};\npub const MESSAGE_POOL: usize = 8448;\npub const TRACE_RING_BYTES: usize = 0;\npub const TRACE_RINGS: usize = 0;\npub const HEALTH: bool = false;\npub const SHARED_PCPUS: bool = true;\n",
+            "};\npub const MESSAGE_POOL: usize = 8448;\npub const TRACE_RING_BYTES: usize = 0;\npub const TRACE_RINGS: usize = 0;\npub const HEALTH: bool = false;\npub const SHARED_PCPUS: bool = true;\npub const COLOURED_TABLES: usize = 0;\n",
             "trace_reader: true,",
             "trace_reader: false,",
             "sched: &[::keel_core::sched::Params { priority: 0, reservation: \
@@ -578,7 +587,7 @@ mod tests {
     #[test]
     fn emitted_source_parses_as_the_system_and_its_message_pool() {
         let file = syn::parse_file(&emitted()).expect("emitted Rust parses");
-        assert_eq!(file.items.len(), 6);
+        assert_eq!(file.items.len(), 7);
         assert!(matches!(&file.items[0], syn::Item::Static(item) if item.ident == "SYSTEM"));
         assert!(matches!(&file.items[1], syn::Item::Const(item) if item.ident == "MESSAGE_POOL"));
         assert!(
@@ -587,6 +596,9 @@ mod tests {
         assert!(matches!(&file.items[3], syn::Item::Const(item) if item.ident == "TRACE_RINGS"));
         assert!(matches!(&file.items[4], syn::Item::Const(item) if item.ident == "HEALTH"));
         assert!(matches!(&file.items[5], syn::Item::Const(item) if item.ident == "SHARED_PCPUS"));
+        assert!(
+            matches!(&file.items[6], syn::Item::Const(item) if item.ident == "COLOURED_TABLES")
+        );
     }
 
     #[test]
