@@ -31,6 +31,7 @@ pub mod text;
 pub mod ticket;
 pub mod trace;
 mod translation;
+pub mod window;
 
 #[cfg(feature = "std")]
 pub mod config;

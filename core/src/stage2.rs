@@ -125,6 +125,20 @@ impl<'a> Stage2<'a> {
         Ok(self.0.map(ipa, phys, size, kind.attributes())?)
     }
 
+    /// Maps `size` bytes from `ipa` page by page to the frames of `colours` from `base` on: a
+    /// coloured VM's RAM ([`crate::colour`]).
+    pub fn map_coloured(
+        &mut self,
+        ipa: u64,
+        base: u64,
+        size: u64,
+        colours: &crate::colour::Colours,
+    ) -> Result<(), Stage2Error> {
+        Ok(self
+            .0
+            .map_coloured(ipa, base, size, colours, MemoryKind::Normal.attributes())?)
+    }
+
     /// Walks the tables like the MMU would: the physical address `ipa` maps to, if any.
     pub fn translate(&self, ipa: u64) -> Option<u64> {
         self.0.translate(ipa)
@@ -162,6 +176,28 @@ mod tests {
         assert_eq!(s2.translate(0x4000_1000), Some(0x5000_1000));
         assert_eq!(s2.translate(0x4020_2fff), Some(0x5020_2fff));
         assert_eq!(s2.translate(0x4020_3000), None);
+    }
+
+    #[test]
+    fn coloured_memory_is_mapped_to_its_colours_frames_only() {
+        let colours = crate::colour::Colours::parse("4-7", 16).unwrap();
+        let size = 4 << 20;
+        let mut tables = pool(crate::colour::Colours::page_tables(size) + 1);
+        let mut s2 = Stage2::new(&mut tables, 0x1000).unwrap();
+        s2.map_coloured(0x4000_0000, 0x8000_0000, size, &colours)
+            .unwrap();
+        for page in 0..size / 0x1000 {
+            let frame = s2.translate(0x4000_0000 + page * 0x1000 + 0x123).unwrap() - 0x123;
+            assert_eq!(Some(frame), colours.frame(0x8000_0000, page));
+            assert!((4..8).contains(&((frame >> 12) % 16)), "{frame:#x}");
+        }
+        assert_eq!(s2.translate(0x4000_0000 + size), None);
+        assert!(s2.tables_used() <= crate::colour::Colours::page_tables(size) + 1);
+        let none = crate::colour::Colours { mask: 0, count: 16 };
+        assert_eq!(
+            s2.map_coloured(0x6000_0000, 0, 0x1000, &none),
+            Err(Stage2Error::OutOfRange)
+        );
     }
 
     #[test]

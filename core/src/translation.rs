@@ -64,6 +64,11 @@ impl<'a> Tables<'a> {
         self.pool_phys
     }
 
+    /// The level-1 root table.
+    pub(crate) fn root(&self) -> &Table {
+        at(self.tables, 0)
+    }
+
     /// Number of tables used so far.
     pub(crate) fn tables_used(&self) -> usize {
         self.used
@@ -103,6 +108,26 @@ impl<'a> Tables<'a> {
             input += step;
             phys += step;
             left -= step;
+        }
+        Ok(())
+    }
+
+    /// Maps `size` bytes from `input` page by page to the frames of `colours` from `base` on
+    /// (page `i` to [`Colours::frame`]`(base, i)`), with leaves carrying `attributes`.
+    pub(crate) fn map_coloured(
+        &mut self,
+        input: u64,
+        base: u64,
+        size: u64,
+        colours: &crate::colour::Colours,
+        attributes: u64,
+    ) -> Result<(), WalkError> {
+        if !size.is_multiple_of(PAGE) {
+            return Err(WalkError::Unaligned);
+        }
+        for page in 0..size / PAGE {
+            let frame = colours.frame(base, page).ok_or(WalkError::OutOfRange)?;
+            self.map(input + page * PAGE, frame, PAGE, attributes)?;
         }
         Ok(())
     }

@@ -22,6 +22,8 @@
 //!   Refers to nothing of Keel.
 //! - layer 0, `config`: the system tables the configuration compiler emitted (data only).
 //! - layer 1, `platform`: the board's facts from the device tree, read once at boot.
+//! - layer 1, `colouring`: coloured VMs' RAM: their page-by-page stage-2 tables and Keel's
+//!   windows on their RAM, built once at boot.
 //! - layer 1, `timers`: each pCPU's timer queue on its EL2 timer.
 //! - layer 1, `trace`: each pCPU's ring of trace records (on when the configuration asks).
 //! - layer 1, `masked`: the record of a pCPU's longest interrupts-masked stretch and where it
@@ -121,6 +123,7 @@
 
 mod arch;
 mod channel;
+mod colouring;
 mod console;
 mod devices;
 mod health;
@@ -268,6 +271,9 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
     let distributor = gic::install(unsafe { gic::Distributor::new(platform.gic.distributor) });
     distributor.enable_spi(platform.uart_intid, platform.cpus[0]);
 
+    if let Err(error) = colouring::build_windows() {
+        boot_failure(boot, uart, &[&"coloured VMs: ", &error]);
+    }
     vm::assign_pcpus();
     irq::set_wake_here(sched::wake_here);
     let mut names = [""; vm::MAX_VMS];

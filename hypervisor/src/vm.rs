@@ -22,6 +22,7 @@ use keel_core::tasks::TaskTable;
 
 use crate::arch::cpu::{self, Mutex, Once};
 use crate::arch::{boot::MAX_CPUS, gic, stage2};
+use crate::colouring;
 use crate::config::SYSTEM;
 use crate::masked;
 
@@ -521,12 +522,18 @@ pub fn assign_pcpus() {
 /// copied out ([`VmDesc::translate_range`]).
 #[inline]
 pub fn guest_bytes(desc: &VmDesc, ipa: GuestPhysAddr, len: usize) -> Option<&'static mut [u8]> {
-    let phys = desc.translate_range(ipa, len as u64)?;
+    let address = if desc.colours.is_coloured() && desc.memory.contains_range(ipa, len as u64) {
+        // A coloured VM's RAM, in guest order in Keel's window on it.
+        colouring::window(desc)? + (ipa.0 - desc.memory.ipa.0)
+    } else {
+        desc.translate_range(ipa, len as u64)?.0
+    };
     // SAFETY: the range lies inside one of the VM's own regions (checked above), which Keel
-    // maps as normal memory and no other VM's stage 2 maps. Nothing of Keel's lives there. No
-    // vCPU of the VM runs while it is (re)loaded; otherwise (messages) its vCPUs may write
-    // the bytes meanwhile, which Keel copies in one pass and never interprets.
-    Some(unsafe { core::slice::from_raw_parts_mut(phys.0 as *mut u8, len) })
+    // maps as normal memory (identity-mapped, or through its window on a coloured VM's frames)
+    // and no other VM's stage 2 maps. Nothing of Keel's lives there. No vCPU of the VM runs
+    // while it is (re)loaded; otherwise (messages) its vCPUs may write the bytes meanwhile,
+    // which Keel copies in one pass and never interprets.
+    Some(unsafe { core::slice::from_raw_parts_mut(address as *mut u8, len) })
 }
 
 /// Interrupts every pCPU running a vCPU of VM `id` other than this one, so it re-evaluates

@@ -16,8 +16,8 @@ pub const MAPPED_GIBS: u64 = 16;
 #[repr(C, align(4096))]
 struct Level1Table(UnsafeCell<[u64; 512]>);
 
-// SAFETY: the table is written only by the primary pCPU in `build`, before any other pCPU runs
-// and before the MMU reads it; afterwards it is only read (by the MMU).
+// SAFETY: the table is written only by the primary pCPU, in `build` before the MMU reads it and
+// in `attach` before any other pCPU runs; afterwards it is only read (by the MMUs).
 unsafe impl Sync for Level1Table {}
 
 static EL2_TABLE: Level1Table = Level1Table(UnsafeCell::new([0; 512]));
@@ -53,6 +53,32 @@ pub fn build(ram_base: u64, ram_size: u64) {
             } else {
                 ATTR_DEVICE | EXECUTE_NEVER
             };
+    }
+}
+
+/// Hooks the level-1 entries of `root` from index `first` on that are valid (tables of Keel's
+/// windows on coloured VMs' RAM, `keel_core::window`) into Keel's table. On the primary pCPU,
+/// after [`enable`] and before any other pCPU runs; the entries replaced were invalid, so no
+/// translation of them can be cached, but the TLB is cleaned anyway.
+pub fn attach(root: &[u64; 512], first: usize) {
+    // SAFETY: per the Sync justification, no other pCPU runs yet; this pCPU's MMU reads the
+    // table, and an invalid entry becoming valid needs no break-before-make.
+    let table = unsafe { &mut *EL2_TABLE.0.get() };
+    for (entry, &new) in table.iter_mut().zip(root).skip(first) {
+        if new & VALID_BLOCK != 0 {
+            *entry = new;
+        }
+    }
+    // SAFETY: barriers and TLB maintenance only: the table writes are seen by the walker
+    // before any access through the windows.
+    unsafe {
+        core::arch::asm!(
+            "dsb ishst",
+            "tlbi alle2",
+            "dsb ish",
+            "isb",
+            options(nostack)
+        );
     }
 }
 

@@ -1,0 +1,104 @@
+//! Coloured VMs' RAM (`keel_core::colour`): the tables of their stage-2 maps, page by page, and
+//! Keel's windows on their RAM (`keel_core::window`), which give Keel each coloured VM's RAM
+//! in guest order. Both pools are sized by the configuration compiler (`COLOURED_TABLES`), and
+//! empty when no VM is coloured.
+//!
+//! Ownership: the primary pCPU builds everything here at boot, before any other pCPU runs;
+//! afterwards the window starts are only read, and each VM's stage-2 slice is handed out once.
+
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use keel_core::colour::Colours;
+use keel_core::stage2::{Stage2, Table, ENTRIES};
+use keel_core::system::{VmDesc, MAX_VMS};
+use keel_core::window::{WindowError, Windows, WINDOWS_START};
+
+use crate::arch::{mmu, stage2::TABLES_PER_VM};
+use crate::config::{COLOURED_TABLES, SYSTEM};
+
+/// Tables of the windows: a level-1 table, then the coloured VMs' tables.
+const WINDOW_TABLES: usize = if COLOURED_TABLES == 0 {
+    0
+} else {
+    1 + COLOURED_TABLES
+};
+
+/// Tables of the coloured VMs' stage 2: each one's page tables and the usual allowance
+/// (`TABLES_PER_VM`) for the rest of its map.
+const STAGE2_TABLES: usize = if COLOURED_TABLES == 0 {
+    0
+} else {
+    COLOURED_TABLES + TABLES_PER_VM * MAX_VMS
+};
+
+#[repr(C, align(4096))]
+struct Pool<const N: usize>(UnsafeCell<[Table; N]>);
+
+// SAFETY: the window pool is written only by the primary pCPU in `build_windows`, before any
+// other pCPU runs; each VM's slice of the stage-2 pool is handed out at most once (guarded by
+// TAKEN) to the primary pCPU while it builds that VM. Afterwards only the MMUs read them.
+unsafe impl<const N: usize> Sync for Pool<N> {}
+
+static WINDOW_POOL: Pool<WINDOW_TABLES> = Pool(UnsafeCell::new([[0; ENTRIES]; WINDOW_TABLES]));
+static STAGE2_POOL: Pool<STAGE2_TABLES> = Pool(UnsafeCell::new([[0; ENTRIES]; STAGE2_TABLES]));
+static BUILT: AtomicBool = AtomicBool::new(false);
+static TAKEN: [AtomicBool; MAX_VMS] = [const { AtomicBool::new(false) }; MAX_VMS];
+/// Each coloured VM's window start in Keel's address space (0: not coloured).
+static WINDOW: [AtomicU64; MAX_VMS] = [const { AtomicU64::new(0) }; MAX_VMS];
+
+/// Maps every coloured VM's RAM into Keel's windows and hooks them into Keel's EL2 table. Once,
+/// on the primary pCPU, with its MMU on and no other pCPU running.
+pub fn build_windows() -> Result<(), WindowError> {
+    if COLOURED_TABLES == 0 || BUILT.swap(true, Ordering::AcqRel) {
+        return Ok(());
+    }
+    // SAFETY: BUILT makes this the only reference to the window pool ever created.
+    let tables: &'static mut [Table; WINDOW_TABLES] = unsafe { &mut *WINDOW_POOL.0.get() };
+    let phys = tables.as_ptr() as u64;
+    let mut windows = Windows::new(tables, phys)?;
+    for (id, desc) in SYSTEM.vms.iter().enumerate() {
+        if desc.colours.is_coloured() {
+            let start = windows.add(desc.memory.phys.0, desc.memory.size, &desc.colours)?;
+            if let Some(slot) = WINDOW.get(id) {
+                slot.store(start, Ordering::Relaxed);
+            }
+        }
+    }
+    mmu::attach(windows.root(), (WINDOWS_START >> 30) as usize);
+    Ok(())
+}
+
+/// Where Keel's window on coloured VM `desc`'s RAM starts: its guest address `memory.ipa + x`
+/// is Keel's `start + x`. None for a VM that is not coloured.
+#[inline]
+pub fn window(desc: &VmDesc) -> Option<u64> {
+    let start = WINDOW.get(usize::from(desc.id.0))?.load(Ordering::Relaxed);
+    (start != 0).then_some(start)
+}
+
+/// Tables for coloured VM `id`'s stage 2, handed out once; None for a VM that is not coloured.
+pub fn stage2_tables(id: usize) -> Option<Stage2<'static>> {
+    let desc = SYSTEM.vms.get(id)?;
+    if !desc.colours.is_coloured() || TAKEN.get(id)?.swap(true, Ordering::AcqRel) {
+        return None;
+    }
+    let share = |desc: &VmDesc| TABLES_PER_VM + Colours::page_tables(desc.memory.size);
+    let start: usize = SYSTEM.vms[..id]
+        .iter()
+        .filter(|other| other.colours.is_coloured())
+        .map(share)
+        .sum();
+    let len = share(desc);
+    if start + len > STAGE2_TABLES {
+        return None;
+    }
+    // SAFETY: the range lies inside the pool (checked above); the slices handed out are
+    // disjoint (each VM's starts at the sum of those before it) and TAKEN hands each out once,
+    // so this is the only reference to these tables.
+    let tables: &'static mut [Table] = unsafe {
+        core::slice::from_raw_parts_mut(STAGE2_POOL.0.get().cast::<Table>().add(start), len)
+    };
+    let phys = tables.as_ptr() as u64;
+    Stage2::new(tables, phys).ok()
+}
