@@ -14,6 +14,7 @@ use keel_core::stage2::{Stage2, Table, ENTRIES};
 use keel_core::system::{VmDesc, MAX_VMS};
 use keel_core::window::{WindowError, Windows, WINDOWS_START};
 
+use crate::arch::smmu::TABLES_PER_VM as SMMU_TABLES_PER_VM;
 use crate::arch::{mmu, stage2::TABLES_PER_VM};
 use crate::config::{COLOURED_TABLES, SYSTEM};
 
@@ -26,24 +27,75 @@ const WINDOW_TABLES: usize = if COLOURED_TABLES == 0 {
 
 /// Tables of the coloured VMs' stage 2: each one's page tables and the usual allowance
 /// (`TABLES_PER_VM`) for the rest of its map.
-const STAGE2_TABLES: usize = if COLOURED_TABLES == 0 {
-    0
-} else {
-    COLOURED_TABLES + TABLES_PER_VM * MAX_VMS
-};
+const STAGE2_TABLES: usize = pool_size(TABLES_PER_VM);
+
+/// Tables of the coloured VMs' SMMU stage 1 (their devices' DMA): each one's page tables and
+/// the allowance an uncoloured VM has there.
+const SMMU_TABLES: usize = pool_size(SMMU_TABLES_PER_VM);
+
+/// A pool holding every coloured VM's page tables and `allowance` more tables each (none when
+/// no VM is coloured).
+const fn pool_size(allowance: usize) -> usize {
+    if COLOURED_TABLES == 0 {
+        0
+    } else {
+        COLOURED_TABLES + allowance * MAX_VMS
+    }
+}
 
 #[repr(C, align(4096))]
 struct Pool<const N: usize>(UnsafeCell<[Table; N]>);
 
 // SAFETY: the window pool is written only by the primary pCPU in `build_windows`, before any
-// other pCPU runs; each VM's slice of the stage-2 pool is handed out at most once (guarded by
-// TAKEN) to the primary pCPU while it builds that VM. Afterwards only the MMUs read them.
+// other pCPU runs; each VM's slice of the other pools is handed out at most once (`Slices`) to
+// the primary pCPU while it builds that VM. Afterwards only the MMUs and the SMMU read them.
 unsafe impl<const N: usize> Sync for Pool<N> {}
 
+/// A pool of tables cut into one slice per coloured VM: its page tables and `ALLOWANCE`
+/// more, each VM's after those of the coloured VMs before it; each handed out once.
+/// (All zero, so that the pool lies in .bss, not in Keel's image.)
+struct Slices<const N: usize, const ALLOWANCE: usize> {
+    pool: Pool<N>,
+    taken: [AtomicBool; MAX_VMS],
+}
+
+impl<const N: usize, const ALLOWANCE: usize> Slices<N, ALLOWANCE> {
+    const fn new() -> Self {
+        Self {
+            pool: Pool(UnsafeCell::new([[0; ENTRIES]; N])),
+            taken: [const { AtomicBool::new(false) }; MAX_VMS],
+        }
+    }
+
+    /// Coloured VM `id`'s slice, once; None for a VM that is not coloured.
+    fn take(&'static self, id: usize) -> Option<&'static mut [Table]> {
+        let desc = SYSTEM.vms.get(id)?;
+        if !desc.colours.is_coloured() || self.taken.get(id)?.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        let share = |desc: &VmDesc| ALLOWANCE + Colours::page_tables(desc.memory.size);
+        let start: usize = SYSTEM.vms[..id]
+            .iter()
+            .filter(|other| other.colours.is_coloured())
+            .map(share)
+            .sum();
+        let len = share(desc);
+        if start + len > N {
+            return None;
+        }
+        // SAFETY: the range lies inside the pool (checked above); the slices handed out are
+        // disjoint (each VM's starts at the sum of those before it) and `taken` hands each out
+        // once, so this is the only reference to these tables.
+        Some(unsafe {
+            core::slice::from_raw_parts_mut(self.pool.0.get().cast::<Table>().add(start), len)
+        })
+    }
+}
+
 static WINDOW_POOL: Pool<WINDOW_TABLES> = Pool(UnsafeCell::new([[0; ENTRIES]; WINDOW_TABLES]));
-static STAGE2_POOL: Pool<STAGE2_TABLES> = Pool(UnsafeCell::new([[0; ENTRIES]; STAGE2_TABLES]));
+static STAGE2: Slices<STAGE2_TABLES, TABLES_PER_VM> = Slices::new();
+static SMMU: Slices<SMMU_TABLES, SMMU_TABLES_PER_VM> = Slices::new();
 static BUILT: AtomicBool = AtomicBool::new(false);
-static TAKEN: [AtomicBool; MAX_VMS] = [const { AtomicBool::new(false) }; MAX_VMS];
 /// Each coloured VM's window start in Keel's address space (0: not coloured).
 static WINDOW: [AtomicU64; MAX_VMS] = [const { AtomicU64::new(0) }; MAX_VMS];
 
@@ -79,26 +131,13 @@ pub fn window(desc: &VmDesc) -> Option<u64> {
 
 /// Tables for coloured VM `id`'s stage 2, handed out once; None for a VM that is not coloured.
 pub fn stage2_tables(id: usize) -> Option<Stage2<'static>> {
-    let desc = SYSTEM.vms.get(id)?;
-    if !desc.colours.is_coloured() || TAKEN.get(id)?.swap(true, Ordering::AcqRel) {
-        return None;
-    }
-    let share = |desc: &VmDesc| TABLES_PER_VM + Colours::page_tables(desc.memory.size);
-    let start: usize = SYSTEM.vms[..id]
-        .iter()
-        .filter(|other| other.colours.is_coloured())
-        .map(share)
-        .sum();
-    let len = share(desc);
-    if start + len > STAGE2_TABLES {
-        return None;
-    }
-    // SAFETY: the range lies inside the pool (checked above); the slices handed out are
-    // disjoint (each VM's starts at the sum of those before it) and TAKEN hands each out once,
-    // so this is the only reference to these tables.
-    let tables: &'static mut [Table] = unsafe {
-        core::slice::from_raw_parts_mut(STAGE2_POOL.0.get().cast::<Table>().add(start), len)
-    };
+    let tables = STAGE2.take(id)?;
     let phys = tables.as_ptr() as u64;
     Stage2::new(tables, phys).ok()
+}
+
+/// Tables for coloured VM `id`'s SMMU stage 1, handed out once; None for a VM that is not
+/// coloured (its tables come from the SMMU driver's own pool).
+pub fn smmu_tables(id: usize) -> Option<&'static mut [Table]> {
+    SMMU.take(id)
 }

@@ -8,10 +8,12 @@
 
 use core::sync::atomic::{AtomicBool, Ordering};
 
+use keel_core::colour::FRAME;
 use keel_core::smmu::{Event, GlobalError, Stage1Error, StreamAssignment};
 use keel_core::system::{MAX_STREAM_RANGES, MAX_VMS};
 
 use crate::arch::smmu::{self, SmmuError};
+use crate::colouring;
 use crate::config::SYSTEM;
 use crate::vm;
 
@@ -44,7 +46,20 @@ pub fn init() -> Result<(), SmmuError> {
         }
     }
     let memory = |id: usize, map: &mut smmu::MapRegion| -> Result<(), Stage1Error> {
-        for region in vm::desc(id).regions() {
+        let desc = vm::desc(id);
+        if desc.colours.is_coloured() {
+            // Its RAM page by page, to the frames of its colours, as its stage 2 maps it.
+            let memory = desc.memory;
+            for page in 0..memory.size / FRAME {
+                let frame = desc
+                    .colours
+                    .frame(memory.phys.0, page)
+                    .ok_or(Stage1Error::OutOfRange)?;
+                map(memory.ipa.0 + page * FRAME, frame, FRAME)?;
+            }
+            return Ok(());
+        }
+        for region in desc.regions() {
             map(region.ipa.0, region.phys.0, region.size)?;
         }
         Ok(())
@@ -52,7 +67,14 @@ pub fn init() -> Result<(), SmmuError> {
     // SAFETY: the configuration compiler took the base from the board's SMMUv3 node; Keel's
     // EL2 map covers the device window as device memory; this runs once, on pCPU 0 before any
     // other pCPU starts.
-    unsafe { smmu::init(iommu.base.0, &assignments[..count], &memory) }
+    unsafe {
+        smmu::init(
+            iommu.base.0,
+            &assignments[..count],
+            &memory,
+            &mut colouring::smmu_tables,
+        )
+    }
 }
 
 /// Whether each VM's devices' DMA translates (given back) or aborts (cut off): a resource

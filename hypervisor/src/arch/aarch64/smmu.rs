@@ -39,10 +39,13 @@ use super::mmio::Mmio;
 const COMMAND_LOG2: u32 = 5;
 /// log2 of the event queue's entries.
 const EVENT_LOG2: u32 = 5;
-/// Stage-1 tables for all VMs' devices: a level-1 table and a few level-2 tables per VM
-/// whose memory is mapped in 2 MiB blocks (memory is 2 MiB aligned in practice; a VM that
-/// needs more is refused at boot with the builder's error).
-const STAGE1_TABLES: usize = 64;
+/// Stage-1 tables of a VM's devices: a level-1 table and a few level-2 tables for memory
+/// mapped in 2 MiB blocks (memory is 2 MiB aligned in practice; a VM that needs more is
+/// refused at boot with the builder's error). A coloured VM's, mapped page by page, come from
+/// the caller ([`init`]'s `own_tables`).
+pub const TABLES_PER_VM: usize = 4;
+/// Stage-1 tables for all VMs' devices.
+const STAGE1_TABLES: usize = TABLES_PER_VM * MAX_VMS;
 /// The command queue's index arithmetic.
 const COMMAND_QUEUE: Queue = match Queue::new(COMMAND_LOG2) {
     Some(queue) => queue,
@@ -150,12 +153,15 @@ impl Show for SmmuError {
 pub type MapRegion<'a> = dyn FnMut(u64, u64, u64) -> Result<(), Stage1Error> + 'a;
 /// Maps every region of VM `vm`'s memory with the function given.
 pub type VmMemory = dyn Fn(usize, &mut MapRegion) -> Result<(), Stage1Error>;
+/// The tables VM `vm`'s stage 1 is built in, if it brings its own (a coloured VM's).
+pub type OwnTables = dyn FnMut(usize) -> Option<&'static mut [Table]>;
 
 /// Sets the SMMU at `base` up and enables it: every stream in `assignments` translates with
 /// its VM's stage-1 tables, each VM's built from `memory(vm, map)` (which calls `map(ipa, pa,
 /// size)` for each of its regions); every other stream of a level-2 array aborts, and a
-/// stream of a block without one is out of range (a `C_BAD_STREAMID` event). Before any VM
-/// runs, on pCPU 0.
+/// stream of a block without one is out of range (a `C_BAD_STREAMID` event). Each VM's
+/// tables are `own_tables(vm)` if it gives some, else [`TABLES_PER_VM`] of the driver's pool.
+/// Before any VM runs, on pCPU 0.
 ///
 /// # Safety
 /// `base` must be the SMMUv3's register frame (two 64 KiB pages), mapped as device memory,
@@ -164,6 +170,7 @@ pub unsafe fn init(
     base: u64,
     assignments: &[StreamAssignment],
     memory: &VmMemory,
+    own_tables: &mut OwnTables,
 ) -> Result<(), SmmuError> {
     // SAFETY: forwarded from this function's contract.
     let regs = unsafe { Mmio::new(base) };
@@ -193,9 +200,14 @@ pub unsafe fn init(
         if !assignments.iter().any(|assignment| assignment.vm == vm) {
             continue;
         }
-        // A level-1 table and up to three level-2 tables of the pool per VM.
-        let (mine, rest) = pool.split_at_mut(4.min(pool.len()));
-        pool = rest;
+        let mine = match own_tables(vm) {
+            Some(tables) => tables,
+            None => {
+                let (mine, rest) = pool.split_at_mut(TABLES_PER_VM.min(pool.len()));
+                pool = rest;
+                mine
+            }
+        };
         let phys = mine.as_ptr() as u64;
         let mut stage1 =
             Stage1::new(mine, phys).map_err(|error| SmmuError::Stage1 { vm, error })?;
