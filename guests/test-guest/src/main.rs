@@ -22,6 +22,7 @@ mod storm;
 mod task_reuse;
 mod ticks;
 mod trace_reader;
+mod walk;
 
 use keel_guest::bootargs::BootArgs;
 use keel_guest::devicetree::{boot_info, device_tree_at};
@@ -106,6 +107,7 @@ fn main(device_tree_address: usize) -> ! {
         Mode::Manager => manager::run(BootArgs::new(info.bootargs)),
         Mode::TaskReuse => task_reuse::run(BootArgs::new(info.bootargs)),
         Mode::Sgi => sgi::run(BootArgs::new(info.bootargs), &private_interrupts),
+        Mode::Walk => walk::run(BootArgs::new(info.bootargs)),
         Mode::Pingpong => shares::pingpong(
             info.bootargs.contains("keel.pingpong=measure"),
             info.bootargs.split_whitespace().any(|t| t == "keel.fp"),
