@@ -83,16 +83,16 @@ fn rtc_shared() -> Result<()> {
     })
 }
 
-/// Boots `edu-dma`, its attack `attack` (`write` or `read`), with QEMU's edu device plugged
-/// in, until QEMU ends.
-fn boot_edu(attack: &str) -> Result<Ended> {
-    let name = format!("edu-dma-{attack}");
-    let template = config("edu-dma");
+/// Boots `configs/tests/<system>.toml` (`edu-dma` or a variant of it), its attack `attack`
+/// (`write` or `read`), with QEMU's edu device plugged in, until QEMU ends.
+pub(super) fn boot_edu(system: &str, attack: &str) -> Result<Ended> {
+    let name = format!("{system}-{attack}");
+    let template = config(system);
     let text =
         std::fs::read_to_string(&template).map_err(|e| format!("{}: {e}", template.display()))?;
     let text = text
         .replace("keel.edu=write", &format!("keel.edu={attack}"))
-        .replace("name = \"edu-dma\"", &format!("name = \"{name}\""));
+        .replace(&format!("name = \"{system}\""), &format!("name = \"{name}\""));
     let path = output_dir().join(format!("{name}.toml"));
     std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
     let machine = Machine {
@@ -106,7 +106,7 @@ fn boot_edu(attack: &str) -> Result<Ended> {
 /// own memory, the interrupt flood taken (each interrupt one guest EOI, so bounded by the
 /// guest's pace), the attack refused with Keel's line and the VM stopped before it could end
 /// its program, the victim's canary intact and its ticks whole, the prober stopped at the ECAM.
-fn check_edu(ended: &Ended, attack: &str, access: &str) -> Result<()> {
+pub(super) fn check_edu(ended: &Ended, attack: &str, access: &str) -> Result<()> {
     expect_line(
         ended,
         r"^\[edu\] edu: device at 00:01\.0, BAR0 0x10000000, id ok, INTID 36$",
@@ -158,14 +158,14 @@ fn check_edu(ended: &Ended, attack: &str, access: &str) -> Result<()> {
 
 /// The edu VM's DMA write into the victim's memory.
 fn edu_write() -> Result<()> {
-    let ended = boot_edu("write")?;
+    let ended = boot_edu("edu-dma", "write")?;
     check_edu(&ended, "write", "write").map_err(|m| with_console_tail(m, &ended))?;
     expect_clean_exit(&ended)
 }
 
 /// The edu VM's DMA read of the victim's memory.
 fn edu_read() -> Result<()> {
-    let ended = boot_edu("read")?;
+    let ended = boot_edu("edu-dma", "read")?;
     check_edu(&ended, "read", "read").map_err(|m| with_console_tail(m, &ended))?;
     expect_clean_exit(&ended)
 }
