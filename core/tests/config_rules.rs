@@ -53,6 +53,28 @@ fn assert_rejected(name: &str, message: &str) {
     );
 }
 
+/// The Rust `system` is emitted as, each VM's device tree at `/out/<name>.dtb`.
+fn emitted(system: &System) -> String {
+    let dtbs: Vec<PathBuf> = system
+        .vms
+        .iter()
+        .map(|vm| PathBuf::from(format!("/out/{}.dtb", vm.name)))
+        .collect();
+    emit_rust(system, &dtbs)
+}
+
+/// Asserts that the Rust `system` is emitted as holds each of `expected`, and parses.
+fn assert_emits(system: &System, expected: &[&str]) {
+    let source = emitted(system);
+    for expected in expected {
+        assert!(
+            source.contains(expected),
+            "missing {expected:?} in:\n{source}"
+        );
+    }
+    syn::parse_file(&source).expect("emitted Rust parses");
+}
+
 // ---- Accepted configurations -------------------------------------------------------------
 
 #[test]
@@ -179,30 +201,24 @@ fn shared_pcpus_resolve_policies_and_parameters_in_nanoseconds() {
 #[test]
 fn shared_pcpus_are_emitted() {
     let system = load_fixture("valid-shared.toml");
-    let dtbs: Vec<PathBuf> = system
-        .vms
-        .iter()
-        .map(|vm| PathBuf::from(format!("/out/{}.dtb", vm.name)))
-        .collect();
-    let source = emit_rust(&system, &dtbs);
-    for expected in [
-        "policies: &[::keel_core::sched::Policy::Pinned, \
-         ::keel_core::sched::Policy::FixedPriority { quantum: 500000 }, \
-         ::keel_core::sched::Policy::Edf { quantum: 1000000 }, \
-         ::keel_core::sched::Policy::RoundRobin { quantum: 2000000 }],",
-        "switch_cost_ns: 5000,",
-        "pcpus: &[1, 3, 3],",
-        "sched: &[::keel_core::sched::Params { priority: 10, reservation: \
-         Some(::keel_core::sched::Reservation { period: 1000000, budget: 200000, deadline: 1000000 }) }, \
-         ::keel_core::sched::Params { priority: 0, reservation: \
-         Some(::keel_core::sched::Reservation { period: 2000000, budget: 500000, deadline: 1500000 }) }],",
-        "sched: &[::keel_core::sched::Params { priority: 1, reservation: None }, \
-         ::keel_core::sched::Params { priority: 0, reservation: None }, \
-         ::keel_core::sched::Params { priority: 0, reservation: None }],",
-    ] {
-        assert!(source.contains(expected), "missing {expected:?} in:\n{source}");
-    }
-    syn::parse_file(&source).expect("emitted Rust parses");
+    assert_emits(
+        &system,
+        &[
+            "policies: &[::keel_core::sched::Policy::Pinned, \
+             ::keel_core::sched::Policy::FixedPriority { quantum: 500000 }, \
+             ::keel_core::sched::Policy::Edf { quantum: 1000000 }, \
+             ::keel_core::sched::Policy::RoundRobin { quantum: 2000000 }],",
+            "switch_cost_ns: 5000,",
+            "pcpus: &[1, 3, 3],",
+            "sched: &[::keel_core::sched::Params { priority: 10, reservation: \
+             Some(::keel_core::sched::Reservation { period: 1000000, budget: 200000, deadline: 1000000 }) }, \
+             ::keel_core::sched::Params { priority: 0, reservation: \
+             Some(::keel_core::sched::Reservation { period: 2000000, budget: 500000, deadline: 1500000 }) }],",
+            "sched: &[::keel_core::sched::Params { priority: 1, reservation: None }, \
+             ::keel_core::sched::Params { priority: 0, reservation: None }, \
+             ::keel_core::sched::Params { priority: 0, reservation: None }],",
+        ],
+    );
 }
 
 #[test]
@@ -233,25 +249,16 @@ fn tasks_resolve_to_a_grant_with_managers_as_vm_ids() {
 #[test]
 fn tasks_are_emitted_as_task_grants() {
     let system = load_fixture("valid-tasks.toml");
-    let dtbs: Vec<PathBuf> = system
-        .vms
-        .iter()
-        .map(|vm| PathBuf::from(format!("/out/{}.dtb", vm.name)))
-        .collect();
-    let source = emit_rust(&system, &dtbs);
-    for expected in [
-        "tasks: Some(::keel_core::system::TaskGrant { max: 3, utilisation_ppm: 125000, \
-         managers: &[2, 1] }),",
-        "tasks: Some(::keel_core::system::TaskGrant { max: 6, utilisation_ppm: 300000, \
-         managers: &[] }),",
-        "tasks: None,",
-    ] {
-        assert!(
-            source.contains(expected),
-            "missing {expected:?} in:\n{source}"
-        );
-    }
-    syn::parse_file(&source).expect("emitted Rust parses");
+    assert_emits(
+        &system,
+        &[
+            "tasks: Some(::keel_core::system::TaskGrant { max: 3, utilisation_ppm: 125000, \
+             managers: &[2, 1] }),",
+            "tasks: Some(::keel_core::system::TaskGrant { max: 6, utilisation_ppm: 300000, \
+             managers: &[] }),",
+            "tasks: None,",
+        ],
+    );
 }
 
 /// `valid-tasks.toml` with `old` replaced by `new`, compiled.
@@ -315,26 +322,17 @@ fn messages_resolve_to_grants_laid_out_in_one_pool() {
 #[test]
 fn messages_are_emitted_as_message_grants_and_the_pool_size() {
     let system = load_fixture("valid-messages.toml");
-    let dtbs: Vec<PathBuf> = system
-        .vms
-        .iter()
-        .map(|vm| PathBuf::from(format!("/out/{}.dtb", vm.name)))
-        .collect();
-    let source = emit_rust(&system, &dtbs);
-    for expected in [
-        "messages: Some(::keel_core::system::MessageGrant { depth: 8, size: 256, intid: 9, \
-         senders: &[2, 1], pool_offset: 0 }),",
-        "messages: None,",
-        "messages: Some(::keel_core::system::MessageGrant { depth: 4, size: 64, intid: 40, \
-         senders: &[0, 2], pool_offset: 10560 }),",
-        "\n};\npub const MESSAGE_POOL: usize = 11424;\n",
-    ] {
-        assert!(
-            source.contains(expected),
-            "missing {expected:?} in:\n{source}"
-        );
-    }
-    syn::parse_file(&source).expect("emitted Rust parses");
+    assert_emits(
+        &system,
+        &[
+            "messages: Some(::keel_core::system::MessageGrant { depth: 8, size: 256, intid: 9, \
+             senders: &[2, 1], pool_offset: 0 }),",
+            "messages: None,",
+            "messages: Some(::keel_core::system::MessageGrant { depth: 4, size: 64, intid: 40, \
+             senders: &[0, 2], pool_offset: 10560 }),",
+            "\n};\npub const MESSAGE_POOL: usize = 11424;\n",
+        ],
+    );
 }
 
 /// `valid-messages.toml` with each `(old, new)` of `replacements` made, compiled.
@@ -1770,28 +1768,19 @@ fn channels_resolve_members_as_vm_ids_in_the_order_written() {
 #[test]
 fn channels_are_emitted_as_channel_descriptions() {
     let system = load_fixture("valid-channels.toml");
-    let dtbs: Vec<PathBuf> = system
-        .vms
-        .iter()
-        .map(|vm| PathBuf::from(format!("/out/{}.dtb", vm.name)))
-        .collect();
-    let source = emit_rust(&system, &dtbs);
-    for expected in [
-        "name: \"telemetry\",\n            phys: ::keel_core::addr::PhysAddr(0x5f000000),\n            \
-         size: 0x10000,\n            intid: 10,",
-        "members: &[::keel_core::system::ChannelMember { vm: 1, \
-         ipa: ::keel_core::addr::GuestPhysAddr(0x70010000), writable: true }, \
-         ::keel_core::system::ChannelMember { vm: 0, \
-         ipa: ::keel_core::addr::GuestPhysAddr(0x60000000), writable: false }, \
-         ::keel_core::system::ChannelMember { vm: 2, \
-         ipa: ::keel_core::addr::GuestPhysAddr(0x48000000), writable: true }],",
-    ] {
-        assert!(
-            source.contains(expected),
-            "missing {expected:?} in:\n{source}"
-        );
-    }
-    syn::parse_file(&source).expect("emitted Rust parses");
+    assert_emits(
+        &system,
+        &[
+            "name: \"telemetry\",\n            phys: ::keel_core::addr::PhysAddr(0x5f000000),\n            \
+             size: 0x10000,\n            intid: 10,",
+            "members: &[::keel_core::system::ChannelMember { vm: 1, \
+             ipa: ::keel_core::addr::GuestPhysAddr(0x70010000), writable: true }, \
+             ::keel_core::system::ChannelMember { vm: 0, \
+             ipa: ::keel_core::addr::GuestPhysAddr(0x60000000), writable: false }, \
+             ::keel_core::system::ChannelMember { vm: 2, \
+             ipa: ::keel_core::addr::GuestPhysAddr(0x48000000), writable: true }],",
+        ],
+    );
 }
 
 #[test]
@@ -2100,12 +2089,7 @@ fn rule_22_virtio_console_is_accepted_and_emitted() {
         .vms
         .iter()
         .all(|vm| vm.name == "be" || vm.virtio_console.is_none()));
-    let dtbs: Vec<PathBuf> = system
-        .vms
-        .iter()
-        .map(|vm| PathBuf::from(format!("/out/{}.dtb", vm.name)))
-        .collect();
-    let rust = emit_rust(&system, &dtbs);
+    let rust = emitted(&system);
     assert!(rust.contains("virtio_console: Some(0),"), "{rust}");
 }
 
@@ -2266,12 +2250,7 @@ fn passthrough_resolves_registers_interrupts_and_the_node() {
     );
     assert!(system.vms[1].passthrough.is_empty());
     // Emitted for the hypervisor.
-    let dtbs: Vec<PathBuf> = system
-        .vms
-        .iter()
-        .map(|vm| PathBuf::from(format!("/out/{}.dtb", vm.name)))
-        .collect();
-    let source = emit_rust(&system, &dtbs);
+    let source = emitted(&system);
     assert!(source.contains(
         "::keel_core::system::AssignedDevice { path: \"/pl031@9010000\", regions: &[::keel_core::addr::MemoryRegion { ipa: ::keel_core::addr::GuestPhysAddr(0x9010000), phys: ::keel_core::addr::PhysAddr(0x9010000), size: 0x1000 }], interrupts: &[::keel_core::system::AssignedInterrupt { intid: 34, level: true }], streams: &[] }"
     ));
@@ -3223,6 +3202,18 @@ fn assert_colours_refused(result: Result<System, String>, message: &str) {
 /// `valid-colours.toml`'s `[system] llc`: without it the geometry comes from the board.
 const LLC: &str = "llc = { size = \"1M\", ways = 16, line = 64 }\n";
 
+/// The changes that take every VM of `valid-colours.toml` out of colouring (rt-b moved off
+/// rt-a's memory, which they no longer interleave in).
+const UNCOLOURED: [(&str, &str); 4] = [
+    ("colours = \"0-3\"\ncolours_exclusive = true\n", ""),
+    ("colours = \"4-7\"\n", ""),
+    ("colours = \"8-15\"\n", ""),
+    (
+        "base = 0x4800_0000, size = \"16M\" }\npcpus = [2]",
+        "base = 0x4900_0000, size = \"16M\" }\npcpus = [2]",
+    ),
+];
+
 /// `passthrough/board.dts` (QEMU `virt`'s nodes) with `caches` added under `/cpus`, after the
 /// CPUs, compiled with dtc.
 fn board_with_caches(caches: &str) -> Vec<u8> {
@@ -3323,25 +3314,16 @@ fn coloured_vms_get_their_colours_and_interleave_in_one_range() {
 #[test]
 fn coloured_vms_are_emitted_with_their_colours_and_page_tables() {
     let system = load_fixture("valid-colours.toml");
-    let dtbs: Vec<PathBuf> = system
-        .vms
-        .iter()
-        .map(|vm| PathBuf::from(format!("/out/{}.dtb", vm.name)))
-        .collect();
-    let source = emit_rust(&system, &dtbs);
-    for expected in [
-        "colours: ::keel_core::colour::Colours { mask: 0xf, count: 16 },",
-        "colours: ::keel_core::colour::Colours { mask: 0xf0, count: 16 },",
-        "colours: ::keel_core::colour::Colours { mask: 0xff00, count: 16 },",
-        // Each 16 MiB: 8 + 1 level-3 and 1 + 1 level-2 tables; 64 MiB: 32 + 1 and 1 + 1.
-        "pub const COLOURED_TABLES: usize = 57;",
-    ] {
-        assert!(
-            source.contains(expected),
-            "missing {expected:?} in:\n{source}"
-        );
-    }
-    syn::parse_file(&source).expect("emitted Rust parses");
+    assert_emits(
+        &system,
+        &[
+            "colours: ::keel_core::colour::Colours { mask: 0xf, count: 16 },",
+            "colours: ::keel_core::colour::Colours { mask: 0xf0, count: 16 },",
+            "colours: ::keel_core::colour::Colours { mask: 0xff00, count: 16 },",
+            // Each 16 MiB: 8 + 1 level-3 and 1 + 1 level-2 tables; 64 MiB: 32 + 1 and 1 + 1.
+            "pub const COLOURED_TABLES: usize = 57;",
+        ],
+    );
 }
 
 #[test]
@@ -3368,16 +3350,7 @@ fn colour_report_gives_each_vms_share_of_the_cache() {
     );
     // Without a coloured VM, nothing to report (and no line changes in a build).
     assert!(keel_core::config::colour_report(&load_fixture("valid.toml")).is_empty());
-    let none_coloured = colours_with_all(&[
-        ("colours = \"0-3\"\ncolours_exclusive = true\n", ""),
-        ("colours = \"4-7\"\n", ""),
-        ("colours = \"8-15\"\n", ""),
-        (
-            "base = 0x4800_0000, size = \"16M\" }\npcpus = [2]",
-            "base = 0x4900_0000, size = \"16M\" }\npcpus = [2]",
-        ),
-    ])
-    .unwrap();
+    let none_coloured = colours_with_all(&UNCOLOURED).unwrap();
     assert!(none_coloured.llc.is_some());
     assert!(keel_core::config::colour_report(&none_coloured).is_empty());
 }
@@ -3444,17 +3417,7 @@ fn colouring_needs_the_caches_geometry() {
         ),
     );
     // A system without colours needs no geometry.
-    let uncoloured = colours_with_all(&[
-        (LLC, ""),
-        ("colours = \"0-3\"\ncolours_exclusive = true\n", ""),
-        ("colours = \"4-7\"\n", ""),
-        ("colours = \"8-15\"\n", ""),
-        (
-            "base = 0x4800_0000, size = \"16M\" }\npcpus = [2]",
-            "base = 0x4900_0000, size = \"16M\" }\npcpus = [2]",
-        ),
-    ])
-    .unwrap();
+    let uncoloured = colours_with_all(&[&[(LLC, "")], &UNCOLOURED[..]].concat()).unwrap();
     assert_eq!(uncoloured.llc, None);
 }
 
