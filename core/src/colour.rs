@@ -173,6 +173,37 @@ impl Colours {
     }
 }
 
+/// The set as Xen's `llc-colors` writes it, which [`Colours::parse`] reads back: ascending
+/// colours, runs of two or more as ranges (`4-7`, `0,2,5-7`); `none` for the empty set.
+impl core::fmt::Display for Colours {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        if self.mask == 0 {
+            return f.write_str("none");
+        }
+        let has = |colour: u32| colour < u64::BITS && self.mask & (1 << colour) != 0;
+        let mut separator = "";
+        let mut colour = 0;
+        while colour < u64::BITS {
+            if !has(colour) {
+                colour += 1;
+                continue;
+            }
+            let first = colour;
+            while has(colour + 1) {
+                colour += 1;
+            }
+            if first == colour {
+                write!(f, "{separator}{first}")?;
+            } else {
+                write!(f, "{separator}{first}-{colour}")?;
+            }
+            separator = ",";
+            colour += 1;
+        }
+        Ok(())
+    }
+}
+
 fn number(text: &str) -> Result<u32, ColourListError> {
     let text = text.trim();
     text.parse::<u32>().map_err(|_| ColourListError::NotANumber)
@@ -291,6 +322,16 @@ mod tests {
         assert_eq!(all.span(16 << 20), Some(16 << 20));
         assert_eq!(quarter.span(0), Some(0));
         assert_eq!(quarter.span(1), Some(FRAME));
+    }
+
+    #[test]
+    fn sets_are_shown_as_ranges_that_parse_back() {
+        for text in ["4-7", "0,2,5-7", "15", "0-63", "1,3,5", "0-1,62-63"] {
+            let colours = Colours::parse(text, 64).unwrap();
+            assert_eq!(colours.to_string(), text);
+        }
+        assert_eq!(Colours::parse("7,6,5,4", 16).unwrap().to_string(), "4-7");
+        assert_eq!(Colours::NONE.to_string(), "none");
     }
 
     #[test]

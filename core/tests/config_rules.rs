@@ -53,6 +53,28 @@ fn assert_rejected(name: &str, message: &str) {
     );
 }
 
+/// The Rust `system` is emitted as, each VM's device tree at `/out/<name>.dtb`.
+fn emitted(system: &System) -> String {
+    let dtbs: Vec<PathBuf> = system
+        .vms
+        .iter()
+        .map(|vm| PathBuf::from(format!("/out/{}.dtb", vm.name)))
+        .collect();
+    emit_rust(system, &dtbs)
+}
+
+/// Asserts that the Rust `system` is emitted as holds each of `expected`, and parses.
+fn assert_emits(system: &System, expected: &[&str]) {
+    let source = emitted(system);
+    for expected in expected {
+        assert!(
+            source.contains(expected),
+            "missing {expected:?} in:\n{source}"
+        );
+    }
+    syn::parse_file(&source).expect("emitted Rust parses");
+}
+
 // ---- Accepted configurations -------------------------------------------------------------
 
 #[test]
@@ -179,30 +201,24 @@ fn shared_pcpus_resolve_policies_and_parameters_in_nanoseconds() {
 #[test]
 fn shared_pcpus_are_emitted() {
     let system = load_fixture("valid-shared.toml");
-    let dtbs: Vec<PathBuf> = system
-        .vms
-        .iter()
-        .map(|vm| PathBuf::from(format!("/out/{}.dtb", vm.name)))
-        .collect();
-    let source = emit_rust(&system, &dtbs);
-    for expected in [
-        "policies: &[::keel_core::sched::Policy::Pinned, \
-         ::keel_core::sched::Policy::FixedPriority { quantum: 500000 }, \
-         ::keel_core::sched::Policy::Edf { quantum: 1000000 }, \
-         ::keel_core::sched::Policy::RoundRobin { quantum: 2000000 }],",
-        "switch_cost_ns: 5000,",
-        "pcpus: &[1, 3, 3],",
-        "sched: &[::keel_core::sched::Params { priority: 10, reservation: \
-         Some(::keel_core::sched::Reservation { period: 1000000, budget: 200000, deadline: 1000000 }) }, \
-         ::keel_core::sched::Params { priority: 0, reservation: \
-         Some(::keel_core::sched::Reservation { period: 2000000, budget: 500000, deadline: 1500000 }) }],",
-        "sched: &[::keel_core::sched::Params { priority: 1, reservation: None }, \
-         ::keel_core::sched::Params { priority: 0, reservation: None }, \
-         ::keel_core::sched::Params { priority: 0, reservation: None }],",
-    ] {
-        assert!(source.contains(expected), "missing {expected:?} in:\n{source}");
-    }
-    syn::parse_file(&source).expect("emitted Rust parses");
+    assert_emits(
+        &system,
+        &[
+            "policies: &[::keel_core::sched::Policy::Pinned, \
+             ::keel_core::sched::Policy::FixedPriority { quantum: 500000 }, \
+             ::keel_core::sched::Policy::Edf { quantum: 1000000 }, \
+             ::keel_core::sched::Policy::RoundRobin { quantum: 2000000 }],",
+            "switch_cost_ns: 5000,",
+            "pcpus: &[1, 3, 3],",
+            "sched: &[::keel_core::sched::Params { priority: 10, reservation: \
+             Some(::keel_core::sched::Reservation { period: 1000000, budget: 200000, deadline: 1000000 }) }, \
+             ::keel_core::sched::Params { priority: 0, reservation: \
+             Some(::keel_core::sched::Reservation { period: 2000000, budget: 500000, deadline: 1500000 }) }],",
+            "sched: &[::keel_core::sched::Params { priority: 1, reservation: None }, \
+             ::keel_core::sched::Params { priority: 0, reservation: None }, \
+             ::keel_core::sched::Params { priority: 0, reservation: None }],",
+        ],
+    );
 }
 
 #[test]
@@ -233,25 +249,16 @@ fn tasks_resolve_to_a_grant_with_managers_as_vm_ids() {
 #[test]
 fn tasks_are_emitted_as_task_grants() {
     let system = load_fixture("valid-tasks.toml");
-    let dtbs: Vec<PathBuf> = system
-        .vms
-        .iter()
-        .map(|vm| PathBuf::from(format!("/out/{}.dtb", vm.name)))
-        .collect();
-    let source = emit_rust(&system, &dtbs);
-    for expected in [
-        "tasks: Some(::keel_core::system::TaskGrant { max: 3, utilisation_ppm: 125000, \
-         managers: &[2, 1] }),",
-        "tasks: Some(::keel_core::system::TaskGrant { max: 6, utilisation_ppm: 300000, \
-         managers: &[] }),",
-        "tasks: None,",
-    ] {
-        assert!(
-            source.contains(expected),
-            "missing {expected:?} in:\n{source}"
-        );
-    }
-    syn::parse_file(&source).expect("emitted Rust parses");
+    assert_emits(
+        &system,
+        &[
+            "tasks: Some(::keel_core::system::TaskGrant { max: 3, utilisation_ppm: 125000, \
+             managers: &[2, 1] }),",
+            "tasks: Some(::keel_core::system::TaskGrant { max: 6, utilisation_ppm: 300000, \
+             managers: &[] }),",
+            "tasks: None,",
+        ],
+    );
 }
 
 /// `valid-tasks.toml` with `old` replaced by `new`, compiled.
@@ -315,26 +322,17 @@ fn messages_resolve_to_grants_laid_out_in_one_pool() {
 #[test]
 fn messages_are_emitted_as_message_grants_and_the_pool_size() {
     let system = load_fixture("valid-messages.toml");
-    let dtbs: Vec<PathBuf> = system
-        .vms
-        .iter()
-        .map(|vm| PathBuf::from(format!("/out/{}.dtb", vm.name)))
-        .collect();
-    let source = emit_rust(&system, &dtbs);
-    for expected in [
-        "messages: Some(::keel_core::system::MessageGrant { depth: 8, size: 256, intid: 9, \
-         senders: &[2, 1], pool_offset: 0 }),",
-        "messages: None,",
-        "messages: Some(::keel_core::system::MessageGrant { depth: 4, size: 64, intid: 40, \
-         senders: &[0, 2], pool_offset: 10560 }),",
-        "\n};\npub const MESSAGE_POOL: usize = 11424;\n",
-    ] {
-        assert!(
-            source.contains(expected),
-            "missing {expected:?} in:\n{source}"
-        );
-    }
-    syn::parse_file(&source).expect("emitted Rust parses");
+    assert_emits(
+        &system,
+        &[
+            "messages: Some(::keel_core::system::MessageGrant { depth: 8, size: 256, intid: 9, \
+             senders: &[2, 1], pool_offset: 0 }),",
+            "messages: None,",
+            "messages: Some(::keel_core::system::MessageGrant { depth: 4, size: 64, intid: 40, \
+             senders: &[0, 2], pool_offset: 10560 }),",
+            "\n};\npub const MESSAGE_POOL: usize = 11424;\n",
+        ],
+    );
 }
 
 /// `valid-messages.toml` with each `(old, new)` of `replacements` made, compiled.
@@ -495,7 +493,7 @@ fn rule_1_toml_syntax_error_has_line_and_column() {
 fn rule_1_unknown_field() {
     assert_rejected(
         "toml-unknown-field.toml",
-        "14:1: unknown field `memroy`, expected one of `name`, `image`, `initrd`, `memory`, `ipa`, `flash`, `pcpus`, `schedule`, `tasks`, `messages`, `virtio_console`, `devices`, `console`, `passthrough`, `cmdline`, `wfi`, `pmu`, `monitor_masked_stretch`, `trace_reader`, `health`",
+        "14:1: unknown field `memroy`, expected one of `name`, `image`, `initrd`, `memory`, `ipa`, `colours`, `colours_exclusive`, `flash`, `pcpus`, `schedule`, `tasks`, `messages`, `virtio_console`, `devices`, `console`, `passthrough`, `cmdline`, `wfi`, `pmu`, `monitor_masked_stretch`, `trace_reader`, `health`",
     );
 }
 
@@ -1770,28 +1768,19 @@ fn channels_resolve_members_as_vm_ids_in_the_order_written() {
 #[test]
 fn channels_are_emitted_as_channel_descriptions() {
     let system = load_fixture("valid-channels.toml");
-    let dtbs: Vec<PathBuf> = system
-        .vms
-        .iter()
-        .map(|vm| PathBuf::from(format!("/out/{}.dtb", vm.name)))
-        .collect();
-    let source = emit_rust(&system, &dtbs);
-    for expected in [
-        "name: \"telemetry\",\n            phys: ::keel_core::addr::PhysAddr(0x5f000000),\n            \
-         size: 0x10000,\n            intid: 10,",
-        "members: &[::keel_core::system::ChannelMember { vm: 1, \
-         ipa: ::keel_core::addr::GuestPhysAddr(0x70010000), writable: true }, \
-         ::keel_core::system::ChannelMember { vm: 0, \
-         ipa: ::keel_core::addr::GuestPhysAddr(0x60000000), writable: false }, \
-         ::keel_core::system::ChannelMember { vm: 2, \
-         ipa: ::keel_core::addr::GuestPhysAddr(0x48000000), writable: true }],",
-    ] {
-        assert!(
-            source.contains(expected),
-            "missing {expected:?} in:\n{source}"
-        );
-    }
-    syn::parse_file(&source).expect("emitted Rust parses");
+    assert_emits(
+        &system,
+        &[
+            "name: \"telemetry\",\n            phys: ::keel_core::addr::PhysAddr(0x5f000000),\n            \
+             size: 0x10000,\n            intid: 10,",
+            "members: &[::keel_core::system::ChannelMember { vm: 1, \
+             ipa: ::keel_core::addr::GuestPhysAddr(0x70010000), writable: true }, \
+             ::keel_core::system::ChannelMember { vm: 0, \
+             ipa: ::keel_core::addr::GuestPhysAddr(0x60000000), writable: false }, \
+             ::keel_core::system::ChannelMember { vm: 2, \
+             ipa: ::keel_core::addr::GuestPhysAddr(0x48000000), writable: true }],",
+        ],
+    );
 }
 
 #[test]
@@ -2100,12 +2089,7 @@ fn rule_22_virtio_console_is_accepted_and_emitted() {
         .vms
         .iter()
         .all(|vm| vm.name == "be" || vm.virtio_console.is_none()));
-    let dtbs: Vec<PathBuf> = system
-        .vms
-        .iter()
-        .map(|vm| PathBuf::from(format!("/out/{}.dtb", vm.name)))
-        .collect();
-    let rust = emit_rust(&system, &dtbs);
+    let rust = emitted(&system);
     assert!(rust.contains("virtio_console: Some(0),"), "{rust}");
 }
 
@@ -2266,12 +2250,7 @@ fn passthrough_resolves_registers_interrupts_and_the_node() {
     );
     assert!(system.vms[1].passthrough.is_empty());
     // Emitted for the hypervisor.
-    let dtbs: Vec<PathBuf> = system
-        .vms
-        .iter()
-        .map(|vm| PathBuf::from(format!("/out/{}.dtb", vm.name)))
-        .collect();
-    let source = emit_rust(&system, &dtbs);
+    let source = emitted(&system);
     assert!(source.contains(
         "::keel_core::system::AssignedDevice { path: \"/pl031@9010000\", regions: &[::keel_core::addr::MemoryRegion { ipa: ::keel_core::addr::GuestPhysAddr(0x9010000), phys: ::keel_core::addr::PhysAddr(0x9010000), size: 0x1000 }], interrupts: &[::keel_core::system::AssignedInterrupt { intid: 34, level: true }], streams: &[] }"
     ));
@@ -3178,5 +3157,481 @@ fn trace_rings_fit_in_half_of_keels_region() {
     assert_rejected(
         "trace-rings-too-large.toml",
         "system: trace.size: the trace rings take 16777344 bytes (2 pCPUs, each ring with its 64-byte header), above half of Keel's region (16777216)",
+    );
+}
+
+// ---- Cache colouring -------------------------------------------------------------------------
+
+/// `valid-colours.toml` with each `(old, new)` of `replacements` made, compiled against `board`.
+fn colours_on_board(
+    replacements: &[(&str, &str)],
+    board: keel_core::config::BoardTree,
+) -> Result<System, String> {
+    let path = Path::new(FIXTURES).join("valid-colours.toml");
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    for (old, new) in replacements {
+        assert_eq!(text.matches(old).count(), 1, "{old:?}");
+        text = text.replace(old, new);
+    }
+    keel_core::config::parse_str_with_board(&text, &path, &guest_image, board)
+        .map_err(|error| error.to_string())
+}
+
+/// `valid-colours.toml` with each `(old, new)` of `replacements` made, compiled without a
+/// board device tree.
+fn colours_with_all(replacements: &[(&str, &str)]) -> Result<System, String> {
+    colours_on_board(replacements, &keel_core::config::no_board_tree)
+}
+
+/// Asserts the change to `valid-colours.toml` is refused with `message` after the file's path
+/// (and `: `, or `:` before a TOML error's line and column).
+fn assert_colours_refused(result: Result<System, String>, message: &str) {
+    let separator = if message.starts_with(|c: char| c.is_ascii_digit()) {
+        ":"
+    } else {
+        ": "
+    };
+    assert_eq!(
+        result.map(|_| ()),
+        Err(format!(
+            "tests/fixtures/valid-colours.toml{separator}{message}"
+        ))
+    );
+}
+
+/// `valid-colours.toml`'s `[system] llc`: without it the geometry comes from the board.
+const LLC: &str = "llc = { size = \"1M\", ways = 16, line = 64 }\n";
+
+/// The changes that take every VM of `valid-colours.toml` out of colouring (rt-b moved off
+/// rt-a's memory, which they no longer interleave in).
+const UNCOLOURED: [(&str, &str); 4] = [
+    ("colours = \"0-3\"\ncolours_exclusive = true\n", ""),
+    ("colours = \"4-7\"\n", ""),
+    ("colours = \"8-15\"\n", ""),
+    (
+        "base = 0x4800_0000, size = \"16M\" }\npcpus = [2]",
+        "base = 0x4900_0000, size = \"16M\" }\npcpus = [2]",
+    ),
+];
+
+/// `passthrough/board.dts` (QEMU `virt`'s nodes) with `caches` added under `/cpus`, after the
+/// CPUs, compiled with dtc.
+fn board_with_caches(caches: &str) -> Vec<u8> {
+    use std::io::Write;
+    let source =
+        std::fs::read_to_string(Path::new(FIXTURES).join("passthrough/board.dts")).unwrap();
+    let end_of_cpus = "\t};\n\n\tpsci {\n";
+    assert_eq!(source.matches(end_of_cpus).count(), 1);
+    let source = source.replace(end_of_cpus, &format!("{caches}{end_of_cpus}"));
+    let mut dtc = std::process::Command::new("dtc")
+        .args(["-I", "dts", "-O", "dtb", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|error| {
+            panic!("dtc (Debian package device-tree-compiler) cannot start: {error}")
+        });
+    dtc.stdin
+        .take()
+        .unwrap()
+        .write_all(source.as_bytes())
+        .unwrap();
+    let output = dtc.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "dtc: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output.stdout
+}
+
+/// `valid-colours.toml` without its `[system] llc`, each `(old, new)` of `replacements` made,
+/// compiled against QEMU `virt`'s tree with `caches` under `/cpus`.
+fn colours_with_board_caches(
+    caches: &str,
+    replacements: &[(&str, &str)],
+) -> Result<System, String> {
+    let blob = board_with_caches(caches);
+    let board = move |_: &'static keel_core::board::BoardDesc, _: bool| Ok(blob.clone());
+    let mut all = vec![(LLC, "")];
+    all.extend_from_slice(replacements);
+    colours_on_board(&all, &board)
+}
+
+/// A Cortex-A72-like cluster's level-2 cache, 512 KiB and 16-way (`size` bytes and `sets` as
+/// given), under `/cpus`.
+fn l2_cache(size: u32, sets: &str) -> String {
+    format!(
+        "\t\tl2-cache {{\n\t\t\tcompatible = \"cache\";\n\t\t\tcache-level = <2>;\n\
+         \t\t\tcache-unified;\n\t\t\tcache-size = <{size:#x}>;\n{sets}\
+         \t\t\tcache-line-size = <64>;\n\t\t}};\n"
+    )
+}
+
+#[test]
+fn coloured_vms_get_their_colours_and_interleave_in_one_range() {
+    let system = load_fixture("valid-colours.toml");
+    assert_eq!(
+        system.llc,
+        Some(keel_core::colour::CacheGeometry {
+            size: 1 << 20,
+            ways: 16,
+            line: 64
+        })
+    );
+    let [rt_a, rt_b, linux] = &system.vms[..] else {
+        panic!("three VMs");
+    };
+    assert_eq!(
+        (
+            rt_a.colours.mask,
+            rt_a.colours.count,
+            rt_a.colours_exclusive
+        ),
+        (0xf, 16, true)
+    );
+    assert_eq!(
+        (
+            rt_b.colours.mask,
+            rt_b.colours.count,
+            rt_b.colours_exclusive
+        ),
+        (0xf0, 16, false)
+    );
+    assert_eq!(linux.colours.mask, 0xff00);
+    // The guest's RAM keeps its size; its frames span four times as much (twice for Linux).
+    assert_eq!((rt_a.phys, rt_a.size), (0x4800_0000, 16 << 20));
+    assert_eq!(rt_a.span(), (64 << 20) - 12 * 4096);
+    assert_eq!(linux.span(), 128 << 20);
+    assert_eq!(
+        load_fixture("valid.toml").llc,
+        None,
+        "no geometry unless given"
+    );
+}
+
+#[test]
+fn coloured_vms_are_emitted_with_their_colours_and_page_tables() {
+    let system = load_fixture("valid-colours.toml");
+    assert_emits(
+        &system,
+        &[
+            "colours: ::keel_core::colour::Colours { mask: 0xf, count: 16 },",
+            "colours: ::keel_core::colour::Colours { mask: 0xf0, count: 16 },",
+            "colours: ::keel_core::colour::Colours { mask: 0xff00, count: 16 },",
+            // Each 16 MiB: 8 + 1 level-3 and 1 + 1 level-2 tables; 64 MiB: 32 + 1 and 1 + 1.
+            "pub const COLOURED_TABLES: usize = 57;",
+        ],
+    );
+}
+
+#[test]
+fn colour_report_gives_each_vms_share_of_the_cache() {
+    assert_eq!(
+        keel_core::config::colour_report(&load_fixture("valid-colours.toml")),
+        [
+            "vm 'rt-a': colours 0-3 (exclusive): 4 of 16 colours, 256 KiB of the 1 MiB LLC; \
+             16 MiB in [0x48000000, 0x4bff4000)",
+            "vm 'rt-b': colours 4-7: 4 of 16 colours, 256 KiB of the 1 MiB LLC; 16 MiB in \
+             [0x48000000, 0x4bff8000)",
+            "vm 'linux': colours 8-15: 8 of 16 colours, 512 KiB of the 1 MiB LLC; 64 MiB in \
+             [0x50000000, 0x58000000)",
+        ]
+    );
+    let uncoloured_linux = colours_with_all(&[
+        ("colours_exclusive = true\n", ""),
+        ("colours = \"8-15\"\n", ""),
+    ])
+    .unwrap();
+    assert_eq!(
+        keel_core::config::colour_report(&uncoloured_linux)[2],
+        "vm 'linux': all 16 colours, the whole 1 MiB LLC; 64 MiB in [0x50000000, 0x54000000)"
+    );
+    // Without a coloured VM, nothing to report (and no line changes in a build).
+    assert!(keel_core::config::colour_report(&load_fixture("valid.toml")).is_empty());
+    let none_coloured = colours_with_all(&UNCOLOURED).unwrap();
+    assert!(none_coloured.llc.is_some());
+    assert!(keel_core::config::colour_report(&none_coloured).is_empty());
+}
+
+#[test]
+fn colouring_geometry_comes_from_the_boards_highest_unified_cache() {
+    // A level-2 cache per cluster and a level-3 cache (its line given as a block size): the
+    // level 3 is the last level, 2 MiB of 16 ways, so 32 colours.
+    let l3 = "\t\tl3-cache {\n\t\t\tcompatible = \"cache\";\n\t\t\tcache-level = <3>;\n\
+              \t\t\tcache-unified;\n\t\t\tcache-size = <0x200000>;\n\t\t\tcache-sets = <2048>;\n\
+              \t\t\tcache-block-size = <64>;\n\t\t};\n";
+    let caches = format!("{}{l3}", l2_cache(0x8_0000, "\t\t\tcache-sets = <512>;\n"));
+    let system = colours_with_board_caches(&caches, &[]).unwrap();
+    let l3_geometry = keel_core::colour::CacheGeometry {
+        size: 2 << 20,
+        ways: 16,
+        line: 64,
+    };
+    assert_eq!(system.llc, Some(l3_geometry));
+    assert_eq!(system.vms[0].colours.count, 32);
+    // [system] llc wins over the board's.
+    let given =
+        colours_with_board_caches(&caches, &[("pcpus = 4\n", &format!("pcpus = 4\n{LLC}"))])
+            .unwrap();
+    assert_eq!(given.llc.map(|llc| llc.size), Some(1 << 20));
+}
+
+#[test]
+fn colouring_needs_the_caches_geometry() {
+    let give = "give [system] llc = { size = \"1M\", ways = 16, line = 64 } with the cache's own \
+                size, ways and line size";
+    assert_colours_refused(
+        colours_with_all(&[(LLC, "")]),
+        &format!(
+            "vm 'rt-a': colours: colouring needs the last-level cache's geometry: the \
+             configuration gives no [system] llc, and board qemu-virt's device tree cannot be \
+             read (no board device tree was given to the configuration compiler): {give}"
+        ),
+    );
+    // QEMU virt's tree describes no cache.
+    assert_colours_refused(
+        colours_on_board(&[(LLC, "")], &passthrough_board),
+        &format!(
+            "vm 'rt-a': colours: colouring needs the last-level cache's geometry: the \
+             configuration gives no [system] llc, and board qemu-virt's device tree has no \
+             unified level-2 or level-3 cache node (compatible \"cache\", cache-unified): {give}"
+        ),
+    );
+    assert_colours_refused(
+        colours_with_board_caches(&l2_cache(0x10_0000, ""), &[]),
+        &format!(
+            "vm 'rt-a': colours: colouring needs the last-level cache's geometry: the \
+             configuration gives no [system] llc, and board qemu-virt's device tree gives its \
+             cache node '/cpus/l2-cache' no cache-sets: {give}"
+        ),
+    );
+    assert_colours_refused(
+        colours_with_board_caches(&l2_cache(0x10_0000, "\t\t\tcache-sets = <1000>;\n"), &[]),
+        &format!(
+            "vm 'rt-a': colours: colouring needs the last-level cache's geometry: the \
+             configuration gives no [system] llc, and board qemu-virt's device tree gives its \
+             cache node '/cpus/l2-cache' a cache-size of 1048576 bytes, not a whole number of \
+             ways of cache-sets 1000 × cache-line-size 64: {give}"
+        ),
+    );
+    // A system without colours needs no geometry.
+    let uncoloured = colours_with_all(&[&[(LLC, "")], &UNCOLOURED[..]].concat()).unwrap();
+    assert_eq!(uncoloured.llc, None);
+}
+
+#[test]
+fn colouring_geometry_is_one_keel_can_colour() {
+    assert_colours_refused(
+        colours_with_all(&[("ways = 16", "ways = 12")]),
+        "system: llc: a cache of 1 MiB, 12 ways and 64-byte lines cannot be coloured: size, \
+         ways and line must be powers of two",
+    );
+    assert_colours_refused(
+        colours_with_all(&[("size = \"1M\", ways", "size = \"32M\", ways")]),
+        "system: llc: a cache of 32 MiB, 16 ways and 64-byte lines cannot be coloured: more \
+         than 64 colours (a way larger than 256 KiB)",
+    );
+    // 1.5 MiB of 12 ways, from the board's tree.
+    assert_colours_refused(
+        colours_with_board_caches(&l2_cache(0x18_0000, "\t\t\tcache-sets = <2048>;\n"), &[]),
+        "vm 'rt-a': colours: board qemu-virt's device tree gives the last-level cache at \
+         '/cpus/l2-cache' as 1536 KiB, 12 ways and 64-byte lines, which cannot be coloured: \
+         size, ways and line must be powers of two",
+    );
+}
+
+#[test]
+fn colours_are_a_list_of_the_caches_colours() {
+    assert_colours_refused(
+        colours_with_all(&[("colours = \"0-3\"", "colours = \"0-16\"")]),
+        "vm 'rt-a': colours: \"0-16\": colour 16 is not one of the cache's 16 (0-15)",
+    );
+    assert_colours_refused(
+        colours_with_all(&[("colours = \"0-3\"", "colours = \"0-3;8\"")]),
+        "vm 'rt-a': colours: \"0-3;8\": not a list of colours and ranges such as \"0-3,8\"",
+    );
+    assert_colours_refused(
+        colours_with_all(&[("colours = \"4-7\"", "colours = 4")]),
+        "24:11: invalid type: integer `4`, expected a string",
+    );
+}
+
+#[test]
+fn colours_exclusive_needs_colours() {
+    assert_colours_refused(
+        colours_with_all(&[("colours = \"4-7\"", "colours_exclusive = true")]),
+        "vm 'rt-b': colours_exclusive: needs colours: a VM without colours uses every colour of \
+         the cache",
+    );
+}
+
+#[test]
+fn coloured_vm_has_no_flash() {
+    assert_colours_refused(
+        colours_with_all(&[(
+            "colours = \"4-7\"",
+            "colours = \"4-7\"\nflash = { base = 0x6000_0000, size = \"16M\" }",
+        )]),
+        "vm 'rt-b': flash: flash is not coloured: a VM with colours has no flash",
+    );
+}
+
+#[test]
+fn coloured_vm_is_not_mapped_one_to_one() {
+    assert_colours_refused(
+        colours_with_all(&[("colours = \"0-3\"", "colours = \"0-3\"\nipa = 0x4800_0000")]),
+        "vm 'rt-a': ipa: 0x48000000 is its memory's base, as for a VM mapped 1:1, but its \
+         memory is coloured: its IPAs are no longer its physical addresses (guest page i is the \
+         i-th frame of its colours), so nothing may rely on them being equal",
+    );
+}
+
+#[test]
+fn coloured_memory_starts_at_a_period_of_the_colours() {
+    assert_colours_refused(
+        colours_with_all(&[(
+            "base = 0x4800_0000, size = \"16M\" }\ncolours = \"0-3\"",
+            "base = 0x4800_1000, size = \"16M\" }\ncolours = \"0-3\"",
+        )]),
+        "vm 'rt-a': memory: base 0x48001000 is not aligned to 0x10000 (64 KiB: a period of the \
+         cache's 16 colours, so that its first frame has colour 0)",
+    );
+}
+
+#[test]
+fn coloured_memory_spans_inside_ram() {
+    // 64 MiB in 8 of 16 colours spans 128 MiB: it fits exactly below RAM's end...
+    let fits = colours_with_all(&[("base = 0x5000_0000", "base = 0x7800_0000")]).unwrap();
+    assert_eq!(fits.vms[2].phys + fits.vms[2].span(), 0x8000_0000);
+    // ...but not 64 MiB higher, where the same memory uncoloured would.
+    assert_colours_refused(
+        colours_with_all(&[("base = 0x5000_0000", "base = 0x7c00_0000")]),
+        "vm 'linux': memory: 64 MiB in colours 8-15 spans to 0x84000000, past RAM's end at \
+         0x80000000: more memory than its colours can hold inside the RAM given",
+    );
+    assert!(colours_with_all(&[
+        (
+            "base = 0x5000_0000, size = \"64M\" }\ncolours = \"8-15\"",
+            "base = 0x7c00_0000, size = \"64M\" }"
+        ),
+        ("colours_exclusive = true\n", ""),
+    ])
+    .is_ok());
+}
+
+#[test]
+fn coloured_spans_are_clear_of_keel_and_of_uncoloured_memory() {
+    assert_colours_refused(
+        colours_with_all(&[
+            (
+                "hypervisor = { base = 0x4000_0000",
+                "hypervisor = { base = 0x7e00_0000",
+            ),
+            ("base = 0x5000_0000", "base = 0x7800_0000"),
+        ]),
+        "vm 'linux': memory: 0x78000000..0x80000000 overlaps the hypervisor region \
+         0x7e000000..0x80000000",
+    );
+    assert_colours_refused(
+        colours_with_all(&[
+            ("colours_exclusive = true\n", ""),
+            (
+                "base = 0x5000_0000, size = \"64M\" }\ncolours = \"8-15\"",
+                "base = 0x4a00_0000, size = \"64M\" }",
+            ),
+        ]),
+        "vm 'linux': memory: 0x4a000000..0x4e000000 overlaps vm 'rt-a' memory \
+         0x48000000..0x4bff4000",
+    );
+    // A channel in a coloured span, past the VM's own 16 MiB.
+    assert_colours_refused(
+        colours_with_all(&[(
+            "pcpus = [3]\n",
+            "pcpus = [3]\n[[channel]]\nname = \"c\"\nmemory = { base = 0x4a00_0000, size = \"64K\" }\n\
+             interrupt = 40\nvms = [{ vm = \"rt-a\", ipa = 0x6000_0000, access = \"rw\" }, \
+             { vm = \"rt-b\", ipa = 0x6000_0000, access = \"rw\" }]\n",
+        )]),
+        "channel 'c': memory: 0x4a000000..0x4a010000 overlaps vm 'rt-a' memory \
+         0x48000000..0x4bff4000",
+    );
+}
+
+#[test]
+fn coloured_spans_overlap_only_with_disjoint_colours() {
+    assert_colours_refused(
+        colours_with_all(&[
+            ("colours_exclusive = true\n", ""),
+            ("colours = \"4-7\"", "colours = \"3-7\""),
+        ]),
+        "vm 'rt-b': memory: span 0x48000000..0x4b334000 overlaps vm 'rt-a' memory span \
+         0x48000000..0x4bff4000, and both use colour 3: coloured VMs share a range only with \
+         disjoint colours",
+    );
+}
+
+#[test]
+fn exclusive_colours_are_one_vms() {
+    // The later VM takes a colour of an exclusive one...
+    assert_colours_refused(
+        colours_with_all(&[("colours = \"4-7\"", "colours = \"2-7\"")]),
+        "vm 'rt-b': colours: shares colours 2-3 with vm 'rt-a', which keeps its colours its own \
+         (colours_exclusive = true)",
+    );
+    // ...or is exclusive itself.
+    assert_colours_refused(
+        colours_with_all(&[
+            ("colours_exclusive = true\n", ""),
+            (
+                "colours = \"4-7\"",
+                "colours = \"3-7\"\ncolours_exclusive = true",
+            ),
+        ]),
+        "vm 'rt-b': colours_exclusive: vm 'rt-a' also uses colour 3, and this VM keeps its \
+         colours its own (colours_exclusive = true)",
+    );
+    // Disjoint colours in one range are fine beside an exclusive VM (the fixture).
+    assert!(colours_with_all(&[]).is_ok());
+}
+
+#[test]
+fn an_uncoloured_vm_uses_every_colour() {
+    assert_colours_refused(
+        colours_with_all(&[("colours = \"8-15\"\n", "")]),
+        "vm 'linux': colours: none given, so the VM uses all 16 colours, and vm 'rt-a' keeps \
+         colours 0-3 its own (colours_exclusive = true)",
+    );
+    assert_colours_refused(
+        colours_with_all(&[
+            (
+                "memory = { base = 0x4800_0000, size = \"16M\" }\ncolours = \"0-3\"\n\
+                 colours_exclusive = true\n",
+                "memory = { base = 0x6000_0000, size = \"16M\" }\n",
+            ),
+            (
+                "colours = \"8-15\"",
+                "colours = \"8-15\"\ncolours_exclusive = true",
+            ),
+        ]),
+        "vm 'linux': colours_exclusive: vm 'rt-a' has no colours, so it uses all 16 colours, \
+         this VM's colours 8-15 included",
+    );
+}
+
+#[test]
+fn coloured_vm_gives_no_device_unisolated_dma() {
+    assert_passthrough_refused_on_zcu102(
+        zcu102_with_all(&[
+            ("pcpus = 4\n", &format!("pcpus = 4\n{LLC}")),
+            (
+                "ipa = 0x4000_0000\n",
+                "ipa = 0x8000_0000\ncolours = \"0-7\"\n",
+            ),
+        ]),
+        "vm 'linux': passthrough: '/axi/ethernet@ff0e0000': unisolated_dma = true needs the VM \
+         mapped 1:1, but its memory is coloured: its IPAs are no longer its physical addresses \
+         (guest page i is the i-th frame of its colours), so the device's DMA would miss its \
+         memory",
     );
 }

@@ -454,6 +454,7 @@ mod tests {
             ipa: 0x4000_0000,
             size: 0x100_0000,
             colours: keel_core::colour::Colours::NONE,
+            colours_exclusive: false,
             sched: vec![keel_core::sched::Params::default(); pcpus.len()],
             pcpus,
             image: ImageSource::Guest("test-guest".into()),

@@ -524,6 +524,10 @@ fn build_compiled(system: config::System, config_path: &Path) -> Result<SystemIm
         path.display(),
         system.name
     ));
+    // Each VM's share of the last-level cache: no line unless some VM is coloured.
+    for line in config::colour_report(&system) {
+        step(&line);
+    }
     Ok(SystemImage { system, path, elf })
 }
 

@@ -15,8 +15,8 @@ use crate::system::WfiPolicy;
 /// manager or a watchdog (otherwise the hypervisor leaves health monitoring out), and
 /// `pub const SHARED_PCPUS: bool`, whether some pCPU's policy is not `pinned` (otherwise the
 /// hypervisor leaves the shared pCPUs' scheduler out), and `pub const COLOURED_TABLES: usize`,
-/// the translation tables that mapping the coloured VMs' RAM page by page takes (once for
-/// their stage 2, once for Keel's own view of it).
+/// the translation tables that mapping the coloured VMs' RAM page by page takes in each pool
+/// of tables that maps it (their stage 2, their devices' SMMU stage 1, Keel's window on it).
 ///
 /// Images and device trees are embedded with `include_bytes!` of absolute paths
 /// (`dtb_paths[i]` is VM `i`'s generated device tree; a relative one is made absolute against
@@ -405,6 +405,7 @@ mod tests {
             ipa: 0x4000_0000,
             size: 0x100_0000,
             colours: crate::colour::Colours::NONE,
+            colours_exclusive: false,
             sched: vec![Params::default(); pcpus.len()],
             pcpus,
             tasks: None,
@@ -442,6 +443,7 @@ mod tests {
             hypervisor_size: 0x200_0000,
             pcpus: 4,
             trace_bytes: 0,
+            llc: None,
             policies: vec![
                 Policy::Pinned,
                 Policy::Edf { quantum: 1_000_000 },
@@ -599,6 +601,28 @@ mod tests {
         assert!(
             matches!(&file.items[6], syn::Item::Const(item) if item.ident == "COLOURED_TABLES")
         );
+    }
+
+    #[test]
+    fn coloured_vms_carry_their_colours_and_the_tables_their_maps_take() {
+        let mut system = system();
+        system.vms[1].colours = crate::colour::Colours {
+            mask: 0xf0,
+            count: 16,
+        };
+        let source = emit_rust(&system, &[PathBuf::from("/a.dtb"), PathBuf::from("/b.dtb")]);
+        for expected in [
+            "colours: ::keel_core::colour::Colours { mask: 0x0, count: 0 },",
+            "colours: ::keel_core::colour::Colours { mask: 0xf0, count: 16 },",
+            // rt "b"'s 16 MiB alone: 8 + 1 level-3 and 1 + 1 level-2 tables.
+            "pub const COLOURED_TABLES: usize = 11;",
+        ] {
+            assert!(
+                source.contains(expected),
+                "missing {expected:?} in:\n{source}"
+            );
+        }
+        syn::parse_file(&source).expect("emitted Rust parses");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use super::colour_problem::ColourProblem;
 use super::duration::{format_duration, DurationError};
 use super::passthrough_problem::PassthroughProblem;
 use super::percent::PercentError;
@@ -302,21 +303,23 @@ pub enum Problem {
     },
     /// `<range> overlaps the hypervisor region <hypervisor>`.
     OverlapsHypervisor {
-        /// The VM's memory or flash, or a channel's memory.
+        /// The VM's memory (the span of its colours' frames, if coloured) or flash, or a
+        /// channel's memory.
         range: AddressRange,
         /// Keel's region.
         hypervisor: AddressRange,
     },
     /// `<range> overlaps vm '<other>' <other_what> <other_range>`.
     OverlapsVm {
-        /// This VM's memory or flash, or a channel's memory.
+        /// This VM's memory (the span of its colours' frames, if coloured) or flash, or a
+        /// channel's memory.
         range: AddressRange,
         /// The VM declared earlier (or this VM, for its flash against its memory; any VM, for
         /// a channel's memory).
         other: String,
         /// Which of its ranges.
         other_what: Backing,
-        /// Its range.
+        /// Its range (a span, for a coloured VM's memory).
         other_range: AddressRange,
     },
     /// `size <size> is larger than the <window>-byte flash window at IPA 0`.
@@ -836,6 +839,9 @@ pub enum Problem {
     /// A `[[vm.passthrough]]` rule (see [`PassthroughProblem`]; boxed, so that every rule's
     /// error stays small).
     Passthrough(Box<PassthroughProblem>),
+    /// A rule of the last-level cache's geometry or of a VM's colours (see [`ColourProblem`];
+    /// boxed, so that every rule's error stays small).
+    Colour(Box<ColourProblem>),
 }
 
 /// How a pinned pCPU's refusal tells the reader to share it.
@@ -1247,6 +1253,7 @@ impl fmt::Display for Problem {
                  SGI (0..=15) or SPI (32..=127)"
             ),
             Self::Passthrough(problem) => write!(f, "{problem}"),
+            Self::Colour(problem) => write!(f, "{problem}"),
         }
     }
 }

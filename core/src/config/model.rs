@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use super::error::Backing;
 use crate::abi::layout;
 use crate::addr::{GuestPhysAddr, MemoryRegion, PhysAddr};
-pub use crate::colour::Colours;
+pub use crate::colour::{CacheGeometry, Colours};
 use crate::sched::{Params, Policy};
 use crate::system::WfiPolicy;
 
@@ -83,6 +83,9 @@ pub struct System {
     pub iommu: Option<Iommu>,
     /// Bytes of records in each pCPU's trace ring (`[system] trace`; 0: no trace).
     pub trace_bytes: u64,
+    /// The last-level cache's geometry (`[system] llc`, or the board's device tree): `None` if
+    /// neither gives one Keel can colour.
+    pub llc: Option<CacheGeometry>,
 }
 
 /// The board's SMMUv3 that Keel owns (mapped in no VM): every stream of a device given to a VM
@@ -148,15 +151,19 @@ pub struct Vm {
     pub id: u16,
     /// Name from the configuration.
     pub name: String,
-    /// First physical address of the VM's memory.
+    /// First physical address of the VM's memory (of its span, if it is coloured).
     pub phys: u64,
     /// Guest-physical address the memory appears at.
     pub ipa: u64,
-    /// Memory size in bytes.
+    /// Memory size in bytes: the guest's RAM, `[ipa, ipa + size)`.
     pub size: u64,
     /// The last-level cache's colours its memory is backed by ([`crate::colour`]):
-    /// [`Colours::NONE`] if it is not coloured (its memory is `[phys, phys + size)`).
+    /// [`Colours::NONE`] if it is not coloured (its memory is `[phys, phys + size)`). A
+    /// coloured VM's guest page `i` is `colours.frame(phys, i)`, in `[phys, phys + span())`.
     pub colours: Colours,
+    /// Whether no other VM uses any of its colours (`colours_exclusive`; an uncoloured VM uses
+    /// all of them).
+    pub colours_exclusive: bool,
     /// vCPU `i` runs on pCPU `pcpus[i]`: alone if that pCPU is pinned, else sharing it under
     /// its policy with the other vCPUs placed there.
     pub pcpus: Vec<u32>,
@@ -348,9 +355,20 @@ impl Vm {
         })
     }
 
-    /// Every physical range the VM owns: its memory, then its flash.
+    /// Bytes of the physical range its memory lies in, from [`Self::phys`]: its size, or the
+    /// span of its colours' frames ([`Colours::span`]) if it is coloured.
+    pub fn span(&self) -> u64 {
+        if self.colours.is_coloured() {
+            self.colours.span(self.size).unwrap_or(self.size)
+        } else {
+            self.size
+        }
+    }
+
+    /// Every physical range the VM owns: its memory (the span of its colours' frames, if it
+    /// is coloured), then its flash.
     pub fn backing(&self) -> impl Iterator<Item = (Backing, u64, u64)> + '_ {
-        core::iter::once((Backing::Memory, self.phys, self.size)).chain(
+        core::iter::once((Backing::Memory, self.phys, self.span())).chain(
             self.flash
                 .map(|flash| (Backing::Flash, flash.phys, flash.size)),
         )

@@ -101,14 +101,20 @@ struct BoardView<'b, 'a> {
 }
 
 /// A device whose DMA the configuration accepts unisolated (`unisolated_dma`): not one the SMMU
-/// Keel drives guards, and given to a VM mapped 1:1 (memory, and flash if it has one), so that
-/// the addresses its driver gives it (the VM's IPAs) are the physical addresses it reaches.
+/// Keel drives guards, and given to a VM mapped 1:1 (memory, and flash if it has one; not
+/// coloured, which scatters its pages), so that the addresses its driver gives it (the VM's
+/// IPAs) are the physical addresses it reaches.
 fn check_unisolated_dma(device: &Passthrough, vm: &Vm) -> Result<(), PassthroughProblem> {
     if !device.unisolated_dma {
         return Ok(());
     }
     if !device.streams.is_empty() {
         return Err(PassthroughProblem::UnisolatedButGuarded {
+            path: device.path.clone(),
+        });
+    }
+    if vm.colours.is_coloured() {
+        return Err(PassthroughProblem::UnisolatedColoured {
             path: device.path.clone(),
         });
     }

@@ -169,6 +169,13 @@ pub enum PassthroughProblem {
         /// Where it is.
         phys: u64,
     },
+    /// `'<path>': unisolated_dma = true needs the VM mapped 1:1, but its memory is coloured:
+    /// its IPAs are no longer its physical addresses (guest page i is the i-th frame of its
+    /// colours), so the device's DMA would miss its memory`.
+    UnisolatedColoured {
+        /// The path given.
+        path: String,
+    },
     /// `'<path>' streams <first>..=<last> are already vm '<other>''s`.
     StreamsTaken {
         /// The path given.
@@ -392,6 +399,12 @@ impl fmt::Display for PassthroughProblem {
                 "'{path}': unisolated_dma = true needs the VM mapped 1:1, and its {what} at ipa \
                  {ipa:#x} is at physical {phys:#x}: the device's DMA addresses would be IPAs, \
                  which the hardware takes for physical addresses"
+            ),
+            Self::UnisolatedColoured { path } => write!(
+                f,
+                "'{path}': unisolated_dma = true needs the VM mapped 1:1, but its memory is \
+                 coloured: its IPAs are no longer its physical addresses (guest page i is the \
+                 i-th frame of its colours), so the device's DMA would miss its memory"
             ),
             Self::StreamsTaken {
                 path,

@@ -74,6 +74,21 @@ pub struct SystemTable {
     pub iommu: Option<String>,
     /// Keel's trace: `{ size = "256K" }`, each pCPU's ring (default: no trace, and no cost).
     pub trace: Option<TraceTable>,
+    /// The last-level cache's geometry, for colouring VMs' memory (default: as the board's
+    /// device tree describes it).
+    pub llc: Option<LlcTable>,
+}
+
+/// The `[system] llc` table: `{ size = "1M", ways = 16, line = 64 }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlcTable {
+    /// Total bytes.
+    pub size: ByteSize,
+    /// Ways (associativity).
+    pub ways: u32,
+    /// Bytes of a line.
+    pub line: u32,
 }
 
 /// The `[system] trace` table.
@@ -183,6 +198,12 @@ pub struct VmTable {
     pub memory: RegionTable,
     /// Guest-physical base of that memory (default [`super::DEFAULT_IPA`]).
     pub ipa: Option<u64>,
+    /// The last-level cache's colours its memory is made of, as Xen's `llc-colors`: `"0-3,8"`
+    /// (default: not coloured, every colour).
+    pub colours: Option<String>,
+    /// Whether no other VM may use any of its colours (default: false).
+    #[serde(default)]
+    pub colours_exclusive: bool,
     /// Physical backing of a flash bank at IPA 0 that the image boots from (firmware VMs).
     pub flash: Option<RegionTable>,
     /// vCPU `i` runs on pCPU `pcpus[i]`.

@@ -1,4 +1,5 @@
-//! Byte sizes as a person writes them in TOML: `16777216`, `"16M"`, `"0x100000"`.
+//! Byte sizes as a person writes them in TOML (`16777216`, `"16M"`, `"0x100000"`), and as
+//! messages show them (`16 MiB`).
 
 use std::fmt;
 
@@ -28,6 +29,17 @@ pub fn parse_size(text: &str) -> Option<u64> {
         None => digits.parse::<u64>().ok()?,
     };
     value.checked_mul(multiplier)
+}
+
+/// Shows a size in the largest of GiB, MiB and KiB that divides it (`1 MiB`, `256 KiB`), or in
+/// bytes (`1000 bytes`).
+pub fn format_size(bytes: u64) -> String {
+    for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if bytes != 0 && bytes.trailing_zeros() >= shift {
+            return format!("{} {unit}", bytes >> shift);
+        }
+    }
+    format!("{bytes} bytes")
 }
 
 struct ByteSizeVisitor;
@@ -67,7 +79,7 @@ impl<'de> Deserialize<'de> for ByteSize {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_size;
+    use super::{format_size, parse_size};
 
     #[test]
     fn suffixes_and_radixes() {
@@ -88,5 +100,15 @@ mod tests {
         assert_eq!(parse_size("-1"), None);
         assert_eq!(parse_size("0x"), None);
         assert_eq!(parse_size("99999999999G"), None);
+    }
+
+    #[test]
+    fn sizes_are_shown_in_the_largest_unit_that_divides_them() {
+        assert_eq!(format_size(1 << 20), "1 MiB");
+        assert_eq!(format_size(256 << 10), "256 KiB");
+        assert_eq!(format_size(3 << 30), "3 GiB");
+        assert_eq!(format_size((1 << 20) + (4 << 10)), "1028 KiB");
+        assert_eq!(format_size(1000), "1000 bytes");
+        assert_eq!(format_size(0), "0 bytes");
     }
 }

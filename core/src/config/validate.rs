@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use super::board::{self, Board, BoardTree};
 use super::channels;
+use super::colouring::{self, Llc};
 use super::error::{AddressRange, Backing, ConfigErrorKind, Problem, Subject};
 use super::health;
 use super::image;
@@ -122,6 +123,7 @@ struct Context<'a> {
     earlier: &'a [Vm],
     names: &'a [&'a str],
     iommu: Option<&'a Iommu>,
+    llc: &'a Llc,
 }
 
 /// Name rules: non-empty, unique. Returns the subject to report the VM's other errors under.
@@ -147,8 +149,9 @@ fn check_name(table: &VmTable, index: usize, earlier: &[Vm]) -> Result<Subject, 
     Ok(subject)
 }
 
-/// Physical memory rules: shape, minimum size, inside RAM, clear of Keel and of earlier VMs.
-fn check_memory(table: &VmTable, context: &Context) -> Result<AddressRange, Problem> {
+/// Physical memory shape: a region of at least [`MIN_VM_MEMORY`] (where it may lie is
+/// [`check_placement`]'s, once its colours are known).
+fn check_memory(table: &VmTable) -> Result<AddressRange, Problem> {
     let range = check_region(&table.memory)?;
     if range.size() < MIN_VM_MEMORY {
         return Err(Problem::MemoryTooSmall {
@@ -156,7 +159,7 @@ fn check_memory(table: &VmTable, context: &Context) -> Result<AddressRange, Prob
             minimum: MIN_VM_MEMORY,
         });
     }
-    check_placement(range, None, context)
+    Ok(range)
 }
 
 /// Flash rules: shape, at most the flash window, placed like memory and clear of the VM's own
@@ -177,7 +180,12 @@ fn check_flash(
             window: FLASH_WINDOW_SIZE,
         });
     }
-    check_placement(range, Some((table.name.as_str(), memory)), context)?;
+    check_placement(
+        range,
+        Colours::NONE,
+        Some((table.name.as_str(), memory)),
+        context,
+    )?;
     let flash_ipa = AddressRange {
         start: 0,
         end: range.size(),
@@ -195,9 +203,12 @@ fn check_flash(
 }
 
 /// Where a physical range of a VM may lie: inside RAM, clear of Keel, of every range of the
-/// earlier VMs, and of `own` (this VM's name and memory, when placing its flash).
+/// earlier VMs, and of `own` (this VM's name and memory, when placing its flash). A coloured
+/// VM's memory (`range` its span, coloured `colours`) may overlap another coloured VM's if
+/// their colours are disjoint.
 fn check_placement(
     range: AddressRange,
+    colours: Colours,
     own: Option<(&str, AddressRange)>,
     context: &Context,
 ) -> Result<AddressRange, Problem> {
@@ -213,25 +224,34 @@ fn check_placement(
             hypervisor: context.hypervisor,
         });
     }
-    let own = own.map(|(name, memory)| (name, Backing::Memory, memory));
+    let own = own.map(|(name, memory)| (name, Backing::Memory, memory, Colours::NONE));
     let earlier = context.earlier.iter().flat_map(|vm| {
         vm.backing().map(move |(what, phys, size)| {
             let range = AddressRange {
                 start: phys,
                 end: phys + size,
             };
-            (vm.name.as_str(), what, range)
+            let colours = match what {
+                Backing::Memory => vm.colours,
+                Backing::Flash => Colours::NONE,
+            };
+            (vm.name.as_str(), what, range, colours)
         })
     });
-    for (other, other_what, other_range) in own.into_iter().chain(earlier) {
-        if range.overlaps(&other_range) {
-            return Err(Problem::OverlapsVm {
-                range,
-                other: other.to_string(),
-                other_what,
-                other_range,
-            });
+    for (other, other_what, other_range, other_colours) in own.into_iter().chain(earlier) {
+        if !range.overlaps(&other_range) {
+            continue;
         }
+        if colours.is_coloured() && other_colours.is_coloured() {
+            colouring::check_interleaved((range, colours), other, (other_range, other_colours))?;
+            continue;
+        }
+        return Err(Problem::OverlapsVm {
+            range,
+            other: other.to_string(),
+            other_what,
+            other_range,
+        });
     }
     Ok(range)
 }
@@ -428,7 +448,14 @@ fn check_vm(
     let subject = check_name(table, index, context.earlier)?;
     let at = |field: &'static str, problem: Problem| invalid(&subject, field, problem);
 
-    let memory = check_memory(table, context).map_err(|problem| at("memory", problem))?;
+    let memory = check_memory(table).map_err(|problem| at("memory", problem))?;
+    let colours = colouring::check_colours(table, context.llc)
+        .map_err(|(field, problem)| at(field, problem))?;
+    colouring::check_exclusive(colours, table.colours_exclusive, context.earlier)
+        .map_err(|(field, problem)| at(field, problem))?;
+    colouring::span(memory, colours, context.ram)
+        .and_then(|span| check_placement(span, colours, None, context))
+        .map_err(|problem| at("memory", problem))?;
     let ipa = table.ipa.unwrap_or(DEFAULT_IPA);
     let guest_memory =
         check_ipa(ipa, memory.size(), "guest memory").map_err(|problem| at("ipa", problem))?;
@@ -496,7 +523,8 @@ fn check_vm(
         phys: memory.start,
         ipa,
         size: memory.size(),
-        colours: Colours::NONE,
+        colours,
+        colours_exclusive: table.colours_exclusive,
         pcpus: table.pcpus.clone(),
         sched,
         tasks,
@@ -584,6 +612,7 @@ pub fn validate(
                 Problem::Passthrough(Box::new(problem)),
             )
         })?;
+    let llc = colouring::last_level_cache(&file.system, &mut board)?;
     let mut vms: Vec<Vm> = Vec::with_capacity(file.vm.len());
     for (index, table) in file.vm.iter().enumerate() {
         let context = Context {
@@ -596,6 +625,7 @@ pub fn validate(
             earlier: &vms,
             names: &names,
             iommu: iommu.as_ref(),
+            llc: &llc,
         };
         let vm = check_vm(table, index, &context, &mut board)?;
         vms.push(vm);
@@ -619,6 +649,7 @@ pub fn validate(
         channels,
         iommu,
         trace_bytes,
+        llc: llc.ok(),
     })
 }
 
