@@ -173,6 +173,32 @@ impl Colours {
     }
 }
 
+/// The set as a list of colours and ranges, the form [`Colours::parse`] reads: `0-3,8`, runs of
+/// two or more as ranges; `none` for an empty set.
+impl core::fmt::Display for Colours {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        if self.mask == 0 {
+            return write!(f, "none");
+        }
+        let mut rest = self.mask;
+        let mut separator = "";
+        while rest != 0 {
+            let first = rest.trailing_zeros();
+            // The run of set bits from `first` on.
+            let run = (rest >> first).trailing_ones();
+            let last = first + run - 1;
+            if run == 1 {
+                write!(f, "{separator}{first}")?;
+            } else {
+                write!(f, "{separator}{first}-{last}")?;
+            }
+            separator = ",";
+            rest &= !((u64::MAX >> (64 - run)) << first);
+        }
+        Ok(())
+    }
+}
+
 fn number(text: &str) -> Result<u32, ColourListError> {
     let text = text.trim();
     text.parse::<u32>().map_err(|_| ColourListError::NotANumber)
@@ -309,5 +335,20 @@ mod tests {
             "colour 16 is not one of the cache's 16 (0-15)"
         );
         assert_eq!(error("1,0-3"), "colour 1 is named twice");
+    }
+
+    #[test]
+    fn sets_are_written_as_lists_that_parse_back() {
+        let written = |text| Colours::parse(text, 64).unwrap().to_string();
+        assert_eq!(written("0-3,8"), "0-3,8");
+        assert_eq!(written("5"), "5");
+        assert_eq!(written("1,2"), "1-2");
+        assert_eq!(written("0-63"), "0-63");
+        assert_eq!(written("0,2,4,60-63"), "0,2,4,60-63");
+        assert_eq!(Colours::NONE.to_string(), "none");
+        for mask in [1u64, 0xf0f0, 0x8000_0000_0000_0001, u64::MAX] {
+            let colours = Colours { mask, count: 64 };
+            assert_eq!(Colours::parse(&colours.to_string(), 64), Ok(colours));
+        }
     }
 }
