@@ -173,32 +173,27 @@ impl Colours {
     }
 }
 
-/// The set as Xen's `llc-colors` writes it, which [`Colours::parse`] reads back: ascending
-/// colours, runs of two or more as ranges (`4-7`, `0,2,5-7`); `none` for the empty set.
+/// The set as a list of colours and ranges, the form [`Colours::parse`] reads: `0-3,8`, runs of
+/// two or more as ranges; `none` for an empty set.
 impl core::fmt::Display for Colours {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         if self.mask == 0 {
-            return f.write_str("none");
+            return write!(f, "none");
         }
-        let has = |colour: u32| colour < u64::BITS && self.mask & (1 << colour) != 0;
+        let mut rest = self.mask;
         let mut separator = "";
-        let mut colour = 0;
-        while colour < u64::BITS {
-            if !has(colour) {
-                colour += 1;
-                continue;
-            }
-            let first = colour;
-            while has(colour + 1) {
-                colour += 1;
-            }
-            if first == colour {
+        while rest != 0 {
+            let first = rest.trailing_zeros();
+            // The run of set bits from `first` on.
+            let run = (rest >> first).trailing_ones();
+            let last = first + run - 1;
+            if run == 1 {
                 write!(f, "{separator}{first}")?;
             } else {
-                write!(f, "{separator}{first}-{colour}")?;
+                write!(f, "{separator}{first}-{last}")?;
             }
             separator = ",";
-            colour += 1;
+            rest &= !((u64::MAX >> (64 - run)) << first);
         }
         Ok(())
     }
@@ -325,16 +320,6 @@ mod tests {
     }
 
     #[test]
-    fn sets_are_shown_as_ranges_that_parse_back() {
-        for text in ["4-7", "0,2,5-7", "15", "0-63", "1,3,5", "0-1,62-63"] {
-            let colours = Colours::parse(text, 64).unwrap();
-            assert_eq!(colours.to_string(), text);
-        }
-        assert_eq!(Colours::parse("7,6,5,4", 16).unwrap().to_string(), "4-7");
-        assert_eq!(Colours::NONE.to_string(), "none");
-    }
-
-    #[test]
     fn lists_are_parsed_as_xens_and_refused_with_the_reason() {
         assert_eq!(Colours::parse("0-3", 16).unwrap().mask, 0xf);
         assert_eq!(Colours::parse(" 0, 2 ,5-7", 16).unwrap().mask, 0b1110_0101);
@@ -350,5 +335,20 @@ mod tests {
             "colour 16 is not one of the cache's 16 (0-15)"
         );
         assert_eq!(error("1,0-3"), "colour 1 is named twice");
+    }
+
+    #[test]
+    fn sets_are_written_as_lists_that_parse_back() {
+        let written = |text| Colours::parse(text, 64).unwrap().to_string();
+        assert_eq!(written("0-3,8"), "0-3,8");
+        assert_eq!(written("5"), "5");
+        assert_eq!(written("1,2"), "1-2");
+        assert_eq!(written("0-63"), "0-63");
+        assert_eq!(written("0,2,4,60-63"), "0,2,4,60-63");
+        assert_eq!(Colours::NONE.to_string(), "none");
+        for mask in [1u64, 0xf0f0, 0x8000_0000_0000_0001, u64::MAX] {
+            let colours = Colours { mask, count: 64 };
+            assert_eq!(Colours::parse(&colours.to_string(), 64), Ok(colours));
+        }
     }
 }

@@ -84,6 +84,7 @@ pub fn run(micro_only: bool) -> Result<()> {
         edu_behind_root_port: false,
         qmp: None,
         no_shutdown: false,
+        llc: None,
     };
     let native = native
         .spawn(&output_dir().join("logs/bench-native.log"))?

@@ -65,13 +65,14 @@ pub fn guest_image(name: &str) -> Option<PathBuf> {
 }
 
 /// Cargo's target directory: `CARGO_TARGET_DIR` if set, else the workspace's `target/`.
-fn target_dir() -> PathBuf {
+pub fn target_dir() -> PathBuf {
     // Cargo runs in the workspace, so a relative directory is relative to it.
     std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| workspace().join("target"), |dir| workspace().join(dir))
 }
 
-fn cargo() -> Command {
+/// Cargo (the one running xtask), in the workspace.
+pub fn cargo() -> Command {
     let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     command.current_dir(workspace());
     command

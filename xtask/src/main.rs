@@ -21,6 +21,7 @@ mod image;
 mod ipc_bench;
 mod layers;
 mod lines;
+mod llc;
 mod plots;
 mod process;
 mod progress;

@@ -13,6 +13,7 @@ use keel_core::board::{BoardDesc, GicVersion};
 use keel_core::console::TERMINAL_RESET;
 use regex::Regex;
 
+use crate::llc::LlcModel;
 use crate::Result;
 
 /// Where the `virt` machine's RAM begins, and how much every machine here has (`-m`).
@@ -108,6 +109,9 @@ pub struct Machine {
     /// When the guest powers off, QEMU stops the machine and stays (`-no-shutdown`), so that a
     /// tool can still read its memory through `qmp`; the session then ends when it is killed.
     pub no_shutdown: bool,
+    /// A shared last-level cache modelled by a TCG plugin (`-plugin`), whose report says what
+    /// each pCPU's loads and stores found in it ([`crate::llc`]).
+    pub llc: Option<LlcModel>,
 }
 
 /// A raw disk image given to the machine as a `virtio-blk-pci` function.
@@ -158,6 +162,7 @@ impl Machine {
             edu_behind_root_port: false,
             qmp: None,
             no_shutdown: false,
+            llc: None,
         }
     }
 
@@ -265,6 +270,7 @@ impl Machine {
             edu_behind_root_port: false,
             qmp: None,
             no_shutdown: false,
+            llc: None,
         })
     }
 
@@ -347,6 +353,9 @@ impl Machine {
                 ]
                 .map(String::from),
             );
+        }
+        if let Some(llc) = &self.llc {
+            args.extend(["-plugin".to_string(), llc.plugin_option()]);
         }
         if let Some(log) = &self.exec_log {
             args.extend([
@@ -783,6 +792,37 @@ mod tests {
              -device virtio-blk-pci,drive=disk0"
         ));
         assert!(text.contains("-netdev user,id=net0 -device virtio-net-pci,netdev=net0,romfile="));
+    }
+
+    #[test]
+    fn the_cache_model_plugin_only_when_asked_for() {
+        let plain = Machine::keel(Path::new("keel.bin"), 4);
+        assert!(!plain.arguments().iter().any(|a| a == "-plugin"));
+        let geometry = keel_core::colour::CacheGeometry {
+            size: 1 << 20,
+            ways: 16,
+            line: 64,
+        };
+        let mut llc = LlcModel::new(
+            Path::new("/t/libkeel_llc_model.so"),
+            geometry,
+            Path::new("/t/llc,1.txt"),
+        );
+        llc.ranges = vec![("vm0".into(), 0x4800_0000..0x5000_0000)];
+        llc.excluded = vec![0x4000_0000..0x4020_0000, 0x7000_0000..0x7000_1000];
+        llc.interval = Some(100_000);
+        let machine = Machine {
+            llc: Some(llc),
+            ..plain
+        };
+        let args = machine.arguments();
+        assert!(args.windows(2).any(|w| w
+            == [
+                "-plugin",
+                "file=/t/libkeel_llc_model.so,size=1048576,ways=16,line=64,out=/t/llc,,1.txt,\
+                 range=vm0:0x48000000-0x50000000,exclude=0x40000000-0x40200000,\
+                 exclude=0x70000000-0x70001000,interval=100000"
+            ]));
     }
 
     #[test]

@@ -279,6 +279,7 @@ fn linux_sharing() -> Result<()> {
         edu_behind_root_port: false,
         qmp: None,
         no_shutdown: false,
+        llc: None,
     }
     .spawn(&output_dir().join("logs/bench-linux-matrixprod-native.log"))?
     .finish(Duration::from_secs(900));
@@ -379,6 +380,7 @@ pub fn run(with_linux: bool) -> Result<()> {
         edu_behind_root_port: false,
         qmp: None,
         no_shutdown: false,
+        llc: None,
     }
     .spawn(&output_dir().join("logs/bench-work-native.log"))?
     .finish(Duration::from_secs(600));

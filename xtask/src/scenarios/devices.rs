@@ -92,7 +92,10 @@ pub(super) fn boot_edu(system: &str, attack: &str) -> Result<Ended> {
         std::fs::read_to_string(&template).map_err(|e| format!("{}: {e}", template.display()))?;
     let text = text
         .replace("keel.edu=write", &format!("keel.edu={attack}"))
-        .replace(&format!("name = \"{system}\""), &format!("name = \"{name}\""));
+        .replace(
+            &format!("name = \"{system}\""),
+            &format!("name = \"{name}\""),
+        );
     let path = output_dir().join(format!("{name}.toml"));
     std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
     let machine = Machine {
