@@ -475,7 +475,6 @@ mod tests {
             },
             watchdog_device: false,
             tasks: None,
-            colours: keel_core::colour::Colours::NONE,
             messages: None,
             virtio_console: None,
             cmdline: "keel.mode=ticks keel.off=6".into(),

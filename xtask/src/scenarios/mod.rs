@@ -312,16 +312,23 @@ fn linux_beside_rt(name: &str) -> Result<()> {
         .and_then(|_| session.wait_for(r"^\[rt\] tick: ", wait));
     let ended = session.kill();
     outcome.map_err(|message| with_console_tail(message, &ended))?;
+    check_linux_beside_rt(&ended)
+}
+
+/// What a run of Debian Linux's `keel.test=stress` beside the ticking partition `rt` shows:
+/// the test's steps done, the timer and IPIs counting on both of Linux's CPUs, the partition's
+/// ticks whole.
+fn check_linux_beside_rt(ended: &Ended) -> Result<()> {
     for pattern in [
         r"^\[linux\] KEEL-INIT-START$",
         r"^\[linux\] stress-ng: info: .* successful run completed",
         r"^\[linux\] T: 0 .* C:\s+1000 Min:\s+\d+ Act:\s+\d+ Avg:\s+\d+ Max:\s+\d+",
         r"^\[linux\] KEEL-INIT-END status=0$",
     ] {
-        expect_line(&ended, pattern)?;
+        expect_line(ended, pattern)?;
     }
     let counts_on_both = |name: &str| -> Result<()> {
-        let line = lines_of(&ended, "linux")
+        let line = lines_of(ended, "linux")
             .into_iter()
             .find(|l| {
                 l.trim_start()
@@ -347,7 +354,7 @@ fn linux_beside_rt(name: &str) -> Result<()> {
     counts_on_both("Rescheduling interrupts")?;
     counts_on_both("Function call interrupts")?;
 
-    check_tick_counts(&ended, "rt", 3)
+    check_tick_counts(ended, "rt", 3)
 }
 
 /// Two Debian Linux VMs side by side, each with 2 vCPUs on its own pCPUs: both reach userspace,
