@@ -79,4 +79,5 @@ pub const TRACE_RING_BYTES: usize = 0;
 pub const TRACE_RINGS: usize = 0;
 pub const HEALTH: bool = false;
 pub const SHARED_PCPUS: bool = false;
+pub const COLOURED_TABLES: usize = 0;
 "#;

@@ -68,6 +68,10 @@ impl<const N: usize, const ALLOWANCE: usize> Slices<N, ALLOWANCE> {
     }
 
     /// Coloured VM `id`'s slice, once; None for a VM that is not coloured.
+    #[expect(
+        clippy::mut_from_ref,
+        reason = "the tables are behind an UnsafeCell, and `taken` hands each slice out once"
+    )]
     fn take(&'static self, id: usize) -> Option<&'static mut [Table]> {
         let desc = SYSTEM.vms.get(id)?;
         if !desc.colours.is_coloured() || self.taken.get(id)?.swap(true, Ordering::AcqRel) {

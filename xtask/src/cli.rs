@@ -140,6 +140,13 @@ pub enum Bench {
     },
     /// A passthrough interrupt (QEMU's edu behind the SMMU): native, Keel pinned, Keel shared
     Devices,
+    /// Interference through the shared last-level cache (the project's LLC model under QEMU):
+    /// a real-time partition's walk alone, beside VMs without colours, and with disjoint colours
+    Llc {
+        /// Without the Debian Linux neighbour
+        #[arg(long)]
+        no_linux: bool,
+    },
     /// Boot CONFIG under icount until QEMU ends (or a console line matches REGEX) and print each
     /// pCPU's longest stretch with interrupts masked at EL2
     Masked {

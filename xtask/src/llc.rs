@@ -11,10 +11,6 @@ use crate::Result;
 
 /// Builds the plugin for the host, in release mode (cargo rebuilds it only when its sources
 /// changed), and returns the path of the library to give QEMU.
-#[expect(
-    dead_code,
-    reason = "for the cache-colouring scenarios of issue 41, still to come"
-)]
 pub fn plugin() -> Result<PathBuf> {
     crate::build_lock::exclusive(|| {
         let mut command = crate::image::cargo();
@@ -46,13 +42,6 @@ pub struct LlcModel {
 
 impl LlcModel {
     /// `plugin` modelling `geometry`, its report to `out`, nothing counted apart.
-    #[cfg_attr(
-        not(test),
-        expect(
-            dead_code,
-            reason = "for the cache-colouring scenarios of issue 41, still to come"
-        )
-    )]
     pub fn new(plugin: &Path, geometry: CacheGeometry, out: &Path) -> Self {
         LlcModel {
             plugin: plugin.into(),

@@ -22,6 +22,7 @@ mod ipc_bench;
 mod layers;
 mod lines;
 mod llc;
+mod llc_bench;
 mod plots;
 mod process;
 mod progress;
@@ -92,6 +93,7 @@ fn bench(which: Option<Bench>) -> Result<()> {
         Some(Bench::Sched { no_linux }) => sched_bench::run(!no_linux),
         Some(Bench::Tasks { restart_only }) => tasks_bench::run(restart_only),
         Some(Bench::Devices) => devices_bench::run(),
+        Some(Bench::Llc { no_linux }) => llc_bench::run(!no_linux),
         Some(Bench::Masked {
             config,
             until,

@@ -712,6 +712,15 @@ impl Session {
         }
     }
 
+    /// Asks QEMU to quit (SIGTERM: it exits as from its monitor's `quit`, running its plugins'
+    /// exit callbacks, which SIGKILL would not) and collects all output.
+    pub fn terminate(self) -> Ended {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        self.finish(Duration::from_secs(30))
+    }
+
     /// Stops QEMU now and collects all output.
     pub fn kill(mut self) -> Ended {
         let _ = self.child.kill();

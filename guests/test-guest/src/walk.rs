@@ -6,7 +6,9 @@
 //!
 //! `walk: walks=100 bytes=262144 lines=4096 ns_min=.. ns_avg=.. ns_max=..`
 //!
-//! and after `keel.reports` such lines (default 10) `walk: done` and powers off. Under QEMU's
+//! and after `keel.reports` such lines (default 10) `walk: done` and powers off. With
+//! `keel.after=<seconds>` it first waits until the virtual counter reaches that time (beside a
+//! Linux VM, until Linux's load runs). Under QEMU's
 //! `-icount shift=0` a nanosecond is an instruction, so a walk's time is its instructions: the
 //! cache's effect is what an LLC model (the project's QEMU plugin) counts beside it.
 
@@ -52,6 +54,10 @@ pub fn run(args: BootArgs) -> ! {
     let walks = number("keel.walks", 100).max(1);
     let reports = number("keel.reports", 10);
     let frequency = timer::frequency().max(1);
+    let after = number("keel.after", 0).saturating_mul(frequency);
+    while timer::counter() < after {
+        core::hint::spin_loop();
+    }
     let ns = |ticks: u64| (u128::from(ticks) * 1_000_000_000 / u128::from(frequency)) as u64;
     // A first walk brings the working set in; it is not counted.
     walk(bytes);

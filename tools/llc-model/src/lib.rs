@@ -34,6 +34,8 @@
 //! Keel's pCPU number, then a `range` line for each `range=` in the order given.
 //!
 //! - An *access* is one lookup of one line: a load or store that spans two lines counts two.
+//!   One that spans two pages counts only its lines in the first: QEMU gives the physical
+//!   address of its first byte, and the next virtual page may be any physical page.
 //! - `accesses`, `hits`, `misses` of a vCPU and of an interval leave out the excluded ranges;
 //!   `excluded` and `excluded_misses` are the lookups in them. A range counts all lookups in
 //!   it, of every vCPU, excluded or not.

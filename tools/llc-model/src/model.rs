@@ -109,14 +109,17 @@ impl Model {
     }
 
     /// An access of `size` bytes at physical `address` by vCPU `vcpu`: one lookup for each
-    /// line it touches (two for an access across a line boundary).
+    /// line it touches (two for an access across a line boundary). Only the lines of the
+    /// access's first 4 KiB page: QEMU gives the physical address of its first byte, and the
+    /// next virtual page may be any physical page (a coloured VM's is another colour's frame).
     pub fn access(&mut self, vcpu: usize, address: u64, size: u64) {
         if vcpu >= self.vcpus.len() {
             self.vcpus.resize(vcpu + 1, VcpuCounts::default());
             self.interval_start.resize(vcpu + 1, Counts::default());
         }
         let first = address >> self.line_shift;
-        let last = address.saturating_add(size.max(1) - 1) >> self.line_shift;
+        let page_end = address | (FRAME - 1);
+        let last = address.saturating_add(size.max(1) - 1).min(page_end) >> self.line_shift;
         for line in first..=last {
             // The first byte of the access in this line.
             let byte = address.max(line << self.line_shift);
@@ -341,6 +344,14 @@ mod tests {
                 ("low", Counts { hits: 5, misses: 5 }),
                 ("all", Counts { hits: 6, misses: 6 })
             ]
+        );
+        // An access across a page boundary counts only its first page's line: the next
+        // page's frame is unknown (here it would be colour 3's, already touched, so the
+        // colours show nothing; the count does).
+        model.access(1, 0x4000_2ffc, 8);
+        assert_eq!(
+            model.vcpus()[1].counted.hits + model.vcpus()[1].counted.misses,
+            11
         );
         // A vCPU not known at the start is added.
         model.access(5, 0x4000_2000, 8);

@@ -5,6 +5,7 @@
 
 mod budget;
 mod channels;
+pub(crate) mod colouring;
 mod console;
 mod devices;
 mod health;
@@ -45,13 +46,13 @@ pub struct Scenario {
 /// Time a scenario may take before QEMU is killed (real time; icount runs need far less).
 const DEADLINE: Duration = Duration::from_secs(240);
 
-fn config(name: &str) -> std::path::PathBuf {
+pub(crate) fn config(name: &str) -> std::path::PathBuf {
     workspace()
         .join("configs/tests")
         .join(format!("{name}.toml"))
 }
 
-fn log_path(name: &str) -> std::path::PathBuf {
+pub(crate) fn log_path(name: &str) -> std::path::PathBuf {
     let suffix = crate::image::board_override().map_or(String::new(), |b| format!("-{}", b.name));
     output_dir()
         .join("logs")
@@ -1502,6 +1503,7 @@ fn on_gicv3() -> Vec<Scenario> {
         },
     ]);
     scenarios.extend(readme_demo::all());
+    scenarios.extend(colouring::all());
     for (flavour, config) in [
         ("cloud", "linux-cloud"),
         ("generic", "linux-generic"),

@@ -1,0 +1,175 @@
+//! Scenarios of cache colouring (`colours` in a VM's table): coloured VMs boot, run, reset and
+//! DMA, and, run under the project's model of the shared last-level cache (the QEMU plugin of
+//! `tools/llc-model`), each pCPU's accesses outside Keel's own region touch only the colours of
+//! the VM that runs there: checked from outside the guests.
+
+use std::collections::BTreeMap;
+
+use regex::Regex;
+
+use super::{
+    check_linux_beside_rt, check_one_vm_reset, config, devices, expect_clean_exit, log_path,
+    with_console_tail, Scenario, DEADLINE,
+};
+use crate::image::{build_system, SystemImage};
+use crate::llc::{plugin, LlcModel};
+use crate::qemu::Machine;
+use crate::Result;
+
+/// The machine of `image` under icount, with the LLC model of its configuration's cache
+/// counting every pCPU's accesses, Keel's own region apart; its report is the file returned.
+pub(crate) fn under_llc_model(
+    image: &SystemImage,
+    name: &str,
+) -> Result<(Machine, std::path::PathBuf)> {
+    let system = &image.system;
+    let geometry = system
+        .llc
+        .ok_or_else(|| format!("configuration '{name}' gives no last-level cache"))?;
+    let out = log_path(&format!("{name}.llc"));
+    let _ = std::fs::remove_file(&out);
+    let mut model = LlcModel::new(&plugin()?, geometry, &out);
+    model
+        .excluded
+        .push(system.hypervisor_base..system.hypervisor_base + system.hypervisor_size);
+    let machine = Machine {
+        llc: Some(model),
+        ..crate::image::machine(image, true)?
+    };
+    Ok((machine, out))
+}
+
+/// The colours each pCPU's accesses touched (outside the excluded ranges), from the model's
+/// report at `path`: its `llc vcpu=N ... colours=LIST ...` lines.
+pub(crate) fn colours_touched(path: &std::path::Path) -> Result<BTreeMap<u32, String>> {
+    let report = std::fs::read_to_string(path)
+        .map_err(|e| format!("the LLC model's report: {}: {e}", path.display()))?;
+    let line = Regex::new(r"^llc vcpu=(\d+) .* colours=(\S+)").unwrap();
+    let touched: BTreeMap<u32, String> = report
+        .lines()
+        .filter_map(|l| line.captures(l))
+        .map(|c| (c[1].parse().unwrap_or(u32::MAX), c[2].to_string()))
+        .collect();
+    if touched.is_empty() {
+        return Err(format!(
+            "{}: no vCPU line in the LLC model's report",
+            path.display()
+        ));
+    }
+    Ok(touched)
+}
+
+/// Each coloured VM's pCPUs touched only its colours (none of another's), by the model's
+/// report at `report`.
+fn expect_own_colours(image: &SystemImage, report: &std::path::Path) -> Result<()> {
+    let touched = colours_touched(report)?;
+    for vm in image
+        .system
+        .vms
+        .iter()
+        .filter(|vm| vm.colours.is_coloured())
+    {
+        for &pcpu in &vm.pcpus {
+            let seen = touched.get(&pcpu).ok_or_else(|| {
+                format!(
+                    "the LLC model saw no access of pCPU {pcpu} (vm '{}')",
+                    vm.name
+                )
+            })?;
+            let parsed = keel_core::colour::Colours::parse(seen, vm.colours.count)
+                .map_err(|e| format!("pCPU {pcpu}'s colours '{seen}': {e}"))?;
+            if parsed.mask & !vm.colours.mask != 0 {
+                return Err(format!(
+                    "pCPU {pcpu} of vm '{}' (colours {}) touched colours {seen}",
+                    vm.name, vm.colours
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Two coloured VMs interleaved in one physical range (`colour-two`): both tick; rt-a resets
+/// (Keel zeroes and reloads it through its frames) and ticks again; each pCPU touched only its
+/// VM's colours, before and after the reset.
+fn two_coloured_vms() -> Result<()> {
+    let image = build_system(&config("colour-two"))?;
+    let (machine, report) = under_llc_model(&image, "colour-two")?;
+    let ended = machine.spawn(&log_path("colour-two"))?.finish(DEADLINE);
+    let check = || -> Result<()> {
+        check_one_vm_reset(&ended)?;
+        expect_own_colours(&image, &report)
+    };
+    check().map_err(|m| with_console_tail(m, &ended))
+}
+
+/// Debian Linux coloured beside the coloured partition (`colour-linux`), both under the LLC
+/// model: Linux runs stress-ng and cyclictest, the partition keeps its ticks, and every pCPU
+/// touched only its VM's colours.
+fn coloured_linux() -> Result<()> {
+    let image = build_system(&config("colour-linux"))?;
+    let (machine, report) = under_llc_model(&image, "colour-linux")?;
+    let ended = machine
+        .spawn(&log_path("colour-linux"))?
+        .finish(LINUX_DEADLINE);
+    let check = || -> Result<()> {
+        check_linux_beside_rt(&ended)?;
+        expect_clean_exit(&ended)?;
+        expect_own_colours(&image, &report)
+    };
+    check().map_err(|m| with_console_tail(m, &ended))
+}
+
+/// How long the coloured Linux run may take in real time (the LLC model slows QEMU about
+/// 2.5 times).
+const LINUX_DEADLINE: std::time::Duration = std::time::Duration::from_secs(900);
+
+/// The edu VM coloured (`colour-edu`): its DMA round trip goes through the SMMU's page-by-page
+/// map of its colours' frames; its write to a frame of the victim's colours inside its own
+/// physical range is refused.
+fn coloured_edu() -> Result<()> {
+    let ended = devices::boot_edu("colour-edu", "write")?;
+    devices::check_edu(&ended, "write", "write").map_err(|m| with_console_tail(m, &ended))?;
+    expect_clean_exit(&ended)
+}
+
+/// The scenarios of cache colouring.
+pub fn all() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            name: "colouring: two coloured VMs interleaved in one physical range tick, one resets; under the LLC model each pCPU touches only its VM's colours".into(),
+            run: Box::new(two_coloured_vms),
+        },
+        Scenario {
+            name: "colouring: Debian Linux coloured 8-15 runs stress-ng beside the partition coloured 0-7, which keeps every tick; under the LLC model each pCPU touches only its VM's colours".into(),
+            run: Box::new(coloured_linux),
+        },
+        Scenario {
+            name: "colouring: a coloured VM's edu DMA works through the SMMU's map of its colours; its DMA to a frame of another VM's colours is refused".into(),
+            run: Box::new(coloured_edu),
+        },
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_models_vcpu_lines_give_each_pcpus_colours() {
+        let path = std::env::temp_dir().join(format!("keel-llc-{}.txt", std::process::id()));
+        std::fs::write(
+            &path,
+            "llc size=1048576 ways=16 line=64 sets=1024 colours=16\n\
+             llc vcpu=0 accesses=10 hits=5 misses=5 misses_per_1000=500.000 colours=none excluded=9 excluded_misses=1\n\
+             llc vcpu=1 accesses=10 hits=5 misses=5 misses_per_1000=500.000 colours=0-7 excluded=0 excluded_misses=0\n\
+             llc range=rt accesses=1 hits=1 misses=0 misses_per_1000=0.000\n",
+        )
+        .unwrap();
+        let touched = colours_touched(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(touched.get(&0).map(String::as_str), Some("none"));
+        assert_eq!(touched.get(&1).map(String::as_str), Some("0-7"));
+        assert_eq!(touched.len(), 2);
+    }
+}
