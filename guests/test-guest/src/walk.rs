@@ -8,7 +8,13 @@
 //!
 //! and after `keel.reports` such lines (default 10) `walk: done` and powers off. With
 //! `keel.after=<seconds>` it first waits until the virtual counter reaches that time (beside a
-//! Linux VM, until Linux's load runs). Under QEMU's
+//! Linux VM, until Linux's load runs).
+//!
+//! It keeps a 1 kHz deadline in its virtual timer, masked (a real-time partition's tick,
+//! without the interrupt): under `-icount` QEMU runs the vCPUs in turn, each until the next
+//! deadline of any timer, so the deadline makes the vCPUs take turns at least every
+//! millisecond, as a SoC's cores run side by side; without one a vCPU's turn lasts up to
+//! 100 ms and the walks would never meet the other vCPUs' accesses. Under QEMU's
 //! `-icount shift=0` a nanosecond is an instruction, so a walk's time is its instructions: the
 //! cache's effect is what an LLC model (the project's QEMU plugin) counts beside it.
 
@@ -59,11 +65,20 @@ pub fn run(args: BootArgs) -> ! {
         core::hint::spin_loop();
     }
     let ns = |ticks: u64| (u128::from(ticks) * 1_000_000_000 / u128::from(frequency)) as u64;
+    let period = (frequency / 1000).max(1);
+    let mut deadline = timer::counter() + period;
+    timer::set_deadline(deadline);
+    timer::mask();
     // A first walk brings the working set in; it is not counted.
     walk(bytes);
     for _ in 0..reports {
         let (mut min, mut max, mut total) = (u64::MAX, 0, 0);
         for _ in 0..walks {
+            let now = timer::counter();
+            if now >= deadline {
+                deadline = now + period;
+                timer::set_deadline(deadline);
+            }
             let start = timer::counter();
             walk(bytes);
             let took = ns(timer::counter() - start);

@@ -10,7 +10,7 @@ use super::apt::{no_package, Apt, KernelPackage, Unpacked};
 use super::cpio::{Node, Tree};
 use super::elf::{is_elf, Elf};
 use super::scripts::{
-    modules_test, BANDWIDTH_TEST, BENCH_TEST, CRASH_TEST, DISK_READ_TEST, DISK_TEST,
+    modules_test, BANDWIDTH_TEST, BENCH_TEST, CACHE_TEST, CRASH_TEST, DISK_READ_TEST, DISK_TEST,
     IMAGESAVE_TEST, INIT, LOAD_TEST, MATRIXPROD_TEST, NET_TEST, RTC_TEST, STRESS_TEST,
     TEST_LIBRARY, UDHCPC_SCRIPT, VIRTIO_TEST, ZYNQMP_TEST,
 };
@@ -218,6 +218,7 @@ fn base_system(image: &mut Tree) {
     image.insert("tests/net.sh", 0o100755, Node::Data(NET_TEST.into()));
     image.insert("tests/rtc.sh", 0o100755, Node::Data(RTC_TEST.into()));
     image.insert("tests/zynqmp.sh", 0o100755, Node::Data(ZYNQMP_TEST.into()));
+    image.insert("tests/cache.sh", 0o100755, Node::Data(CACHE_TEST.into()));
     image.insert(
         "tests/imagesave.sh",
         0o100755,

@@ -391,6 +391,14 @@ echo "KEEL-RTC alarm interrupts ${before:-none} -> $(rtc_interrupts); wakealarm 
 exit $status
 "#;
 
+/// `keel.test=cache`: stress-ng's cache stressor on both CPUs for 20 s (each walks the
+/// caches stress-ng finds, evicting what else they hold): the noisy neighbour of the
+/// shared-cache experiment (`cargo xtask bench llc`).
+pub(super) const CACHE_TEST: &str = r#". /tests/lib.sh
+step stress-ng stress-ng --cache 2 --timeout 20s --metrics-brief
+exit $status
+"#;
+
 /// `keel.test=zynqmp`: the ZynqMP's own devices given to this VM (on the ZCU102). Its RTC:
 /// Debian 12's kernels have no driver for it (`CONFIG_RTC_DRV_ZYNQMP` is not set in any
 /// flavour), so its time register (CURRENT_TIME, at 0x10) is read with devmem at the address
