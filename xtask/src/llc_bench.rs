@@ -119,10 +119,45 @@ pub fn run(linux: bool) -> Result<()> {
         cases.push(("beside it, colours 0-7 / 8-15", "llc-linux-coloured"));
     }
     let mut rows = Vec::new();
+    let mut runs = Vec::new();
     for (case, name) in cases {
         step(&format!("llc: {case} ({name})"));
-        rows.push(row(case, &measure(name)?));
+        let run = measure(name)?;
+        rows.push(row(case, &run));
+        runs.push(run);
     }
+    // The modelled walk of each neighbour's three runs: alone, without colours, coloured.
+    let mut series = vec![crate::plots::Series {
+        label: "beside 2 VMs walking 1 MiB".into(),
+        points: vec![
+            (1.0, runs[0].modelled_ns() / 1000.0),
+            (2.0, runs[1].modelled_ns() / 1000.0),
+            (3.0, runs[2].modelled_ns() / 1000.0),
+        ],
+        reference: None,
+    }];
+    if let [alone, _, _, shared, coloured] = runs.as_slice() {
+        series.push(crate::plots::Series {
+            label: "beside Linux's stress-ng --cache".into(),
+            points: vec![
+                (1.0, alone.modelled_ns() / 1000.0),
+                (2.0, shared.modelled_ns() / 1000.0),
+                (3.0, coloured.modelled_ns() / 1000.0),
+            ],
+            reference: None,
+        });
+    }
+    let plot = crate::plots::lines(
+        &crate::plots::directory(),
+        "llc-colouring",
+        "A 256 KiB walk's modelled time (1 MiB 16-way LLC, 100 ns a miss)",
+        (
+            "1 alone, 2 beside the neighbour, 3 beside it with disjoint colours",
+            "modelled walk, us",
+        ),
+        &series,
+    )?;
+    step(&crate::plots::check(&plot, "modelled walk")?);
     println!(
         "\nThe partition's 256 KiB walk under a modelled 1 MiB, 16-way LLC shared by all pCPUs \
          (misses cost {MISS_PENALTY_NS} ns in the modelled walk):\n"

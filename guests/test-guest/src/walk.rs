@@ -7,8 +7,8 @@
 //! `walk: walks=100 bytes=262144 lines=4096 ns_min=.. ns_avg=.. ns_max=..`
 //!
 //! and after `keel.reports` such lines (default 10) `walk: done` and powers off. With
-//! `keel.after=<seconds>` it first waits until the virtual counter reaches that time (beside a
-//! Linux VM, until Linux's load runs).
+//! `keel.after=<seconds>` it first waits in WFI until the virtual counter reaches that time
+//! (beside a Linux VM, until Linux's load runs).
 //!
 //! It keeps a 1 kHz deadline in its virtual timer, masked (a real-time partition's tick,
 //! without the interrupt): under `-icount` QEMU runs the vCPUs in turn, each until the next
@@ -61,8 +61,8 @@ pub fn run(args: BootArgs) -> ! {
     let reports = number("keel.reports", 10);
     let frequency = timer::frequency().max(1);
     let after = number("keel.after", 0).saturating_mul(frequency);
-    while timer::counter() < after {
-        core::hint::spin_loop();
+    if timer::counter() < after {
+        timer::sleep_until(after);
     }
     let ns = |ticks: u64| (u128::from(ticks) * 1_000_000_000 / u128::from(frequency)) as u64;
     let period = (frequency / 1000).max(1);
@@ -91,6 +91,14 @@ pub fn run(args: BootArgs) -> ! {
             bytes / STRIDE,
             total / walks
         );
+        // A millisecond in WFI between reports: under `-icount`, QEMU wakes a vCPU waiting in
+        // WFI for its interrupt (a Linux vCPU, idle or started by Keel's kick) only while no
+        // other vCPU runs flat out, so a partition that never waits would starve a Linux VM
+        // that is still booting.
+        timer::sleep_until(timer::counter() + period);
+        deadline = timer::counter() + period;
+        timer::set_deadline(deadline);
+        timer::mask();
     }
     println!("walk: done");
     system_off()
