@@ -522,9 +522,8 @@ pub fn assign_pcpus() {
 /// copied out ([`VmDesc::translate_range`]).
 #[inline]
 pub fn guest_bytes(desc: &VmDesc, ipa: GuestPhysAddr, len: usize) -> Option<&'static mut [u8]> {
-    let address = if desc.colours.is_coloured() && desc.memory.contains_range(ipa, len as u64) {
-        // A coloured VM's RAM, in guest order in Keel's window on it.
-        colouring::window(desc)? + (ipa.0 - desc.memory.ipa.0)
+    let address = if desc.colours.is_coloured() {
+        coloured_address(desc, ipa, len)?
     } else {
         desc.translate_range(ipa, len as u64)?.0
     };
@@ -534,6 +533,18 @@ pub fn guest_bytes(desc: &VmDesc, ipa: GuestPhysAddr, len: usize) -> Option<&'st
     // while it is (re)loaded; otherwise (messages) its vCPUs may write the bytes meanwhile,
     // which Keel copies in one pass and never interprets.
     Some(unsafe { core::slice::from_raw_parts_mut(address as *mut u8, len) })
+}
+
+/// Where Keel reaches `[ipa, ipa + len)` of coloured VM `desc`: in its window on the VM's RAM
+/// (guest order), or its flash as one range. Out of line: uncoloured VMs' accesses, the fast
+/// paths' (messages), inline only the test of `colours`.
+#[cold]
+#[inline(never)]
+fn coloured_address(desc: &VmDesc, ipa: GuestPhysAddr, len: usize) -> Option<u64> {
+    if desc.memory.contains_range(ipa, len as u64) {
+        return Some(colouring::window(desc)? + (ipa.0 - desc.memory.ipa.0));
+    }
+    desc.translate_range(ipa, len as u64).map(|phys| phys.0)
 }
 
 /// Interrupts every pCPU running a vCPU of VM `id` other than this one, so it re-evaluates
