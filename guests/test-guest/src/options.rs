@@ -38,7 +38,7 @@
 //! | `keel.storm=<ms>`, `keel.storm-pause=<us>` | manager mode: restart, stop and start the managed VM as fast as it can from two vCPUs for that long, optionally pausing between calls (see [`crate::storm`]) |
 //! | `keel.restart-on-key` | manager mode with `keel.restarts`: wait for a byte typed on this VM's console instead |
 //! | `keel.mode=sgi` with `keel.rounds=<n>` | SGIs back and forth between vCPU 0 and vCPU 1, n round trips (default 100; see [`crate::sgi`]) |
-//! | `keel.mode=walk` with `keel.bytes=<n>`, `keel.walks=<n>`, `keel.reports=<n>` | a working set of n bytes (default 256 KiB) walked over and over, each report the times of n walks (default 100), power off after n reports (default 10; see [`crate::walk`]) |
+//! | `keel.mode=walk` with `keel.bytes=<n>`, `keel.at=<hex>`, `keel.walks=<n>`, `keel.reports=<n>`, `keel.after=<s>` | a working set of n bytes (default 256 KiB) at that IPA (default 0x40800000) walked over and over, each report the times of n walks (default 100), power off after n reports (default 10; see [`crate::walk`]) |
 //! | `keel.mode=task-reuse` with `keel.rounds=<n>`, `keel.pcpu=<id>` | a task index reused after a far launch and a delete, n rounds, the tasks on that pCPU (see [`crate::task_reuse`]) |
 
 use core::fmt;

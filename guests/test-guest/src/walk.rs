@@ -1,7 +1,10 @@
 //! `keel.mode=walk`: a real-time partition's memory-bound work, for the shared-cache
 //! experiment (`cargo xtask bench llc`). It walks a working set of `keel.bytes` bytes (default
-//! 256 KiB, at most [`MAX_BYTES`]) over and over, reading and writing one word in each 64-byte
-//! line, and times each walk on the virtual counter. Every `keel.walks` walks (default 100) it
+//! 256 KiB, at most [`MAX_BYTES`]) at guest-physical `keel.at=<hex>` (default [`DEFAULT_AT`],
+//! 8 MiB into the RAM a test guest has at 0x4000_0000; the VM's memory must hold it) over and
+//! over, reading and writing one word in each 64-byte line, and times each walk on the virtual
+//! counter. (Not a static: the test guest zeroes its .bss at every boot, and 1 MiB more of it
+//! would lengthen every mode's boot.) Every `keel.walks` walks (default 100) it
 //! prints
 //!
 //! `walk: walks=100 bytes=262144 lines=4096 ns_min=.. ns_avg=.. ns_max=..`
@@ -18,8 +21,6 @@
 //! `-icount shift=0` a nanosecond is an instruction, so a walk's time is its instructions: the
 //! cache's effect is what an LLC model (the project's QEMU plugin) counts beside it.
 
-use core::cell::UnsafeCell;
-
 use keel_guest::bootargs::BootArgs;
 use keel_guest::{println, system_off, timer};
 
@@ -28,20 +29,16 @@ pub const MAX_BYTES: usize = 1 << 20;
 /// Bytes between the words a walk touches: one per line of a 64-byte-line cache.
 const STRIDE: usize = 64;
 
-#[repr(C, align(4096))]
-struct WorkingSet(UnsafeCell<[u64; MAX_BYTES / 8]>);
+/// Where the working set is when `keel.at` does not say.
+pub const DEFAULT_AT: u64 = 0x4080_0000;
 
-// SAFETY: only vCPU 0 runs this mode, and only through `walk` below.
-unsafe impl Sync for WorkingSet {}
-
-static WORKING_SET: WorkingSet = WorkingSet(UnsafeCell::new([0; MAX_BYTES / 8]));
-
-/// One walk over the first `bytes` of the working set.
-fn walk(bytes: usize) {
-    let base = WORKING_SET.0.get().cast::<u64>();
+/// One walk over the first `bytes` of the working set at `at`.
+fn walk(at: u64, bytes: usize) {
+    let base = at as *mut u64;
     for offset in (0..bytes.min(MAX_BYTES)).step_by(STRIDE) {
-        // SAFETY: `offset` is inside the working set (bounded above) and 8-byte aligned; only
-        // this vCPU touches it.
+        // SAFETY: the working set is RAM of this VM that nothing else of the guest uses (the
+        // configuration gives it: `keel.at`), `offset` is inside it (bounded above) and 8-byte
+        // aligned, and only this vCPU touches it.
         unsafe {
             let word = base.add(offset / 8);
             word.write_volatile(word.read_volatile().wrapping_add(1));
@@ -57,6 +54,11 @@ pub fn run(args: BootArgs) -> ! {
             .unwrap_or(default)
     };
     let bytes = (number("keel.bytes", 256 * 1024) as usize).clamp(STRIDE, MAX_BYTES);
+    let at = args
+        .value("keel.at")
+        .and_then(|value| u64::from_str_radix(value.trim_start_matches("0x"), 16).ok())
+        .unwrap_or(DEFAULT_AT)
+        & !7;
     let walks = number("keel.walks", 100).max(1);
     let reports = number("keel.reports", 10);
     let frequency = timer::frequency().max(1);
@@ -70,7 +72,7 @@ pub fn run(args: BootArgs) -> ! {
     timer::set_deadline(deadline);
     timer::mask();
     // A first walk brings the working set in; it is not counted.
-    walk(bytes);
+    walk(at, bytes);
     for _ in 0..reports {
         let (mut min, mut max, mut total) = (u64::MAX, 0, 0);
         for _ in 0..walks {
@@ -80,7 +82,7 @@ pub fn run(args: BootArgs) -> ! {
                 timer::set_deadline(deadline);
             }
             let start = timer::counter();
-            walk(bytes);
+            walk(at, bytes);
             let took = ns(timer::counter() - start);
             min = min.min(took);
             max = max.max(took);
