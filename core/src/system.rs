@@ -325,14 +325,12 @@ impl VmDesc {
     /// The physical address of `ipa`, if `[ipa, ipa + len)` lies wholly in one of the VM's
     /// regions: [`Self::region_of`] then [`MemoryRegion::translate`], in one inlined step
     /// (its RAM tried first, then its flash; no region copied out).
-    /// Coloured RAM is not one physical range: None for it (Keel reaches it through its
-    /// window, and a page's frame is [`Colours::frame`]).
+    /// Not for coloured RAM, which is not one physical range: Keel reaches it through its
+    /// window, and a page's frame is [`Colours::frame`] (the hypervisor's accessor of guest
+    /// memory looks at the VM's colours first; a test here would cost its reload steps dear).
     #[inline]
     pub fn translate_range(&self, ipa: GuestPhysAddr, len: u64) -> Option<PhysAddr> {
         if self.memory.contains_range(ipa, len) {
-            if self.colours.is_coloured() {
-                return None;
-            }
             return self.memory.translate(ipa);
         }
         match &self.flash {
