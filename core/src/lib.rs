@@ -18,6 +18,7 @@ pub mod health;
 pub mod histogram;
 pub mod hypercall;
 pub mod ipc;
+pub mod keel_map;
 pub mod ratelimit;
 pub mod rng;
 pub mod sched;

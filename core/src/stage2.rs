@@ -5,6 +5,7 @@
 //! where address and size are aligned, 4 KiB pages (level 3) elsewhere. The builder only
 //! fills arrays; the arch layer installs the root in `VTTBR_EL2`.
 
+use crate::keel_map::Place;
 #[cfg(test)]
 use crate::translation::table_index;
 pub use crate::translation::{Table, ENTRIES};
@@ -94,14 +95,15 @@ impl From<WalkError> for Stage2Error {
     }
 }
 
-/// A VM's stage-2 tables, allocated from a pool of tables that lives at `pool_phys`.
+/// A VM's stage-2 tables, allocated from a pool of tables placed at `place`.
 pub struct Stage2<'a>(Tables<'a>);
 
 impl<'a> Stage2<'a> {
     /// Starts an empty translation (everything faults) in `tables`, whose first table is at
-    /// physical address `pool_phys` and the rest follow contiguously.
-    pub fn new(tables: &'a mut [Table], pool_phys: u64) -> Result<Self, Stage2Error> {
-        Ok(Self(Tables::new(tables, pool_phys)?))
+    /// physical address `place` and the rest follow contiguously, or placed in Keel's
+    /// coloured memory ([`crate::keel_map::Place`]).
+    pub fn new(tables: &'a mut [Table], place: impl Into<Place>) -> Result<Self, Stage2Error> {
+        Ok(Self(Tables::new(tables, place)?))
     }
 
     /// Physical address of the level-1 root table, for `VTTBR_EL2.BADDR`.

@@ -7,6 +7,7 @@
 //! [`Tables::map`] the attribute bits of its leaves; the walk, the choice of 1 GiB / 2 MiB
 //! blocks or 4 KiB pages and the table pool are here.
 
+use crate::keel_map::Place;
 use crate::table::{at, at_mut};
 
 /// Entries per table (4 KiB granule).
@@ -38,30 +39,30 @@ pub(crate) enum WalkError {
     AlreadyMapped,
 }
 
-/// Translation tables allocated from a pool of tables that lives at `pool_phys`; the first
-/// table is the level-1 root.
+/// Translation tables allocated from a pool of tables placed at `place`; the first table is
+/// the level-1 root.
 pub(crate) struct Tables<'a> {
     tables: &'a mut [Table],
-    pool_phys: u64,
+    place: Place,
     used: usize,
 }
 
 impl<'a> Tables<'a> {
-    /// Starts an empty translation (everything faults) in `tables`, whose first table is at
-    /// physical address `pool_phys` and the rest follow contiguously.
-    pub(crate) fn new(tables: &'a mut [Table], pool_phys: u64) -> Result<Self, WalkError> {
+    /// Starts an empty translation (everything faults) in `tables`, placed at `place` (a
+    /// physical address: the pool is contiguous there).
+    pub(crate) fn new(tables: &'a mut [Table], place: impl Into<Place>) -> Result<Self, WalkError> {
         let root = tables.first_mut().ok_or(WalkError::OutOfTables)?;
         *root = [0; ENTRIES];
         Ok(Self {
             tables,
-            pool_phys,
+            place: place.into(),
             used: 1,
         })
     }
 
     /// Physical address of the level-1 root table.
     pub(crate) fn root_phys(&self) -> u64 {
-        self.pool_phys
+        self.place.table_phys(0)
     }
 
     /// The level-1 root table.
@@ -195,16 +196,13 @@ impl<'a> Tables<'a> {
     }
 
     fn table_phys(&self, index: usize) -> u64 {
-        self.pool_phys + index as u64 * PAGE
+        self.place.table_phys(index)
     }
 
     fn table_of(&self, entry: u64) -> Result<usize, WalkError> {
-        let index = ((entry & ADDRESS_MASK) - self.pool_phys) / PAGE;
-        if (index as usize) < self.used {
-            Ok(index as usize)
-        } else {
-            Err(WalkError::OutOfRange)
-        }
+        self.place
+            .table_index(entry & ADDRESS_MASK, self.used)
+            .ok_or(WalkError::OutOfRange)
     }
 }
 

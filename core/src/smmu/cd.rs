@@ -11,6 +11,7 @@
 
 use super::regs::AddressSize;
 use super::Field;
+use crate::keel_map::Place;
 use crate::stage2::MemoryKind;
 use crate::text::{Out, Show};
 use crate::translation::{Table, Tables, WalkError};
@@ -203,14 +204,15 @@ impl core::fmt::Display for Stage1Error {
     }
 }
 
-/// A VM's devices' stage-1 tables, allocated from a pool of tables that lives at `pool_phys`.
+/// A VM's devices' stage-1 tables, allocated from a pool of tables placed at `place`.
 pub struct Stage1<'a>(Tables<'a>);
 
 impl<'a> Stage1<'a> {
     /// Starts an empty translation (every access a translation fault) in `tables`, whose
-    /// first table is at physical address `pool_phys` and the rest follow contiguously.
-    pub fn new(tables: &'a mut [Table], pool_phys: u64) -> Result<Self, Stage1Error> {
-        Ok(Self(Tables::new(tables, pool_phys)?))
+    /// first table is at physical address `place` and the rest follow contiguously, or placed
+    /// in Keel's coloured memory ([`crate::keel_map::Place`]).
+    pub fn new(tables: &'a mut [Table], place: impl Into<Place>) -> Result<Self, Stage1Error> {
+        Ok(Self(Tables::new(tables, place)?))
     }
 
     /// Physical address of the level-1 root table, for [`ContextDescriptor::ttb0`].
