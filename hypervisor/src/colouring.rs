@@ -1,7 +1,9 @@
-//! Coloured VMs' RAM (`keel_core::colour`): the tables of their stage-2 maps, page by page, and
-//! Keel's windows on their RAM (`keel_core::window`), which give Keel each coloured VM's RAM
-//! in guest order. Both pools are sized by the configuration compiler (`COLOURED_TABLES`), and
-//! empty when no VM is coloured.
+//! Coloured memory (`keel_core::colour`): coloured VMs' RAM, with the tables of their stage-2
+//! maps, page by page, and Keel's windows on their RAM (`keel_core::window`), which give Keel
+//! each coloured VM's RAM in guest order; and Keel's own image and data, copied at boot to the
+//! frames of its colours (`keel_core::keel_map`). The pools are sized by the configuration
+//! compiler (`COLOURED_TABLES`, `KEEL_COLOURS` and `KEEL_REGION`), and empty when nothing is
+//! coloured.
 //!
 //! Ownership: the primary pCPU builds everything here at boot, before any other pCPU runs;
 //! afterwards the window starts are only read, and each VM's stage-2 slice is handed out once.
@@ -10,13 +12,15 @@ use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use keel_core::colour::Colours;
+use keel_core::keel_map::{keel_map, keel_map_tables, KeelMap, Place};
 use keel_core::stage2::{Stage2, Table, ENTRIES};
 use keel_core::system::{VmDesc, MAX_VMS};
+use keel_core::text::{Hex, Out, Show};
 use keel_core::window::{WindowError, Windows, WINDOWS_START};
 
 use crate::arch::smmu::TABLES_PER_VM as SMMU_TABLES_PER_VM;
-use crate::arch::{mmu, stage2::TABLES_PER_VM};
-use crate::config::{COLOURED_TABLES, SYSTEM};
+use crate::arch::{boot, mmu, stage2::TABLES_PER_VM};
+use crate::config::{COLOURED_TABLES, KEEL_COLOURS, KEEL_REGION, SYSTEM};
 
 /// Tables of the windows: a level-1 table, then the coloured VMs' tables.
 const WINDOW_TABLES: usize = if COLOURED_TABLES == 0 {
@@ -96,6 +100,15 @@ impl<const N: usize, const ALLOWANCE: usize> Slices<N, ALLOWANCE> {
     }
 }
 
+/// Tables of a coloured Keel's own map: its coloured range is at most half its region.
+const KEEL_TABLES: usize = if KEEL_COLOURS.is_coloured() {
+    keel_map_tables(KEEL_REGION.1 / 2)
+} else {
+    0
+};
+
+static KEEL_POOL: Pool<KEEL_TABLES> = Pool(UnsafeCell::new([[0; ENTRIES]; KEEL_TABLES]));
+static KEEL_COLOURED: AtomicBool = AtomicBool::new(false);
 static WINDOW_POOL: Pool<WINDOW_TABLES> = Pool(UnsafeCell::new([[0; ENTRIES]; WINDOW_TABLES]));
 static STAGE2: Slices<STAGE2_TABLES, TABLES_PER_VM> = Slices::new();
 static SMMU: Slices<SMMU_TABLES, SMMU_TABLES_PER_VM> = Slices::new();
@@ -111,8 +124,8 @@ pub fn build_windows() -> Result<(), WindowError> {
     }
     // SAFETY: BUILT makes this the only reference to the window pool ever created.
     let tables: &'static mut [Table; WINDOW_TABLES] = unsafe { &mut *WINDOW_POOL.0.get() };
-    let phys = tables.as_ptr() as u64;
-    let mut windows = Windows::new(tables, phys)?;
+    let place = mmu::place(tables.as_ptr() as u64);
+    let mut windows = Windows::new(tables, place)?;
     for (id, desc) in SYSTEM.vms.iter().enumerate() {
         if desc.colours.is_coloured() {
             let start = windows.add(desc.memory.phys.0, desc.memory.size, &desc.colours)?;
@@ -136,12 +149,112 @@ pub fn window(desc: &VmDesc) -> Option<u64> {
 /// Tables for coloured VM `id`'s stage 2, handed out once; None for a VM that is not coloured.
 pub fn stage2_tables(id: usize) -> Option<Stage2<'static>> {
     let tables = STAGE2.take(id)?;
-    let phys = tables.as_ptr() as u64;
-    Stage2::new(tables, phys).ok()
+    let place = mmu::place(tables.as_ptr() as u64);
+    Stage2::new(tables, place).ok()
 }
 
 /// Tables for coloured VM `id`'s SMMU stage 1, handed out once; None for a VM that is not
 /// coloured (its tables come from the SMMU driver's own pool).
 pub fn smmu_tables(id: usize) -> Option<&'static mut [Table]> {
     SMMU.take(id)
+}
+
+/// Why Keel could not follow its colours (`[system] hypervisor_colours`).
+#[derive(Clone, Copy, Debug)]
+pub enum KeelColourError {
+    /// Keel's coloured range (its image, data and stacks) reaches its frames' base.
+    Overlaps {
+        /// The end of its range.
+        end: u64,
+        /// Where its frames start.
+        frames: u64,
+    },
+    /// The frames of its colours to the region's end are too few for its range.
+    TooSmall {
+        /// Bytes of its range.
+        size: u64,
+        /// The end of the frames it would take.
+        needs: u64,
+        /// The end of Keel's region.
+        region_end: u64,
+    },
+    /// Its map could not be built.
+    Map(WindowError),
+}
+
+impl Show for KeelColourError {
+    fn show(&self, out: &mut dyn Out) {
+        match *self {
+            KeelColourError::Overlaps { end, frames } => {
+                out.put("its image and data end at ");
+                Hex(end, 0).show(out);
+                out.put(", past the upper half of its region where its frames start at ");
+                Hex(frames, 0).show(out);
+                out.put(": give [system] hypervisor a larger size");
+            }
+            KeelColourError::TooSmall {
+                size,
+                needs,
+                region_end,
+            } => {
+                out.put("its image and data (");
+                Hex(size, 0).show(out);
+                out.put(" bytes) in frames of its colours reach ");
+                Hex(needs, 0).show(out);
+                out.put(", past its region's end at ");
+                Hex(region_end, 0).show(out);
+                out.put(": give [system] hypervisor a larger size, or Keel more colours");
+            }
+            KeelColourError::Map(error) => error.show(out),
+        }
+    }
+}
+
+/// Copies Keel's image, data and stacks to the frames of its colours and switches to its
+/// coloured map, if Keel is coloured; returns the map (None for an uncoloured Keel). Once, on
+/// the primary pCPU with its MMU on, interrupts masked and no other pCPU running: everything
+/// Keel wrote so far is copied with it.
+pub fn colour_keel() -> Result<Option<KeelMap>, KeelColourError> {
+    if !KEEL_COLOURS.is_coloured() || KEEL_COLOURED.swap(true, Ordering::AcqRel) {
+        return Ok(None);
+    }
+    let (start, end) = boot::coloured_range();
+    let (region, region_size) = KEEL_REGION;
+    let map = KeelMap {
+        start,
+        size: end - start,
+        frames: KeelMap::frames_base(region, region_size, &KEEL_COLOURS),
+        colours: KEEL_COLOURS,
+    };
+    if end > map.frames {
+        return Err(KeelColourError::Overlaps {
+            end,
+            frames: map.frames,
+        });
+    }
+    let needs = map.frames + map.span().unwrap_or(u64::MAX - map.frames);
+    if needs > region + region_size {
+        return Err(KeelColourError::TooSmall {
+            size: map.size,
+            needs,
+            region_end: region + region_size,
+        });
+    }
+    // SAFETY: KEEL_COLOURED makes this the only reference to Keel's pool ever created.
+    let tables: &'static mut [Table; KEEL_TABLES] = unsafe { &mut *KEEL_POOL.0.get() };
+    let address = tables.as_ptr() as u64;
+    let built = keel_map(
+        tables,
+        Place::new(address, map),
+        (SYSTEM.ram_base.0, SYSTEM.ram_size),
+        mmu::MAPPED_GIBS,
+        &map,
+    )
+    .map_err(KeelColourError::Map)?;
+    // SAFETY: per this function's contract, only this pCPU runs, with interrupts masked and
+    // the identity map on; `built` maps everything the identity map did, Keel's range on the
+    // frames `map` names, which lie in the upper half of Keel's own region (checked above),
+    // where nothing else is.
+    unsafe { mmu::switch_to_coloured(&map, address, built.root_phys()) };
+    Ok(Some(map))
 }

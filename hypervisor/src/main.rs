@@ -271,6 +271,19 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
     let distributor = gic::install(unsafe { gic::Distributor::new(platform.gic.distributor) });
     distributor.enable_spi(platform.uart_intid, platform.cpus[0]);
 
+    match colouring::colour_keel() {
+        Ok(Some(map)) => keel_println!(
+            boot,
+            "Keel coloured: colour mask {} of {}, its {} bytes in frames from {} to {}";
+            Hex(map.colours.mask, 0),
+            map.colours.count,
+            map.size,
+            Hex(map.frames, 0),
+            Hex(map.frames + map.span().unwrap_or(0), 0),
+        ),
+        Ok(None) => {}
+        Err(error) => boot_failure(boot, uart, &[&"Keel's colours: ", &error]),
+    }
     if let Err(error) = colouring::build_windows() {
         boot_failure(boot, uart, &[&"coloured VMs: ", &error]);
     }

@@ -33,7 +33,9 @@ struct Ring {
     records: [[AtomicU64; 2]; RECORDS],
 }
 
-/// Every pCPU's ring, all zero (in .bss) until [`init`].
+/// Every pCPU's ring, all zero (in .bss) until [`init`]; physically contiguous, where Keel was
+/// loaded, even when Keel is coloured (the trace tool reads the rings as one range).
+#[unsafe(link_section = ".bss_contiguous")]
 static RINGS: [Ring; TRACE_RINGS] = [const {
     Ring {
         header: [const { AtomicU64::new(0) }; 8],
@@ -63,8 +65,8 @@ pub fn init() {
     }
 }
 
-/// Where the rings are (Keel runs with its addresses equal to physical ones), how many and
-/// each one's bytes, header included: what a tool reading them from memory needs.
+/// Where the rings are (physically: in `.bss_contiguous`, Keel's address is the physical one),
+/// how many and each one's bytes, header included: what a tool reading them from memory needs.
 pub fn rings() -> (u64, usize, usize) {
     (
         RINGS.as_ptr() as u64,

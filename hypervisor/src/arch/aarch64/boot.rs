@@ -7,7 +7,7 @@
 //! 2 MiB when the region starts there): loaded anywhere else, it stops at once, before
 //! any absolute address is used.
 
-use super::psci;
+use super::{mmu, psci};
 
 /// Most pCPUs Keel drives.
 pub const MAX_CPUS: usize = 8;
@@ -58,7 +58,28 @@ keel_primary_entry:
     .global keel_secondary_entry
 keel_secondary_entry:
     msr     daifset, #0xf
-    mov     x19, x0                 // pCPU index (PSCI context id)
+    // PSCI's context id: the pCPU index, and a coloured Keel's map above bit 12. With one,
+    // the MMU goes on before any access to memory: Keel's data are in the map's frames, not
+    // where this code was loaded (and its constants are moved in, not loaded).
+    and     x1, x0, #0xfffffffffffff000
+    cbz     x1, 3f
+    movz    x2, #{mair_lo}
+    movk    x2, #{mair_hi}, lsl #16
+    msr     mair_el2, x2
+    movz    x2, #{tcr_lo}
+    movk    x2, #{tcr_hi}, lsl #16
+    msr     tcr_el2, x2
+    msr     ttbr0_el2, x1
+    isb
+    tlbi    alle2
+    dsb     nsh
+    isb
+    movz    x2, #{sctlr_lo}
+    movk    x2, #{sctlr_hi}, lsl #16
+    msr     sctlr_el2, x2
+    isb
+3:  and     x0, x0, #0xfff
+    mov     x19, x0                 // pCPU index
     msr     tpidr_el2, x0           // before any Rust code (cpu::index)
     bl      keel_set_stack
     mov     x0, x19
@@ -88,11 +109,35 @@ keel_stacks:
 "#,
     stack_size = const STACK_SIZE,
     stacks_size = const STACK_SIZE * MAX_CPUS,
+    mair_lo = const mmu::SECONDARY_MAIR & 0xffff,
+    mair_hi = const (mmu::SECONDARY_MAIR >> 16) & 0xffff,
+    tcr_lo = const mmu::SECONDARY_TCR & 0xffff,
+    tcr_hi = const (mmu::SECONDARY_TCR >> 16) & 0xffff,
+    sctlr_lo = const mmu::SECONDARY_SCTLR & 0xffff,
+    sctlr_hi = const (mmu::SECONDARY_SCTLR >> 16) & 0xffff,
 );
+
+const _: () = assert!(
+    mmu::SECONDARY_MAIR >> 32 == 0 && mmu::SECONDARY_TCR >> 32 == 0,
+    "the secondary entry moves 32-bit MMU registers in"
+);
+const _: () = assert!(mmu::SECONDARY_SCTLR >> 32 == 0);
+const _: () = assert!(MAX_CPUS <= 0x1000, "the pCPU index shares PSCI's context id");
 
 unsafe extern "C" {
     static keel_stacks: u8;
+    static __image_start: u8;
+    static __coloured_end: u8;
     fn keel_secondary_entry();
+}
+
+/// Keel's range that its colours cover: its image, data, stacks and tables, all but what
+/// devices or tools read as one physical range (`.bss_contiguous`, after it).
+pub fn coloured_range() -> (u64, u64) {
+    (
+        core::ptr::addr_of!(__image_start) as u64,
+        core::ptr::addr_of!(__coloured_end) as u64,
+    )
 }
 
 /// The top of pCPU `index`'s stack.
@@ -101,11 +146,12 @@ pub fn stack_top(index: usize) -> u64 {
     base + ((index + 1) * STACK_SIZE) as u64
 }
 
-/// Starts the secondary pCPU `index` (affinity `mpidr`) at Keel's secondary entry.
+/// Starts the secondary pCPU `index` (affinity `mpidr`) at Keel's secondary entry, with a
+/// coloured Keel's map (4 KiB aligned) in the same context id.
 pub fn start_secondary(index: usize, mpidr: u64) -> Result<(), i64> {
     psci::cpu_on(
         mpidr,
         keel_secondary_entry as *const () as u64,
-        index as u64,
+        mmu::coloured_root() | index as u64,
     )
 }

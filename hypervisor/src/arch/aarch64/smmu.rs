@@ -33,6 +33,7 @@ use keel_core::system::{MAX_STREAM_ARRAYS, MAX_VMS};
 use keel_core::text::{Out, Show};
 
 use super::cpu::{self, Mutex};
+use super::mmu;
 use super::mmio::Mmio;
 
 /// log2 of the command queue's entries.
@@ -60,7 +61,9 @@ const EVENT_QUEUE: Queue = match Queue::new(EVENT_LOG2) {
 const ACK_POLLS: u32 = 1_000_000;
 
 /// Memory the SMMU reads, aligned as the architecture asks (each table and queue to its
-/// size).
+/// size). The stream table, the CDs and the queues are physically contiguous: they stay where
+/// Keel was loaded even when Keel is coloured (`.bss_contiguous`); the stage-1 tables are
+/// placed table by table (`mmu::place`).
 #[repr(C, align(2048))]
 struct Level1Table(UnsafeCell<[u64; LEVEL1_ENTRIES]>);
 #[repr(C, align(16384))]
@@ -93,14 +96,19 @@ unsafe impl Sync for CommandQueue {}
 // SAFETY: as for Level1Table.
 unsafe impl Sync for EventQueue {}
 
+#[unsafe(link_section = ".bss_contiguous")]
 static LEVEL1: Level1Table = Level1Table(UnsafeCell::new([0; LEVEL1_ENTRIES]));
+#[unsafe(link_section = ".bss_contiguous")]
 static ARRAYS: Level2Arrays = Level2Arrays(UnsafeCell::new(
     [[[0; 8]; LEVEL2_ENTRIES]; MAX_STREAM_ARRAYS],
 ));
 static LAYOUT: Layout = Layout(UnsafeCell::new(StreamLayout::EMPTY));
+#[unsafe(link_section = ".bss_contiguous")]
 static CONTEXTS: Contexts = Contexts(UnsafeCell::new([[0; 8]; MAX_VMS]));
 static TABLES: Stage1Tables = Stage1Tables(UnsafeCell::new([[0; ENTRIES]; STAGE1_TABLES]));
+#[unsafe(link_section = ".bss_contiguous")]
 static COMMANDS: CommandQueue = CommandQueue(UnsafeCell::new([[0; 2]; 1 << COMMAND_LOG2]));
+#[unsafe(link_section = ".bss_contiguous")]
 static EVENTS: EventQueue = EventQueue(UnsafeCell::new([[0; 4]; 1 << EVENT_LOG2]));
 
 /// The SMMU once [`init`] enabled it: its registers, the entries Keel has written to the
@@ -208,9 +216,9 @@ pub unsafe fn init(
                 mine
             }
         };
-        let phys = mine.as_ptr() as u64;
+        let place = mmu::place(mine.as_ptr() as u64);
         let mut stage1 =
-            Stage1::new(mine, phys).map_err(|error| SmmuError::Stage1 { vm, error })?;
+            Stage1::new(mine, place).map_err(|error| SmmuError::Stage1 { vm, error })?;
         memory(vm, &mut |ipa, pa, size| {
             stage1.map(ipa, pa, size, MemoryKind::Normal)
         })
@@ -221,12 +229,17 @@ pub unsafe fn init(
             output_size: features.output_size,
         };
         contexts[vm] = context.encode();
-        context_addresses[vm] = contexts[vm].as_ptr() as u64;
+        context_addresses[vm] = mmu::phys(contexts[vm].as_ptr() as u64);
     }
     layout
         .plan(assignments, MAX_VMS)
         .map_err(SmmuError::Streams)?;
-    layout.fill(level1, arrays, arrays.as_ptr() as u64, &context_addresses);
+    layout.fill(
+        level1,
+        arrays,
+        mmu::phys(arrays.as_ptr() as u64),
+        &context_addresses,
+    );
     cpu::dsb_sy();
 
     regs.write32(regs::CR1 as usize, cr1::WRITE_BACK_INNER);
@@ -234,7 +247,7 @@ pub unsafe fn init(
     regs.write32(regs::CR2 as usize, cr2::RECINVSID);
     regs.write64(
         regs::STRTAB_BASE as usize,
-        regs::strtab_base(level1.as_ptr() as u64),
+        regs::strtab_base(mmu::phys(level1.as_ptr() as u64)),
     );
     regs.write32(
         regs::STRTAB_BASE_CFG as usize,
@@ -242,13 +255,13 @@ pub unsafe fn init(
     );
     regs.write64(
         regs::CMDQ_BASE as usize,
-        regs::queue_base(COMMANDS.0.get() as u64, COMMAND_LOG2),
+        regs::queue_base(mmu::phys(COMMANDS.0.get() as u64), COMMAND_LOG2),
     );
     regs.write32(regs::CMDQ_PROD as usize, 0);
     regs.write32(regs::CMDQ_CONS as usize, 0);
     regs.write64(
         regs::EVENTQ_BASE as usize,
-        regs::queue_base(EVENTS.0.get() as u64, EVENT_LOG2),
+        regs::queue_base(mmu::phys(EVENTS.0.get() as u64), EVENT_LOG2),
     );
     regs.write32(regs::EVENTQ_PROD as usize, 0);
     regs.write32(regs::EVENTQ_CONS as usize, 0);
@@ -434,7 +447,11 @@ pub fn set_vm_streams(
         let _smmu = SMMU.lock_cold();
         let config = if wanted.load(Ordering::Relaxed) {
             // SAFETY: the CDs are only written by `init`, before the lock exists.
-            let context = unsafe { (*CONTEXTS.0.get()).get(vm).map(|cd| cd.as_ptr() as u64) };
+            let context = unsafe {
+                (*CONTEXTS.0.get())
+                    .get(vm)
+                    .map(|cd| mmu::phys(cd.as_ptr() as u64))
+            };
             StreamConfig::Stage1 {
                 context: context.unwrap_or(0),
             }
