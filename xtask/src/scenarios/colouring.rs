@@ -17,7 +17,8 @@ use crate::qemu::Machine;
 use crate::Result;
 
 /// The machine of `image` under icount, with the LLC model of its configuration's cache
-/// counting every pCPU's accesses, Keel's own region apart; its report is the file returned.
+/// counting every pCPU's accesses, Keel's own region apart unless Keel is coloured; its report
+/// is the file returned.
 pub(crate) fn under_llc_model(
     image: &SystemImage,
     name: &str,
@@ -29,9 +30,11 @@ pub(crate) fn under_llc_model(
     let out = log_path(&format!("{name}.llc"));
     let _ = std::fs::remove_file(&out);
     let mut model = LlcModel::new(&plugin()?, geometry, &out);
-    model
-        .excluded
-        .push(system.hypervisor_base..system.hypervisor_base + system.hypervisor_size);
+    if !system.hypervisor_colours.is_coloured() {
+        model
+            .excluded
+            .push(system.hypervisor_base..system.hypervisor_base + system.hypervisor_size);
+    }
     let machine = Machine {
         llc: Some(model),
         ..crate::image::machine(image, true)?
@@ -59,10 +62,12 @@ pub(crate) fn colours_touched(path: &std::path::Path) -> Result<BTreeMap<u32, St
     Ok(touched)
 }
 
-/// Each coloured VM's pCPUs touched only its colours (none of another's), by the model's
-/// report at `report`.
+/// Each coloured VM's pCPUs touched only its colours (none of another's), and Keel's if Keel
+/// is coloured (its accesses are then counted too, and some of its colours must show), by the
+/// model's report at `report`.
 fn expect_own_colours(image: &SystemImage, report: &std::path::Path) -> Result<()> {
     let touched = colours_touched(report)?;
+    let keel = image.system.hypervisor_colours;
     for vm in image
         .system
         .vms
@@ -78,10 +83,17 @@ fn expect_own_colours(image: &SystemImage, report: &std::path::Path) -> Result<(
             })?;
             let parsed = keel_core::colour::Colours::parse(seen, vm.colours.count)
                 .map_err(|e| format!("pCPU {pcpu}'s colours '{seen}': {e}"))?;
-            if parsed.mask & !vm.colours.mask != 0 {
+            if parsed.mask & !(vm.colours.mask | keel.mask) != 0 {
                 return Err(format!(
-                    "pCPU {pcpu} of vm '{}' (colours {}) touched colours {seen}",
-                    vm.name, vm.colours
+                    "pCPU {pcpu} of vm '{}' (colours {}, Keel's {}) touched colours {seen}",
+                    vm.name, vm.colours, keel
+                ));
+            }
+            if keel.is_coloured() && parsed.mask & keel.mask == 0 {
+                return Err(format!(
+                    "pCPU {pcpu} of vm '{}' touched colours {seen}, none of Keel's {keel}: \
+                     Keel's own accesses are not counted",
+                    vm.name
                 ));
             }
         }
@@ -89,15 +101,20 @@ fn expect_own_colours(image: &SystemImage, report: &std::path::Path) -> Result<(
     Ok(())
 }
 
-/// Two coloured VMs interleaved in one physical range (`colour-two`): both tick; rt-a resets
-/// (Keel zeroes and reloads it through its frames) and ticks again; each pCPU touched only its
-/// VM's colours, before and after the reset.
+/// Two coloured VMs interleaved in one physical range beside a coloured Keel (`colour-two`):
+/// Keel copies itself to its colours' frames at boot; both VMs tick; rt-a resets (Keel zeroes
+/// and reloads it through its frames) and ticks again; each pCPU touched only its VM's colours
+/// and Keel's, before and after the reset, Keel's own accesses counted.
 fn two_coloured_vms() -> Result<()> {
     let image = build_system(&config("colour-two"))?;
     let (machine, report) = under_llc_model(&image, "colour-two")?;
     let ended = machine.spawn(&log_path("colour-two"))?.finish(DEADLINE);
     let check = || -> Result<()> {
         check_one_vm_reset(&ended)?;
+        let keel_line = "Keel coloured: colour mask 0xc000 of 16";
+        if !ended.lines.iter().any(|line| line.contains(keel_line)) {
+            return Err("no 'Keel coloured' line for colours 14-15 at boot".into());
+        }
         expect_own_colours(&image, &report)
     };
     check().map_err(|m| with_console_tail(m, &ended))
