@@ -8,7 +8,7 @@
 
 use core::sync::atomic::{AtomicBool, Ordering};
 
-use keel_core::colour::FRAME;
+use keel_core::colour::Colours;
 use keel_core::smmu::{Event, GlobalError, Stage1Error, StreamAssignment};
 use keel_core::system::{MAX_STREAM_RANGES, MAX_VMS};
 
@@ -50,17 +50,10 @@ pub fn init() -> Result<(), SmmuError> {
         if desc.colours.is_coloured() {
             // Its RAM page by page, to the frames of its colours, as its stage 2 maps it.
             let memory = desc.memory;
-            for page in 0..memory.size / FRAME {
-                let frame = desc
-                    .colours
-                    .frame(memory.phys.0, page)
-                    .ok_or(Stage1Error::OutOfRange)?;
-                map(memory.ipa.0 + page * FRAME, frame, FRAME)?;
-            }
-            return Ok(());
+            return map(memory.ipa.0, memory.phys.0, memory.size, desc.colours);
         }
         for region in desc.regions() {
-            map(region.ipa.0, region.phys.0, region.size)?;
+            map(region.ipa.0, region.phys.0, region.size, Colours::NONE)?;
         }
         Ok(())
     };

@@ -238,6 +238,20 @@ impl<'a> Stage1<'a> {
         Ok(self.0.map(ipa, phys, size, leaf_attributes(kind))?)
     }
 
+    /// Maps `size` bytes of device addresses from `ipa` page by page to the frames of
+    /// `colours` from `base` on, normal memory: a coloured VM's RAM ([`crate::colour`]), as
+    /// its stage 2 maps it.
+    pub fn map_coloured(
+        &mut self,
+        ipa: u64,
+        base: u64,
+        size: u64,
+        colours: &crate::colour::Colours,
+    ) -> Result<(), Stage1Error> {
+        let attributes = leaf_attributes(MemoryKind::Normal);
+        Ok(self.0.map_coloured(ipa, base, size, colours, attributes)?)
+    }
+
     /// The physical address `ipa` maps to, if any.
     pub fn translate(&self, ipa: u64) -> Option<u64> {
         self.0.translate(ipa)
@@ -397,6 +411,36 @@ mod tests {
         assert_eq!(
             walk(1 << 39, Access::Read),
             Err("translation fault (outside T0SZ)")
+        );
+    }
+
+    #[test]
+    fn a_coloured_vms_dma_walks_to_the_frames_of_its_colours_only() {
+        let pool_phys = 0x4800_0000;
+        let colours = crate::colour::Colours::parse("4-5", 16).unwrap();
+        let mut tables = pool(8);
+        let size = 1 << 20;
+        let root = {
+            let mut s1 = Stage1::new(&mut tables, pool_phys).unwrap();
+            s1.map_coloured(0x4000_0000, 0x5000_0000, size, &colours)
+                .unwrap();
+            s1.root_phys()
+        };
+        let cd = ContextDescriptor {
+            asid: 1,
+            ttb0: root,
+            output_size: AddressSize::Bits44,
+        }
+        .encode();
+        for page in 0..size / 4096 {
+            let input = 0x4000_0000 + page * 4096 + 0x40;
+            let (phys, attr) = smmu_walk(&cd, &tables, pool_phys, input, Access::Write).unwrap();
+            assert_eq!(phys, colours.frame(0x5000_0000, page).unwrap() + 0x40);
+            assert_eq!((phys >> 12 & 15, attr), (4 + page % 2, 0));
+        }
+        assert_eq!(
+            smmu_walk(&cd, &tables, pool_phys, 0x4000_0000 + size, Access::Read),
+            Err("translation fault")
         );
     }
 

@@ -28,6 +28,7 @@ use keel_core::smmu::{
     Stage1, Stage1Error, StreamAssignment, StreamConfig, StreamLayout, StreamTableError,
     SyncSignal, Unsupported,
 };
+use keel_core::colour::Colours;
 use keel_core::stage2::{MemoryKind, Table, ENTRIES};
 use keel_core::system::{MAX_STREAM_ARRAYS, MAX_VMS};
 use keel_core::text::{Out, Show};
@@ -157,8 +158,9 @@ impl Show for SmmuError {
     }
 }
 
-/// A map of one region `(ipa, pa, size)` into a VM's stage-1 tables.
-pub type MapRegion<'a> = dyn FnMut(u64, u64, u64) -> Result<(), Stage1Error> + 'a;
+/// A map of one region `(ipa, pa, size, colours)` into a VM's stage-1 tables: to `[pa, pa +
+/// size)`, or with colours ([`Colours::NONE`] for none) page by page to their frames from `pa`.
+pub type MapRegion<'a> = dyn FnMut(u64, u64, u64, Colours) -> Result<(), Stage1Error> + 'a;
 /// Maps every region of VM `vm`'s memory with the function given.
 pub type VmMemory = dyn Fn(usize, &mut MapRegion) -> Result<(), Stage1Error>;
 /// The tables VM `vm`'s stage 1 is built in, if it brings its own (a coloured VM's).
@@ -166,7 +168,7 @@ pub type OwnTables = dyn FnMut(usize) -> Option<&'static mut [Table]>;
 
 /// Sets the SMMU at `base` up and enables it: every stream in `assignments` translates with
 /// its VM's stage-1 tables, each VM's built from `memory(vm, map)` (which calls `map(ipa, pa,
-/// size)` for each of its regions); every other stream of a level-2 array aborts, and a
+/// size, colours)` for each of its regions); every other stream of a level-2 array aborts, and a
 /// stream of a block without one is out of range (a `C_BAD_STREAMID` event). Each VM's
 /// tables are `own_tables(vm)` if it gives some, else [`TABLES_PER_VM`] of the driver's pool.
 /// Before any VM runs, on pCPU 0.
@@ -219,8 +221,12 @@ pub unsafe fn init(
         let place = mmu::place(mine.as_ptr() as u64);
         let mut stage1 =
             Stage1::new(mine, place).map_err(|error| SmmuError::Stage1 { vm, error })?;
-        memory(vm, &mut |ipa, pa, size| {
-            stage1.map(ipa, pa, size, MemoryKind::Normal)
+        memory(vm, &mut |ipa, pa, size, colours| {
+            if colours.is_coloured() {
+                stage1.map_coloured(ipa, pa, size, &colours)
+            } else {
+                stage1.map(ipa, pa, size, MemoryKind::Normal)
+            }
         })
         .map_err(|error| SmmuError::Stage1 { vm, error })?;
         let context = ContextDescriptor {
