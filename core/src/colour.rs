@@ -18,6 +18,28 @@ pub const FRAME: u64 = 4096;
 /// The most colours Keel handles: a way of 256 KiB (a 4 MiB 16-way cache).
 pub const MAX_COLOURS: u32 = 64;
 
+/// The least memory of its colours Keel's coloured copy (its image, data and stacks) must find
+/// in the upper half of its region (`[system] hypervisor_colours`).
+pub const KEEL_COLOURED_MIN_BYTES: u64 = 2 << 20;
+
+/// Where Keel's coloured copy goes in its region (`hypervisor_base`, `hypervisor_size` bytes):
+/// the frames of `colours` from the first period boundary at or above the region's middle up
+/// to its end. Returns that boundary, `frames_base = align_up(hypervisor_base +
+/// hypervisor_size / 2, colours.period_bytes())` (colour 0's frame), and the bytes of those
+/// frames (0 if `frames_base` is past the end). Memory that is not coloured takes every frame
+/// from the middle on.
+pub fn keel_frames(hypervisor_base: u64, hypervisor_size: u64, colours: Colours) -> (u64, u64) {
+    let middle = hypervisor_base.saturating_add(hypervisor_size / 2);
+    let end = hypervisor_base.saturating_add(hypervisor_size);
+    if !colours.is_coloured() {
+        return (middle, end.saturating_sub(middle));
+    }
+    let frames_base = middle
+        .checked_next_multiple_of(colours.period_bytes())
+        .unwrap_or(u64::MAX);
+    (frames_base, colours.frames_from(frames_base, end) * FRAME)
+}
+
 /// The geometry of the last-level cache, as far as colouring needs it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CacheGeometry {
@@ -115,6 +137,20 @@ impl Colours {
         }
         let colour = u64::from(mask.trailing_zeros());
         Some(base + (period * u64::from(self.count) + colour) * FRAME)
+    }
+
+    /// How many frames of the set lie in `[start, end)`, `start` aligned to
+    /// [`Self::period_bytes`] (its frame has colour 0); 0 if `end` is not above `start`.
+    pub fn frames_from(&self, start: u64, end: u64) -> u64 {
+        let frames = end.saturating_sub(start) / FRAME;
+        let count = u64::from(self.count);
+        if count == 0 {
+            return frames;
+        }
+        // Whole periods give every colour of the set; the last, partial one its first
+        // `frames % count` colours (fewer than 64, so the shift is in range).
+        let partial = self.mask & ((1u64 << (frames % count)) - 1);
+        frames / count * u64::from(self.len()) + u64::from(partial.count_ones())
     }
 
     /// Bytes of physical range that `size` bytes of memory coloured `self` spans from its
@@ -317,6 +353,37 @@ mod tests {
         assert_eq!(all.span(16 << 20), Some(16 << 20));
         assert_eq!(quarter.span(0), Some(0));
         assert_eq!(quarter.span(1), Some(FRAME));
+    }
+
+    #[test]
+    fn keels_frames_are_its_colours_from_the_regions_middle_on() {
+        let one = Colours::parse("15", 16).unwrap();
+        // 32 MiB at 0x4000_0000: the upper 16 MiB holds 256 periods of 64 KiB, one frame each.
+        assert_eq!(
+            keel_frames(0x4000_0000, 32 << 20, one),
+            (0x4100_0000, 256 * FRAME)
+        );
+        // A middle off a period boundary moves up to the next one.
+        let quarter = Colours::parse("0-3", 16).unwrap();
+        let (base, bytes) = keel_frames(0x4000_0000, 0x20_2000, quarter);
+        assert_eq!(base, 0x4011_0000);
+        // 0x4011_0000..0x4020_2000: 15 whole periods (60 frames), then 2 frames of colours 0-1.
+        assert_eq!(bytes, 62 * FRAME);
+        // A region whose middle rounds up past its end has none.
+        assert_eq!(keel_frames(0x4000_0000, 0x4000, quarter), (0x4001_0000, 0));
+        // Not coloured: every frame of the upper half.
+        assert_eq!(
+            keel_frames(0x4000_0000, 32 << 20, Colours::NONE),
+            (0x4100_0000, 16 << 20)
+        );
+        assert_eq!(one.frames_from(0, 16 * FRAME - 1), 0);
+        assert_eq!(one.frames_from(0, 16 * FRAME), 1);
+        assert_eq!(
+            Colours::parse("0-63", 64)
+                .unwrap()
+                .frames_from(0, 130 * FRAME),
+            130
+        );
     }
 
     #[test]

@@ -3353,6 +3353,38 @@ fn colour_report_gives_each_vms_share_of_the_cache() {
     let none_coloured = colours_with_all(&UNCOLOURED).unwrap();
     assert!(none_coloured.llc.is_some());
     assert!(keel_core::config::colour_report(&none_coloured).is_empty());
+    // Keel's share first, when it is coloured, with or without coloured VMs (a region of
+    // 64 MiB for one colour of 16).
+    let keel = keel_coloured("14-15", &[]).unwrap();
+    let report = keel_core::config::colour_report(&keel);
+    assert_eq!(report.len(), 4);
+    assert_eq!(
+        report[0],
+        "Keel: colours 14-15: 2 of 16 colours, 128 KiB of the 1 MiB LLC; its image and data in \
+         frames of [0x41000000, 0x42000000)"
+    );
+    let only_keel = keel_coloured(
+        "15",
+        &[
+            &UNCOLOURED[..],
+            &[(
+                "hypervisor = { base = 0x4000_0000, size = \"32M\" }",
+                "hypervisor = { base = 0x4000_0000, size = \"64M\" }",
+            )],
+        ]
+        .concat(),
+    )
+    .unwrap();
+    assert_eq!(
+        keel_core::config::colour_report(&only_keel),
+        [
+            "Keel: colours 15: 1 of 16 colours, 64 KiB of the 1 MiB LLC; its image and data in \
+             frames of [0x42000000, 0x44000000)",
+            "vm 'rt-a': all 16 colours, the whole 1 MiB LLC; 16 MiB in [0x48000000, 0x49000000)",
+            "vm 'rt-b': all 16 colours, the whole 1 MiB LLC; 16 MiB in [0x49000000, 0x4a000000)",
+            "vm 'linux': all 16 colours, the whole 1 MiB LLC; 64 MiB in [0x50000000, 0x54000000)",
+        ]
+    );
 }
 
 #[test]
@@ -3617,6 +3649,127 @@ fn an_uncoloured_vm_uses_every_colour() {
         "vm 'linux': colours_exclusive: vm 'rt-a' has no colours, so it uses all 16 colours, \
          this VM's colours 8-15 included",
     );
+}
+
+/// `valid-colours.toml` with Keel coloured `colours` (`[system] hypervisor_colours`) and each
+/// `(old, new)` of `replacements` made.
+fn keel_coloured(colours: &str, replacements: &[(&str, &str)]) -> Result<System, String> {
+    let line = format!("{LLC}hypervisor_colours = \"{colours}\"\n");
+    let mut all = vec![(LLC, line.as_str())];
+    all.extend_from_slice(replacements);
+    colours_with_all(&all)
+}
+
+#[test]
+fn keel_is_coloured_with_its_own_colours() {
+    // 2 MiB of colours 14-15 in the upper 16 MiB of Keel's 32 MiB, shared with linux's 8-15.
+    let system = keel_coloured("14-15", &[]).unwrap();
+    assert_eq!(
+        system.hypervisor_colours,
+        keel_core::colour::Colours {
+            mask: 0xc000,
+            count: 16
+        }
+    );
+    assert_emits(
+        &system,
+        &[
+            "pub const COLOURED_TABLES: usize = 57;\npub const KEEL_COLOURS: \
+           ::keel_core::colour::Colours = ::keel_core::colour::Colours { mask: 0xc000, \
+           count: 16 };\n",
+        ],
+    );
+    // Without the key, Keel is not coloured.
+    let plain = load_fixture("valid.toml");
+    assert_eq!(plain.hypervisor_colours, keel_core::colour::Colours::NONE);
+    assert_emits(
+        &plain,
+        &["pub const KEEL_COLOURS: ::keel_core::colour::Colours = \
+           ::keel_core::colour::Colours { mask: 0x0, count: 0 };\n"],
+    );
+    // VMs without colours share Keel's, as they share every colour.
+    assert!(keel_coloured("14-15", &UNCOLOURED).is_ok());
+}
+
+#[test]
+fn keels_colours_need_the_caches_geometry() {
+    let give = "give [system] llc = { size = \"1M\", ways = 16, line = 64 } with the cache's own \
+                size, ways and line size";
+    assert_colours_refused(
+        colours_with_all(&[(LLC, "hypervisor_colours = \"15\"\n")]),
+        &format!(
+            "system: hypervisor_colours: colouring needs the last-level cache's geometry: the \
+             configuration gives no [system] llc, and board qemu-virt's device tree cannot be \
+             read (no board device tree was given to the configuration compiler): {give}"
+        ),
+    );
+    // 1.5 MiB of 12 ways, from the board's tree: Keel's colours are refused before any VM's.
+    assert_colours_refused(
+        colours_with_board_caches(
+            &l2_cache(0x18_0000, "\t\t\tcache-sets = <2048>;\n"),
+            &[("pcpus = 4\n", "pcpus = 4\nhypervisor_colours = \"15\"\n")],
+        ),
+        "system: hypervisor_colours: board qemu-virt's device tree gives the last-level cache \
+         at '/cpus/l2-cache' as 1536 KiB, 12 ways and 64-byte lines, which cannot be coloured: \
+         size, ways and line must be powers of two",
+    );
+}
+
+#[test]
+fn keels_colours_are_a_list_of_the_caches_colours() {
+    assert_colours_refused(
+        keel_coloured("0-16", &[]),
+        "system: hypervisor_colours: \"0-16\": colour 16 is not one of the cache's 16 (0-15)",
+    );
+    assert_colours_refused(
+        keel_coloured("", &[]),
+        "system: hypervisor_colours: \"\": no colours",
+    );
+}
+
+#[test]
+fn keels_colours_hold_its_copy_in_the_upper_half_of_its_region() {
+    // One colour of 16 in the upper 16 MiB: 256 frames, 1 MiB.
+    assert_colours_refused(
+        keel_coloured("15", &[]),
+        "system: hypervisor_colours: 1 MiB of colour 15 in the upper half of the hypervisor \
+         region 0x40000000..0x42000000 (from 0x41000000 to its end) is less than the 2 MiB \
+         Keel's image, data and stacks are copied to: give a larger hypervisor region or more \
+         colours",
+    );
+    // A region twice as large holds 2 MiB of it, exactly enough.
+    let larger = keel_coloured(
+        "15",
+        &[(
+            "hypervisor = { base = 0x4000_0000, size = \"32M\" }",
+            "hypervisor = { base = 0x4000_0000, size = \"64M\" }",
+        )],
+    )
+    .unwrap();
+    assert_eq!(
+        keel_core::colour::keel_frames(
+            larger.hypervisor_base,
+            larger.hypervisor_size,
+            larger.hypervisor_colours
+        ),
+        (0x4200_0000, 2 << 20)
+    );
+}
+
+#[test]
+fn an_exclusive_vm_shares_no_colour_with_keel() {
+    assert_colours_refused(
+        keel_coloured("2-3,14-15", &[]),
+        "vm 'rt-a': colours: shares colours 2-3 with Keel (system.hypervisor_colours), and \
+         keeps its colours its own (colours_exclusive = true)",
+    );
+    assert_colours_refused(
+        keel_coloured("3,14", &[]),
+        "vm 'rt-a': colours: shares colour 3 with Keel (system.hypervisor_colours), and keeps \
+         its colours its own (colours_exclusive = true)",
+    );
+    // rt-b shares 4-5 with Keel, and linux 14-15: neither keeps its colours its own.
+    assert!(keel_coloured("4-5,14-15", &[]).is_ok());
 }
 
 #[test]

@@ -16,7 +16,10 @@ use crate::system::WfiPolicy;
 /// `pub const SHARED_PCPUS: bool`, whether some pCPU's policy is not `pinned` (otherwise the
 /// hypervisor leaves the shared pCPUs' scheduler out), and `pub const COLOURED_TABLES: usize`,
 /// the translation tables that mapping the coloured VMs' RAM page by page takes in each pool
-/// of tables that maps it (their stage 2, their devices' SMMU stage 1, Keel's window on it).
+/// of tables that maps it (their stage 2, their devices' SMMU stage 1, Keel's window on it),
+/// and `pub const KEEL_COLOURS: ::keel_core::colour::Colours`, Keel's own colours
+/// (`[system] hypervisor_colours`; [`Colours::NONE`](crate::colour::Colours::NONE)'s fields,
+/// mask 0 and count 0, if Keel is not coloured).
 ///
 /// Images and device trees are embedded with `include_bytes!` of absolute paths
 /// (`dtb_paths[i]` is VM `i`'s generated device tree; a relative one is made absolute against
@@ -216,6 +219,12 @@ pub fn emit_rust(system: &System, dtb_paths: &[PathBuf]) -> String {
         .map(|vm| crate::colour::Colours::page_tables(vm.size))
         .sum();
     line(format!("pub const COLOURED_TABLES: usize = {coloured};"));
+    let keel = system.hypervisor_colours;
+    line(format!(
+        "pub const KEEL_COLOURS: ::keel_core::colour::Colours = \
+         ::keel_core::colour::Colours {{ mask: {:#x}, count: {} }};",
+        keel.mask, keel.count
+    ));
     out
 }
 
@@ -444,6 +453,7 @@ mod tests {
             pcpus: 4,
             trace_bytes: 0,
             llc: None,
+            hypervisor_colours: crate::colour::Colours::NONE,
             policies: vec![
                 Policy::Pinned,
                 Policy::Edf { quantum: 1_000_000 },
@@ -566,7 +576,7 @@ mod tests {
              senders: &[1, 0], pool_offset: 0 }),",
             "messages: None,",
             // rt-a's one vCPU and three tasks: four rings of 8 * (8 + 256) bytes.
-            "};\npub const MESSAGE_POOL: usize = 8448;\npub const TRACE_RING_BYTES: usize = 0;\npub const TRACE_RINGS: usize = 0;\npub const HEALTH: bool = false;\npub const SHARED_PCPUS: bool = true;\npub const COLOURED_TABLES: usize = 0;\n",
+            "};\npub const MESSAGE_POOL: usize = 8448;\npub const TRACE_RING_BYTES: usize = 0;\npub const TRACE_RINGS: usize = 0;\npub const HEALTH: bool = false;\npub const SHARED_PCPUS: bool = true;\npub const COLOURED_TABLES: usize = 0;\npub const KEEL_COLOURS: ::keel_core::colour::Colours = ::keel_core::colour::Colours { mask: 0x0, count: 0 };\n",
             "trace_reader: true,",
             "trace_reader: false,",
             "sched: &[::keel_core::sched::Params { priority: 0, reservation: \
@@ -589,7 +599,7 @@ mod tests {
     #[test]
     fn emitted_source_parses_as_the_system_and_its_message_pool() {
         let file = syn::parse_file(&emitted()).expect("emitted Rust parses");
-        assert_eq!(file.items.len(), 7);
+        assert_eq!(file.items.len(), 8);
         assert!(matches!(&file.items[0], syn::Item::Static(item) if item.ident == "SYSTEM"));
         assert!(matches!(&file.items[1], syn::Item::Const(item) if item.ident == "MESSAGE_POOL"));
         assert!(
@@ -601,6 +611,7 @@ mod tests {
         assert!(
             matches!(&file.items[6], syn::Item::Const(item) if item.ident == "COLOURED_TABLES")
         );
+        assert!(matches!(&file.items[7], syn::Item::Const(item) if item.ident == "KEEL_COLOURS"));
     }
 
     #[test]
@@ -622,6 +633,25 @@ mod tests {
                 "missing {expected:?} in:\n{source}"
             );
         }
+        syn::parse_file(&source).expect("emitted Rust parses");
+    }
+
+    #[test]
+    fn keels_colours_are_emitted() {
+        let mut system = system();
+        system.hypervisor_colours = crate::colour::Colours {
+            mask: 0x8000,
+            count: 16,
+        };
+        let source = emit_rust(&system, &[PathBuf::from("/a.dtb"), PathBuf::from("/b.dtb")]);
+        assert!(
+            source.ends_with(
+                "pub const COLOURED_TABLES: usize = 0;\npub const KEEL_COLOURS: \
+                 ::keel_core::colour::Colours = ::keel_core::colour::Colours { mask: 0x8000, \
+                 count: 16 };\n"
+            ),
+            "{source}"
+        );
         syn::parse_file(&source).expect("emitted Rust parses");
     }
 

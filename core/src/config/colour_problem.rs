@@ -1,5 +1,5 @@
-//! Why a VM's colours or the last-level cache's geometry are refused: one variant per rule, each
-//! with its exact message (its doc comment).
+//! Why a VM's colours, Keel's own or the last-level cache's geometry are refused: one variant
+//! per rule, each with its exact message (its doc comment).
 
 use std::fmt;
 
@@ -7,8 +7,8 @@ use super::error::AddressRange;
 use super::size::format_size;
 use crate::colour::{CacheGeometry, ColourListError, Colours};
 
-/// What `[system] llc`, or a `[[vm]]`'s `colours`, `colours_exclusive` or the memory they
-/// colour, breaks; shown after `<subject>: <field>: `. A set of colours shows as Xen's
+/// What `[system] llc` or `hypervisor_colours`, or a `[[vm]]`'s `colours`, `colours_exclusive`
+/// or the memory they colour, breaks; shown after `<subject>: <field>: `. A set of colours shows as Xen's
 /// `llc-colors` writes it, after `colours` (`colours 4-7`, `colours 0,2,5-7`), or `colour 3`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ColourProblem {
@@ -80,6 +80,27 @@ pub enum ColourProblem {
         other: String,
         /// Its span.
         other_range: AddressRange,
+        /// The colours both use.
+        common: Colours,
+    },
+    /// `<capacity> of colours <colours> in the upper half of the hypervisor region <region>
+    /// (from <frames_base> to its end) is less than the <min> Keel's image, data and stacks are
+    /// copied to: give a larger hypervisor region or more colours`.
+    KeelTooFewFrames {
+        /// Keel's colours.
+        colours: Colours,
+        /// The bytes of their frames in the region's upper half ([`crate::colour::keel_frames`]).
+        capacity: u64,
+        /// `[system] hypervisor`.
+        region: AddressRange,
+        /// Where those frames start.
+        frames_base: u64,
+        /// [`crate::colour::KEEL_COLOURED_MIN_BYTES`].
+        min: u64,
+    },
+    /// `shares colours <common> with Keel (system.hypervisor_colours), and keeps its colours
+    /// its own (colours_exclusive = true)`.
+    ExclusiveSharesWithKeel {
         /// The colours both use.
         common: Colours,
     },
@@ -205,6 +226,27 @@ impl fmt::Display for ColourProblem {
                 f,
                 "span {range} overlaps vm '{other}' memory span {other_range}, and both use \
                  {}: coloured VMs share a range only with disjoint colours",
+                named(common)
+            ),
+            Self::KeelTooFewFrames {
+                colours,
+                capacity,
+                region,
+                frames_base,
+                min,
+            } => write!(
+                f,
+                "{} of {} in the upper half of the hypervisor region {region} (from \
+                 {frames_base:#x} to its end) is less than the {} Keel's image, data and stacks \
+                 are copied to: give a larger hypervisor region or more colours",
+                format_size(*capacity),
+                named(colours),
+                format_size(*min)
+            ),
+            Self::ExclusiveSharesWithKeel { common } => write!(
+                f,
+                "shares {} with Keel (system.hypervisor_colours), and keeps its colours its own \
+                 (colours_exclusive = true)",
                 named(common)
             ),
             Self::TakenByExclusive { other, common } => write!(

@@ -1,7 +1,12 @@
 //! The colouring rules: the last-level cache's geometry (`[system] llc`, or the board's device
-//! tree through `board_cache`), each `[[vm]]`'s `colours` and `colours_exclusive`, and the
-//! physical span a coloured VM's memory then takes ([`crate::colour`]); and [`colour_report`],
-//! each VM's share of the cache. Each refusal is a [`ColourProblem`].
+//! tree through `board_cache`), Keel's own colours (`[system] hypervisor_colours`), each
+//! `[[vm]]`'s `colours` and `colours_exclusive`, and the physical span a coloured VM's memory
+//! then takes ([`crate::colour`]); and [`colour_report`], Keel's and each VM's share of the
+//! cache. Each refusal is a [`ColourProblem`].
+//!
+//! Keel's coloured copy (its image, data and stacks) takes the frames of its colours in the
+//! upper half of its own region ([`keel_frames`]), which no VM's memory overlaps; an exclusive
+//! VM may not share its colours, other VMs may.
 //!
 //! A coloured VM's guest RAM keeps its size, but its frames are those of its colours from its
 //! memory's base on, so its memory spans more of the physical space than its size: that span
@@ -16,7 +21,7 @@ use super::model::{System, Vm, DEFAULT_IPA};
 use super::passthrough_problem::PassthroughProblem;
 use super::schema::{SystemTable, VmTable};
 use super::size::format_size;
-use crate::colour::{CacheGeometry, Colours};
+use crate::colour::{keel_frames, CacheGeometry, Colours, KEEL_COLOURED_MIN_BYTES};
 
 /// The last-level cache's geometry as the VMs' colours need it, or why there is none (shown
 /// at the first VM with colours: a system without any needs none).
@@ -75,6 +80,63 @@ pub(super) fn last_level_cache(
         },
         Err(why) => Err(no_geometry(why)),
     })
+}
+
+/// `[system] hypervisor_colours` ([`Colours::NONE`] without it) with the cache's geometry
+/// (`llc`) and Keel's region (`hypervisor`): a list of the cache's colours whose frames in the
+/// region's upper half ([`keel_frames`]) hold at least [`KEEL_COLOURED_MIN_BYTES`].
+pub(super) fn check_hypervisor_colours(
+    system: &SystemTable,
+    hypervisor: AddressRange,
+    llc: &Llc,
+) -> Result<Colours, ConfigErrorKind> {
+    let Some(text) = &system.hypervisor_colours else {
+        return Ok(Colours::NONE);
+    };
+    let at = |problem: ColourProblem| ConfigErrorKind::Invalid {
+        subject: Subject::System,
+        field: "hypervisor_colours",
+        problem: refuse(problem),
+    };
+    let geometry = llc.clone().map_err(at)?;
+    let colours = Colours::parse(text, geometry.colours()).map_err(|error| {
+        at(ColourProblem::List {
+            text: text.clone(),
+            error,
+        })
+    })?;
+    let (frames_base, capacity) = keel_frames(hypervisor.start, hypervisor.size(), colours);
+    if capacity < KEEL_COLOURED_MIN_BYTES {
+        return Err(at(ColourProblem::KeelTooFewFrames {
+            colours,
+            capacity,
+            region: hypervisor,
+            frames_base,
+            min: KEEL_COLOURED_MIN_BYTES,
+        }));
+    }
+    Ok(colours)
+}
+
+/// A VM's colours (`colours`, exclusive or not) against Keel's (`keel`): an exclusive VM shares
+/// none of them. A VM without colours, or one that does not keep its own, may use Keel's, as
+/// Keel may use every colour of a VM without colours. Returns the field at fault and why.
+pub(super) fn check_beside_keel(
+    colours: Colours,
+    exclusive: bool,
+    keel: Colours,
+) -> Result<(), (&'static str, Problem)> {
+    let common = Colours {
+        mask: colours.common(&keel),
+        count: colours.count,
+    };
+    if exclusive && !common.is_empty() {
+        return Err((
+            "colours",
+            refuse(ColourProblem::ExclusiveSharesWithKeel { common }),
+        ));
+    }
+    Ok(())
 }
 
 /// A `[[vm]]`'s colours ([`Colours::NONE`] without `colours`) with the cache's geometry
@@ -237,48 +299,63 @@ pub(super) fn check_interleaved(
     }))
 }
 
-/// One line per VM on its share of the last-level cache, if some VM is coloured (none
-/// otherwise): a coloured VM's colours, the part of the cache they are, its memory and the
-/// physical span it takes (`vm 'rt': colours 0-3: 4 of 16 colours, 256 KiB of the 1 MiB LLC;
-/// 16 MiB in [0x48000000, 0x4bff4000)`); an uncoloured VM's `all 16 colours`.
+/// One line on Keel's share of the last-level cache if it is coloured, then one line per VM on
+/// its share, if Keel or some VM is coloured (none otherwise): Keel's colours, the part of the
+/// cache they are and the frames its copy takes (`Keel: colours 15: 1 of 16 colours, 64 KiB
+/// of the 1 MiB LLC; its image and data in frames of [0x41000000, 0x42000000)`); a coloured
+/// VM's colours, the part of the cache they are, its memory and the physical span it takes
+/// (`vm 'rt': colours 0-3: 4 of 16 colours, 256 KiB of the 1 MiB LLC; 16 MiB in [0x48000000,
+/// 0x4bff4000)`); an uncoloured VM's `all 16 colours`.
 pub fn colour_report(system: &System) -> Vec<String> {
     let Some(llc) = system.llc else {
         return Vec::new();
     };
-    if !system.vms.iter().any(|vm| vm.colours.is_coloured()) {
+    let keel = system.hypervisor_colours;
+    if !keel.is_coloured() && !system.vms.iter().any(|vm| vm.colours.is_coloured()) {
         return Vec::new();
     }
     let count = llc.colours();
-    system
-        .vms
-        .iter()
-        .map(|vm| {
-            let memory = format!(
-                "{} in [{:#x}, {:#x})",
-                format_size(vm.size),
-                vm.phys,
-                vm.phys + vm.span()
-            );
-            if !vm.colours.is_coloured() {
-                return format!(
-                    "vm '{}': all {count} colours, the whole {} LLC; {memory}",
-                    vm.name,
-                    format_size(llc.size)
-                );
-            }
-            let exclusive = if vm.colours_exclusive {
-                " (exclusive)"
-            } else {
-                ""
-            };
-            format!(
-                "vm '{}': colours {}{exclusive}: {} of {count} colours, {} of the {} LLC; {memory}",
+    let share = |colours: &Colours| {
+        format!(
+            "{} of {count} colours, {} of the {} LLC",
+            colours.len(),
+            format_size(llc.size / u64::from(count) * u64::from(colours.len())),
+            format_size(llc.size)
+        )
+    };
+    let keel_line = keel.is_coloured().then(|| {
+        let (frames_base, _) = keel_frames(system.hypervisor_base, system.hypervisor_size, keel);
+        format!(
+            "Keel: colours {keel}: {}; its image and data in frames of [{frames_base:#x}, {:#x})",
+            share(&keel),
+            system.hypervisor_base + system.hypervisor_size
+        )
+    });
+    let vm_lines = system.vms.iter().map(|vm| {
+        let memory = format!(
+            "{} in [{:#x}, {:#x})",
+            format_size(vm.size),
+            vm.phys,
+            vm.phys + vm.span()
+        );
+        if !vm.colours.is_coloured() {
+            return format!(
+                "vm '{}': all {count} colours, the whole {} LLC; {memory}",
                 vm.name,
-                vm.colours,
-                vm.colours.len(),
-                format_size(llc.size / u64::from(count) * u64::from(vm.colours.len())),
                 format_size(llc.size)
-            )
-        })
-        .collect()
+            );
+        }
+        let exclusive = if vm.colours_exclusive {
+            " (exclusive)"
+        } else {
+            ""
+        };
+        format!(
+            "vm '{}': colours {}{exclusive}: {}; {memory}",
+            vm.name,
+            vm.colours,
+            share(&vm.colours)
+        )
+    });
+    keel_line.into_iter().chain(vm_lines).collect()
 }

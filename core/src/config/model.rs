@@ -86,6 +86,10 @@ pub struct System {
     /// The last-level cache's geometry (`[system] llc`, or the board's device tree): `None` if
     /// neither gives one Keel can colour.
     pub llc: Option<CacheGeometry>,
+    /// The colours of Keel's image, data and stacks (`[system] hypervisor_colours`), copied at
+    /// boot to the frames [`keel_frames`](crate::colour::keel_frames) gives in the upper half
+    /// of its region; [`Colours::NONE`] if Keel is not coloured.
+    pub hypervisor_colours: Colours,
 }
 
 /// The board's SMMUv3 that Keel owns (mapped in no VM): every stream of a device given to a VM

@@ -77,6 +77,9 @@ pub struct SystemTable {
     /// The last-level cache's geometry, for colouring VMs' memory (default: as the board's
     /// device tree describes it).
     pub llc: Option<LlcTable>,
+    /// The colours of Keel's own image, data and stacks, as a VM's `colours` (default: not
+    /// coloured, every colour).
+    pub hypervisor_colours: Option<String>,
 }
 
 /// The `[system] llc` table: `{ size = "1M", ways = 16, line = 64 }`.

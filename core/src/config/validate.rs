@@ -124,6 +124,8 @@ struct Context<'a> {
     names: &'a [&'a str],
     iommu: Option<&'a Iommu>,
     llc: &'a Llc,
+    /// `[system] hypervisor_colours`.
+    hypervisor_colours: Colours,
 }
 
 /// Name rules: non-empty, unique. Returns the subject to report the VM's other errors under.
@@ -451,6 +453,8 @@ fn check_vm(
     let memory = check_memory(table).map_err(|problem| at("memory", problem))?;
     let colours = colouring::check_colours(table, context.llc)
         .map_err(|(field, problem)| at(field, problem))?;
+    colouring::check_beside_keel(colours, table.colours_exclusive, context.hypervisor_colours)
+        .map_err(|(field, problem)| at(field, problem))?;
     colouring::check_exclusive(colours, table.colours_exclusive, context.earlier)
         .map_err(|(field, problem)| at(field, problem))?;
     colouring::span(memory, colours, context.ram)
@@ -613,6 +617,7 @@ pub fn validate(
             )
         })?;
     let llc = colouring::last_level_cache(&file.system, &mut board)?;
+    let hypervisor_colours = colouring::check_hypervisor_colours(&file.system, hypervisor, &llc)?;
     let mut vms: Vec<Vm> = Vec::with_capacity(file.vm.len());
     for (index, table) in file.vm.iter().enumerate() {
         let context = Context {
@@ -626,6 +631,7 @@ pub fn validate(
             names: &names,
             iommu: iommu.as_ref(),
             llc: &llc,
+            hypervisor_colours,
         };
         let vm = check_vm(table, index, &context, &mut board)?;
         vms.push(vm);
@@ -650,6 +656,7 @@ pub fn validate(
         iommu,
         trace_bytes,
         llc: llc.ok(),
+        hypervisor_colours,
     })
 }
 
