@@ -80,5 +80,7 @@ pub const TRACE_RINGS: usize = 0;
 pub const HEALTH: bool = false;
 pub const SHARED_PCPUS: bool = false;
 pub const COLOURED_TABLES: usize = 0;
+pub const COLOURED_VMS: usize = 0;
 pub const KEEL_COLOURS: keel_core::colour::Colours = keel_core::colour::Colours { mask: 0, count: 0 };
+pub const KEEL_REGION: (u64, u64) = (0, 0);
 "#;

@@ -100,7 +100,7 @@ impl Colours {
     pub const NONE: Colours = Colours { mask: 0, count: 0 };
 
     /// Whether the memory is coloured.
-    pub fn is_coloured(&self) -> bool {
+    pub const fn is_coloured(&self) -> bool {
         self.count != 0
     }
 
@@ -167,7 +167,7 @@ impl Colours {
     /// Translation tables (4 KiB each) that mapping `size` bytes of guest pages one by one
     /// takes below a level-1 table: level-3 tables for every 2 MiB and level-2 tables for
     /// every GiB, one more of each for a start that is not aligned.
-    pub fn page_tables(size: u64) -> usize {
+    pub const fn page_tables(size: u64) -> usize {
         (size.div_ceil(2 << 20) + 1 + size.div_ceil(1 << 30) + 1) as usize
     }
 

@@ -19,6 +19,7 @@ pub mod histogram;
 pub mod hypercall;
 pub mod ipc;
 pub mod keel_map;
+pub mod placement;
 pub mod ratelimit;
 pub mod rng;
 pub mod sched;

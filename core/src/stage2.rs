@@ -5,7 +5,7 @@
 //! where address and size are aligned, 4 KiB pages (level 3) elsewhere. The builder only
 //! fills arrays; the arch layer installs the root in `VTTBR_EL2`.
 
-use crate::keel_map::Place;
+use crate::placement::Place;
 #[cfg(test)]
 use crate::translation::table_index;
 pub use crate::translation::{Table, ENTRIES};
@@ -101,7 +101,7 @@ pub struct Stage2<'a>(Tables<'a>);
 impl<'a> Stage2<'a> {
     /// Starts an empty translation (everything faults) in `tables`, whose first table is at
     /// physical address `place` and the rest follow contiguously, or placed in Keel's
-    /// coloured memory ([`crate::keel_map::Place`]).
+    /// coloured memory ([`crate::placement::Place`]).
     pub fn new(tables: &'a mut [Table], place: impl Into<Place>) -> Result<Self, Stage2Error> {
         Ok(Self(Tables::new(tables, place)?))
     }

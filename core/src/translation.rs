@@ -7,7 +7,7 @@
 //! [`Tables::map`] the attribute bits of its leaves; the walk, the choice of 1 GiB / 2 MiB
 //! blocks or 4 KiB pages and the table pool are here.
 
-use crate::keel_map::Place;
+use crate::placement::Place;
 use crate::table::{at, at_mut};
 
 /// Entries per table (4 KiB granule).

@@ -9,7 +9,7 @@
 //! arch layer hooks the windows' level-1 entries into Keel's EL2 table.
 
 use crate::colour::Colours;
-use crate::keel_map::Place;
+use crate::placement::Place;
 use crate::translation::{Table, Tables, WalkError};
 
 /// Where the windows start in Keel's address space: the upper half of the 39-bit space (the
@@ -66,7 +66,7 @@ pub struct Windows<'a> {
 impl<'a> Windows<'a> {
     /// Starts with no window, in `tables`, whose first table is at physical address
     /// `place` and the rest follow contiguously, or placed in Keel's coloured memory
-    /// ([`crate::keel_map::Place`]).
+    /// ([`crate::placement::Place`]).
     pub fn new(tables: &'a mut [Table], place: impl Into<Place>) -> Result<Self, WindowError> {
         Ok(Self {
             tables: Tables::new(tables, place)?,

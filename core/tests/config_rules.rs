@@ -3674,9 +3674,10 @@ fn keel_is_coloured_with_its_own_colours() {
     assert_emits(
         &system,
         &[
-            "pub const COLOURED_TABLES: usize = 57;\npub const KEEL_COLOURS: \
-           ::keel_core::colour::Colours = ::keel_core::colour::Colours { mask: 0xc000, \
-           count: 16 };\n",
+            "pub const COLOURED_TABLES: usize = 57;\npub const COLOURED_VMS: usize = 3;\n\
+           pub const KEEL_COLOURS: ::keel_core::colour::Colours = \
+           ::keel_core::colour::Colours { mask: 0xc000, count: 16 };\n\
+           pub const KEEL_REGION: (u64, u64) = (0x40000000, 0x2000000);\n",
         ],
     );
     // Without the key, Keel is not coloured.

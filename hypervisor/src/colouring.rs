@@ -11,8 +11,9 @@
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use keel_core::colour::Colours;
-use keel_core::keel_map::{keel_map, keel_map_tables, KeelMap, Place};
+use keel_core::colour::{keel_frames, Colours};
+use keel_core::keel_map::{keel_map, keel_map_tables};
+use keel_core::placement::{KeelMap, Place};
 use keel_core::stage2::{Stage2, Table, ENTRIES};
 use keel_core::system::{VmDesc, MAX_VMS};
 use keel_core::text::{Hex, Out, Show};
@@ -20,7 +21,7 @@ use keel_core::window::{WindowError, Windows, WINDOWS_START};
 
 use crate::arch::smmu::TABLES_PER_VM as SMMU_TABLES_PER_VM;
 use crate::arch::{boot, mmu, stage2::TABLES_PER_VM};
-use crate::config::{COLOURED_TABLES, KEEL_COLOURS, KEEL_REGION, SYSTEM};
+use crate::config::{COLOURED_TABLES, COLOURED_VMS, KEEL_COLOURS, KEEL_REGION, SYSTEM};
 
 /// Tables of the windows: a level-1 table, then the coloured VMs' tables.
 const WINDOW_TABLES: usize = if COLOURED_TABLES == 0 {
@@ -43,7 +44,7 @@ const fn pool_size(allowance: usize) -> usize {
     if COLOURED_TABLES == 0 {
         0
     } else {
-        COLOURED_TABLES + allowance * MAX_VMS
+        COLOURED_TABLES + allowance * COLOURED_VMS
     }
 }
 
@@ -223,7 +224,7 @@ pub fn colour_keel() -> Result<Option<KeelMap>, KeelColourError> {
     let map = KeelMap {
         start,
         size: end - start,
-        frames: KeelMap::frames_base(region, region_size, &KEEL_COLOURS),
+        frames: keel_frames(region, region_size, KEEL_COLOURS).0,
         colours: KEEL_COLOURS,
     };
     if end > map.frames {

@@ -17,9 +17,11 @@ use crate::system::WfiPolicy;
 /// hypervisor leaves the shared pCPUs' scheduler out), and `pub const COLOURED_TABLES: usize`,
 /// the translation tables that mapping the coloured VMs' RAM page by page takes in each pool
 /// of tables that maps it (their stage 2, their devices' SMMU stage 1, Keel's window on it),
-/// and `pub const KEEL_COLOURS: ::keel_core::colour::Colours`, Keel's own colours
-/// (`[system] hypervisor_colours`; [`Colours::NONE`](crate::colour::Colours::NONE)'s fields,
-/// mask 0 and count 0, if Keel is not coloured).
+/// `pub const COLOURED_VMS: usize`, how many VMs are coloured (each pool holds an allowance
+/// of tables for each), `pub const KEEL_COLOURS: ::keel_core::colour::Colours`, Keel's own
+/// colours (`[system] hypervisor_colours`; [`Colours::NONE`](crate::colour::Colours::NONE)'s
+/// fields, mask 0 and count 0, if Keel is not coloured), and `pub const KEEL_REGION: (u64,
+/// u64)`, Keel's region (`[system] hypervisor`: base and size).
 ///
 /// Images and device trees are embedded with `include_bytes!` of absolute paths
 /// (`dtb_paths[i]` is VM `i`'s generated device tree; a relative one is made absolute against
@@ -219,11 +221,21 @@ pub fn emit_rust(system: &System, dtb_paths: &[PathBuf]) -> String {
         .map(|vm| crate::colour::Colours::page_tables(vm.size))
         .sum();
     line(format!("pub const COLOURED_TABLES: usize = {coloured};"));
+    let coloured_vms = system
+        .vms
+        .iter()
+        .filter(|vm| vm.colours.is_coloured())
+        .count();
+    line(format!("pub const COLOURED_VMS: usize = {coloured_vms};"));
     let keel = system.hypervisor_colours;
     line(format!(
         "pub const KEEL_COLOURS: ::keel_core::colour::Colours = \
          ::keel_core::colour::Colours {{ mask: {:#x}, count: {} }};",
         keel.mask, keel.count
+    ));
+    line(format!(
+        "pub const KEEL_REGION: (u64, u64) = ({:#x}, {:#x});",
+        system.hypervisor_base, system.hypervisor_size
     ));
     out
 }
@@ -576,7 +588,7 @@ mod tests {
              senders: &[1, 0], pool_offset: 0 }),",
             "messages: None,",
             // rt-a's one vCPU and three tasks: four rings of 8 * (8 + 256) bytes.
-            "};\npub const MESSAGE_POOL: usize = 8448;\npub const TRACE_RING_BYTES: usize = 0;\npub const TRACE_RINGS: usize = 0;\npub const HEALTH: bool = false;\npub const SHARED_PCPUS: bool = true;\npub const COLOURED_TABLES: usize = 0;\npub const KEEL_COLOURS: ::keel_core::colour::Colours = ::keel_core::colour::Colours { mask: 0x0, count: 0 };\n",
+            "};\npub const MESSAGE_POOL: usize = 8448;\npub const TRACE_RING_BYTES: usize = 0;\npub const TRACE_RINGS: usize = 0;\npub const HEALTH: bool = false;\npub const SHARED_PCPUS: bool = true;\npub const COLOURED_TABLES: usize = 0;\npub const COLOURED_VMS: usize = 0;\npub const KEEL_COLOURS: ::keel_core::colour::Colours = ::keel_core::colour::Colours { mask: 0x0, count: 0 };\npub const KEEL_REGION: (u64, u64) = (0x40000000, 0x2000000);\n",
             "trace_reader: true,",
             "trace_reader: false,",
             "sched: &[::keel_core::sched::Params { priority: 0, reservation: \
@@ -599,7 +611,7 @@ mod tests {
     #[test]
     fn emitted_source_parses_as_the_system_and_its_message_pool() {
         let file = syn::parse_file(&emitted()).expect("emitted Rust parses");
-        assert_eq!(file.items.len(), 8);
+        assert_eq!(file.items.len(), 10);
         assert!(matches!(&file.items[0], syn::Item::Static(item) if item.ident == "SYSTEM"));
         assert!(matches!(&file.items[1], syn::Item::Const(item) if item.ident == "MESSAGE_POOL"));
         assert!(
@@ -611,7 +623,9 @@ mod tests {
         assert!(
             matches!(&file.items[6], syn::Item::Const(item) if item.ident == "COLOURED_TABLES")
         );
-        assert!(matches!(&file.items[7], syn::Item::Const(item) if item.ident == "KEEL_COLOURS"));
+        assert!(matches!(&file.items[7], syn::Item::Const(item) if item.ident == "COLOURED_VMS"));
+        assert!(matches!(&file.items[8], syn::Item::Const(item) if item.ident == "KEEL_COLOURS"));
+        assert!(matches!(&file.items[9], syn::Item::Const(item) if item.ident == "KEEL_REGION"));
     }
 
     #[test]
@@ -646,9 +660,10 @@ mod tests {
         let source = emit_rust(&system, &[PathBuf::from("/a.dtb"), PathBuf::from("/b.dtb")]);
         assert!(
             source.ends_with(
-                "pub const COLOURED_TABLES: usize = 0;\npub const KEEL_COLOURS: \
-                 ::keel_core::colour::Colours = ::keel_core::colour::Colours { mask: 0x8000, \
-                 count: 16 };\n"
+                "pub const COLOURED_TABLES: usize = 0;\npub const COLOURED_VMS: usize = 0;\n\
+                 pub const KEEL_COLOURS: ::keel_core::colour::Colours = \
+                 ::keel_core::colour::Colours { mask: 0x8000, count: 16 };\n\
+                 pub const KEEL_REGION: (u64, u64) = (0x40000000, 0x2000000);\n"
             ),
             "{source}"
         );

@@ -11,7 +11,7 @@
 
 use super::regs::AddressSize;
 use super::Field;
-use crate::keel_map::Place;
+use crate::placement::Place;
 use crate::stage2::MemoryKind;
 use crate::text::{Out, Show};
 use crate::translation::{Table, Tables, WalkError};
@@ -210,7 +210,7 @@ pub struct Stage1<'a>(Tables<'a>);
 impl<'a> Stage1<'a> {
     /// Starts an empty translation (every access a translation fault) in `tables`, whose
     /// first table is at physical address `place` and the rest follow contiguously, or placed
-    /// in Keel's coloured memory ([`crate::keel_map::Place`]).
+    /// in Keel's coloured memory ([`crate::placement::Place`]).
     pub fn new(tables: &'a mut [Table], place: impl Into<Place>) -> Result<Self, Stage1Error> {
         Ok(Self(Tables::new(tables, place)?))
     }

@@ -187,7 +187,7 @@ fn coloured_miss_rate_held() -> Result<()> {
 pub fn all() -> Vec<Scenario> {
     vec![
         Scenario {
-            name: "colouring: two coloured VMs interleaved in one physical range tick, one resets; under the LLC model each pCPU touches only its VM's colours".into(),
+            name: "colouring: Keel coloured 14-15 beside two coloured VMs interleaved in one physical range that tick, one resets; under the LLC model each pCPU, Keel's accesses included, touches only its VM's colours and Keel's".into(),
             run: Box::new(two_coloured_vms),
         },
         Scenario {

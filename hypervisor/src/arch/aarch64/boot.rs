@@ -122,7 +122,10 @@ const _: () = assert!(
     "the secondary entry moves 32-bit MMU registers in"
 );
 const _: () = assert!(mmu::SECONDARY_SCTLR >> 32 == 0);
-const _: () = assert!(MAX_CPUS <= 0x1000, "the pCPU index shares PSCI's context id");
+const _: () = assert!(
+    MAX_CPUS <= 0x1000,
+    "the pCPU index shares PSCI's context id"
+);
 
 unsafe extern "C" {
     static keel_stacks: u8;

@@ -15,7 +15,7 @@ use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use keel_core::colour::Colours;
-use keel_core::keel_map::{KeelMap, Place};
+use keel_core::placement::{KeelMap, Place};
 
 use super::regs::write_sysreg;
 

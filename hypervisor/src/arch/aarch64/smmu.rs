@@ -21,6 +21,7 @@
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, Ordering};
 
+use keel_core::colour::Colours;
 use keel_core::smmu::regs::{self, cr0, cr1, cr2, irq_ctrl};
 use keel_core::smmu::strtab::{LEVEL1_ENTRIES, LEVEL2_ENTRIES, SPLIT, STREAM_BITS};
 use keel_core::smmu::{
@@ -28,14 +29,13 @@ use keel_core::smmu::{
     Stage1, Stage1Error, StreamAssignment, StreamConfig, StreamLayout, StreamTableError,
     SyncSignal, Unsupported,
 };
-use keel_core::colour::Colours;
 use keel_core::stage2::{MemoryKind, Table, ENTRIES};
 use keel_core::system::{MAX_STREAM_ARRAYS, MAX_VMS};
 use keel_core::text::{Out, Show};
 
 use super::cpu::{self, Mutex};
-use super::mmu;
 use super::mmio::Mmio;
+use super::mmu;
 
 /// log2 of the command queue's entries.
 const COMMAND_LOG2: u32 = 5;

@@ -33,7 +33,8 @@ pub fn tables_for(vm: usize) -> Option<Stage2<'static>> {
     }
     // SAFETY: TAKEN makes this the only reference to VM `vm`'s tables ever created.
     let tables: &'static mut [Table; TABLES_PER_VM] = unsafe { &mut (*POOL.0.get())[vm] };
-    Stage2::new(tables, super::mmu::place(tables.as_ptr() as u64)).ok()
+    let place = super::mmu::place(tables.as_ptr() as u64);
+    Stage2::new(tables, place).ok()
 }
 
 /// Makes `root` (with VMID `vmid`) this pCPU's stage-2 translation.

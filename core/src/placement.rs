@@ -1,0 +1,164 @@
+//! Where Keel's memory lies in physical memory: at the addresses it is linked for, or, for a
+//! coloured Keel (`[system] hypervisor_colours`), its linked range on the 4 KiB frames of its
+//! colours ([`KeelMap`]; Keel's map on them is built apart). What a device or the MMU
+//! reads by physical address (a translation table, a queue) is found with [`KeelMap::phys`]; a
+//! pool of tables in Keel's image is then no longer physically contiguous, so its tables are
+//! placed one by one ([`Place`]).
+//!
+//! An uncoloured Keel has [`KeelMap::IDENTITY`]: every address is its own physical address.
+
+use crate::colour::{Colours, FRAME};
+
+/// Where Keel's coloured range lies: its linked range `[start, start + size)` is the frames of
+/// `colours` from `frames` on (page `i` at [`Colours::frame`]`(frames, i)`); every other
+/// address is its own physical address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeelMap {
+    /// Start of the coloured range, as Keel is linked (4 KiB aligned).
+    pub start: u64,
+    /// Bytes of the coloured range (whole pages).
+    pub size: u64,
+    /// The physical base its frames are counted from (aligned to a period of the colours).
+    pub frames: u64,
+    /// Keel's colours.
+    pub colours: Colours,
+}
+
+impl KeelMap {
+    /// An uncoloured Keel: each address is its physical address.
+    pub const IDENTITY: KeelMap = KeelMap {
+        start: 0,
+        size: 0,
+        frames: 0,
+        colours: Colours::NONE,
+    };
+
+    /// The physical address of Keel's address `address`.
+    #[inline]
+    pub fn phys(&self, address: u64) -> u64 {
+        let offset = address.wrapping_sub(self.start);
+        if offset >= self.size {
+            return address;
+        }
+        match self.colours.frame(self.frames, offset / FRAME) {
+            Some(frame) => frame + offset % FRAME,
+            None => address,
+        }
+    }
+
+    /// Keel's address of physical address `phys` ([`Self::phys`] undone): a frame of the
+    /// coloured range back at its linked address, any other address as it is.
+    pub fn address(&self, phys: u64) -> u64 {
+        let count = u64::from(self.colours.count);
+        if !self.colours.is_coloured() || phys < self.frames || count == 0 {
+            return phys;
+        }
+        let frame = (phys - self.frames) / FRAME;
+        let colour = frame % count;
+        if self.colours.mask >> colour & 1 == 0 {
+            return phys;
+        }
+        let below = (self.colours.mask & ((1u64 << colour) - 1)).count_ones();
+        let page = frame / count * u64::from(self.colours.len()) + u64::from(below);
+        if page >= self.size / FRAME {
+            return phys;
+        }
+        self.start + page * FRAME + phys % FRAME
+    }
+
+    /// The physical range the coloured range's frames span from [`Self::frames`].
+    pub fn span(&self) -> Option<u64> {
+        self.colours.span(self.size)
+    }
+}
+
+/// Where a pool of translation tables lies: its first table at Keel's address `address`, the
+/// rest after it, each table at the physical address `map` gives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Place {
+    /// The pool's address in Keel's address space.
+    pub address: u64,
+    /// How Keel's addresses map to physical ones.
+    pub map: KeelMap,
+}
+
+impl Place {
+    /// A pool at Keel's address `address`, with Keel's memory as `map` places it.
+    pub fn new(address: u64, map: KeelMap) -> Self {
+        Self { address, map }
+    }
+
+    /// The physical address of the pool's table `index`.
+    pub(crate) fn table_phys(&self, index: usize) -> u64 {
+        self.map.phys(self.address + index as u64 * FRAME)
+    }
+
+    /// The index of the pool's table at physical address `phys`, if it is one of the first
+    /// `used`.
+    pub(crate) fn table_index(&self, phys: u64, used: usize) -> Option<usize> {
+        let offset = self.map.address(phys).checked_sub(self.address)?;
+        let index = usize::try_from(offset / FRAME).ok()?;
+        (offset.is_multiple_of(FRAME) && index < used).then_some(index)
+    }
+}
+
+/// A pool that is physically contiguous at `pool_phys` (Keel's address the same).
+impl From<u64> for Place {
+    fn from(pool_phys: u64) -> Self {
+        Self::new(pool_phys, KeelMap::IDENTITY)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keel(colours: &str) -> KeelMap {
+        let colours = Colours::parse(colours, 16).unwrap();
+        KeelMap {
+            start: 0x4020_0000,
+            size: 0x10_0000,
+            frames: crate::colour::keel_frames(0x4000_0000, 32 << 20, colours).0,
+            colours,
+        }
+    }
+
+    #[test]
+    fn keel_s_pages_are_frames_of_its_colours_in_its_region_s_upper_half() {
+        let map = keel("15");
+        assert_eq!(map.frames, 0x4100_0000);
+        for page in 0..map.size / FRAME {
+            let phys = map.phys(map.start + page * FRAME + 0x123);
+            assert_eq!((phys >> 12) % 16, 15, "page {page}");
+            assert!((0x4100_0000..0x4200_0000).contains(&phys));
+            assert_eq!(map.address(phys), map.start + page * FRAME + 0x123);
+        }
+        assert_eq!(map.phys(map.start - 1), map.start - 1);
+        assert_eq!(map.phys(map.start + map.size), map.start + map.size);
+        // Frames of other colours, and the frames past the range, are not Keel's pages.
+        assert_eq!(map.address(0x4100_0000), 0x4100_0000);
+        let past = map.colours.frame(map.frames, map.size / FRAME).unwrap();
+        assert_eq!(map.address(past), past);
+    }
+
+    #[test]
+    fn the_identity_map_changes_nothing() {
+        for address in [0, 0x4000_0000, u64::MAX] {
+            assert_eq!(KeelMap::IDENTITY.phys(address), address);
+            assert_eq!(KeelMap::IDENTITY.address(address), address);
+        }
+    }
+
+    #[test]
+    fn a_pool_in_coloured_memory_finds_its_tables_one_by_one() {
+        let map = keel("3,9");
+        let place = Place::new(map.start + 0x4000, map);
+        for index in 0..8 {
+            let phys = place.table_phys(index);
+            assert!(phys.is_multiple_of(FRAME) && [3, 9].contains(&((phys >> 12) % 16)));
+            assert_eq!(place.table_index(phys, 8), Some(index));
+        }
+        assert_eq!(place.table_index(place.table_phys(8), 8), None);
+        assert_eq!(Place::from(0x1000).table_phys(2), 0x3000);
+    }
+}
