@@ -145,6 +145,20 @@ mod vm;
 
 /// The system configuration, compiled on the host by `cargo xtask build`.
 mod config {
+    /// `static $name`: the bytes of the file at `path` (a guest's image, initrd or device
+    /// tree), in the guests' images' section: outside a coloured Keel's range, where it was
+    /// loaded (Keel reads them only to load or reload a VM).
+    #[allow(
+        unused_macros,
+        reason = "a system without VMs (build.rs's own) embeds no file"
+    )]
+    macro_rules! guest_bytes {
+        ($name:ident, $path:literal) => {
+            #[unsafe(link_section = ".guest_images")]
+            static $name: [u8; include_bytes!($path).len()] = *include_bytes!($path);
+        };
+    }
+
     include!(concat!(env!("OUT_DIR"), "/system.rs"));
 }
 

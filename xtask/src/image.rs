@@ -520,6 +520,7 @@ fn build_compiled(system: config::System, config_path: &Path) -> Result<SystemIm
             system.hypervisor_size - config::HYPERVISOR_IMAGE_OFFSET
         ));
     }
+    check_keel_frames(&system, &elf).map_err(|e| format!("{}: {e}", config_path.display()))?;
     step(&format!(
         "built {} ({size} bytes) for configuration '{}'",
         path.display(),
@@ -530,6 +531,52 @@ fn build_compiled(system: config::System, config_path: &Path) -> Result<SystemIm
         step(&line);
     }
     Ok(SystemImage { system, path, elf })
+}
+
+/// A coloured Keel's code, data and stacks (`__coloured_start` to `__coloured_end` in its ELF
+/// at `elf`) end
+/// below the frames it is copied to at boot and fit them (Keel checks the same at boot, but a
+/// build should not make an image that cannot boot).
+fn check_keel_frames(system: &config::System, elf: &Path) -> Result<()> {
+    let colours = system.hypervisor_colours;
+    if !colours.is_coloured() {
+        return Ok(());
+    }
+    let [start, end] = symbols(elf, ["__coloured_start", "__coloured_end"])?;
+    let (frames, capacity) =
+        keel_core::colour::keel_frames(system.hypervisor_base, system.hypervisor_size, colours);
+    if end > frames {
+        return Err(format!(
+            "system.hypervisor: Keel's image, data and stacks end at {end:#x}, past the middle of \
+             its region, where the frames of its colours {colours} start ({frames:#x}): give a \
+             larger region"
+        ));
+    }
+    if end - start > capacity {
+        return Err(format!(
+            "system.hypervisor_colours: Keel's image, data and stacks ({} bytes) exceed the {} \
+             bytes of its colours {colours} in the upper half of its region: give a larger \
+             region or more colours",
+            end - start,
+            capacity
+        ));
+    }
+    Ok(())
+}
+
+/// The addresses of the symbols `names` in the ELF file at `elf` (Keel's linker symbols).
+pub(crate) fn symbols<const N: usize>(elf: &Path, names: [&str; N]) -> Result<[u64; N]> {
+    use object::{Object, ObjectSymbol};
+    let data = std::fs::read(elf).map_err(|e| format!("{}: {e}", elf.display()))?;
+    let file = object::File::parse(&*data).map_err(|e| format!("{}: {e}", elf.display()))?;
+    let mut addresses = [0; N];
+    for (address, name) in addresses.iter_mut().zip(names) {
+        *address = file
+            .symbol_by_name(name)
+            .map(|s| s.address())
+            .ok_or_else(|| format!("{}: no symbol {name}", elf.display()))?;
+    }
+    Ok(addresses)
 }
 
 /// Whether VM `vm` is given a PCI host bridge (a node of `device_type = "pci"`).

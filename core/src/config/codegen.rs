@@ -23,7 +23,9 @@ use crate::system::WfiPolicy;
 /// fields, mask 0 and count 0, if Keel is not coloured), and `pub const KEEL_REGION: (u64,
 /// u64)`, Keel's region (`[system] hypervisor`: base and size).
 ///
-/// Images and device trees are embedded with `include_bytes!` of absolute paths
+/// Images and device trees are embedded once each, as `guest_bytes!(GUEST_BYTES_<i>, path)`
+/// items at the end, of absolute paths (the hypervisor's macro makes each a static of the
+/// file's bytes in the section of guests' images, `.guest_images`)
 /// (`dtb_paths[i]` is VM `i`'s generated device tree; a relative one is made absolute against
 /// the current directory). Every path in the output is fully qualified, so the text can be
 /// `include!`d anywhere in a crate that depends on `keel-core`.
@@ -37,6 +39,16 @@ pub fn emit_rust(system: &System, dtb_paths: &[PathBuf]) -> String {
         "emit_rust needs one device tree per VM"
     );
     let mut out = String::new();
+    // Each file embedded once (VMs may boot the same image), named by its place here.
+    let mut files: Vec<PathBuf> = Vec::new();
+    let mut bytes = |path: &Path| -> String {
+        let path = absolute(path);
+        let index = files.iter().position(|p| *p == path).unwrap_or_else(|| {
+            files.push(path);
+            files.len() - 1
+        });
+        format!("&GUEST_BYTES_{index}")
+    };
     let mut line = |text: String| {
         out.push_str(&text);
         out.push('\n');
@@ -104,28 +116,19 @@ pub fn emit_rust(system: &System, dtb_paths: &[PathBuf]) -> String {
             }
             None => line("            flash: None,".into()),
         }
-        line(format!(
-            "            image: include_bytes!({:?}),",
-            absolute(&vm.image_path)
-        ));
+        line(format!("            image: {},", bytes(&vm.image_path)));
         line(format!(
             "            image_ipa: ::keel_core::addr::GuestPhysAddr({:#x}),",
             vm.image_ipa
         ));
-        line(format!(
-            "            dtb: include_bytes!({:?}),",
-            absolute(dtb_path)
-        ));
+        line(format!("            dtb: {},", bytes(dtb_path)));
         line(format!(
             "            dtb_ipa: ::keel_core::addr::GuestPhysAddr({:#x}),",
             vm.dtb_ipa
         ));
         match &vm.initrd {
             Some(initrd) => {
-                line(format!(
-                    "            initrd: include_bytes!({:?}),",
-                    absolute(&initrd.path)
-                ));
+                line(format!("            initrd: {},", bytes(&initrd.path)));
                 line(format!(
                     "            initrd_ipa: ::keel_core::addr::GuestPhysAddr({:#x}),",
                     initrd.ipa
@@ -237,6 +240,9 @@ pub fn emit_rust(system: &System, dtb_paths: &[PathBuf]) -> String {
         "pub const KEEL_REGION: (u64, u64) = ({:#x}, {:#x});",
         system.hypervisor_base, system.hypervisor_size
     ));
+    for (index, path) in files.iter().enumerate() {
+        line(format!("guest_bytes!(GUEST_BYTES_{index}, {path:?});"));
+    }
     out
 }
 
@@ -558,9 +564,11 @@ mod tests {
             "size: 0x1000000,",
             "pcpus: &[1],",
             "pcpus: &[2, 3],",
-            "image: include_bytes!(\"/images/test-guest.bin\"),",
+            "image: &GUEST_BYTES_0,",
+            "dtb: &GUEST_BYTES_1,",
+            "guest_bytes!(GUEST_BYTES_0, \"/images/test-guest.bin\");\nguest_bytes!(GUEST_BYTES_1, \"/out/rt-a.dtb\");\nguest_bytes!(GUEST_BYTES_2, \"/out/rt-b.dtb\");\n",
             "image_ipa: ::keel_core::addr::GuestPhysAddr(0x40000000),",
-            "dtb: include_bytes!(\"/out/rt-b.dtb\"),",
+            "dtb: &GUEST_BYTES_2,",
             "dtb_ipa: ::keel_core::addr::GuestPhysAddr(0x40e00000),",
             "console: true,",
             "console: false,",
@@ -611,7 +619,8 @@ mod tests {
     #[test]
     fn emitted_source_parses_as_the_system_and_its_message_pool() {
         let file = syn::parse_file(&emitted()).expect("emitted Rust parses");
-        assert_eq!(file.items.len(), 10);
+        // The ten items, then the three files: one image both VMs boot, two device trees.
+        assert_eq!(file.items.len(), 13);
         assert!(matches!(&file.items[0], syn::Item::Static(item) if item.ident == "SYSTEM"));
         assert!(matches!(&file.items[1], syn::Item::Const(item) if item.ident == "MESSAGE_POOL"));
         assert!(
@@ -659,7 +668,7 @@ mod tests {
         };
         let source = emit_rust(&system, &[PathBuf::from("/a.dtb"), PathBuf::from("/b.dtb")]);
         assert!(
-            source.ends_with(
+            source.contains(
                 "pub const COLOURED_TABLES: usize = 0;\npub const COLOURED_VMS: usize = 0;\n\
                  pub const KEEL_COLOURS: ::keel_core::colour::Colours = \
                  ::keel_core::colour::Colours { mask: 0x8000, count: 16 };\n\

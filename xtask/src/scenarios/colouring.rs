@@ -13,12 +13,14 @@ use super::{
 };
 use crate::image::{build_system, SystemImage};
 use crate::llc::{plugin, LlcModel};
-use crate::qemu::Machine;
+use crate::qemu::{Ended, Machine};
 use crate::Result;
+use keel_core::colour::Colours;
 
 /// The machine of `image` under icount, with the LLC model of its configuration's cache
-/// counting every pCPU's accesses, Keel's own region apart unless Keel is coloured; its report
-/// is the file returned.
+/// counting every pCPU's accesses, Keel's own region apart; but a coloured Keel's accesses
+/// are counted, all but those to the guests' images and what else precedes its coloured range.
+/// Its report is the file returned.
 pub(crate) fn under_llc_model(
     image: &SystemImage,
     name: &str,
@@ -30,11 +32,16 @@ pub(crate) fn under_llc_model(
     let out = log_path(&format!("{name}.llc"));
     let _ = std::fs::remove_file(&out);
     let mut model = LlcModel::new(&plugin()?, geometry, &out);
-    if !system.hypervisor_colours.is_coloured() {
-        model
-            .excluded
-            .push(system.hypervisor_base..system.hypervisor_base + system.hypervisor_size);
-    }
+    let keel_end = if system.hypervisor_colours.is_coloured() {
+        // Keel's coloured range and the frames it is copied to are counted; what lies before
+        // it is not: the guests' images, which a VM's load and reload read where Keel was
+        // loaded, its entry, and the device tree QEMU puts below it.
+        let [coloured_start] = crate::image::symbols(&image.elf, ["__coloured_start"])?;
+        coloured_start
+    } else {
+        system.hypervisor_base + system.hypervisor_size
+    };
+    model.excluded.push(system.hypervisor_base..keel_end);
     let machine = Machine {
         llc: Some(model),
         ..crate::image::machine(image, true)?
@@ -101,6 +108,19 @@ fn expect_own_colours(image: &SystemImage, report: &std::path::Path) -> Result<(
     Ok(())
 }
 
+/// Keel said at boot that it runs in the frames of `colours` (its boot line: the set's mask).
+fn expect_keel_coloured(ended: &Ended, colours: Colours) -> Result<()> {
+    let line = format!(
+        "Keel coloured: colour mask {:#x} of {}",
+        colours.mask, colours.count
+    );
+    if ended.lines.iter().any(|l| l.contains(&line)) {
+        Ok(())
+    } else {
+        Err(format!("no '{line}' line at boot (colours {colours})"))
+    }
+}
+
 /// Two coloured VMs interleaved in one physical range beside a coloured Keel (`colour-two`):
 /// Keel copies itself to its colours' frames at boot; both VMs tick; rt-a resets (Keel zeroes
 /// and reloads it through its frames) and ticks again; each pCPU touched only its VM's colours
@@ -111,18 +131,15 @@ fn two_coloured_vms() -> Result<()> {
     let ended = machine.spawn(&log_path("colour-two"))?.finish(DEADLINE);
     let check = || -> Result<()> {
         check_one_vm_reset(&ended)?;
-        let keel_line = "Keel coloured: colour mask 0xc000 of 16";
-        if !ended.lines.iter().any(|line| line.contains(keel_line)) {
-            return Err("no 'Keel coloured' line for colours 14-15 at boot".into());
-        }
+        expect_keel_coloured(&ended, image.system.hypervisor_colours)?;
         expect_own_colours(&image, &report)
     };
     check().map_err(|m| with_console_tail(m, &ended))
 }
 
-/// Debian Linux coloured beside the coloured partition (`colour-linux`), both under the LLC
-/// model: Linux runs stress-ng and cyclictest, the partition keeps its ticks, and every pCPU
-/// touched only its VM's colours.
+/// Debian Linux coloured beside the coloured partition and a coloured Keel (`colour-linux`),
+/// under the LLC model: Linux runs stress-ng and cyclictest, the partition keeps its ticks, and
+/// every pCPU touched only its VM's colours and Keel's.
 fn coloured_linux() -> Result<()> {
     let image = build_system(&config("colour-linux"))?;
     let (machine, report) = under_llc_model(&image, "colour-linux")?;
@@ -132,6 +149,7 @@ fn coloured_linux() -> Result<()> {
     let check = || -> Result<()> {
         check_linux_beside_rt(&ended)?;
         expect_clean_exit(&ended)?;
+        expect_keel_coloured(&ended, image.system.hypervisor_colours)?;
         expect_own_colours(&image, &report)
     };
     check().map_err(|m| with_console_tail(m, &ended))
@@ -141,13 +159,18 @@ fn coloured_linux() -> Result<()> {
 /// 2.5 times).
 const LINUX_DEADLINE: std::time::Duration = std::time::Duration::from_secs(900);
 
-/// The edu VM coloured (`colour-edu`): its DMA round trip goes through the SMMU's page-by-page
-/// map of its colours' frames; its write to a frame of the victim's colours inside its own
-/// physical range is refused.
+/// The edu VM coloured beside a coloured Keel (`colour-edu`): its DMA round trip goes through
+/// the SMMU's page-by-page map of its colours' frames, whose tables lie in Keel's; its write to
+/// a frame of the victim's colours inside its own physical range is refused.
 fn coloured_edu() -> Result<()> {
     let ended = devices::boot_edu("colour-edu", "write")?;
-    devices::check_edu(&ended, "write", "write").map_err(|m| with_console_tail(m, &ended))?;
-    expect_clean_exit(&ended)
+    let check = || -> Result<()> {
+        devices::check_edu(&ended, "write", "write")?;
+        let keel = Colours::parse("14-15", 16).map_err(|e| e.to_string())?;
+        expect_keel_coloured(&ended, keel)?;
+        expect_clean_exit(&ended)
+    };
+    check().map_err(|m| with_console_tail(m, &ended))
 }
 
 /// How far above the partition's miss rate alone its coloured run's may be, beside VMs that
