@@ -214,11 +214,11 @@ pub fn all() -> Vec<Scenario> {
             run: Box::new(two_coloured_vms),
         },
         Scenario {
-            name: "colouring: Debian Linux coloured 8-15 runs stress-ng beside the partition coloured 0-7, which keeps every tick; under the LLC model each pCPU touches only its VM's colours".into(),
+            name: "colouring: Debian Linux coloured 8-15 runs stress-ng beside the partition coloured 0-7, which keeps every tick, and Keel coloured 14-15; under the LLC model each pCPU touches only its VM's colours and Keel's".into(),
             run: Box::new(coloured_linux),
         },
         Scenario {
-            name: "colouring: a coloured VM's edu DMA works through the SMMU's map of its colours; its DMA to a frame of another VM's colours is refused".into(),
+            name: "colouring: a coloured VM's edu DMA works through the SMMU's map of its colours, beside Keel coloured 14-15; its DMA to a frame of another VM's colours is refused".into(),
             run: Box::new(coloured_edu),
         },
         Scenario {
