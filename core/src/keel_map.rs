@@ -83,19 +83,9 @@ mod tests {
     use super::*;
     use crate::translation::ENTRIES;
 
-    fn keel(colours: &str) -> KeelMap {
-        let colours = Colours::parse(colours, 16).unwrap();
-        KeelMap {
-            start: 0x4020_0000,
-            size: 0x10_0000,
-            frames: crate::colour::keel_frames(0x4000_0000, 32 << 20, colours).0,
-            colours,
-        }
-    }
-
     #[test]
     fn keel_s_map_puts_its_range_on_its_frames_and_everything_else_on_itself() {
-        let map = keel("14-15");
+        let map = crate::placement::test_keel("14-15");
         let mut pool = vec![[0; ENTRIES]; keel_map_tables(32 << 20) + 1];
         let place = Place::new(map.start + 0x8000, map);
         let tables = keel_map(&mut pool, place, (0x4000_0000, 1 << 30), 16, &map).unwrap();

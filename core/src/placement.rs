@@ -109,18 +109,25 @@ impl From<u64> for Place {
     }
 }
 
+/// The tests' Keel: 1 MiB linked at 0x4020_0000 in a 32 MiB region at 0x4000_0000 (16
+/// colours), coloured `colours`.
+#[cfg(test)]
+pub(crate) fn test_keel(colours: &str) -> KeelMap {
+    let colours = Colours::parse(colours, 16).unwrap();
+    KeelMap {
+        start: 0x4020_0000,
+        size: 0x10_0000,
+        frames: crate::colour::keel_frames(0x4000_0000, 32 << 20, colours).0,
+        colours,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn keel(colours: &str) -> KeelMap {
-        let colours = Colours::parse(colours, 16).unwrap();
-        KeelMap {
-            start: 0x4020_0000,
-            size: 0x10_0000,
-            frames: crate::colour::keel_frames(0x4000_0000, 32 << 20, colours).0,
-            colours,
-        }
+        test_keel(colours)
     }
 
     #[test]
