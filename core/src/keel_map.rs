@@ -8,7 +8,7 @@
 
 use crate::colour::{Colours, FRAME};
 use crate::placement::{KeelMap, Place};
-use crate::translation::{Table, Tables, WalkError};
+use crate::translation::{Table, Tables};
 use crate::window::WindowError;
 
 /// A leaf of Keel's map for RAM: AttrIndx 1 (MAIR_EL2's normal write-back memory), read/write
@@ -20,7 +20,7 @@ pub const DEVICE_LEAF: u64 = (1 << 10) | (1 << 54);
 /// Builds Keel's EL2 map in `tables` (at `place`): the first `gibs` GiB of the physical space
 /// mapped to themselves, each GiB that holds some of RAM `[ram, ram + ram_size)` as normal
 /// memory and every other as device memory, except Keel's coloured range, which `image` maps
-/// to its frames. Returns the tables; their root is what TTBR0_EL2 takes.
+/// to its frames (but for its hole). Returns the tables; their root is what TTBR0_EL2 takes.
 pub fn keel_map<'a>(
     tables: &'a mut [Table],
     place: Place,
@@ -45,13 +45,9 @@ pub fn keel_map<'a>(
         let (before, after) = (image_start.max(start), image_end.min(end));
         map.map(start, start, before - start, RAM_LEAF)?;
         map.map(after, after, end - after, RAM_LEAF)?;
-        let offset = before - image_start;
-        for page in offset / FRAME..(after - image_start) / FRAME {
-            let frame = image
-                .colours
-                .frame(image.frames, page)
-                .ok_or(WalkError::OutOfRange)?;
-            map.map(image_start + page * FRAME, frame, FRAME, RAM_LEAF)?;
+        // Page by page: each on its frame, the hole's on themselves.
+        for address in (before..after).step_by(FRAME as usize) {
+            map.map(address, image.phys(address), FRAME, RAM_LEAF)?;
         }
     }
     Ok(KeelTables(map))

@@ -9,15 +9,19 @@
 
 use crate::colour::{Colours, FRAME};
 
-/// Where Keel's coloured range lies: its linked range `[start, start + size)` is the frames of
-/// `colours` from `frames` on (page `i` at [`Colours::frame`]`(frames, i)`); every other
-/// address is its own physical address.
+/// Where Keel's coloured range lies: its linked range `[start, start + size)`, but for the
+/// pages of `hole` (the guests' images, which stay where Keel was loaded), is the frames of
+/// `colours` from `frames` on, in order (its `i`-th page outside the hole at
+/// [`Colours::frame`]`(frames, i)`); every other address is its own physical address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KeelMap {
     /// Start of the coloured range, as Keel is linked (4 KiB aligned).
     pub start: u64,
-    /// Bytes of the coloured range (whole pages).
+    /// Bytes of the range, hole included (whole pages).
     pub size: u64,
+    /// The pages of the range left where they are, `(start, end)` (4 KiB aligned; empty when
+    /// equal).
+    pub hole: (u64, u64),
     /// The physical base its frames are counted from (aligned to a period of the colours).
     pub frames: u64,
     /// Keel's colours.
@@ -29,18 +33,34 @@ impl KeelMap {
     pub const IDENTITY: KeelMap = KeelMap {
         start: 0,
         size: 0,
+        hole: (0, 0),
         frames: 0,
         colours: Colours::NONE,
     };
+
+    /// Bytes of the hole.
+    fn hole_size(&self) -> u64 {
+        self.hole.1.saturating_sub(self.hole.0)
+    }
+
+    /// Bytes of the range that its frames hold (all but the hole).
+    pub fn coloured_size(&self) -> u64 {
+        self.size - self.hole_size()
+    }
 
     /// The physical address of Keel's address `address`.
     #[inline]
     pub fn phys(&self, address: u64) -> u64 {
         let offset = address.wrapping_sub(self.start);
-        if offset >= self.size {
+        if offset >= self.size || (self.hole.0 <= address && address < self.hole.1) {
             return address;
         }
-        match self.colours.frame(self.frames, offset / FRAME) {
+        let skipped = if address >= self.hole.1 {
+            self.hole_size()
+        } else {
+            0
+        };
+        match self.colours.frame(self.frames, (offset - skipped) / FRAME) {
             Some(frame) => frame + offset % FRAME,
             None => address,
         }
@@ -60,15 +80,21 @@ impl KeelMap {
         }
         let below = (self.colours.mask & ((1u64 << colour) - 1)).count_ones();
         let page = frame / count * u64::from(self.colours.len()) + u64::from(below);
-        if page >= self.size / FRAME {
+        if page >= self.coloured_size() / FRAME {
             return phys;
         }
-        self.start + page * FRAME + phys % FRAME
+        let address = self.start + page * FRAME;
+        let address = if address >= self.hole.0 && self.hole_size() > 0 {
+            address + self.hole_size()
+        } else {
+            address
+        };
+        address + phys % FRAME
     }
 
     /// The physical range the coloured range's frames span from [`Self::frames`].
     pub fn span(&self) -> Option<u64> {
-        self.colours.span(self.size)
+        self.colours.span(self.coloured_size())
     }
 }
 
@@ -110,13 +136,14 @@ impl From<u64> for Place {
 }
 
 /// The tests' Keel: 1 MiB linked at 0x4020_0000 in a 32 MiB region at 0x4000_0000 (16
-/// colours), coloured `colours`.
+/// colours), coloured `colours`; its pages 0x20-0x2f are a hole.
 #[cfg(test)]
 pub(crate) fn test_keel(colours: &str) -> KeelMap {
     let colours = Colours::parse(colours, 16).unwrap();
     KeelMap {
         start: 0x4020_0000,
         size: 0x10_0000,
+        hole: (0x4022_0000, 0x4023_0000),
         frames: crate::colour::keel_frames(0x4000_0000, 32 << 20, colours).0,
         colours,
     }
@@ -134,17 +161,27 @@ mod tests {
     fn keel_s_pages_are_frames_of_its_colours_in_its_region_s_upper_half() {
         let map = keel("15");
         assert_eq!(map.frames, 0x4100_0000);
+        let mut frames = std::collections::BTreeSet::new();
         for page in 0..map.size / FRAME {
-            let phys = map.phys(map.start + page * FRAME + 0x123);
+            let address = map.start + page * FRAME + 0x123;
+            let phys = map.phys(address);
+            if (0x20..0x30).contains(&page) {
+                assert_eq!(phys, address, "page {page} is in the hole");
+                continue;
+            }
             assert_eq!((phys >> 12) % 16, 15, "page {page}");
             assert!((0x4100_0000..0x4200_0000).contains(&phys));
-            assert_eq!(map.address(phys), map.start + page * FRAME + 0x123);
+            assert_eq!(map.address(phys), address);
+            assert!(frames.insert(phys >> 12), "page {page} shares a frame");
         }
+        // The hole's pages take no frame: the frames are the first 240 of colour 15.
+        assert_eq!(frames.len(), 240);
+        assert_eq!(map.span(), Some(239 * 16 * FRAME + 16 * FRAME));
         assert_eq!(map.phys(map.start - 1), map.start - 1);
         assert_eq!(map.phys(map.start + map.size), map.start + map.size);
         // Frames of other colours, and the frames past the range, are not Keel's pages.
         assert_eq!(map.address(0x4100_0000), 0x4100_0000);
-        let past = map.colours.frame(map.frames, map.size / FRAME).unwrap();
+        let past = map.colours.frame(map.frames, 240).unwrap();
         assert_eq!(map.address(past), past);
     }
 

@@ -11,7 +11,7 @@
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use keel_core::colour::{keel_frames, Colours};
+use keel_core::colour::{keel_frames, Colours, FRAME};
 use keel_core::keel_map::{keel_map, keel_map_tables};
 use keel_core::placement::{KeelMap, Place};
 use keel_core::stage2::{Stage2, Table, ENTRIES};
@@ -219,11 +219,14 @@ pub fn colour_keel() -> Result<Option<KeelMap>, KeelColourError> {
     if !KEEL_COLOURS.is_coloured() || KEEL_COLOURED.swap(true, Ordering::AcqRel) {
         return Ok(None);
     }
-    let (start, end) = boot::coloured_range();
+    let ((start, end), (images, images_end)) = boot::coloured_range();
     let (region, region_size) = KEEL_REGION;
+    // The guests' images' whole pages stay; the pages at their ends are copied.
+    let hole = (images.next_multiple_of(FRAME), images_end & !(FRAME - 1));
     let map = KeelMap {
         start,
         size: end - start,
+        hole: if hole.0 < hole.1 { hole } else { (0, 0) },
         frames: keel_frames(region, region_size, KEEL_COLOURS).0,
         colours: KEEL_COLOURS,
     };
@@ -236,7 +239,7 @@ pub fn colour_keel() -> Result<Option<KeelMap>, KeelColourError> {
     let needs = map.frames + map.span().unwrap_or(u64::MAX - map.frames);
     if needs > region + region_size {
         return Err(KeelColourError::TooSmall {
-            size: map.size,
+            size: map.coloured_size(),
             needs,
             region_end: region + region_size,
         });

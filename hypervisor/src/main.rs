@@ -291,7 +291,7 @@ extern "C" fn keel_primary_main(dtb: u64) -> ! {
             "Keel coloured: colour mask {} of {}, its {} bytes in frames from {} to {}";
             Hex(map.colours.mask, 0),
             map.colours.count,
-            map.size,
+            map.coloured_size(),
             Hex(map.frames, 0),
             Hex(map.frames + map.span().unwrap_or(0), 0),
         ),

@@ -533,32 +533,40 @@ fn build_compiled(system: config::System, config_path: &Path) -> Result<SystemIm
     Ok(SystemImage { system, path, elf })
 }
 
-/// A coloured Keel's code, data and stacks (`__coloured_start` to `__coloured_end` in its ELF
-/// at `elf`) end
-/// below the frames it is copied to at boot and fit them (Keel checks the same at boot, but a
-/// build should not make an image that cannot boot).
+/// A coloured Keel's range (`__image_start` to `__coloured_end` in its ELF at `elf`) ends
+/// below the frames it is copied to at boot, and all but the guests' images' whole pages
+/// (`__guest_images_start` to `__guest_images_end`) fit them (Keel checks the same at boot,
+/// but a build should not make an image that cannot boot).
 fn check_keel_frames(system: &config::System, elf: &Path) -> Result<()> {
     let colours = system.hypervisor_colours;
     if !colours.is_coloured() {
         return Ok(());
     }
-    let [start, end] = symbols(elf, ["__coloured_start", "__coloured_end"])?;
+    let [start, end, images, images_end] = symbols(
+        elf,
+        [
+            "__image_start",
+            "__coloured_end",
+            "__guest_images_start",
+            "__guest_images_end",
+        ],
+    )?;
+    let hole = (images_end & !0xfff).saturating_sub(images.next_multiple_of(0x1000));
     let (frames, capacity) =
         keel_core::colour::keel_frames(system.hypervisor_base, system.hypervisor_size, colours);
     if end > frames {
         return Err(format!(
-            "system.hypervisor: Keel's image, data and stacks end at {end:#x}, past the middle of \
-             its region, where the frames of its colours {colours} start ({frames:#x}): give a \
-             larger region"
+            "system.hypervisor: Keel's image with its guests ends at {end:#x}, past the middle \
+             of its region, where the frames of its colours {colours} start ({frames:#x}): give \
+             a larger region"
         ));
     }
-    if end - start > capacity {
+    let size = end - start - hole;
+    if size > capacity {
         return Err(format!(
-            "system.hypervisor_colours: Keel's image, data and stacks ({} bytes) exceed the {} \
-             bytes of its colours {colours} in the upper half of its region: give a larger \
-             region or more colours",
-            end - start,
-            capacity
+            "system.hypervisor_colours: Keel's code, data and stacks ({size} bytes) exceed the \
+             {capacity} bytes of its colours {colours} in the upper half of its region: give a \
+             larger region or more colours"
         ));
     }
     Ok(())

@@ -19,7 +19,7 @@ use keel_core::colour::Colours;
 
 /// The machine of `image` under icount, with the LLC model of its configuration's cache
 /// counting every pCPU's accesses, Keel's own region apart; but a coloured Keel's accesses
-/// are counted, all but those to the guests' images and what else precedes its coloured range.
+/// are counted, all but those to the guests' images and to what precedes its image.
 /// Its report is the file returned.
 pub(crate) fn under_llc_model(
     image: &SystemImage,
@@ -32,16 +32,25 @@ pub(crate) fn under_llc_model(
     let out = log_path(&format!("{name}.llc"));
     let _ = std::fs::remove_file(&out);
     let mut model = LlcModel::new(&plugin()?, geometry, &out);
-    let keel_end = if system.hypervisor_colours.is_coloured() {
+    if system.hypervisor_colours.is_coloured() {
         // Keel's coloured range and the frames it is copied to are counted; what lies before
-        // it is not: the guests' images, which a VM's load and reload read where Keel was
-        // loaded, its entry, and the device tree QEMU puts below it.
-        let [coloured_start] = crate::image::symbols(&image.elf, ["__coloured_start"])?;
-        coloured_start
+        // it (the device tree QEMU puts below Keel) and the guests' images in it, which a VM's
+        // load and reload read where Keel was loaded, are not.
+        let [start, images, images_end] = crate::image::symbols(
+            &image.elf,
+            [
+                "__image_start",
+                "__guest_images_start",
+                "__guest_images_end",
+            ],
+        )?;
+        model.excluded.push(system.hypervisor_base..start);
+        model.excluded.push(images..images_end);
     } else {
-        system.hypervisor_base + system.hypervisor_size
-    };
-    model.excluded.push(system.hypervisor_base..keel_end);
+        model
+            .excluded
+            .push(system.hypervisor_base..system.hypervisor_base + system.hypervisor_size);
+    }
     let machine = Machine {
         llc: Some(model),
         ..crate::image::machine(image, true)?

@@ -129,18 +129,26 @@ const _: () = assert!(
 
 unsafe extern "C" {
     static keel_stacks: u8;
-    static __coloured_start: u8;
+    static __image_start: u8;
     static __coloured_end: u8;
+    static __guest_images_start: u8;
+    static __guest_images_end: u8;
     fn keel_secondary_entry();
 }
 
-/// Keel's range that its colours cover: its code, data, stacks and tables; not its entry
-/// (`.text.head`) and the guests' images before it, nor what devices or tools read as one
-/// physical range (`.bss_contiguous`, after it). Page-aligned.
-pub fn coloured_range() -> (u64, u64) {
+/// Keel's range that its colours cover, `(start, end)`: its code, data, stacks and tables, all
+/// but what devices or tools read as one physical range (`.bss_contiguous`, after it); and
+/// the guests' images in it, `(start, end)` (not page-aligned), which stay where they are.
+pub fn coloured_range() -> ((u64, u64), (u64, u64)) {
     (
-        core::ptr::addr_of!(__coloured_start) as u64,
-        core::ptr::addr_of!(__coloured_end) as u64,
+        (
+            core::ptr::addr_of!(__image_start) as u64,
+            core::ptr::addr_of!(__coloured_end) as u64,
+        ),
+        (
+            core::ptr::addr_of!(__guest_images_start) as u64,
+            core::ptr::addr_of!(__guest_images_end) as u64,
+        ),
     )
 }
 

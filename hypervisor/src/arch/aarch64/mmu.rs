@@ -35,6 +35,7 @@ static EL2_TABLE: Level1Table = Level1Table(UnsafeCell::new([0; 512]));
 /// by [`switch_to_coloured`] before any other pCPU runs.
 static KEEL_START: AtomicU64 = AtomicU64::new(0);
 static KEEL_SIZE: AtomicU64 = AtomicU64::new(0);
+static KEEL_HOLE: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 static KEEL_FRAMES: AtomicU64 = AtomicU64::new(0);
 static KEEL_MASK: AtomicU64 = AtomicU64::new(0);
 static KEEL_COUNT: AtomicU32 = AtomicU32::new(0);
@@ -143,6 +144,10 @@ pub fn keel_map() -> KeelMap {
     KeelMap {
         start: KEEL_START.load(Ordering::Relaxed),
         size: KEEL_SIZE.load(Ordering::Relaxed),
+        hole: (
+            KEEL_HOLE[0].load(Ordering::Relaxed),
+            KEEL_HOLE[1].load(Ordering::Relaxed),
+        ),
         frames: KEEL_FRAMES.load(Ordering::Relaxed),
         colours: Colours {
             mask: KEEL_MASK.load(Ordering::Relaxed),
@@ -167,9 +172,9 @@ pub fn coloured_root() -> u64 {
     ROOT_PHYS.load(Ordering::Relaxed)
 }
 
-/// Copies Keel's coloured range to its frames (`map`) and switches this pCPU to Keel's
-/// coloured map, whose root `root` (Keel's address) is at `root_phys`; records both for
-/// [`phys`], [`attach`] and the secondary pCPUs.
+/// Copies Keel's coloured range to its frames (`map`; its hole's pages stay, not copied) and
+/// switches this pCPU to Keel's coloured map, whose root `root` (Keel's address) is at
+/// `root_phys`; records both for [`phys`], [`attach`] and the secondary pCPUs.
 ///
 /// # Safety
 /// Only this pCPU runs, with interrupts masked and its MMU on with [`build`]'s identity map;
@@ -179,6 +184,8 @@ pub unsafe fn switch_to_coloured(map: &KeelMap, root: u64, root_phys: u64) {
     // Recorded before the copy, so that the copy holds them too.
     KEEL_START.store(map.start, Ordering::Relaxed);
     KEEL_SIZE.store(map.size, Ordering::Relaxed);
+    KEEL_HOLE[0].store(map.hole.0, Ordering::Relaxed);
+    KEEL_HOLE[1].store(map.hole.1, Ordering::Relaxed);
     KEEL_FRAMES.store(map.frames, Ordering::Relaxed);
     KEEL_MASK.store(map.colours.mask, Ordering::Relaxed);
     KEEL_COUNT.store(map.colours.count, Ordering::Relaxed);
@@ -199,6 +206,8 @@ pub unsafe fn switch_to_coloured(map: &KeelMap, root: u64, root_phys: u64) {
             "lsr    x8, {mask}, x7",
             "tbz    x8, #0, 3f",
             "add    x9, x6, x7, lsl #12",   // a frame of Keel's colours
+            "cmp    {src}, {hole}",         // the hole's pages are not copied
+            "csel   {src}, {hole_end}, {src}, eq",
             "mov    x10, #4096",
             "2:",
             "ldp    x11, x12, [{src}], #16",
@@ -231,7 +240,9 @@ pub unsafe fn switch_to_coloured(map: &KeelMap, root: u64, root_phys: u64) {
             "dsb    ish",
             "isb",
             src = inout(reg) map.start => _,
-            pages = inout(reg) map.size / 4096 => _,
+            pages = inout(reg) map.coloured_size() / 4096 => _,
+            hole = in(reg) map.hole.0,
+            hole_end = in(reg) map.hole.1,
             frames = in(reg) map.frames,
             mask = in(reg) map.colours.mask,
             count = in(reg) u64::from(map.colours.count),
