@@ -230,6 +230,8 @@ pub fn colour_keel() -> Result<Option<KeelMap>, KeelColourError> {
         frames: keel_frames(region, region_size, KEEL_COLOURS).0,
         colours: KEEL_COLOURS,
     };
+    // Its whole image, what stays where it was loaded included, lies below its frames.
+    let end = boot::image_end();
     if end > map.frames {
         return Err(KeelColourError::Overlaps {
             end,

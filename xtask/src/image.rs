@@ -533,8 +533,9 @@ fn build_compiled(system: config::System, config_path: &Path) -> Result<SystemIm
     Ok(SystemImage { system, path, elf })
 }
 
-/// A coloured Keel's range (`__image_start` to `__coloured_end` in its ELF at `elf`) ends
-/// below the frames it is copied to at boot, and all but the guests' images' whole pages
+/// A coloured Keel's image (`__image_start` to `__image_end` in its ELF at `elf`) ends below
+/// the frames its coloured range (to `__coloured_end`) is copied to at boot, and all of that
+/// range but the guests' images' whole pages
 /// (`__guest_images_start` to `__guest_images_end`) fit them (Keel checks the same at boot,
 /// but a build should not make an image that cannot boot).
 fn check_keel_frames(system: &config::System, elf: &Path) -> Result<()> {
@@ -542,23 +543,24 @@ fn check_keel_frames(system: &config::System, elf: &Path) -> Result<()> {
     if !colours.is_coloured() {
         return Ok(());
     }
-    let [start, end, images, images_end] = symbols(
+    let [start, end, images, images_end, image_end] = symbols(
         elf,
         [
             "__image_start",
             "__coloured_end",
             "__guest_images_start",
             "__guest_images_end",
+            "__image_end",
         ],
     )?;
     let hole = (images_end & !0xfff).saturating_sub(images.next_multiple_of(0x1000));
     let (frames, capacity) =
         keel_core::colour::keel_frames(system.hypervisor_base, system.hypervisor_size, colours);
-    if end > frames {
+    if image_end > frames {
         return Err(format!(
-            "system.hypervisor: Keel's image with its guests ends at {end:#x}, past the middle \
-             of its region, where the frames of its colours {colours} start ({frames:#x}): give \
-             a larger region"
+            "system.hypervisor: Keel's image with its guests ends at {image_end:#x}, past the \
+             middle of its region, where the frames of its colours {colours} start \
+             ({frames:#x}): give a larger region"
         ));
     }
     let size = end - start - hole;

@@ -133,7 +133,13 @@ unsafe extern "C" {
     static __coloured_end: u8;
     static __guest_images_start: u8;
     static __guest_images_end: u8;
+    static __image_end: u8;
     fn keel_secondary_entry();
+}
+
+/// The end of Keel's image in memory, its `.bss_contiguous` included.
+pub fn image_end() -> u64 {
+    core::ptr::addr_of!(__image_end) as u64
 }
 
 /// Keel's range that its colours cover, `(start, end)`: its code, data, stacks and tables, all

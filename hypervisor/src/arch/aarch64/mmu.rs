@@ -236,7 +236,7 @@ pub unsafe fn switch_to_coloured(map: &KeelMap, root: u64, root_phys: u64) {
             "isb",
             "tlbi   alle2",
             "dsb    ish",
-            "ic     iallu",
+            "ic     ialluis",
             "dsb    ish",
             "isb",
             src = inout(reg) map.start => _,
