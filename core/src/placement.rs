@@ -7,7 +7,8 @@
 //!
 //! An uncoloured Keel has [`KeelMap::IDENTITY`]: every address is its own physical address.
 
-use crate::colour::{Colours, FRAME};
+use crate::colour::{keel_frames, Colours, FRAME};
+use crate::text::{Hex, Out, Show};
 
 /// Where Keel's coloured range lies: its linked range `[start, start + size)`, but for the
 /// pages of `hole` (the guests' images, which stay where Keel was loaded), is the frames of
@@ -95,6 +96,105 @@ impl KeelMap {
     /// The physical range the coloured range's frames span from [`Self::frames`].
     pub fn span(&self) -> Option<u64> {
         self.colours.span(self.coloured_size())
+    }
+
+    /// The map of `image` coloured `colours` in Keel's region `(base, size)`: its range on the
+    /// frames of its colours in the region's upper half ([`keel_frames`]), the guests' images'
+    /// whole pages a hole; or why it does not fit there.
+    pub fn coloured(
+        image: &KeelImage,
+        (region, region_size): (u64, u64),
+        colours: Colours,
+    ) -> Result<KeelMap, KeelFitError> {
+        let (images, images_end) = image.guest_images;
+        // The guests' images' whole pages stay; the pages at their ends are copied.
+        let hole = (images.next_multiple_of(FRAME), images_end & !(FRAME - 1));
+        let map = KeelMap {
+            start: image.start,
+            size: image.coloured_end - image.start,
+            hole: if hole.0 < hole.1 { hole } else { (0, 0) },
+            frames: keel_frames(region, region_size, colours).0,
+            colours,
+        };
+        // Its whole image, what stays where it was loaded included, lies below its frames.
+        if image.end > map.frames {
+            return Err(KeelFitError::Overlaps {
+                end: image.end,
+                frames: map.frames,
+            });
+        }
+        let needs = map.frames.saturating_add(map.span().unwrap_or(u64::MAX));
+        if needs > region + region_size {
+            return Err(KeelFitError::TooSmall {
+                size: map.coloured_size(),
+                needs,
+                region_end: region + region_size,
+            });
+        }
+        Ok(map)
+    }
+}
+
+/// Keel's image as it is linked (its linker's symbols): what a coloured Keel's map is made of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeelImage {
+    /// `__image_start`: where it starts, and its coloured range.
+    pub start: u64,
+    /// `__coloured_end`: where its coloured range ends.
+    pub coloured_end: u64,
+    /// `__guest_images_start` and `__guest_images_end`: the guests' images in that range.
+    pub guest_images: (u64, u64),
+    /// `__image_end`: where it ends, what stays physically contiguous included.
+    pub end: u64,
+}
+
+/// Why a coloured Keel does not fit its region ([`KeelMap::coloured`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeelFitError {
+    /// Its image reaches the frames it is to be copied to.
+    Overlaps {
+        /// The end of its image.
+        end: u64,
+        /// Where its frames start.
+        frames: u64,
+    },
+    /// The frames of its colours to the region's end are too few for its coloured range.
+    TooSmall {
+        /// Bytes of its coloured range, the hole apart.
+        size: u64,
+        /// The end of the frames it would take.
+        needs: u64,
+        /// The end of Keel's region.
+        region_end: u64,
+    },
+}
+
+impl Show for KeelFitError {
+    fn show(&self, out: &mut dyn Out) {
+        match *self {
+            KeelFitError::Overlaps { end, frames } => crate::text!(
+                out,
+                "its image with its guests ends at ",
+                Hex(end, 0),
+                ", past the middle of its region, where the frames of its colours start at ",
+                Hex(frames, 0),
+                ": give [system] hypervisor a larger size"
+            ),
+            KeelFitError::TooSmall {
+                size,
+                needs,
+                region_end,
+            } => crate::text!(
+                out,
+                "its code, data and stacks (",
+                size,
+                " bytes) in frames of its colours reach ",
+                Hex(needs, 0),
+                ", past its region's end at ",
+                Hex(region_end, 0),
+                ": give [system] hypervisor a larger size, or Keel more colours"
+            ),
+        }
     }
 }
 
@@ -204,5 +304,68 @@ mod tests {
         }
         assert_eq!(place.table_index(place.table_phys(8), 8), None);
         assert_eq!(Place::from(0x1000).table_phys(2), 0x3000);
+    }
+
+    #[test]
+    fn a_coloured_keel_fits_its_region_s_upper_half_or_says_why_not() {
+        let colours = Colours::parse("14-15", 16).unwrap();
+        let image = KeelImage {
+            start: 0x4020_0000,
+            coloured_end: 0x4040_0000,
+            guest_images: (0x4030_0800, 0x4033_0400),
+            end: 0x4041_0000,
+        };
+        let region = (0x4000_0000, 64 << 20);
+        let map = KeelMap::coloured(&image, region, colours).unwrap();
+        assert_eq!(map.frames, 0x4200_0000);
+        assert_eq!(map.hole, (0x4030_1000, 0x4033_0000));
+        assert_eq!(map.coloured_size(), (2 << 20) - 0x2f000);
+        // The guests' images' partial pages at either end are coloured, their whole pages not.
+        assert_ne!(map.phys(0x4030_0800), 0x4030_0800);
+        assert_eq!(map.phys(0x4031_0000), 0x4031_0000);
+        // Images that do not cover a whole page leave no hole.
+        let small = KeelImage {
+            guest_images: (0x4030_0800, 0x4030_1400),
+            ..image
+        };
+        assert_eq!(
+            KeelMap::coloured(&small, region, colours).unwrap().hole,
+            (0, 0)
+        );
+        // An image past the region's middle, or a range its colours' frames cannot hold.
+        let long = KeelImage {
+            end: 0x4200_1000,
+            ..image
+        };
+        assert_eq!(
+            KeelMap::coloured(&long, region, colours),
+            Err(KeelFitError::Overlaps {
+                end: 0x4200_1000,
+                frames: 0x4200_0000
+            })
+        );
+        let big = KeelImage {
+            coloured_end: 0x4060_0000,
+            end: 0x4060_0000,
+            ..image
+        };
+        let one = Colours::parse("15", 16).unwrap();
+        assert_eq!(
+            KeelMap::coloured(&big, region, one),
+            Err(KeelFitError::TooSmall {
+                size: (4 << 20) - 0x2f000,
+                needs: 0x4200_0000 + one.span((4 << 20) - 0x2f000).unwrap(),
+                region_end: 0x4400_0000
+            })
+        );
+        let overlaps = KeelFitError::Overlaps {
+            end: 0x4200_1000,
+            frames: 0x4200_0000,
+        };
+        assert_eq!(
+            crate::text::tests::shown(&overlaps),
+            "its image with its guests ends at 0x42001000, past the middle of its region, where \
+             the frames of its colours start at 0x42000000: give [system] hypervisor a larger size"
+        );
     }
 }

@@ -11,12 +11,12 @@
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use keel_core::colour::{keel_frames, Colours, FRAME};
+use keel_core::colour::Colours;
 use keel_core::keel_map::{keel_map, keel_map_tables};
-use keel_core::placement::{KeelMap, Place};
+use keel_core::placement::{KeelFitError, KeelMap, Place};
 use keel_core::stage2::{Stage2, Table, ENTRIES};
 use keel_core::system::{VmDesc, MAX_VMS};
-use keel_core::text::{Hex, Out, Show};
+use keel_core::text::{Out, Show};
 use keel_core::window::{WindowError, Windows, WINDOWS_START};
 
 use crate::arch::smmu::TABLES_PER_VM as SMMU_TABLES_PER_VM;
@@ -163,49 +163,16 @@ pub fn smmu_tables(id: usize) -> Option<&'static mut [Table]> {
 /// Why Keel could not follow its colours (`[system] hypervisor_colours`).
 #[derive(Clone, Copy, Debug)]
 pub enum KeelColourError {
-    /// Keel's coloured range (its image, data and stacks) reaches its frames' base.
-    Overlaps {
-        /// The end of its range.
-        end: u64,
-        /// Where its frames start.
-        frames: u64,
-    },
-    /// The frames of its colours to the region's end are too few for its range.
-    TooSmall {
-        /// Bytes of its range.
-        size: u64,
-        /// The end of the frames it would take.
-        needs: u64,
-        /// The end of Keel's region.
-        region_end: u64,
-    },
+    /// It does not fit its region.
+    Fit(KeelFitError),
     /// Its map could not be built.
     Map(WindowError),
 }
 
 impl Show for KeelColourError {
     fn show(&self, out: &mut dyn Out) {
-        match *self {
-            KeelColourError::Overlaps { end, frames } => {
-                out.put("its image and data end at ");
-                Hex(end, 0).show(out);
-                out.put(", past the upper half of its region where its frames start at ");
-                Hex(frames, 0).show(out);
-                out.put(": give [system] hypervisor a larger size");
-            }
-            KeelColourError::TooSmall {
-                size,
-                needs,
-                region_end,
-            } => {
-                out.put("its image and data (");
-                Hex(size, 0).show(out);
-                out.put(" bytes) in frames of its colours reach ");
-                Hex(needs, 0).show(out);
-                out.put(", past its region's end at ");
-                Hex(region_end, 0).show(out);
-                out.put(": give [system] hypervisor a larger size, or Keel more colours");
-            }
+        match self {
+            KeelColourError::Fit(error) => error.show(out),
             KeelColourError::Map(error) => error.show(out),
         }
     }
@@ -219,33 +186,8 @@ pub fn colour_keel() -> Result<Option<KeelMap>, KeelColourError> {
     if !KEEL_COLOURS.is_coloured() || KEEL_COLOURED.swap(true, Ordering::AcqRel) {
         return Ok(None);
     }
-    let ((start, end), (images, images_end)) = boot::coloured_range();
-    let (region, region_size) = KEEL_REGION;
-    // The guests' images' whole pages stay; the pages at their ends are copied.
-    let hole = (images.next_multiple_of(FRAME), images_end & !(FRAME - 1));
-    let map = KeelMap {
-        start,
-        size: end - start,
-        hole: if hole.0 < hole.1 { hole } else { (0, 0) },
-        frames: keel_frames(region, region_size, KEEL_COLOURS).0,
-        colours: KEEL_COLOURS,
-    };
-    // Its whole image, what stays where it was loaded included, lies below its frames.
-    let end = boot::image_end();
-    if end > map.frames {
-        return Err(KeelColourError::Overlaps {
-            end,
-            frames: map.frames,
-        });
-    }
-    let needs = map.frames + map.span().unwrap_or(u64::MAX - map.frames);
-    if needs > region + region_size {
-        return Err(KeelColourError::TooSmall {
-            size: map.coloured_size(),
-            needs,
-            region_end: region + region_size,
-        });
-    }
+    let map = KeelMap::coloured(&boot::keel_image(), KEEL_REGION, KEEL_COLOURS)
+        .map_err(KeelColourError::Fit)?;
     // SAFETY: KEEL_COLOURED makes this the only reference to Keel's pool ever created.
     let tables: &'static mut [Table; KEEL_TABLES] = unsafe { &mut *KEEL_POOL.0.get() };
     let address = tables.as_ptr() as u64;

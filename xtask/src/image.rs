@@ -533,17 +533,15 @@ fn build_compiled(system: config::System, config_path: &Path) -> Result<SystemIm
     Ok(SystemImage { system, path, elf })
 }
 
-/// A coloured Keel's image (`__image_start` to `__image_end` in its ELF at `elf`) ends below
-/// the frames its coloured range (to `__coloured_end`) is copied to at boot, and all of that
-/// range but the guests' images' whole pages
-/// (`__guest_images_start` to `__guest_images_end`) fit them (Keel checks the same at boot,
-/// but a build should not make an image that cannot boot).
+/// A coloured Keel's image (its ELF at `elf`) fits its region as Keel will check at boot
+/// (`KeelMap::coloured`): a build should not make an image that cannot boot.
 fn check_keel_frames(system: &config::System, elf: &Path) -> Result<()> {
+    use keel_core::placement::{KeelFitError, KeelImage, KeelMap};
     let colours = system.hypervisor_colours;
     if !colours.is_coloured() {
         return Ok(());
     }
-    let [start, end, images, images_end, image_end] = symbols(
+    let [start, coloured_end, images, images_end, end] = symbols(
         elf,
         [
             "__image_start",
@@ -553,25 +551,30 @@ fn check_keel_frames(system: &config::System, elf: &Path) -> Result<()> {
             "__image_end",
         ],
     )?;
-    let hole = (images_end & !0xfff).saturating_sub(images.next_multiple_of(0x1000));
-    let (frames, capacity) =
-        keel_core::colour::keel_frames(system.hypervisor_base, system.hypervisor_size, colours);
-    if image_end > frames {
-        return Err(format!(
-            "system.hypervisor: Keel's image with its guests ends at {image_end:#x}, past the \
-             middle of its region, where the frames of its colours {colours} start \
-             ({frames:#x}): give a larger region"
-        ));
+    let image = KeelImage {
+        start,
+        coloured_end,
+        guest_images: (images, images_end),
+        end,
+    };
+    let region = (system.hypervisor_base, system.hypervisor_size);
+    match KeelMap::coloured(&image, region, colours) {
+        Ok(_) => Ok(()),
+        Err(KeelFitError::Overlaps { end, frames }) => Err(format!(
+            "system.hypervisor: Keel's image with its guests ends at {end:#x}, past the middle \
+             of its region, where the frames of its colours {colours} start ({frames:#x}): give \
+             a larger region"
+        )),
+        Err(KeelFitError::TooSmall {
+            size,
+            needs,
+            region_end,
+        }) => Err(format!(
+            "system.hypervisor_colours: Keel's code, data and stacks ({size} bytes) in frames of \
+             its colours {colours} reach {needs:#x}, past its region's end at {region_end:#x}: \
+             give a larger region or more colours"
+        )),
     }
-    let size = end - start - hole;
-    if size > capacity {
-        return Err(format!(
-            "system.hypervisor_colours: Keel's code, data and stacks ({size} bytes) exceed the \
-             {capacity} bytes of its colours {colours} in the upper half of its region: give a \
-             larger region or more colours"
-        ));
-    }
-    Ok(())
 }
 
 /// The addresses of the symbols `names` in the ELF file at `elf` (Keel's linker symbols).

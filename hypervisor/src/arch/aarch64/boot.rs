@@ -7,6 +7,8 @@
 //! 2 MiB when the region starts there): loaded anywhere else, it stops at once, before
 //! any absolute address is used.
 
+use keel_core::placement::KeelImage;
+
 use super::{mmu, psci};
 
 /// Most pCPUs Keel drives.
@@ -137,25 +139,18 @@ unsafe extern "C" {
     fn keel_secondary_entry();
 }
 
-/// The end of Keel's image in memory, its `.bss_contiguous` included.
-pub fn image_end() -> u64 {
-    core::ptr::addr_of!(__image_end) as u64
-}
-
-/// Keel's range that its colours cover, `(start, end)`: its code, data, stacks and tables, all
-/// but what devices or tools read as one physical range (`.bss_contiguous`, after it); and
-/// the guests' images in it, `(start, end)` (not page-aligned), which stay where they are.
-pub fn coloured_range() -> ((u64, u64), (u64, u64)) {
-    (
-        (
-            core::ptr::addr_of!(__image_start) as u64,
-            core::ptr::addr_of!(__coloured_end) as u64,
-        ),
-        (
+/// Keel's image as it is linked: its coloured range, to `.bss_contiguous`, the guests' images
+/// in it, and its end, `.bss_contiguous` included.
+pub fn keel_image() -> KeelImage {
+    KeelImage {
+        start: core::ptr::addr_of!(__image_start) as u64,
+        coloured_end: core::ptr::addr_of!(__coloured_end) as u64,
+        guest_images: (
             core::ptr::addr_of!(__guest_images_start) as u64,
             core::ptr::addr_of!(__guest_images_end) as u64,
         ),
-    )
+        end: core::ptr::addr_of!(__image_end) as u64,
+    }
 }
 
 /// The top of pCPU `index`'s stack.
