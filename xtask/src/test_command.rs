@@ -25,11 +25,14 @@ use crate::{image, layers, lines, process, setup, step, workspace, Result};
 /// workspace's default members are the host crates.
 const AARCH64_CRATES: [&str; 5] = ["keel", "keel-guest", "test-guest", "hostile", "rt-control"];
 
-/// Tallies checks for the closing `N passed, N failed` line.
+/// Tallies checks for the closing `N passed, N failed` line, and names each that failed, so
+/// the end of the log (all a CI page may show) says which.
 #[derive(Default)]
 struct Tally {
     passed: u32,
     failed: u32,
+    /// One line for each failure: what failed and, where short, why.
+    failures: Vec<String>,
 }
 
 impl Tally {
@@ -43,14 +46,14 @@ impl Tally {
                 progress::out(&format!("check {name} ... ok"));
             }
             Ok(output) => {
-                self.failed += 1;
                 progress::out_text(&String::from_utf8_lossy(&output.stdout));
                 progress::err_text(&String::from_utf8_lossy(&output.stderr));
                 progress::out(&format!("check {name} ... FAILED ({})", output.status));
+                self.fail(format!("check {name} ({})", output.status));
             }
             Err(error) => {
-                self.failed += 1;
                 progress::out(&format!("check {name} ... FAILED: cannot start: {error}"));
+                self.fail(format!("check {name}: cannot start: {error}"));
             }
         }
     }
@@ -65,9 +68,10 @@ impl Tally {
                 progress::out(&format!("check {name} ... ok"));
             }
             Err(problems) => {
-                self.failed += 1;
                 progress::out(&problems);
                 progress::out(&format!("check {name} ... FAILED"));
+                let first = problems.lines().next().unwrap_or_default();
+                self.fail(format!("check {name}: {first}"));
             }
         }
     }
@@ -82,15 +86,29 @@ impl Tally {
                 format!("{number}scenario {name} ... ok ({seconds:.1} s)")
             }
             Err(message) => {
-                self.failed += 1;
+                self.fail(format!("scenario {name}: {message}"));
                 format!("{number}scenario {name} ... FAILED ({seconds:.1} s)\n    {message}")
             }
         }
     }
 
-    /// The closing line.
+    /// Counts one failure, named by `line`.
+    fn fail(&mut self, line: String) {
+        self.failed += 1;
+        self.failures.push(line);
+    }
+
+    /// The closing lines: each failure again (its first line), then `N passed, N failed`.
     fn summary(&self) -> String {
-        format!("{} passed, {} failed", self.passed, self.failed)
+        let mut text = String::new();
+        if !self.failures.is_empty() {
+            text.push_str("what failed:\n");
+            for failure in &self.failures {
+                let first = failure.lines().next().unwrap_or_default();
+                text.push_str(&format!("  {first}\n"));
+            }
+        }
+        text + &format!("{} passed, {} failed", self.passed, self.failed)
     }
 }
 
@@ -160,7 +178,7 @@ pub fn run(args: &TestArgs) -> ExitCode {
     step("building the guests");
     if let Err(message) = image::build_guests() {
         progress::out(&format!("building the guests failed: {message}"));
-        tally.failed += 1;
+        tally.fail(format!("building the guests: {message}"));
         progress::out(&tally.summary());
         return ExitCode::FAILURE;
     }
@@ -194,17 +212,32 @@ fn host_tests(cargo: &str, build_only: bool, tally: &mut Tally) {
                 tally.passed += c[1].parse::<u32>().unwrap();
                 failed += c[2].parse::<u32>().unwrap();
             }
-            if !output.status.success() && failed == 0 {
-                failed += 1;
-                progress::out("cargo test failed to build or run");
+            let named = failed_host_tests(&stdout);
+            for name in named.iter().take(failed as usize) {
+                tally.fail(format!("host test {name}"));
             }
-            tally.failed += failed;
+            for _ in named.len()..failed as usize {
+                tally.fail("a host test (see cargo's output above)".into());
+            }
+            if !output.status.success() && failed == 0 {
+                progress::out("cargo test failed to build or run");
+                tally.fail("cargo test failed to build or run".into());
+            }
         }
         Err(error) => {
-            tally.failed += 1;
             progress::out(&format!("cargo test could not start: {error}"));
+            tally.fail(format!("cargo test could not start: {error}"));
         }
     }
+}
+
+/// The tests cargo's output says failed, in its order: with `--quiet` it names each in the
+/// heading of its captured output (`---- NAME stdout ----`).
+fn failed_host_tests(stdout: &str) -> Vec<&str> {
+    stdout
+        .lines()
+        .filter_map(|line| line.strip_prefix("---- ")?.strip_suffix(" stdout ----"))
+        .collect()
 }
 
 /// A scenario that ended: its name, what it found, and the real time it took (waiting for the
@@ -296,7 +329,22 @@ mod tests {
             tally.scenario("[2/57] ", &failed),
             "[2/57] scenario reset ... FAILED (12.0 s)\n    vm 'rt-a' booted 1 times"
         );
-        assert_eq!(tally.summary(), "1 passed, 1 failed");
+        assert_eq!(
+            tally.summary(),
+            "what failed:\n  scenario reset: vm 'rt-a' booted 1 times\n1 passed, 1 failed"
+        );
+        let clean = Tally {
+            passed: 3,
+            ..Tally::default()
+        };
+        assert_eq!(clean.summary(), "3 passed, 0 failed");
+    }
+
+    #[test]
+    fn failed_host_tests_are_named() {
+        let stdout = "running 3 tests\n.FF\nfailures:\n\n---- c::d stdout ----\nboom\n\n\
+                      ---- e stdout ----\nbang\n\nfailures:\n    c::d\n    e\n";
+        assert_eq!(failed_host_tests(stdout), ["c::d", "e"]);
     }
 
     #[test]
