@@ -28,6 +28,7 @@ pub mod smmu;
 pub mod stage2;
 pub mod system;
 pub mod table;
+pub mod table_pools;
 pub mod tasks;
 pub mod text;
 pub mod ticket;

@@ -306,6 +306,14 @@ impl SystemDesc {
 }
 
 impl VmDesc {
+    /// What it takes of Keel's pools of translation tables.
+    pub fn table_needs(&self) -> crate::table_pools::TableNeeds {
+        crate::table_pools::TableNeeds {
+            coloured: self.colours.is_coloured().then_some(self.memory.size),
+            dma: self.devices.iter().any(|device| !device.streams.is_empty()),
+        }
+    }
+
     /// Its vCPUs: the configured ones, then as many as it may create tasks.
     pub fn vcpu_count(&self) -> usize {
         self.pcpus.len() + self.tasks.map_or(0, |grant| usize::from(grant.max))

@@ -2743,6 +2743,13 @@ fn iommu_names_the_boards_smmu() {
     // Requester ID = stream ID: the bridge's iommu-map, every bus behind it (all 16-bit
     // streams, which Keel's two-level stream table covers).
     assert_eq!(bridge.streams, [(0, 0xffff)]);
+    // Keel's pools of tables: each VM's stage-2 allowance of 32; the SMMU's stage 1 only for
+    // the VM whose device masters DMA, its allowance of 4.
+    let stage2 = format!(
+        "pub const STAGE2_TABLES: usize = {};\n",
+        32 * system.vms.len()
+    );
+    assert_emits(&system, &[&stage2, "pub const SMMU_TABLES: usize = 4;\n"]);
     let property = |name: &str| {
         &bridge
             .node
@@ -3674,7 +3681,9 @@ fn keel_is_coloured_with_its_own_colours() {
     assert_emits(
         &system,
         &[
-            "pub const COLOURED_TABLES: usize = 57;\npub const COLOURED_VMS: usize = 3;\n\
+            // Stage 2: three VMs' allowances of 32 and their 57 page tables; no DMA.
+            "pub const COLOURED_TABLES: usize = 57;\npub const STAGE2_TABLES: usize = 153;\n\
+           pub const SMMU_TABLES: usize = 0;\n\
            pub const KEEL_COLOURS: ::keel_core::colour::Colours = \
            ::keel_core::colour::Colours { mask: 0xc000, count: 16 };\n\
            pub const KEEL_REGION: (u64, u64) = (0x40000000, 0x2000000);\n",

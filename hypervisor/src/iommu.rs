@@ -13,8 +13,8 @@ use keel_core::smmu::{Event, GlobalError, Stage1Error, StreamAssignment};
 use keel_core::system::{MAX_STREAM_RANGES, MAX_VMS};
 
 use crate::arch::smmu::{self, SmmuError};
-use crate::colouring;
 use crate::config::SYSTEM;
+use crate::tables;
 use crate::vm;
 
 /// Enables the SMMU, if the configuration names one: the stream table from every VM's
@@ -65,7 +65,7 @@ pub fn init() -> Result<(), SmmuError> {
             iommu.base.0,
             &assignments[..count],
             &memory,
-            &mut colouring::smmu_tables,
+            &mut tables::smmu,
         )
     }
 }

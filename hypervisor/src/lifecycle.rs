@@ -23,11 +23,11 @@ use keel_core::table::{at, at_mut};
 use keel_core::text::{Out, Show};
 
 use crate::arch::cpu::{self, Mutex};
-use crate::arch::{psci, stage2};
-use crate::colouring;
+use crate::arch::psci;
 use crate::config::SYSTEM;
 use crate::console::VmLabel;
 use crate::devices::{sp805, virtio};
+use crate::tables;
 use crate::vm::{self, VcpuPower, VmState, MAX_VMS};
 use crate::{console, iommu, ipc, irq, keel_println_limited, trace};
 
@@ -61,23 +61,20 @@ impl Show for LoadError {
 /// Builds VM `id`'s stage-2 tables, loads its image and device tree, creates its devices.
 pub fn build(id: usize) -> Result<(), LoadError> {
     let desc = vm::desc(id);
-    let mut tables = if desc.colours.is_coloured() {
+    let mut tables = tables::stage2(id).ok_or(LoadError::NoTables)?;
+    if desc.colours.is_coloured() {
         // Its RAM page by page, to the frames of its colours (the compiler refuses flash).
-        let mut tables = colouring::stage2_tables(id).ok_or(LoadError::NoTables)?;
         let memory = desc.memory;
         tables
             .map_coloured(memory.ipa.0, memory.phys.0, memory.size, &desc.colours)
             .map_err(LoadError::Map)?;
-        tables
     } else {
-        let mut tables = stage2::tables_for(id).ok_or(LoadError::NoTables)?;
         for region in desc.regions() {
             tables
                 .map(region.ipa.0, region.phys.0, region.size, MemoryKind::Normal)
                 .map_err(LoadError::Map)?;
         }
-        tables
-    };
+    }
     // Its windows on the channels it is a member of: shared memory, never the VM's own (Keel's
     // accessor of guest memory, `guest_bytes`, does not reach them).
     for (channel, member) in SYSTEM.channels_of(id) {

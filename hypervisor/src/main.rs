@@ -22,8 +22,10 @@
 //!   Refers to nothing of Keel.
 //! - layer 0, `config`: the system tables the configuration compiler emitted (data only).
 //! - layer 1, `platform`: the board's facts from the device tree, read once at boot.
-//! - layer 1, `colouring`: coloured VMs' RAM: their page-by-page stage-2 tables and Keel's
-//!   windows on their RAM, built once at boot.
+//! - layer 1, `colouring`: coloured memory: Keel's windows on the coloured VMs' RAM, and Keel
+//!   itself copied to its colours' frames, once at boot.
+//! - layer 1, `tables`: the pools of the VMs' stage-2 and SMMU stage-1 tables, sized by the
+//!   configuration and cut into each VM's share, handed out once at boot.
 //! - layer 1, `timers`: each pCPU's timer queue on its EL2 timer.
 //! - layer 1, `trace`: each pCPU's ring of trace records (on when the configuration asks).
 //! - layer 1, `masked`: the record of a pCPU's longest interrupts-masked stretch and where it
@@ -137,6 +139,7 @@ mod masked;
 mod messages;
 mod platform;
 mod sched;
+mod tables;
 mod timers;
 mod trace;
 mod trap;

@@ -7,7 +7,8 @@
 //! and over and times each walk. It runs (a) alone, (b) beside other VMs without colours, and
 //! (c) beside them with disjoint colours: the others are two VMs walking 1 MiB each
 //! (`configs/tests/llc-*.toml`), then Debian Linux running `stress-ng --cache`
-//! (`llc-linux-*.toml`). For each run: the partition's LLC misses per 1,000 accesses, its
+//! (`llc-linux-*.toml`); last, the bare-metal neighbours again with Keel coloured too and its
+//! own accesses counted with each pCPU's (`llc-keel-coloured.toml`). For each run: the partition's LLC misses per 1,000 accesses, its
 //! accesses and misses per walk, its walk in instructions (the fastest: under `-icount` a
 //! nanosecond is an instruction, and other vCPUs' turns inflate the rest), and a modelled walk
 //! time, the instructions plus the misses times [`MISS_PENALTY_NS`].
@@ -118,6 +119,10 @@ pub fn run(linux: bool) -> Result<()> {
         ));
         cases.push(("beside it, colours 0-7 / 8-15", "llc-linux-coloured"));
     }
+    cases.push((
+        "beside 2 VMs walking 1 MiB, colours 0-7 / 8-13, Keel 14-15 and counted",
+        "llc-keel-coloured",
+    ));
     let mut rows = Vec::new();
     let mut runs = Vec::new();
     for (case, name) in cases {
@@ -136,7 +141,7 @@ pub fn run(linux: bool) -> Result<()> {
         ],
         reference: None,
     }];
-    if let [alone, _, _, shared, coloured] = runs.as_slice() {
+    if let [alone, _, _, shared, coloured, _] = runs.as_slice() {
         series.push(crate::plots::Series {
             label: "beside Linux's stress-ng --cache".into(),
             points: vec![

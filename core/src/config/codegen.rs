@@ -17,8 +17,9 @@ use crate::system::WfiPolicy;
 /// hypervisor leaves the shared pCPUs' scheduler out), and `pub const COLOURED_TABLES: usize`,
 /// the translation tables that mapping the coloured VMs' RAM page by page takes in each pool
 /// of tables that maps it (their stage 2, their devices' SMMU stage 1, Keel's window on it),
-/// `pub const COLOURED_VMS: usize`, how many VMs are coloured (each pool holds an allowance
-/// of tables for each), `pub const KEEL_COLOURS: ::keel_core::colour::Colours`, Keel's own
+/// `pub const STAGE2_TABLES: usize` and `pub const SMMU_TABLES: usize`, the sizes of Keel's
+/// pools of translation tables for the VMs' stage 2 and their devices' SMMU stage 1
+/// ([`TablePool::size`](crate::table_pools::TablePool::size)), `pub const KEEL_COLOURS: ::keel_core::colour::Colours`, Keel's own
 /// colours (`[system] hypervisor_colours`; [`Colours::NONE`](crate::colour::Colours::NONE)'s
 /// fields, mask 0 and count 0, if Keel is not coloured), and `pub const KEEL_REGION: (u64,
 /// u64)`, Keel's region (`[system] hypervisor`: base and size).
@@ -224,12 +225,24 @@ pub fn emit_rust(system: &System, dtb_paths: &[PathBuf]) -> String {
         .map(|vm| crate::colour::Colours::page_tables(vm.size))
         .sum();
     line(format!("pub const COLOURED_TABLES: usize = {coloured};"));
-    let coloured_vms = system
+    let needs: Vec<crate::table_pools::TableNeeds> = system
         .vms
         .iter()
-        .filter(|vm| vm.colours.is_coloured())
-        .count();
-    line(format!("pub const COLOURED_VMS: usize = {coloured_vms};"));
+        .map(|vm| crate::table_pools::TableNeeds {
+            coloured: vm.colours.is_coloured().then_some(vm.size),
+            dma: vm
+                .passthrough
+                .iter()
+                .any(|device| !device.streams.is_empty()),
+        })
+        .collect();
+    for (name, pool) in [
+        ("STAGE2_TABLES", crate::table_pools::TablePool::Stage2),
+        ("SMMU_TABLES", crate::table_pools::TablePool::Smmu),
+    ] {
+        let size = pool.size(needs.iter().copied());
+        line(format!("pub const {name}: usize = {size};"));
+    }
     let keel = system.hypervisor_colours;
     line(format!(
         "pub const KEEL_COLOURS: ::keel_core::colour::Colours = \
@@ -596,7 +609,7 @@ mod tests {
              senders: &[1, 0], pool_offset: 0 }),",
             "messages: None,",
             // rt-a's one vCPU and three tasks: four rings of 8 * (8 + 256) bytes.
-            "};\npub const MESSAGE_POOL: usize = 8448;\npub const TRACE_RING_BYTES: usize = 0;\npub const TRACE_RINGS: usize = 0;\npub const HEALTH: bool = false;\npub const SHARED_PCPUS: bool = true;\npub const COLOURED_TABLES: usize = 0;\npub const COLOURED_VMS: usize = 0;\npub const KEEL_COLOURS: ::keel_core::colour::Colours = ::keel_core::colour::Colours { mask: 0x0, count: 0 };\npub const KEEL_REGION: (u64, u64) = (0x40000000, 0x2000000);\n",
+            "};\npub const MESSAGE_POOL: usize = 8448;\npub const TRACE_RING_BYTES: usize = 0;\npub const TRACE_RINGS: usize = 0;\npub const HEALTH: bool = false;\npub const SHARED_PCPUS: bool = true;\npub const COLOURED_TABLES: usize = 0;\npub const STAGE2_TABLES: usize = 64;\npub const SMMU_TABLES: usize = 0;\npub const KEEL_COLOURS: ::keel_core::colour::Colours = ::keel_core::colour::Colours { mask: 0x0, count: 0 };\npub const KEEL_REGION: (u64, u64) = (0x40000000, 0x2000000);\n",
             "trace_reader: true,",
             "trace_reader: false,",
             "sched: &[::keel_core::sched::Params { priority: 0, reservation: \
@@ -619,8 +632,8 @@ mod tests {
     #[test]
     fn emitted_source_parses_as_the_system_and_its_message_pool() {
         let file = syn::parse_file(&emitted()).expect("emitted Rust parses");
-        // The ten items, then the three files: one image both VMs boot, two device trees.
-        assert_eq!(file.items.len(), 13);
+        // The eleven items, then the three files: one image both VMs boot, two device trees.
+        assert_eq!(file.items.len(), 14);
         assert!(matches!(&file.items[0], syn::Item::Static(item) if item.ident == "SYSTEM"));
         assert!(matches!(&file.items[1], syn::Item::Const(item) if item.ident == "MESSAGE_POOL"));
         assert!(
@@ -632,9 +645,10 @@ mod tests {
         assert!(
             matches!(&file.items[6], syn::Item::Const(item) if item.ident == "COLOURED_TABLES")
         );
-        assert!(matches!(&file.items[7], syn::Item::Const(item) if item.ident == "COLOURED_VMS"));
-        assert!(matches!(&file.items[8], syn::Item::Const(item) if item.ident == "KEEL_COLOURS"));
-        assert!(matches!(&file.items[9], syn::Item::Const(item) if item.ident == "KEEL_REGION"));
+        assert!(matches!(&file.items[7], syn::Item::Const(item) if item.ident == "STAGE2_TABLES"));
+        assert!(matches!(&file.items[8], syn::Item::Const(item) if item.ident == "SMMU_TABLES"));
+        assert!(matches!(&file.items[9], syn::Item::Const(item) if item.ident == "KEEL_COLOURS"));
+        assert!(matches!(&file.items[10], syn::Item::Const(item) if item.ident == "KEEL_REGION"));
     }
 
     #[test]
@@ -650,6 +664,8 @@ mod tests {
             "colours: ::keel_core::colour::Colours { mask: 0xf0, count: 16 },",
             // rt "b"'s 16 MiB alone: 8 + 1 level-3 and 1 + 1 level-2 tables.
             "pub const COLOURED_TABLES: usize = 11;",
+            // Stage 2: each VM's allowance of 32, and "b"'s page tables; no DMA, no SMMU pool.
+            "pub const STAGE2_TABLES: usize = 75;\npub const SMMU_TABLES: usize = 0;\n",
         ] {
             assert!(
                 source.contains(expected),
@@ -669,7 +685,7 @@ mod tests {
         let source = emit_rust(&system, &[PathBuf::from("/a.dtb"), PathBuf::from("/b.dtb")]);
         assert!(
             source.contains(
-                "pub const COLOURED_TABLES: usize = 0;\npub const COLOURED_VMS: usize = 0;\n\
+                "pub const COLOURED_TABLES: usize = 0;\npub const STAGE2_TABLES: usize = 64;\npub const SMMU_TABLES: usize = 0;\n\
                  pub const KEEL_COLOURS: ::keel_core::colour::Colours = \
                  ::keel_core::colour::Colours { mask: 0x8000, count: 16 };\n\
                  pub const KEEL_REGION: (u64, u64) = (0x40000000, 0x2000000);\n"

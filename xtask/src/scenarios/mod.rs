@@ -1399,7 +1399,7 @@ const AGAIN_ON: &[(&str, &str, &[&str])] = &[
 
 /// On QEMU `virt` with a GICv2: interrupt delivery, the hostile guests, the shared pCPUs'
 /// schedulers, tasks, messages and channels, the virtio console, health monitoring, and Debian
-/// Linux beside the real-time partition. The rest do not depend on the interrupt controller
+/// Linux beside the real-time partition, and Keel and two VMs coloured. The rest do not depend on the interrupt controller
 /// (the board's devices: the PL031, the PCI bridge behind the SMMU; the console's isolation;
 /// the trace; U-Boot) and run on the reference board only (the testing chapter says so).
 const ON_GICV2: &[&str] = &[
@@ -1429,12 +1429,13 @@ const ON_GICV2: &[&str] = &[
     "health: a VM that faults",
     "health: a manager restarts",
     "health: nothing leaks",
+    "colouring: Keel coloured 14-15 beside two coloured VMs",
 ];
 
 /// On the ZCU102 (QEMU's `xlnx-zcu102`, Debian's device tree): two VMs in step, SGIs between
 /// vCPUs, the virtual timer across a reset, console focus, the hostile guests, the 1 kHz
 /// partition above Debian Linux on one pCPU, an SMP Linux reset beside the partition, two
-/// Linux VMs under stress-ng.
+/// Linux VMs under stress-ng, and Keel and two VMs coloured in RAM that starts at 0.
 const ON_ZCU102: &[&str] = &[
     "two VMs tick in step",
     "SGIs between two vCPUs",
@@ -1447,6 +1448,7 @@ const ON_ZCU102: &[&str] = &[
     "hostile guest attack 'sgi-cross': contained",
     "hostile guest attack 'sgi-self': contained",
     "fixed priority (Gandalf)",
+    "colouring: Keel coloured 14-15 beside two coloured VMs",
 ];
 
 /// Every scenario on the reference board, QEMU `virt` with a GICv3.

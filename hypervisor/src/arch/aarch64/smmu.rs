@@ -2,9 +2,9 @@
 //! and writes, all in Keel's own memory (.bss, identity-mapped), which no VM maps: the
 //! two-level stream table over every 16-bit stream ID (its level-1 table, 2 KiB, and
 //! [`MAX_STREAM_ARRAYS`] level-2 arrays of 16 KiB, as `keel_core::smmu::strtab` plans them
-//! from the VMs' streams), one context descriptor per VM, the VMs' stage-1 tables (each VM's
-//! IPA to PA, as its stage 2 maps its memory: QEMU 7.2's SMMU has stage 1 only), the command
-//! queue and the event queue. What these hold is built by `keel_core::smmu`; this file only
+//! from the VMs' streams), one context descriptor per VM, the command queue and the event
+//! queue; and the VMs' stage-1 tables (each VM's IPA to PA, as its stage 2 maps its memory:
+//! QEMU 7.2's SMMU has stage 1 only), which the caller gives from its pool. What these hold is built by `keel_core::smmu`; this file only
 //! places it and talks to the registers.
 //!
 //! Ownership: [`init`] writes everything once, on pCPU 0 at boot, before the SMMU is enabled
@@ -29,7 +29,7 @@ use keel_core::smmu::{
     Stage1, Stage1Error, StreamAssignment, StreamConfig, StreamLayout, StreamTableError,
     SyncSignal, Unsupported,
 };
-use keel_core::stage2::{MemoryKind, Table, ENTRIES};
+use keel_core::stage2::{MemoryKind, Table};
 use keel_core::system::{MAX_STREAM_ARRAYS, MAX_VMS};
 use keel_core::text::{Out, Show};
 
@@ -41,13 +41,6 @@ use super::mmu;
 const COMMAND_LOG2: u32 = 5;
 /// log2 of the event queue's entries.
 const EVENT_LOG2: u32 = 5;
-/// Stage-1 tables of a VM's devices: a level-1 table and a few level-2 tables for memory
-/// mapped in 2 MiB blocks (memory is 2 MiB aligned in practice; a VM that needs more is
-/// refused at boot with the builder's error). A coloured VM's, mapped page by page, come from
-/// the caller ([`init`]'s `own_tables`).
-pub const TABLES_PER_VM: usize = 4;
-/// Stage-1 tables for all VMs' devices.
-const STAGE1_TABLES: usize = TABLES_PER_VM * MAX_VMS;
 /// The command queue's index arithmetic.
 const COMMAND_QUEUE: Queue = match Queue::new(COMMAND_LOG2) {
     Some(queue) => queue,
@@ -63,8 +56,8 @@ const ACK_POLLS: u32 = 1_000_000;
 
 /// Memory the SMMU reads, aligned as the architecture asks (each table and queue to its
 /// size). The stream table, the CDs and the queues are physically contiguous: they stay where
-/// Keel was loaded even when Keel is coloured (`.bss_contiguous`); the stage-1 tables are
-/// placed table by table (`mmu::place`).
+/// Keel was loaded even when Keel is coloured (`.bss_contiguous`); the stage-1 tables, the
+/// caller's, are placed table by table (`mmu::place`).
 #[repr(C, align(2048))]
 struct Level1Table(UnsafeCell<[u64; LEVEL1_ENTRIES]>);
 #[repr(C, align(16384))]
@@ -73,8 +66,6 @@ struct Level2Arrays(UnsafeCell<[Level2; MAX_STREAM_ARRAYS]>);
 struct Layout(UnsafeCell<StreamLayout<MAX_STREAM_ARRAYS>>);
 #[repr(C, align(64))]
 struct Contexts(UnsafeCell<[[u64; 8]; MAX_VMS]>);
-#[repr(C, align(4096))]
-struct Stage1Tables(UnsafeCell<[Table; STAGE1_TABLES]>);
 #[repr(C, align(512))]
 struct CommandQueue(UnsafeCell<[Command; 1 << COMMAND_LOG2]>);
 #[repr(C, align(1024))]
@@ -82,7 +73,7 @@ struct EventQueue(UnsafeCell<[[u64; 4]; 1 << EVENT_LOG2]>);
 
 // SAFETY: written by pCPU 0 in `init` before any other pCPU runs and before the SMMU is
 // enabled; afterwards only under SMMU's lock (the level-2 arrays' entries, the queues) or
-// never again (the level-1 table, the plan, CDs, stage-1 tables), and read by the SMMU.
+// never again (the level-1 table, the plan, CDs), and read by the SMMU.
 unsafe impl Sync for Level1Table {}
 // SAFETY: as for Level1Table.
 unsafe impl Sync for Level2Arrays {}
@@ -90,8 +81,6 @@ unsafe impl Sync for Level2Arrays {}
 unsafe impl Sync for Layout {}
 // SAFETY: as for Level1Table.
 unsafe impl Sync for Contexts {}
-// SAFETY: as for Level1Table.
-unsafe impl Sync for Stage1Tables {}
 // SAFETY: as for Level1Table.
 unsafe impl Sync for CommandQueue {}
 // SAFETY: as for Level1Table.
@@ -106,7 +95,6 @@ static ARRAYS: Level2Arrays = Level2Arrays(UnsafeCell::new(
 static LAYOUT: Layout = Layout(UnsafeCell::new(StreamLayout::EMPTY));
 #[unsafe(link_section = ".bss_contiguous")]
 static CONTEXTS: Contexts = Contexts(UnsafeCell::new([[0; 8]; MAX_VMS]));
-static TABLES: Stage1Tables = Stage1Tables(UnsafeCell::new([[0; ENTRIES]; STAGE1_TABLES]));
 #[unsafe(link_section = ".bss_contiguous")]
 static COMMANDS: CommandQueue = CommandQueue(UnsafeCell::new([[0; 2]; 1 << COMMAND_LOG2]));
 #[unsafe(link_section = ".bss_contiguous")]
@@ -163,14 +151,14 @@ impl Show for SmmuError {
 pub type MapRegion<'a> = dyn FnMut(u64, u64, u64, Colours) -> Result<(), Stage1Error> + 'a;
 /// Maps every region of VM `vm`'s memory with the function given.
 pub type VmMemory = dyn Fn(usize, &mut MapRegion) -> Result<(), Stage1Error>;
-/// The tables VM `vm`'s stage 1 is built in, if it brings its own (a coloured VM's).
-pub type OwnTables = dyn FnMut(usize) -> Option<&'static mut [Table]>;
+/// The tables VM `vm`'s stage 1 is built in (None: no tables for it).
+pub type VmTables = dyn FnMut(usize) -> Option<&'static mut [Table]>;
 
 /// Sets the SMMU at `base` up and enables it: every stream in `assignments` translates with
 /// its VM's stage-1 tables, each VM's built from `memory(vm, map)` (which calls `map(ipa, pa,
 /// size, colours)` for each of its regions); every other stream of a level-2 array aborts, and a
 /// stream of a block without one is out of range (a `C_BAD_STREAMID` event). Each VM's
-/// tables are `own_tables(vm)` if it gives some, else [`TABLES_PER_VM`] of the driver's pool.
+/// tables are `tables(vm)` (a VM given none is refused, its stage 1 out of tables).
 /// Before any VM runs, on pCPU 0.
 ///
 /// # Safety
@@ -180,7 +168,7 @@ pub unsafe fn init(
     base: u64,
     assignments: &[StreamAssignment],
     memory: &VmMemory,
-    own_tables: &mut OwnTables,
+    tables: &mut VmTables,
 ) -> Result<(), SmmuError> {
     // SAFETY: forwarded from this function's contract.
     let regs = unsafe { Mmio::new(base) };
@@ -195,29 +183,20 @@ pub unsafe fn init(
 
     // SAFETY: per this function's contract nothing else runs, and the SMMU is disabled: these
     // are the only references to the SMMU's memory until it is enabled.
-    let (level1, arrays, layout, contexts, tables) = unsafe {
+    let (level1, arrays, layout, contexts) = unsafe {
         (
             &mut *LEVEL1.0.get(),
             &mut *ARRAYS.0.get(),
             &mut *LAYOUT.0.get(),
             &mut *CONTEXTS.0.get(),
-            &mut *TABLES.0.get(),
         )
     };
     let mut context_addresses = [0u64; MAX_VMS];
-    let mut pool = &mut tables[..];
     for vm in 0..MAX_VMS {
         if !assignments.iter().any(|assignment| assignment.vm == vm) {
             continue;
         }
-        let mine = match own_tables(vm) {
-            Some(tables) => tables,
-            None => {
-                let (mine, rest) = pool.split_at_mut(TABLES_PER_VM.min(pool.len()));
-                pool = rest;
-                mine
-            }
-        };
+        let mine = tables(vm).unwrap_or_default();
         let place = mmu::place(mine.as_ptr() as u64);
         let mut stage1 =
             Stage1::new(mine, place).map_err(|error| SmmuError::Stage1 { vm, error })?;

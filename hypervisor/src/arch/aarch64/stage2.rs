@@ -1,45 +1,18 @@
-//! Stage-2 table storage and installation (VTCR_EL2, VTTBR_EL2; Arm ARM D8.2).
-
-use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, Ordering};
-
-use keel_core::stage2::{Stage2, Table, ENTRIES};
+//! Stage-2 installation (VTCR_EL2, VTTBR_EL2; Arm ARM D8.2); the tables come from Keel's pools
+//! (`tables`), built by `keel_core::stage2`.
 
 use super::regs::write_sysreg;
 
 /// Most VMs.
 pub const MAX_VMS: usize = keel_core::system::MAX_VMS;
-/// Stage-2 tables available to each VM.
-pub const TABLES_PER_VM: usize = 32;
-
-#[repr(C, align(4096))]
-struct Pool(UnsafeCell<[[Table; TABLES_PER_VM]; MAX_VMS]>);
-
-// SAFETY: each VM's slice of the pool is handed out at most once (guarded by TAKEN) to the
-// primary pCPU while it builds that VM; afterwards only the MMU reads it.
-unsafe impl Sync for Pool {}
-
-static POOL: Pool = Pool(UnsafeCell::new([[[0; ENTRIES]; TABLES_PER_VM]; MAX_VMS]));
-static TAKEN: [AtomicBool; MAX_VMS] = [const { AtomicBool::new(false) }; MAX_VMS];
 
 /// VTCR_EL2 (D23.2.185): T0SZ = 25 (39-bit IPA), SL0 = 1 (start at level 1), inner/outer
 /// write-back, inner shareable, 4 KiB granule, PS = 40 bits, RES1 bit 31, 8-bit VMID.
 const VTCR: u64 = 25 | (1 << 6) | (1 << 8) | (1 << 10) | (3 << 12) | (2 << 16) | (1 << 31);
 
-/// Hands out VM `vm`'s table storage for building, once. None if already taken or out of range.
-pub fn tables_for(vm: usize) -> Option<Stage2<'static>> {
-    if vm >= MAX_VMS || TAKEN[vm].swap(true, Ordering::AcqRel) {
-        return None;
-    }
-    // SAFETY: TAKEN makes this the only reference to VM `vm`'s tables ever created.
-    let tables: &'static mut [Table; TABLES_PER_VM] = unsafe { &mut (*POOL.0.get())[vm] };
-    let place = super::mmu::place(tables.as_ptr() as u64);
-    Stage2::new(tables, place).ok()
-}
-
 /// Makes `root` (with VMID `vmid`) this pCPU's stage-2 translation.
 pub fn install(vmid: u16, root: u64) {
-    // SAFETY: `root` is a complete stage-2 table built by `tables_for`; the TLB is cleaned of
+    // SAFETY: `root` is a complete stage-2 table built at boot in Keel's pool of tables; the TLB is cleaned of
     // any earlier use of the VMID before the guest runs.
     unsafe {
         write_sysreg!("vtcr_el2", VTCR);
