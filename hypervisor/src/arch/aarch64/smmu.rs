@@ -4,8 +4,8 @@
 //! [`MAX_STREAM_ARRAYS`] level-2 arrays of 16 KiB, as `keel_core::smmu::strtab` plans them
 //! from the VMs' streams), one context descriptor per VM, the command queue and the event
 //! queue; and the VMs' stage-1 tables (each VM's IPA to PA, as its stage 2 maps its memory:
-//! QEMU 7.2's SMMU has stage 1 only), which the caller gives from its pool. What these hold is built by `keel_core::smmu`; this file only
-//! places it and talks to the registers.
+//! QEMU 7.2's SMMU has stage 1 only), which the caller gives from its pool. What these hold
+//! is built by `keel_core::smmu`; this file only places it and talks to the registers.
 //!
 //! Ownership: [`init`] writes everything once, on pCPU 0 at boot, before the SMMU is enabled
 //! and before any other pCPU or VM runs. Afterwards the level-2 arrays and the queues are
