@@ -16,6 +16,10 @@ use regex::Regex;
 use crate::llc::LlcModel;
 use crate::Result;
 
+/// How long the console's reader may take, once QEMU has ended, to hand over the lines left
+/// in the pipe (it ends at the pipe's end, at once on an idle host).
+const DRAIN: Duration = Duration::from_secs(30);
+
 /// Where the `virt` machine's RAM begins, and how much every machine here has (`-m`).
 pub const RAM_BASE: u64 = 0x4000_0000;
 pub const RAM_SIZE: u64 = 1 << 30;
@@ -530,6 +534,19 @@ impl Machine {
     }
 }
 
+/// The lines still to come from a console's reader once QEMU has ended: its pipe ends once
+/// read, and the reader with it, so every line QEMU wrote is taken, however far a busy host
+/// left the reader behind (a wait of half a second for the next line once cost a scenario its
+/// last lines), within `bound`.
+fn drain(lines: &Receiver<String>, bound: Duration) -> Vec<String> {
+    let end = Instant::now() + bound;
+    let mut taken = Vec::new();
+    while let Ok(line) = lines.recv_timeout(end.saturating_duration_since(Instant::now())) {
+        taken.push(line);
+    }
+    taken
+}
+
 /// A console line as the scenarios judge it: without its CRs, and without the terminal resets
 /// Keel writes after a raw VM's output (invisible on a terminal; where they go is tested in
 /// `keel_core::console`), so that the line after one still starts with its prefix.
@@ -674,7 +691,9 @@ impl Session {
             .map_err(|e| format!("writing to QEMU: {e}"))
     }
 
-    /// Waits for QEMU to exit by itself (killing it at the deadline) and collects all output.
+    /// Waits for QEMU to exit by itself (killing it at the deadline) and collects all output:
+    /// every console line it wrote (the reader is waited for until the pipe ends, at most
+    /// [`DRAIN`] after QEMU did).
     pub fn finish(mut self, timeout: Duration) -> Ended {
         let deadline = Instant::now() + timeout;
         let mut exit_code = None;
@@ -690,9 +709,7 @@ impl Session {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(500)) {
-            self.output.push(line);
-        }
+        self.output.extend(drain(&self.lines, DRAIN));
         let stderr = self
             .stderr
             .take()
@@ -738,6 +755,25 @@ impl Drop for Session {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A reader that falls a second behind (a busy host) still hands over every line; the
+    /// drain ends as the reader does, not at its bound.
+    #[test]
+    fn a_late_readers_last_lines_are_taken() {
+        let (sender, lines) = channel();
+        let reader = std::thread::spawn(move || {
+            sender.send("first".to_string()).unwrap();
+            std::thread::sleep(Duration::from_secs(1));
+            sender.send("last".to_string()).unwrap();
+        });
+        let started = Instant::now();
+        assert_eq!(drain(&lines, Duration::from_secs(30)), ["first", "last"]);
+        assert!(started.elapsed() < Duration::from_secs(20));
+        reader.join().unwrap();
+        // A reader that never ends is left at the bound.
+        let (_sender, lines) = channel::<String>();
+        assert!(drain(&lines, Duration::from_millis(50)).is_empty());
+    }
 
     /// Keel's terminal resets and the CRs leave the line; a VM's own escape sequences stay.
     #[test]
