@@ -15,14 +15,15 @@ use crate::system::WfiPolicy;
 /// manager or a watchdog (otherwise the hypervisor leaves health monitoring out), and
 /// `pub const SHARED_PCPUS: bool`, whether some pCPU's policy is not `pinned` (otherwise the
 /// hypervisor leaves the shared pCPUs' scheduler out), and `pub const COLOURED_TABLES: usize`,
-/// the translation tables that mapping the coloured VMs' RAM page by page takes in each pool
-/// of tables that maps it (their stage 2, their devices' SMMU stage 1, Keel's window on it),
-/// `pub const STAGE2_TABLES: usize` and `pub const SMMU_TABLES: usize`, the sizes of Keel's
-/// pools of translation tables for the VMs' stage 2 and their devices' SMMU stage 1
-/// ([`TablePool::size`](crate::table_pools::TablePool::size)), `pub const KEEL_COLOURS: ::keel_core::colour::Colours`, Keel's own
-/// colours (`[system] hypervisor_colours`; [`Colours::NONE`](crate::colour::Colours::NONE)'s
-/// fields, mask 0 and count 0, if Keel is not coloured), and `pub const KEEL_REGION: (u64,
-/// u64)`, Keel's region (`[system] hypervisor`: base and size).
+/// the translation tables that mapping the coloured VMs' RAM page by page takes in a map of
+/// it (Keel's windows on it take as many, and a level-1 table), `pub const STAGE2_TABLES:
+/// usize` and `pub const SMMU_TABLES: usize`, the sizes of Keel's pools of translation tables
+/// for the VMs' stage 2 and their devices' SMMU stage 1
+/// ([`TablePool::size`](crate::table_pools::TablePool::size)), `pub const KEEL_COLOURS:
+/// ::keel_core::colour::Colours`, Keel's own colours (`[system] hypervisor_colours`;
+/// [`Colours::NONE`](crate::colour::Colours::NONE)'s fields, mask 0 and count 0, if Keel is
+/// not coloured), and `pub const KEEL_REGION: (u64, u64)`, Keel's region (`[system]
+/// hypervisor`: base and size).
 ///
 /// Images and device trees are embedded once each, as `guest_bytes!(GUEST_BYTES_<i>, path)`
 /// items at the end, of absolute paths (the hypervisor's macro makes each a static of the
