@@ -8,10 +8,11 @@
 //! (c) beside them with disjoint colours: the others are two VMs walking 1 MiB each
 //! (`configs/tests/llc-*.toml`), then Debian Linux running `stress-ng --cache`
 //! (`llc-linux-*.toml`); last, the bare-metal neighbours again with Keel coloured too and its
-//! own accesses counted with each pCPU's (`llc-keel-coloured.toml`). For each run: the partition's LLC misses per 1,000 accesses, its
-//! accesses and misses per walk, its walk in instructions (the fastest: under `-icount` a
-//! nanosecond is an instruction, and other vCPUs' turns inflate the rest), and a modelled walk
-//! time, the instructions plus the misses times [`MISS_PENALTY_NS`].
+//! own accesses counted with each pCPU's (`llc-keel-coloured.toml`). For each run: the
+//! partition's LLC misses per 1,000 accesses, its accesses and misses per walk, its walk in
+//! instructions (the fastest: under `-icount` a nanosecond is an instruction, and other
+//! vCPUs' turns inflate the rest), and a modelled walk time, the instructions plus the misses
+//! times [`MISS_PENALTY_NS`].
 
 use std::time::Duration;
 

@@ -115,9 +115,9 @@ impl Tally {
 /// Runs the standards checks (`cargo fmt`, `cargo clippy` for the host and the aarch64
 /// crates and for the Linux command's target, the hypervisor's module layers, where Keel's
 /// lines may go unlimited), cargo's own tests, then the QEMU scenarios; ends with the
-/// failures named and `N passed, N failed`. With a filter, runs only the scenarios whose name contains it
-/// (for working on one), and builds cargo's tests without running them; with `--list`, prints
-/// the names of the scenarios it would run and runs nothing.
+/// failures named and `N passed, N failed`. With a filter, runs only the scenarios whose name
+/// contains it (for working on one), and builds cargo's tests without running them; with
+/// `--list`, prints the names of the scenarios it would run and runs nothing.
 pub fn run(args: &TestArgs) -> ExitCode {
     let filter = args.filter.as_deref();
     let chosen: Vec<Scenario> = scenarios::all()

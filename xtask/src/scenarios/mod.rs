@@ -1399,9 +1399,10 @@ const AGAIN_ON: &[(&str, &str, &[&str])] = &[
 
 /// On QEMU `virt` with a GICv2: interrupt delivery, the hostile guests, the shared pCPUs'
 /// schedulers, tasks, messages and channels, the virtio console, health monitoring, and Debian
-/// Linux beside the real-time partition, and Keel and two VMs coloured. The rest do not depend on the interrupt controller
-/// (the board's devices: the PL031, the PCI bridge behind the SMMU; the console's isolation;
-/// the trace; U-Boot) and run on the reference board only (the testing chapter says so).
+/// Linux beside the real-time partition, and Keel and two VMs coloured. The rest do not
+/// depend on the interrupt controller (the board's devices: the PL031, the PCI bridge behind
+/// the SMMU; the console's isolation; the trace; U-Boot) and run on the reference board only
+/// (the testing chapter says so).
 const ON_GICV2: &[&str] = &[
     "the demo: Linux boots from its disk",
     "two VMs tick in step",
