@@ -536,27 +536,12 @@ fn build_compiled(system: config::System, config_path: &Path) -> Result<SystemIm
 /// A coloured Keel's image (its ELF at `elf`) fits its region as Keel will check at boot
 /// (`KeelMap::coloured`): a build should not make an image that cannot boot.
 fn check_keel_frames(system: &config::System, elf: &Path) -> Result<()> {
-    use keel_core::placement::{KeelFitError, KeelImage, KeelMap};
+    use keel_core::placement::{KeelFitError, KeelMap};
     let colours = system.hypervisor_colours;
     if !colours.is_coloured() {
         return Ok(());
     }
-    let [start, coloured_end, images, images_end, end] = symbols(
-        elf,
-        [
-            "__image_start",
-            "__coloured_end",
-            "__guest_images_start",
-            "__guest_images_end",
-            "__image_end",
-        ],
-    )?;
-    let image = KeelImage {
-        start,
-        coloured_end,
-        guest_images: (images, images_end),
-        end,
-    };
+    let image = keel_image(elf)?;
     let region = (system.hypervisor_base, system.hypervisor_size);
     match KeelMap::coloured(&image, region, colours) {
         Ok(_) => Ok(()),
@@ -575,6 +560,27 @@ fn check_keel_frames(system: &config::System, elf: &Path) -> Result<()> {
              give a larger region or more colours"
         )),
     }
+}
+
+/// Keel's image as its ELF at `elf` is linked (its linker's symbols), as Keel reads it at boot
+/// (`arch::boot::keel_image`).
+pub(crate) fn keel_image(elf: &Path) -> Result<keel_core::placement::KeelImage> {
+    let [start, coloured_end, images, images_end, end] = symbols(
+        elf,
+        [
+            "__image_start",
+            "__coloured_end",
+            "__guest_images_start",
+            "__guest_images_end",
+            "__image_end",
+        ],
+    )?;
+    Ok(keel_core::placement::KeelImage {
+        start,
+        coloured_end,
+        guest_images: (images, images_end),
+        end,
+    })
 }
 
 /// The addresses of the symbols `names` in the ELF file at `elf` (Keel's linker symbols).

@@ -36,15 +36,9 @@ pub(crate) fn under_llc_model(
         // Keel's coloured range and the frames it is copied to are counted; what lies before
         // it (the device tree QEMU puts below Keel) and the guests' images in it, which a VM's
         // load and reload read where Keel was loaded, are not.
-        let [start, images, images_end] = crate::image::symbols(
-            &image.elf,
-            [
-                "__image_start",
-                "__guest_images_start",
-                "__guest_images_end",
-            ],
-        )?;
-        model.excluded.push(system.hypervisor_base..start);
+        let keel = crate::image::keel_image(&image.elf)?;
+        let (images, images_end) = keel.guest_images;
+        model.excluded.push(system.hypervisor_base..keel.start);
         model.excluded.push(images..images_end);
     } else {
         model
